@@ -1,0 +1,117 @@
+#include "server/api/coordinator_service.h"
+
+#include <charconv>
+
+#include "absl/strings/str_cat.h"
+#include "server/api/grpc_status.h"
+#include "server/api/job_spec_rules.h"
+#include "server/api/watch_reactor.h"
+
+namespace stoke::server {
+namespace {
+
+constexpr uint32_t kDefaultPageSize = 50;
+constexpr uint32_t kMaxPageSize = 1000;
+
+absl::Status RequireId(const std::string& id) {
+  if (id.empty()) return absl::InvalidArgumentError("id: required");
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+grpc::ServerUnaryReactor* CoordinatorService::Defer(grpc::CallbackServerContext* context,
+                                                    std::function<absl::Status()> work) {
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  executor_.Post([reactor, work = std::move(work)] { reactor->Finish(ToGrpcStatus(work())); });
+  return reactor;
+}
+
+grpc::ServerUnaryReactor* CoordinatorService::SubmitJob(grpc::CallbackServerContext* context,
+                                                        const v1::SubmitJobRequest* request,
+                                                        v1::SubmitJobResponse* response) {
+  return Defer(context, [this, request, response]() -> absl::Status {
+    if (!request->has_spec()) return absl::InvalidArgumentError("spec: required");
+    v1::JobSpec spec = request->spec();
+    if (auto s = ValidateJobSpec(spec); !s.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat("spec.", s.message()));
+    }
+    ApplyJobSpecDefaults(spec);
+    auto job = core_.SubmitJob(spec);
+    if (!job.ok()) return job.status();
+    *response->mutable_job() = *std::move(job);
+    return absl::OkStatus();
+  });
+}
+
+grpc::ServerUnaryReactor* CoordinatorService::GetJob(grpc::CallbackServerContext* context,
+                                                     const v1::GetJobRequest* request,
+                                                     v1::Job* response) {
+  return Defer(context, [this, request, response]() -> absl::Status {
+    if (auto s = RequireId(request->id()); !s.ok()) return s;
+    auto job = core_.GetJob(request->id());
+    if (!job.ok()) return job.status();
+    *response = *std::move(job);
+    return absl::OkStatus();
+  });
+}
+
+grpc::ServerUnaryReactor* CoordinatorService::ListJobs(grpc::CallbackServerContext* context,
+                                                       const v1::ListJobsRequest* request,
+                                                       v1::ListJobsResponse* response) {
+  return Defer(context, [this, request, response]() -> absl::Status {
+    JobQuery query;
+    for (int state : request->states()) {
+      if (!v1::JobState_IsValid(state) || state == v1::JOB_STATE_UNSPECIFIED) {
+        return absl::InvalidArgumentError(absl::StrCat("states: unknown job state ", state));
+      }
+      query.states.push_back(static_cast<v1::JobState>(state));
+    }
+    query.limit = request->page_size() == 0 ? kDefaultPageSize
+                                            : std::min(request->page_size(), kMaxPageSize);
+    const std::string& token = request->page_token();
+    if (!token.empty()) {
+      auto [end, ec] = std::from_chars(token.data(), token.data() + token.size(), query.before_id);
+      if (ec != std::errc() || end != token.data() + token.size()) {
+        return absl::InvalidArgumentError("page_token: not a token returned by ListJobs");
+      }
+    }
+    auto page = core_.ListJobs(query);
+    if (!page.ok()) return page.status();
+    for (auto& job : page->jobs) *response->add_jobs() = std::move(job);
+    if (page->more && response->jobs_size() > 0) {
+      response->set_next_page_token(response->jobs(response->jobs_size() - 1).id());
+    }
+    return absl::OkStatus();
+  });
+}
+
+grpc::ServerUnaryReactor* CoordinatorService::CancelJob(grpc::CallbackServerContext* context,
+                                                        const v1::CancelJobRequest* request,
+                                                        v1::Job* response) {
+  return Defer(context, [this, request, response]() -> absl::Status {
+    if (auto s = RequireId(request->id()); !s.ok()) return s;
+    auto job = core_.CancelJob(request->id(), request->reason());
+    if (!job.ok()) return job.status();
+    *response = *std::move(job);
+    return absl::OkStatus();
+  });
+}
+
+grpc::ServerWriteReactor<v1::JobEvent>* CoordinatorService::WatchJob(
+    grpc::CallbackServerContext* context, const v1::WatchJobRequest* request) {
+  (void)context;
+  return WatchReactor::Start(hub_, executor_, request->id(), request->from_seq());
+}
+
+grpc::ServerUnaryReactor* CoordinatorService::GetCluster(grpc::CallbackServerContext* context,
+                                                         const v1::GetClusterRequest* request,
+                                                         v1::Cluster* response) {
+  (void)request;
+  return Defer(context, [this, response]() -> absl::Status {
+    *response = core_.GetCluster();
+    return absl::OkStatus();
+  });
+}
+
+}  // namespace stoke::server

@@ -1,0 +1,45 @@
+// The public stoke.v1.Coordinator service over gRPC's callback API. Handlers validate the
+// request, hand the work to the executor (the core may wait on its lock or the store),
+// and translate the result; they hold no state of their own.
+#pragma once
+
+#include "server/api/executor.h"
+#include "server/core/coordinator.h"
+#include "server/core/event_hub.h"
+#include "stoke/v1/coordinator.grpc.pb.h"
+
+namespace stoke::server {
+
+class CoordinatorService final : public v1::Coordinator::CallbackService {
+ public:
+  CoordinatorService(Coordinator& core, EventHub& hub, Executor& executor)
+      : core_(core), hub_(hub), executor_(executor) {}
+
+  grpc::ServerUnaryReactor* SubmitJob(grpc::CallbackServerContext* context,
+                                      const v1::SubmitJobRequest* request,
+                                      v1::SubmitJobResponse* response) override;
+  grpc::ServerUnaryReactor* GetJob(grpc::CallbackServerContext* context,
+                                   const v1::GetJobRequest* request, v1::Job* response) override;
+  grpc::ServerUnaryReactor* ListJobs(grpc::CallbackServerContext* context,
+                                     const v1::ListJobsRequest* request,
+                                     v1::ListJobsResponse* response) override;
+  grpc::ServerUnaryReactor* CancelJob(grpc::CallbackServerContext* context,
+                                      const v1::CancelJobRequest* request,
+                                      v1::Job* response) override;
+  grpc::ServerWriteReactor<v1::JobEvent>* WatchJob(grpc::CallbackServerContext* context,
+                                                   const v1::WatchJobRequest* request) override;
+  grpc::ServerUnaryReactor* GetCluster(grpc::CallbackServerContext* context,
+                                       const v1::GetClusterRequest* request,
+                                       v1::Cluster* response) override;
+
+ private:
+  // Runs `work` on the executor and finishes the call with its status.
+  grpc::ServerUnaryReactor* Defer(grpc::CallbackServerContext* context,
+                                  std::function<absl::Status()> work);
+
+  Coordinator& core_;
+  EventHub& hub_;
+  Executor& executor_;
+};
+
+}  // namespace stoke::server

@@ -1,0 +1,174 @@
+#include "server/api/worker_link_service.h"
+
+#include <spdlog/spdlog.h>
+
+#include <deque>
+#include <memory>
+#include <mutex>
+
+#include "server/api/grpc_status.h"
+
+namespace stoke::server {
+namespace {
+
+class WorkerStream;
+
+// What the core holds: outlives the stream, and goes quiet once the stream is gone.
+class StreamConnection final : public WorkerConnection {
+ public:
+  explicit StreamConnection(WorkerStream* stream) : stream_(stream) {}
+  void Send(const v1::CoordinatorMessage& message) override;
+  void Close(const std::string& reason) override;
+  // The stream's write finished; start the next one.
+  void OnWriteDone(bool ok);
+  void Detach();
+
+ private:
+  std::mutex mu_;
+  WorkerStream* stream_;
+  std::deque<v1::CoordinatorMessage> outbox_;
+  v1::CoordinatorMessage current_;  // must outlive its write
+  bool writing_ = false;
+};
+
+class WorkerStream final
+    : public grpc::ServerBidiReactor<v1::WorkerMessage, v1::CoordinatorMessage> {
+ public:
+  WorkerStream(Coordinator& core, Executor& executor, std::string peer)
+      : core_(core),
+        executor_(executor),
+        peer_(std::move(peer)),
+        connection_(std::make_shared<StreamConnection>(this)) {
+    StartRead(&incoming_);
+  }
+
+  void OnReadDone(bool ok) override {
+    if (!ok) {
+      // The worker closed the stream or it broke: the worker is gone.
+      Post([this] {
+        if (!worker_id_.empty()) core_.DetachWorker(worker_id_, connection_.get(), "link closed");
+        FinishOnce(grpc::Status::OK);
+      });
+      return;
+    }
+    Post([this, message = std::move(incoming_)] {
+      if (Handle(message)) {
+        std::lock_guard<std::mutex> lock(mu_);
+        if (!finished_) StartRead(&incoming_);
+      }
+    });
+  }
+
+  void OnWriteDone(bool ok) override { connection_->OnWriteDone(ok); }
+  void OnCancel() override { FinishOnce(grpc::Status::CANCELLED); }
+
+  void OnDone() override {
+    connection_->Detach();
+    std::unique_lock<std::mutex> lock(mu_);
+    done_ = true;
+    if (pending_tasks_ > 0) return;  // the last task deletes us
+    lock.unlock();
+    delete this;
+  }
+
+  void FinishOnce(grpc::Status status) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (finished_) return;
+      finished_ = true;
+    }
+    Finish(std::move(status));
+  }
+
+ private:
+  // Returns false when the stream is to end.
+  bool Handle(const v1::WorkerMessage& message) {
+    if (worker_id_.empty()) {
+      if (!message.has_register_()) {
+        FinishOnce(grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
+                                "the first message on a worker link must be register"));
+        return false;
+      }
+      auto s = core_.AttachWorker(message.register_(), connection_);
+      if (!s.ok()) {
+        spdlog::warn("worker registration from {} refused: {}", peer_, s.ToString());
+        FinishOnce(ToGrpcStatus(s));
+        return false;
+      }
+      worker_id_ = message.register_().worker_id();
+      return true;
+    }
+    core_.HandleWorkerMessage(worker_id_, message);
+    return true;
+  }
+
+  void Post(std::function<void()> task) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      ++pending_tasks_;
+    }
+    executor_.Post([this, task = std::move(task)] {
+      task();
+      std::unique_lock<std::mutex> lock(mu_);
+      if (--pending_tasks_ == 0 && done_) {
+        lock.unlock();
+        delete this;
+      }
+    });
+  }
+
+  Coordinator& core_;
+  Executor& executor_;
+  const std::string peer_;
+  std::shared_ptr<StreamConnection> connection_;
+  v1::WorkerMessage incoming_;
+  std::string worker_id_;  // set once registered; touched only by one task at a time
+
+  std::mutex mu_;
+  int pending_tasks_ = 0;
+  bool finished_ = false;
+  bool done_ = false;
+};
+
+void StreamConnection::Send(const v1::CoordinatorMessage& message) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (stream_ == nullptr) return;
+  if (writing_) {
+    outbox_.push_back(message);
+    return;
+  }
+  current_ = message;
+  writing_ = true;
+  stream_->StartWrite(&current_);
+}
+
+void StreamConnection::OnWriteDone(bool ok) {
+  std::lock_guard<std::mutex> lock(mu_);
+  writing_ = false;
+  if (!ok || stream_ == nullptr || outbox_.empty()) return;
+  current_ = std::move(outbox_.front());
+  outbox_.pop_front();
+  writing_ = true;
+  stream_->StartWrite(&current_);
+}
+
+void StreamConnection::Close(const std::string& reason) {
+  // Holding mu_ keeps the stream from being deleted (OnDone -> Detach) meanwhile.
+  std::lock_guard<std::mutex> lock(mu_);
+  if (stream_) stream_->FinishOnce(grpc::Status(grpc::StatusCode::UNAVAILABLE, reason));
+}
+
+void StreamConnection::Detach() {
+  std::lock_guard<std::mutex> lock(mu_);
+  stream_ = nullptr;
+  outbox_.clear();
+}
+
+}  // namespace
+
+grpc::ServerBidiReactor<v1::WorkerMessage, v1::CoordinatorMessage>* WorkerLinkService::Attach(
+    grpc::CallbackServerContext* context) {
+  return new WorkerStream(core_, executor_, context->peer());
+}
+
+}  // namespace stoke::server

@@ -1,0 +1,437 @@
+#include "server/core/coordinator.h"
+
+#include <spdlog/spdlog.h>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "server/common/time_util.h"
+
+namespace stoke::server {
+namespace {
+
+std::string DeviceLabel(const v1::Device& device) {
+  return absl::StrCat(device.type() == v1::DEVICE_TYPE_CUDA ? "cuda:" : "cpu:", device.index());
+}
+
+bool IsLive(v1::JobState state) {
+  return state == v1::JOB_STATE_SCHEDULED || state == v1::JOB_STATE_RUNNING;
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<Coordinator>> Coordinator::Create(Options options,
+                                                                  JobStore& store, EventHub& hub,
+                                                                  Clock& clock) {
+  if (options.heartbeat_timeout <= options.heartbeat_interval) {
+    return absl::InvalidArgumentError("heartbeat timeout must exceed the heartbeat interval");
+  }
+  return std::unique_ptr<Coordinator>(new Coordinator(std::move(options), store, hub, clock));
+}
+
+Coordinator::Coordinator(Options options, JobStore& store, EventHub& hub, Clock& clock)
+    : options_(std::move(options)),
+      store_(store),
+      clock_(clock),
+      scheduler_(options_.scheduler),
+      jobs_(store, hub, clock) {}
+
+Coordinator::~Coordinator() { Stop(); }
+
+absl::Status Coordinator::Start() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (auto s = jobs_.Recover(); !s.ok()) return s;
+    spdlog::info("recovered {} unfinished jobs from the store", jobs_.Active().size());
+  }
+  if (options_.tick_interval > absl::ZeroDuration()) {
+    ticker_ = std::thread([this] { TickLoop(); });
+  }
+  return absl::OkStatus();
+}
+
+void Coordinator::BeginShutdown() {
+  std::lock_guard<std::mutex> lock(mu_);
+  shutting_down_ = true;
+}
+
+void Coordinator::Stop() {
+  {
+    std::lock_guard<std::mutex> lock(tick_mu_);
+    stopping_ = true;
+  }
+  tick_cv_.notify_all();
+  if (ticker_.joinable()) ticker_.join();
+}
+
+void Coordinator::TickLoop() {
+  std::unique_lock<std::mutex> lock(tick_mu_);
+  while (!tick_cv_.wait_for(lock, absl::ToChronoMilliseconds(options_.tick_interval),
+                            [this] { return stopping_; })) {
+    lock.unlock();
+    Tick();
+    lock.lock();
+  }
+}
+
+// ----------------------------------------------------------------------------- public API
+
+absl::StatusOr<v1::Job> Coordinator::SubmitJob(const v1::JobSpec& spec) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto job = jobs_.Create(spec);
+  if (!job.ok()) return job.status();
+  spdlog::info("job {} submitted: {}", job->id(), spec.name());
+  Schedule();
+  // Scheduling may already have moved it on.
+  auto current = jobs_.Get(job->id());
+  return current.ok() ? WithWaitingReason(*current) : *job;
+}
+
+absl::StatusOr<v1::Job> Coordinator::GetJob(const std::string& id) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto job = jobs_.Get(id);
+  if (!job.ok()) return job.status();
+  return WithWaitingReason(*std::move(job));
+}
+
+absl::StatusOr<JobPage> Coordinator::ListJobs(const JobQuery& query) {
+  auto page = store_.ListJobs(query);
+  if (!page.ok()) return page.status();
+  std::lock_guard<std::mutex> lock(mu_);
+  for (auto& job : page->jobs) {
+    // The store row of a live job lags memory only by metrics; prefer memory.
+    if (const v1::Job* active = jobs_.FindActive(job.id())) job = *active;
+    job = WithWaitingReason(std::move(job));
+  }
+  return page;
+}
+
+absl::StatusOr<v1::Job> Coordinator::CancelJob(const std::string& id, const std::string& reason) {
+  std::lock_guard<std::mutex> lock(mu_);
+  const v1::Job* job = jobs_.FindActive(id);
+  if (job == nullptr) {
+    auto stored = jobs_.Get(id);
+    if (!stored.ok()) return stored.status();
+    return absl::FailedPreconditionError(
+        absl::StrCat("job ", id, " has already finished (", StateName(stored->state()), ")"));
+  }
+  const bool was_live = IsLive(job->state());
+  std::string message = reason.empty() ? "cancelled" : absl::StrCat("cancelled: ", reason);
+  if (auto s = jobs_.Transition(id, v1::JOB_STATE_CANCELLED, message); !s.ok()) return s;
+  spdlog::info("job {} {}", id, message);
+  if (was_live) StopGang(id, message);
+  started_ranks_.erase(id);
+  succeeded_ranks_.erase(id);
+  waiting_.erase(id);
+  Schedule();
+  return jobs_.Get(id);
+}
+
+v1::Cluster Coordinator::GetCluster() {
+  std::lock_guard<std::mutex> lock(mu_);
+  v1::Cluster cluster;
+  for (auto& worker : workers_.List()) *cluster.add_workers() = std::move(worker);
+  for (const v1::Job* job : jobs_.Active()) {
+    if (IsQueued(job->state())) {
+      cluster.set_queued_jobs(cluster.queued_jobs() + 1);
+    } else {
+      cluster.set_running_jobs(cluster.running_jobs() + 1);
+    }
+  }
+  cluster.set_coordinator_version(STOKE_VERSION);
+  return cluster;
+}
+
+// ----------------------------------------------------------------------------- workers
+
+absl::Status Coordinator::AttachWorker(const v1::RegisterWorker& registration,
+                                       std::shared_ptr<WorkerConnection> connection) {
+  if (registration.worker_id().empty()) {
+    return absl::InvalidArgumentError("register.worker_id: must not be empty");
+  }
+  if (registration.device().type() == v1::DEVICE_TYPE_UNSPECIFIED) {
+    return absl::InvalidArgumentError("register.device.type: must be CPU or CUDA");
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  v1::Worker info;
+  info.set_id(registration.worker_id());
+  info.set_host(registration.host());
+  *info.mutable_device() = registration.device();
+  info.set_local(registration.local());
+  info.set_pid(registration.pid());
+  info.set_version(registration.version());
+  auto replaced = workers_.Attach(std::move(info), connection, clock_.Now());
+  if (replaced) {
+    replaced->connection->Close("replaced by a new registration of the same worker");
+    RemoveWorker(std::move(*replaced), absl::StrCat("worker ", registration.worker_id(),
+                                                    " re-registered; its previous process is gone"));
+  }
+  spdlog::info("worker {} attached: {} {} on {}", registration.worker_id(),
+               DeviceLabel(registration.device()), registration.device().name(),
+               registration.host());
+  v1::CoordinatorMessage reply;
+  reply.mutable_registered()->set_worker_id(registration.worker_id());
+  reply.mutable_registered()->set_heartbeat_interval_ms(
+      static_cast<uint32_t>(absl::ToInt64Milliseconds(options_.heartbeat_interval)));
+  connection->Send(reply);
+  Schedule();
+  return absl::OkStatus();
+}
+
+void Coordinator::DetachWorker(const std::string& worker_id, const WorkerConnection* connection,
+                               const std::string& reason) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto entry = workers_.Detach(worker_id, connection);
+  if (!entry) return;
+  spdlog::warn("worker {} detached: {}", worker_id, reason);
+  RemoveWorker(std::move(*entry), absl::StrCat("worker ", worker_id, " was lost (", reason, ")"));
+  Schedule();
+}
+
+void Coordinator::RemoveWorker(WorkerEntry entry, const std::string& why) {
+  if (entry.info.state() == v1::WORKER_STATE_BUSY) {
+    FailAttempt(entry.info.job_id(), entry.attempt, why, /*retryable=*/true);
+  }
+}
+
+void Coordinator::HandleWorkerMessage(const std::string& worker_id,
+                                      const v1::WorkerMessage& message) {
+  switch (message.kind_case()) {
+    case v1::WorkerMessage::kHeartbeat: {
+      std::lock_guard<std::mutex> lock(mu_);
+      workers_.Touch(worker_id, clock_.Now());
+      break;
+    }
+    case v1::WorkerMessage::kStarted:
+      OnTaskStarted(worker_id, message.started());
+      break;
+    case v1::WorkerMessage::kReport:
+      OnTaskReport(worker_id, message.report());
+      break;
+    case v1::WorkerMessage::kFinished:
+      OnTaskFinished(worker_id, message.finished());
+      break;
+    default:
+      spdlog::warn("worker {} sent an unexpected message ({})", worker_id,
+                   static_cast<int>(message.kind_case()));
+  }
+}
+
+void Coordinator::OnTaskStarted(const std::string& worker_id, const v1::TaskStarted& started) {
+  std::lock_guard<std::mutex> lock(mu_);
+  workers_.Touch(worker_id, clock_.Now());
+  WorkerEntry* worker = workers_.Find(worker_id);
+  const v1::Job* job = jobs_.FindActive(started.job_id());
+  if (!worker || !job || worker->info.state() != v1::WORKER_STATE_BUSY ||
+      worker->info.job_id() != started.job_id() || worker->attempt != started.attempt() ||
+      job->attempt() != started.attempt() || job->state() != v1::JOB_STATE_SCHEDULED) {
+    return;
+  }
+  auto& ranks = started_ranks_[job->id()];
+  ranks.insert(worker->info.rank());
+  if (ranks.size() < static_cast<size_t>(job->placement_size())) return;
+  std::vector<std::string> where;
+  for (const auto& p : job->placement()) where.push_back(p.worker_id());
+  auto s = jobs_.Transition(job->id(), v1::JOB_STATE_RUNNING,
+                            absl::StrCat("running on ", absl::StrJoin(where, ", ")));
+  if (!s.ok()) spdlog::error("job {}: {}", started.job_id(), s.ToString());
+}
+
+void Coordinator::OnTaskReport(const std::string& worker_id, const v1::TaskReport& report) {
+  std::lock_guard<std::mutex> lock(mu_);
+  workers_.Touch(worker_id, clock_.Now());
+  WorkerEntry* worker = workers_.Find(worker_id);
+  const v1::Job* job = jobs_.FindActive(report.job_id());
+  if (!worker || !job || worker->info.job_id() != report.job_id() ||
+      worker->attempt != report.attempt() || job->attempt() != report.attempt()) {
+    return;  // a late report of an attempt already given up on
+  }
+  if (report.dropped_samples() > 0) {
+    spdlog::warn("worker {} dropped {} metric samples of job {} (link too slow)", worker_id,
+                 report.dropped_samples(), report.job_id());
+  }
+  auto s = jobs_.AppendReport(report.job_id(), report, worker->info.rank());
+  // Losing a batch of metrics (store full, say) must not stop training.
+  if (!s.ok()) spdlog::error("job {}: metrics not stored: {}", report.job_id(), s.ToString());
+}
+
+void Coordinator::OnTaskFinished(const std::string& worker_id, const v1::TaskFinished& finished) {
+  std::lock_guard<std::mutex> lock(mu_);
+  workers_.Touch(worker_id, clock_.Now());
+  WorkerEntry* worker = workers_.Find(worker_id);
+  if (!worker || worker->info.job_id() != finished.job_id() ||
+      worker->attempt != finished.attempt()) {
+    return;
+  }
+  const uint32_t rank = worker->info.rank();
+  const bool was_busy = worker->info.state() == v1::WORKER_STATE_BUSY;
+  workers_.MarkIdle(worker_id);
+  const v1::Job* job = jobs_.FindActive(finished.job_id());
+  if (!was_busy || !job || job->attempt() != finished.attempt() || !IsLive(job->state())) {
+    Schedule();  // a drained device is free again
+    return;
+  }
+  const std::string job_id = job->id();
+  switch (finished.outcome()) {
+    case v1::TASK_OUTCOME_SUCCEEDED: {
+      auto& done = succeeded_ranks_[job_id];
+      done.insert(rank);
+      if (done.size() == static_cast<size_t>(job->placement_size())) {
+        auto s = jobs_.Transition(job_id, v1::JOB_STATE_SUCCEEDED,
+                                  finished.message().empty() ? "succeeded" : finished.message());
+        if (!s.ok()) spdlog::error("job {}: {}", job_id, s.ToString());
+        spdlog::info("job {} succeeded", job_id);
+        started_ranks_.erase(job_id);
+        succeeded_ranks_.erase(job_id);
+      }
+      break;
+    }
+    case v1::TASK_OUTCOME_FAILED:
+      FailAttempt(job_id, finished.attempt(),
+                  absl::StrCat("rank ", rank, " on ", worker_id, " failed: ", finished.message()),
+                  finished.retryable());
+      break;
+    default:
+      // The worker stopped without being told to (it is shutting down): not the job's fault.
+      FailAttempt(job_id, finished.attempt(),
+                  absl::StrCat("rank ", rank, " on ", worker_id, " stopped: ", finished.message()),
+                  /*retryable=*/true);
+  }
+  Schedule();
+}
+
+void Coordinator::FailAttempt(const std::string& job_id, uint32_t attempt, const std::string& why,
+                              bool retryable) {
+  const v1::Job* job = jobs_.FindActive(job_id);
+  if (shutting_down_ || !job || job->attempt() != attempt || !IsLive(job->state())) return;
+  const uint32_t restarts = job->restarts();
+  // The API fills max_restarts in at submission (job_spec_rules.h).
+  const uint32_t max_restarts = job->spec().max_restarts();
+  absl::Status s;
+  if (retryable && restarts < max_restarts) {
+    std::string message = absl::StrCat(why, "; restart ", restarts + 1, " of ", max_restarts);
+    spdlog::warn("job {}: {}", job_id, message);
+    s = jobs_.Transition(job_id, v1::JOB_STATE_RESTARTING, message, [](v1::Job& j) {
+      j.set_restarts(j.restarts() + 1);
+      j.clear_placement();
+    });
+    StopGang(job_id, "another rank of this job failed");
+  } else {
+    std::string message =
+        retryable ? absl::StrCat(why, "; no restarts left (max_restarts ", max_restarts, ")")
+                  : why;
+    spdlog::warn("job {} failed: {}", job_id, message);
+    s = jobs_.Transition(job_id, v1::JOB_STATE_FAILED, message);
+    StopGang(job_id, "another rank of this job failed");
+  }
+  if (!s.ok()) spdlog::error("job {}: {}", job_id, s.ToString());
+  started_ranks_.erase(job_id);
+  succeeded_ranks_.erase(job_id);
+}
+
+void Coordinator::StopGang(const std::string& job_id, const std::string& reason) {
+  for (const auto& worker_id : workers_.WorkersOf(job_id)) {
+    WorkerEntry* worker = workers_.Find(worker_id);
+    if (!worker || worker->info.state() != v1::WORKER_STATE_BUSY) continue;
+    v1::CoordinatorMessage cancel;
+    cancel.mutable_cancel()->set_job_id(job_id);
+    cancel.mutable_cancel()->set_attempt(worker->attempt);
+    cancel.mutable_cancel()->set_reason(reason);
+    worker->connection->Send(cancel);
+    workers_.MarkDraining(worker_id);
+  }
+}
+
+void Coordinator::Tick() {
+  std::lock_guard<std::mutex> lock(mu_);
+  for (const auto& worker_id : workers_.Silent(clock_.Now(), options_.heartbeat_timeout)) {
+    WorkerEntry* worker = workers_.Find(worker_id);
+    const WorkerConnection* connection = worker->connection.get();
+    worker->connection->Close("no heartbeat");
+    auto entry = workers_.Detach(worker_id, connection);
+    spdlog::warn("worker {} silent for over {}; presumed dead", worker_id,
+                 absl::FormatDuration(options_.heartbeat_timeout));
+    RemoveWorker(std::move(*entry),
+                 absl::StrCat("worker ", worker_id, " stopped sending heartbeats"));
+  }
+  Schedule();
+}
+
+// ----------------------------------------------------------------------------- scheduling
+
+void Coordinator::Schedule() {
+  if (shutting_down_) return;
+  std::vector<QueuedJob> queue;
+  for (const v1::Job* job : jobs_.Active()) {
+    if (!IsQueued(job->state())) continue;
+    QueuedJob q;
+    q.id = job->id();
+    q.priority = job->spec().resources().priority();
+    q.order = std::stoull(job->id());
+    q.devices = job->spec().resources().gpus();
+    q.kind = job->spec().resources().device();
+    q.queued_since = FromProto(job->queue_time());
+    queue.push_back(std::move(q));
+  }
+  if (queue.empty()) {
+    waiting_.clear();
+    return;
+  }
+  SchedulePlan plan =
+      scheduler_.Plan(std::move(queue), workers_.FreeDevices(), workers_.Capacity(), clock_.Now());
+  waiting_ = std::move(plan.waiting);
+  for (const auto& start : plan.starts) StartJob(start);
+}
+
+void Coordinator::StartJob(const PlannedStart& start) {
+  const v1::Job* job = jobs_.FindActive(start.job_id);
+  std::vector<std::string> where;
+  for (const auto& id : start.worker_ids) where.push_back(id);
+  auto s = jobs_.Transition(
+      start.job_id, v1::JOB_STATE_SCHEDULED,
+      absl::StrCat("scheduled on ", absl::StrJoin(where, ", ")), [&](v1::Job& j) {
+        j.set_attempt(j.attempt() + 1);
+        j.clear_placement();
+        for (size_t rank = 0; rank < start.worker_ids.size(); ++rank) {
+          const WorkerEntry* worker = workers_.Find(start.worker_ids[rank]);
+          v1::Placement* p = j.add_placement();
+          p->set_rank(static_cast<uint32_t>(rank));
+          p->set_worker_id(worker->info.id());
+          p->set_host(worker->info.host());
+          *p->mutable_device() = worker->info.device();
+        }
+      });
+  if (!s.ok()) {
+    spdlog::error("job {} could not be scheduled: {}", start.job_id, s.ToString());
+    return;
+  }
+  job = jobs_.FindActive(start.job_id);
+  started_ranks_.erase(job->id());
+  succeeded_ranks_.erase(job->id());
+  spdlog::info("job {} attempt {} scheduled on {}", job->id(), job->attempt(),
+               absl::StrJoin(where, ", "));
+  for (size_t rank = 0; rank < start.worker_ids.size(); ++rank) {
+    WorkerEntry* worker = workers_.Find(start.worker_ids[rank]);
+    workers_.MarkBusy(worker->info.id(), job->id(), job->attempt(), static_cast<uint32_t>(rank));
+    v1::CoordinatorMessage message;
+    v1::Assignment* a = message.mutable_assignment();
+    a->set_job_id(job->id());
+    a->set_attempt(job->attempt());
+    *a->mutable_spec() = job->spec();
+    a->set_rank(static_cast<uint32_t>(rank));
+    a->set_world_size(static_cast<uint32_t>(start.worker_ids.size()));
+    a->set_job_dir(absl::StrCat(options_.jobs_dir, "/", job->id()));
+    worker->connection->Send(message);
+  }
+}
+
+v1::Job Coordinator::WithWaitingReason(v1::Job job) const {
+  if (IsQueued(job.state())) {
+    if (auto it = waiting_.find(job.id()); it != waiting_.end()) {
+      job.set_message(job.message().empty() ? it->second
+                                            : absl::StrCat(job.message(), "; ", it->second));
+    }
+  }
+  return job;
+}
+
+}  // namespace stoke::server

@@ -1,0 +1,115 @@
+// The coordinator's core: jobs (JobBook), workers (WorkerRegistry) and the scheduling
+// policy (Scheduler), and the flows that cross them — submit, cancel, place a gang, lose a
+// worker, finish a task. It knows nothing of gRPC: the API layer calls it with protobuf
+// messages as data and gets absl::Status back. One mutex guards it all; nothing under it
+// waits on the network (worker connections only queue).
+#pragma once
+
+#include <condition_variable>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "server/core/clock.h"
+#include "server/core/event_hub.h"
+#include "server/core/job_book.h"
+#include "server/core/scheduler.h"
+#include "server/core/worker_connection.h"
+#include "server/core/worker_registry.h"
+#include "server/store/job_store.h"
+#include "stoke/v1/coordinator.pb.h"
+#include "stoke/v1/worker_link.pb.h"
+
+namespace stoke::server {
+
+class Coordinator {
+ public:
+  struct Options {
+    // A worker not heard from for this long is presumed dead and its job re-queued.
+    absl::Duration heartbeat_timeout = absl::Seconds(15);
+    // How often workers are asked to send a heartbeat.
+    absl::Duration heartbeat_interval = absl::Seconds(2);
+    Scheduler::Options scheduler;
+    // Jobs' files (checkpoints) go under <jobs_dir>/<id>.
+    std::string jobs_dir;
+    // Period of the background pass over timeouts and the queue; zero runs no
+    // background thread (tests call Tick themselves).
+    absl::Duration tick_interval = absl::Seconds(1);
+  };
+
+  static absl::StatusOr<std::unique_ptr<Coordinator>> Create(Options options, JobStore& store,
+                                                             EventHub& hub, Clock& clock);
+  ~Coordinator();
+
+  // Recovers jobs from the store and starts the background pass.
+  absl::Status Start();
+  // From here on, losing workers changes no job: the coordinator is going away, and the
+  // next one re-queues whatever was running without counting it as the job's failure.
+  void BeginShutdown();
+  void Stop();
+
+  // --- The public API (validated requests). ---
+  absl::StatusOr<v1::Job> SubmitJob(const v1::JobSpec& spec);
+  absl::StatusOr<v1::Job> GetJob(const std::string& id);
+  absl::StatusOr<JobPage> ListJobs(const JobQuery& query);
+  absl::StatusOr<v1::Job> CancelJob(const std::string& id, const std::string& reason);
+  v1::Cluster GetCluster();
+
+  // --- The worker link. ---
+  absl::Status AttachWorker(const v1::RegisterWorker& registration,
+                            std::shared_ptr<WorkerConnection> connection);
+  void DetachWorker(const std::string& worker_id, const WorkerConnection* connection,
+                    const std::string& reason);
+  void HandleWorkerMessage(const std::string& worker_id, const v1::WorkerMessage& message);
+
+  // Declares silent workers dead and runs the scheduler; the background thread calls it
+  // every tick_interval.
+  void Tick();
+
+ private:
+  Coordinator(Options options, JobStore& store, EventHub& hub, Clock& clock);
+
+  void OnTaskStarted(const std::string& worker_id, const v1::TaskStarted& started);
+  void OnTaskReport(const std::string& worker_id, const v1::TaskReport& report);
+  void OnTaskFinished(const std::string& worker_id, const v1::TaskFinished& finished);
+
+  // A rank of `job_id`'s attempt is gone or failed: stop the rest of the gang and
+  // re-queue the job, or fail it when it has used up its restarts.
+  void FailAttempt(const std::string& job_id, uint32_t attempt, const std::string& why,
+                   bool retryable);
+  // Tells every worker still on the job to stop; their devices free up when they confirm.
+  void StopGang(const std::string& job_id, const std::string& reason);
+  void RemoveWorker(WorkerEntry entry, const std::string& why);
+  void Schedule();
+  void StartJob(const PlannedStart& start);
+  v1::Job WithWaitingReason(v1::Job job) const;
+  void TickLoop();
+
+  const Options options_;
+  JobStore& store_;
+  Clock& clock_;
+  Scheduler scheduler_;
+
+  std::mutex mu_;
+  JobBook jobs_;
+  WorkerRegistry workers_;
+  // Ranks of the current attempt that have started / succeeded, by job.
+  std::map<std::string, std::set<uint32_t>> started_ranks_;
+  std::map<std::string, std::set<uint32_t>> succeeded_ranks_;
+  // Why each queued job is still waiting (from the last scheduling pass).
+  std::map<std::string, std::string> waiting_;
+  bool shutting_down_ = false;
+
+  std::mutex tick_mu_;
+  std::condition_variable tick_cv_;
+  bool stopping_ = false;
+  std::thread ticker_;
+};
+
+}  // namespace stoke::server

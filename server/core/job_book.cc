@@ -1,0 +1,185 @@
+#include "server/core/job_book.h"
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/str_cat.h"
+#include "server/common/time_util.h"
+
+namespace stoke::server {
+
+bool IsQueued(v1::JobState state) {
+  return state == v1::JOB_STATE_PENDING || state == v1::JOB_STATE_RESTARTING;
+}
+
+bool IsTransitionAllowed(v1::JobState from, v1::JobState to) {
+  if (IsTerminal(from) || from == to) return false;
+  switch (to) {
+    case v1::JOB_STATE_PENDING:  // a recovered job going back to the queue
+      return from == v1::JOB_STATE_SCHEDULED || from == v1::JOB_STATE_RUNNING ||
+             from == v1::JOB_STATE_RESTARTING;
+    case v1::JOB_STATE_SCHEDULED:
+      return IsQueued(from);
+    case v1::JOB_STATE_RUNNING:
+      return from == v1::JOB_STATE_SCHEDULED;
+    case v1::JOB_STATE_RESTARTING:
+      return from == v1::JOB_STATE_SCHEDULED || from == v1::JOB_STATE_RUNNING;
+    case v1::JOB_STATE_SUCCEEDED:
+      return from == v1::JOB_STATE_SCHEDULED || from == v1::JOB_STATE_RUNNING;
+    case v1::JOB_STATE_FAILED:
+    case v1::JOB_STATE_CANCELLED:
+      return true;
+    default:
+      return false;
+  }
+}
+
+std::string StateName(v1::JobState state) {
+  std::string name = v1::JobState_Name(state);
+  constexpr std::string_view kPrefix = "JOB_STATE_";
+  if (name.rfind(kPrefix, 0) == 0) name = name.substr(kPrefix.size());
+  return name;
+}
+
+absl::Status JobBook::Recover() {
+  std::vector<v1::Job> unfinished;
+  JobQuery query;
+  query.states = {v1::JOB_STATE_PENDING, v1::JOB_STATE_SCHEDULED, v1::JOB_STATE_RUNNING,
+                  v1::JOB_STATE_RESTARTING};
+  query.limit = 1000;
+  for (;;) {
+    auto page = store_.ListJobs(query);
+    if (!page.ok()) return page.status();
+    for (auto& job : page->jobs) unfinished.push_back(std::move(job));
+    if (!page->more) break;
+    query.before_id = std::stoull(unfinished.back().id());
+  }
+  for (auto& job : unfinished) active_[job.id()] = std::move(job);
+  for (const auto& [id, job] : std::map<std::string, v1::Job>(active_)) {
+    if (job.state() != v1::JOB_STATE_SCHEDULED && job.state() != v1::JOB_STATE_RUNNING) continue;
+    auto s = Transition(id, v1::JOB_STATE_PENDING,
+                        "re-queued: the coordinator restarted while the job was " +
+                            absl::AsciiStrToLower(StateName(job.state())),
+                        [](v1::Job& j) { j.clear_placement(); });
+    if (!s.ok()) return s;
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<v1::Job> JobBook::Create(const v1::JobSpec& spec) {
+  const absl::Time now = clock_.Now();
+  v1::Job job;
+  *job.mutable_spec() = spec;
+  job.set_state(v1::JOB_STATE_PENDING);
+  *job.mutable_create_time() = ToProto(now);
+  *job.mutable_queue_time() = ToProto(now);
+  job.set_last_event_seq(1);
+  v1::JobEvent event;
+  event.set_seq(1);
+  *event.mutable_time() = ToProto(now);
+  event.mutable_state_change()->set_state(v1::JOB_STATE_PENDING);
+  event.mutable_state_change()->set_message("submitted");
+  auto stored = store_.CreateJob(std::move(job), {event});
+  if (!stored.ok()) return stored.status();
+  active_[stored->id()] = *stored;
+  hub_.Publish(stored->id(), {event}, /*terminal=*/false);
+  return stored;
+}
+
+const v1::Job* JobBook::FindActive(const std::string& id) const {
+  auto it = active_.find(id);
+  return it == active_.end() ? nullptr : &it->second;
+}
+
+std::vector<const v1::Job*> JobBook::Active() const {
+  std::vector<const v1::Job*> jobs;
+  for (const auto& [id, job] : active_) jobs.push_back(&job);
+  return jobs;
+}
+
+absl::StatusOr<v1::Job> JobBook::Get(const std::string& id) const {
+  if (const v1::Job* job = FindActive(id)) return *job;
+  return store_.GetJob(id);
+}
+
+absl::Status JobBook::Transition(const std::string& id, v1::JobState state,
+                                 const std::string& message,
+                                 const std::function<void(v1::Job&)>& edit) {
+  const v1::Job* current = FindActive(id);
+  if (current == nullptr) {
+    auto stored = store_.GetJob(id);
+    if (!stored.ok()) return stored.status();
+    return absl::FailedPreconditionError(
+        absl::StrCat("job ", id, " has already finished (", StateName(stored->state()), ")"));
+  }
+  if (!IsTransitionAllowed(current->state(), state)) {
+    return absl::FailedPreconditionError(absl::StrCat("job ", id, " cannot go from ",
+                                                      StateName(current->state()), " to ",
+                                                      StateName(state)));
+  }
+  const absl::Time now = clock_.Now();
+  v1::JobEvent event;
+  auto* change = event.mutable_state_change();
+  change->set_state(state);
+  change->set_message(message);
+  return Commit(
+      id,
+      [&](v1::Job& job) {
+        if (edit) edit(job);
+        job.set_state(state);
+        job.set_message(message);
+        if (IsQueued(state)) *job.mutable_queue_time() = ToProto(now);
+        if (state == v1::JOB_STATE_SCHEDULED) *job.mutable_start_time() = ToProto(now);
+        if (IsTerminal(state)) *job.mutable_end_time() = ToProto(now);
+      },
+      {event});
+}
+
+absl::Status JobBook::AppendReport(const std::string& id, const v1::TaskReport& report,
+                                   uint32_t rank) {
+  std::vector<v1::JobEvent> events;
+  events.reserve(report.metrics_size() + report.logs_size());
+  for (const auto& sample : report.metrics()) {
+    v1::JobEvent& event = events.emplace_back();
+    *event.mutable_metrics() = sample;
+    event.mutable_metrics()->set_rank(rank);
+  }
+  for (const auto& line : report.logs()) {
+    v1::JobEvent& event = events.emplace_back();
+    *event.mutable_log() = line;
+    event.mutable_log()->set_rank(rank);
+  }
+  if (events.empty()) return absl::OkStatus();
+  return Commit(
+      id,
+      [&](v1::Job& job) {
+        if (rank == 0 && report.metrics_size() > 0) {
+          *job.mutable_latest_metrics() = report.metrics(report.metrics_size() - 1);
+        }
+      },
+      std::move(events));
+}
+
+absl::Status JobBook::Commit(const std::string& id, const std::function<void(v1::Job&)>& edit,
+                             std::vector<v1::JobEvent> events) {
+  auto it = active_.find(id);
+  if (it == active_.end()) return absl::NotFoundError(absl::StrCat("job ", id, " is not active"));
+  v1::Job updated = it->second;
+  if (edit) edit(updated);
+  const auto now = ToProto(clock_.Now());
+  for (auto& event : events) {
+    event.set_seq(updated.last_event_seq() + 1);
+    updated.set_last_event_seq(event.seq());
+    if (!event.has_time()) *event.mutable_time() = now;
+    if (event.has_state_change()) event.mutable_state_change()->set_attempt(updated.attempt());
+  }
+  if (auto s = store_.Commit(updated, events); !s.ok()) return s;
+  const bool terminal = IsTerminal(updated.state());
+  if (terminal) {
+    active_.erase(it);
+  } else {
+    it->second = std::move(updated);
+  }
+  hub_.Publish(id, events, terminal);
+  return absl::OkStatus();
+}
+
+}  // namespace stoke::server

@@ -1,0 +1,63 @@
+// The jobs the coordinator is responsible for, and the only code that changes them. Each
+// change is committed to the store (the job row and its new events, in one transaction)
+// before memory is updated and before anyone acts on it; then its events are published
+// to watchers. Unfinished jobs live in memory; finished ones are read from the store.
+// Not thread-safe: the Coordinator calls it under its own lock.
+#pragma once
+
+#include <functional>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "server/core/clock.h"
+#include "server/core/event_hub.h"
+#include "server/store/job_store.h"
+#include "stoke/v1/job.pb.h"
+#include "stoke/v1/worker_link.pb.h"
+
+namespace stoke::server {
+
+class JobBook {
+ public:
+  JobBook(JobStore& store, EventHub& hub, Clock& clock) : store_(store), hub_(hub), clock_(clock) {}
+
+  // Loads every unfinished job. Those that were scheduled or running when the previous
+  // coordinator stopped go back to the queue; their workers are gone with it.
+  absl::Status Recover();
+
+  // Stores a new PENDING job for an already validated spec.
+  absl::StatusOr<v1::Job> Create(const v1::JobSpec& spec);
+
+  // An unfinished job, or null.
+  const v1::Job* FindActive(const std::string& id) const;
+  std::vector<const v1::Job*> Active() const;
+  // Any job, from memory when unfinished, else from the store.
+  absl::StatusOr<v1::Job> Get(const std::string& id) const;
+
+  // Moves a job to `state` with `message`, after `edit` (if any) has changed other
+  // fields. FAILED_PRECONDITION for a move the life cycle does not allow.
+  absl::Status Transition(const std::string& id, v1::JobState state, const std::string& message,
+                          const std::function<void(v1::Job&)>& edit = nullptr);
+
+  // Records a worker's metric samples and log lines as events.
+  absl::Status AppendReport(const std::string& id, const v1::TaskReport& report, uint32_t rank);
+
+ private:
+  // Applies `edit` to a copy, numbers `events` after the job's last one, commits both,
+  // then installs the copy and publishes.
+  absl::Status Commit(const std::string& id, const std::function<void(v1::Job&)>& edit,
+                      std::vector<v1::JobEvent> events);
+
+  JobStore& store_;
+  EventHub& hub_;
+  Clock& clock_;
+  std::map<std::string, v1::Job> active_;
+};
+
+bool IsQueued(v1::JobState state);
+bool IsTransitionAllowed(v1::JobState from, v1::JobState to);
+std::string StateName(v1::JobState state);
+
+}  // namespace stoke::server

@@ -1,0 +1,71 @@
+// Launches and supervises this host's stoke-worker processes (--local-workers): one per
+// GPU, or a number of CPU workers. A worker that exits is started again after a backoff.
+// Workers die with the coordinator (PR_SET_PDEATHSIG), so a coordinator killed with
+// SIGKILL leaves no orphan holding a GPU; the next coordinator starts fresh ones.
+#pragma once
+
+#include <sys/types.h>
+
+#include <condition_variable>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+
+namespace stoke::server {
+
+struct LocalWorkerSpec {
+  std::string device;  // "cpu:0", "cuda:1"
+  int threads = 0;     // intra-op threads for CPU workers; 0 leaves LibTorch's default
+};
+
+// Parses --local-workers (auto | N | cpu:N | 0) against the GPUs the worker binary sees.
+absl::StatusOr<std::vector<LocalWorkerSpec>> PlanLocalWorkers(const std::string& flag,
+                                                              const std::string& worker_binary);
+
+class LocalWorkerSupervisor {
+ public:
+  struct Options {
+    std::string worker_binary;
+    std::string coordinator_address;
+    std::vector<LocalWorkerSpec> workers;
+    // Each worker's stdout and stderr go to <log_dir>/worker-<n>.log.
+    std::string log_dir;
+    absl::Duration min_restart_delay = absl::Seconds(1);
+    absl::Duration max_restart_delay = absl::Seconds(30);
+  };
+
+  static absl::StatusOr<std::unique_ptr<LocalWorkerSupervisor>> Create(Options options);
+  ~LocalWorkerSupervisor();
+
+  absl::Status Start();
+  // SIGTERM to every worker, SIGKILL to those still alive after `grace`.
+  void Stop(absl::Duration grace = absl::Seconds(5));
+
+ private:
+  struct Child {
+    pid_t pid = -1;
+    absl::Time next_start;       // when to (re)start it if not running
+    absl::Duration delay;        // current backoff
+    absl::Time started;
+  };
+
+  explicit LocalWorkerSupervisor(Options options) : options_(std::move(options)) {}
+  void Monitor();
+  pid_t Spawn(size_t index);
+  void TerminateChildren(absl::Duration grace);
+
+  const Options options_;
+  std::vector<Child> children_;  // touched by the monitor thread only, until Stop
+  std::thread monitor_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool stopping_ = false;
+  absl::Duration grace_;
+};
+
+}  // namespace stoke::server

@@ -1,0 +1,141 @@
+// stoke-coordinator: wires the job store, the core, the gRPC services, /metrics and the
+// local workers together, then waits for SIGINT or SIGTERM and takes them down in order:
+// network first, core last.
+#include <signal.h>
+#include <spdlog/spdlog.h>
+#include <unistd.h>
+
+#include <CLI/CLI.hpp>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+
+#include "absl/strings/str_cat.h"
+#include "server/api/coordinator_service.h"
+#include "server/api/executor.h"
+#include "server/api/grpc_server.h"
+#include "server/api/worker_link_service.h"
+#include "server/core/coordinator.h"
+#include "server/core/local_workers.h"
+#include "server/store/sqlite_job_store.h"
+
+namespace fs = std::filesystem;
+using namespace stoke::server;
+
+namespace {
+
+std::string DefaultDataDir() {
+  if (const char* env = std::getenv("STOKE_DATA_DIR")) return env;
+  if (const char* home = std::getenv("HOME")) return std::string(home) + "/.stoke";
+  return ".stoke";
+}
+
+std::string DefaultWorkerBinary() {
+  std::error_code ec;
+  fs::path self = fs::read_symlink("/proc/self/exe", ec);
+  return ec ? "stoke-worker" : (self.parent_path() / "stoke-worker").string();
+}
+
+int Fail(const absl::Status& status) {
+  spdlog::critical("{}", std::string(status.message()));
+  return 1;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"stoke-coordinator: queues training jobs and gang-schedules them onto GPU workers"};
+  std::string address = "127.0.0.1:50051";
+  std::string data_dir = DefaultDataDir();
+  std::string local_workers = "auto";
+  std::string metrics_address = "127.0.0.1:9464";
+  std::string worker_binary = DefaultWorkerBinary();
+  double heartbeat_timeout_s = 15;
+  double backfill_window_s = 120;
+  std::string log_level = "info";
+  app.add_option("--address", address, "gRPC listen address (port 0 picks a free port)")
+      ->capture_default_str();
+  app.add_option("--data-dir", data_dir, "Job store, job files and worker logs ($STOKE_DATA_DIR)")
+      ->capture_default_str();
+  app.add_option("--local-workers", local_workers,
+                 "Workers to launch here: auto (one per GPU, else 2 CPU workers), N, cpu:N, or 0")
+      ->capture_default_str();
+  app.add_option("--metrics-address", metrics_address,
+                 "Prometheus /metrics listen address (empty turns it off)")
+      ->capture_default_str();
+  app.add_option("--worker-binary", worker_binary, "stoke-worker to launch")->capture_default_str();
+  app.add_option("--heartbeat-timeout", heartbeat_timeout_s,
+                 "Seconds of silence after which a worker is presumed dead")
+      ->capture_default_str();
+  app.add_option("--backfill-window", backfill_window_s,
+                 "Seconds a blocked job lets smaller jobs pass it before it reserves devices")
+      ->capture_default_str();
+  app.add_option("--log-level", log_level, "trace, debug, info, warn or error")->capture_default_str();
+  CLI11_PARSE(app, argc, argv);
+  spdlog::set_level(spdlog::level::from_str(log_level));
+
+  // Blocked in every thread started from here on; main waits for them with sigwait.
+  sigset_t stop_signals;
+  sigemptyset(&stop_signals);
+  sigaddset(&stop_signals, SIGINT);
+  sigaddset(&stop_signals, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
+  signal(SIGPIPE, SIG_IGN);
+
+  std::error_code ec;
+  for (const char* sub : {"", "/jobs", "/logs"}) {
+    fs::create_directories(data_dir + sub, ec);
+    if (ec) return Fail(absl::UnavailableError(
+        absl::StrCat("--data-dir ", data_dir, ": cannot create ", data_dir, sub, ": ", ec.message())));
+  }
+  data_dir = fs::canonical(data_dir).string();
+
+  auto store = SqliteJobStore::Open({data_dir + "/stoke.db"});
+  if (!store.ok()) return Fail(store.status());
+  EventHub hub(**store);
+  RealClock clock;
+  Coordinator::Options core_options;
+  core_options.jobs_dir = data_dir + "/jobs";
+  core_options.heartbeat_timeout = absl::Seconds(heartbeat_timeout_s);
+  core_options.scheduler.backfill_window = absl::Seconds(backfill_window_s);
+  auto core = Coordinator::Create(core_options, **store, hub, clock);
+  if (!core.ok()) return Fail(core.status());
+  if (auto s = (*core)->Start(); !s.ok()) return Fail(s);
+
+  Executor executor(4);
+  CoordinatorService coordinator_service(**core, hub, executor);
+  WorkerLinkService worker_link_service(**core, executor);
+  auto server = GrpcServer::Start({address}, {&coordinator_service, &worker_link_service});
+  if (!server.ok()) return Fail(server.status());
+  spdlog::info("stoke-coordinator {} listening on {}, data in {}", STOKE_VERSION,
+               (*server)->address(), data_dir);
+  // Tools and tests that start us on port 0 read the real address here.
+  std::ofstream(data_dir + "/coordinator.address") << (*server)->address() << "\n";
+
+  std::unique_ptr<LocalWorkerSupervisor> supervisor;
+  auto plan = PlanLocalWorkers(local_workers, worker_binary);
+  if (!plan.ok()) return Fail(plan.status());
+  if (!plan->empty()) {
+    LocalWorkerSupervisor::Options options;
+    options.worker_binary = worker_binary;
+    options.coordinator_address = (*server)->address();
+    options.workers = *plan;
+    options.log_dir = data_dir + "/logs";
+    auto created = LocalWorkerSupervisor::Create(options);
+    if (!created.ok()) return Fail(created.status());
+    supervisor = *std::move(created);
+    if (auto s = supervisor->Start(); !s.ok()) return Fail(s);
+  }
+
+  int sig = 0;
+  sigwait(&stop_signals, &sig);
+  spdlog::info("{} received; shutting down", strsignal(sig));
+  (*core)->BeginShutdown();
+  (*server)->Shutdown(std::chrono::seconds(2));
+  if (supervisor) supervisor->Stop();
+  executor.Stop();
+  (*core)->Stop();
+  fs::remove(data_dir + "/coordinator.address", ec);
+  spdlog::info("stopped");
+  return 0;
+}

@@ -1,0 +1,304 @@
+#include "server/store/sqlite_job_store.h"
+
+#include <sqlite3.h>
+
+#include <algorithm>
+#include <charconv>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+
+namespace stoke::server {
+namespace {
+
+// A prepared statement that finalizes itself.
+class Statement {
+ public:
+  Statement(sqlite3* db, const char* sql) { rc_ = sqlite3_prepare_v2(db, sql, -1, &stmt_, nullptr); }
+  ~Statement() { sqlite3_finalize(stmt_); }
+  Statement(const Statement&) = delete;
+  Statement& operator=(const Statement&) = delete;
+
+  int prepare_rc() const { return rc_; }
+  sqlite3_stmt* get() { return stmt_; }
+  void Bind(int i, int64_t v) { sqlite3_bind_int64(stmt_, i, v); }
+  void BindBlob(int i, const std::string& blob) {
+    sqlite3_bind_blob(stmt_, i, blob.data(), static_cast<int>(blob.size()), SQLITE_TRANSIENT);
+  }
+  int Step() { return sqlite3_step(stmt_); }
+  void Reset() {
+    sqlite3_reset(stmt_);
+    sqlite3_clear_bindings(stmt_);
+  }
+  std::string ColumnBlob(int i) {
+    const void* data = sqlite3_column_blob(stmt_, i);
+    int size = sqlite3_column_bytes(stmt_, i);
+    return data ? std::string(static_cast<const char*>(data), size) : std::string();
+  }
+
+ private:
+  sqlite3_stmt* stmt_ = nullptr;
+  int rc_ = SQLITE_OK;
+};
+
+// Job ids are decimal row ids; anything else names no job.
+bool ParseJobId(const std::string& id, int64_t* out) {
+  if (id.empty() || id.size() > 18) return false;
+  auto [end, ec] = std::from_chars(id.data(), id.data() + id.size(), *out);
+  return ec == std::errc() && end == id.data() + id.size() && *out > 0;
+}
+
+// Rolls back unless Commit() was called, so every early return leaves the file as it was.
+class Transaction {
+ public:
+  explicit Transaction(sqlite3* db) : db_(db) {
+    rc_ = sqlite3_exec(db_, "BEGIN IMMEDIATE", nullptr, nullptr, nullptr);
+  }
+  ~Transaction() {
+    if (rc_ == SQLITE_OK && !done_) sqlite3_exec(db_, "ROLLBACK", nullptr, nullptr, nullptr);
+  }
+  int begin_rc() const { return rc_; }
+  int Commit() {
+    done_ = true;
+    return sqlite3_exec(db_, "COMMIT", nullptr, nullptr, nullptr);
+  }
+
+ private:
+  sqlite3* db_;
+  int rc_;
+  bool done_ = false;
+};
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<SqliteJobStore>> SqliteJobStore::Open(const Options& options) {
+  sqlite3* db = nullptr;
+  int rc = sqlite3_open_v2(options.path.c_str(), &db,
+                           SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_FULLMUTEX,
+                           nullptr);
+  if (rc != SQLITE_OK) {
+    std::string msg = db ? sqlite3_errmsg(db) : sqlite3_errstr(rc);
+    sqlite3_close(db);
+    return absl::UnavailableError(
+        absl::StrCat("cannot open job store ", options.path, ": ", msg));
+  }
+  auto store = std::unique_ptr<SqliteJobStore>(new SqliteJobStore(db, options.path));
+  sqlite3_busy_timeout(db, 5000);
+  // WAL keeps readers off the writer's back; synchronous=FULL makes a committed
+  // transition survive a power cut, not only a crash of the process.
+  if (auto s = store->Exec("PRAGMA journal_mode=WAL"); !s.ok()) return s;
+  if (auto s = store->Exec("PRAGMA synchronous=FULL"); !s.ok()) return s;
+  if (auto s = store->Exec("PRAGMA foreign_keys=ON"); !s.ok()) return s;
+  if (options.max_size_bytes > 0) {
+    Statement page_size(db, "PRAGMA page_size");
+    int64_t bytes_per_page = page_size.Step() == SQLITE_ROW
+                                 ? sqlite3_column_int64(page_size.get(), 0)
+                                 : 4096;
+    int64_t pages = std::max<int64_t>(1, options.max_size_bytes / bytes_per_page);
+    if (auto s = store->Exec(absl::StrCat("PRAGMA max_page_count=", pages).c_str()); !s.ok()) {
+      return s;
+    }
+  }
+  if (auto s = store->Migrate(); !s.ok()) return s;
+  return store;
+}
+
+SqliteJobStore::~SqliteJobStore() { sqlite3_close(db_); }
+
+absl::Status SqliteJobStore::Exec(const char* sql) {
+  char* err = nullptr;
+  int rc = sqlite3_exec(db_, sql, nullptr, nullptr, &err);
+  if (rc == SQLITE_OK) return absl::OkStatus();
+  std::string msg = err ? err : sqlite3_errstr(rc);
+  sqlite3_free(err);
+  return Error(rc, msg.c_str());
+}
+
+absl::Status SqliteJobStore::Error(int code, const char* what) const {
+  switch (code & 0xff) {
+    case SQLITE_FULL:
+      return absl::ResourceExhaustedError(
+          absl::StrCat("job store ", path_, " is full (disk or size limit): ", what));
+    case SQLITE_BUSY:
+    case SQLITE_LOCKED:
+      return absl::UnavailableError(absl::StrCat("job store ", path_, " is busy: ", what));
+    case SQLITE_READONLY:
+    case SQLITE_CANTOPEN:
+    case SQLITE_IOERR:
+      return absl::UnavailableError(absl::StrCat("job store ", path_, ": ", what));
+    case SQLITE_CORRUPT:
+    case SQLITE_NOTADB:
+      return absl::DataLossError(absl::StrCat("job store ", path_, " is damaged: ", what));
+    default:
+      return absl::InternalError(absl::StrCat("job store ", path_, ": ", what));
+  }
+}
+
+absl::Status SqliteJobStore::Migrate() {
+  std::lock_guard<std::mutex> lock(mu_);
+  Statement version_stmt(db_, "PRAGMA user_version");
+  if (version_stmt.Step() != SQLITE_ROW) return Error(sqlite3_errcode(db_), "reading version");
+  int version = sqlite3_column_int(version_stmt.get(), 0);
+  if (version > kSchemaVersion) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "job store ", path_, " has schema version ", version, ", newer than this Stoke's ",
+        kSchemaVersion, "; run a newer stoke-coordinator or use another --data-dir"));
+  }
+  if (version == kSchemaVersion) return absl::OkStatus();
+  // Version 0 is an empty file: create everything in one transaction.
+  return Exec(R"sql(
+    BEGIN;
+    CREATE TABLE IF NOT EXISTS jobs (
+      id INTEGER PRIMARY KEY AUTOINCREMENT,
+      state INTEGER NOT NULL,
+      job BLOB NOT NULL
+    );
+    CREATE INDEX IF NOT EXISTS jobs_by_state ON jobs(state, id);
+    CREATE TABLE IF NOT EXISTS events (
+      job_id INTEGER NOT NULL REFERENCES jobs(id),
+      seq INTEGER NOT NULL,
+      event BLOB NOT NULL,
+      PRIMARY KEY (job_id, seq)
+    ) WITHOUT ROWID;
+    PRAGMA user_version = 1;
+    COMMIT;
+  )sql");
+}
+
+absl::Status SqliteJobStore::WriteJobRow(const v1::Job& job, bool insert, int64_t* id_out) {
+  std::string blob;
+  if (!job.SerializeToString(&blob)) return absl::InternalError("cannot serialize job");
+  if (insert) {
+    Statement stmt(db_, "INSERT INTO jobs(state, job) VALUES (?, ?)");
+    stmt.Bind(1, job.state());
+    stmt.BindBlob(2, blob);
+    int rc = stmt.Step();
+    if (rc != SQLITE_DONE) return Error(rc, sqlite3_errmsg(db_));
+    *id_out = sqlite3_last_insert_rowid(db_);
+    return absl::OkStatus();
+  }
+  Statement stmt(db_, "UPDATE jobs SET state = ?, job = ? WHERE id = ?");
+  stmt.Bind(1, job.state());
+  stmt.BindBlob(2, blob);
+  stmt.Bind(3, *id_out);
+  int rc = stmt.Step();
+  if (rc != SQLITE_DONE) return Error(rc, sqlite3_errmsg(db_));
+  if (sqlite3_changes(db_) != 1) return absl::NotFoundError(absl::StrCat("job ", job.id(), " not found"));
+  return absl::OkStatus();
+}
+
+absl::Status SqliteJobStore::WriteEvents(int64_t job_id, absl::Span<const v1::JobEvent> events) {
+  if (events.empty()) return absl::OkStatus();
+  Statement stmt(db_, "INSERT INTO events(job_id, seq, event) VALUES (?, ?, ?)");
+  std::string blob;
+  for (const auto& event : events) {
+    if (!event.SerializeToString(&blob)) return absl::InternalError("cannot serialize event");
+    stmt.Bind(1, job_id);
+    stmt.Bind(2, static_cast<int64_t>(event.seq()));
+    stmt.BindBlob(3, blob);
+    int rc = stmt.Step();
+    if (rc != SQLITE_DONE) return Error(rc, sqlite3_errmsg(db_));
+    stmt.Reset();
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<v1::Job> SqliteJobStore::CreateJob(v1::Job job,
+                                                  absl::Span<const v1::JobEvent> events) {
+  std::lock_guard<std::mutex> lock(mu_);
+  Transaction txn(db_);
+  if (txn.begin_rc() != SQLITE_OK) return Error(txn.begin_rc(), sqlite3_errmsg(db_));
+  int64_t id = 0;
+  if (auto s = WriteJobRow(job, /*insert=*/true, &id); !s.ok()) return s;
+  // The id is known only after the insert; store it inside the blob too.
+  job.set_id(std::to_string(id));
+  if (auto s = WriteJobRow(job, /*insert=*/false, &id); !s.ok()) return s;
+  if (auto s = WriteEvents(id, events); !s.ok()) return s;
+  if (int rc = txn.Commit(); rc != SQLITE_OK) return Error(rc, sqlite3_errmsg(db_));
+  return job;
+}
+
+absl::Status SqliteJobStore::Commit(const v1::Job& job, absl::Span<const v1::JobEvent> events) {
+  int64_t id = 0;
+  if (!ParseJobId(job.id(), &id)) return absl::NotFoundError(absl::StrCat("job ", job.id(), " not found"));
+  std::lock_guard<std::mutex> lock(mu_);
+  Transaction txn(db_);
+  if (txn.begin_rc() != SQLITE_OK) return Error(txn.begin_rc(), sqlite3_errmsg(db_));
+  if (auto s = WriteJobRow(job, /*insert=*/false, &id); !s.ok()) return s;
+  if (auto s = WriteEvents(id, events); !s.ok()) return s;
+  if (int rc = txn.Commit(); rc != SQLITE_OK) return Error(rc, sqlite3_errmsg(db_));
+  return absl::OkStatus();
+}
+
+absl::StatusOr<v1::Job> SqliteJobStore::GetJob(const std::string& id) {
+  int64_t row = 0;
+  if (!ParseJobId(id, &row)) return absl::NotFoundError(absl::StrCat("job ", id, " not found"));
+  std::lock_guard<std::mutex> lock(mu_);
+  Statement stmt(db_, "SELECT job FROM jobs WHERE id = ?");
+  stmt.Bind(1, row);
+  int rc = stmt.Step();
+  if (rc == SQLITE_DONE) return absl::NotFoundError(absl::StrCat("job ", id, " not found"));
+  if (rc != SQLITE_ROW) return Error(rc, sqlite3_errmsg(db_));
+  v1::Job job;
+  if (!job.ParseFromString(stmt.ColumnBlob(0))) {
+    return absl::DataLossError(absl::StrCat("job ", id, " is unreadable in ", path_));
+  }
+  return job;
+}
+
+absl::StatusOr<JobPage> SqliteJobStore::ListJobs(const JobQuery& query) {
+  std::string sql = "SELECT job FROM jobs WHERE id < ?";
+  if (!query.states.empty()) {
+    std::vector<std::string> states;
+    for (auto state : query.states) states.push_back(std::to_string(static_cast<int>(state)));
+    absl::StrAppend(&sql, " AND state IN (", absl::StrJoin(states, ","), ")");
+  }
+  absl::StrAppend(&sql, " ORDER BY id DESC LIMIT ?");
+  std::lock_guard<std::mutex> lock(mu_);
+  Statement stmt(db_, sql.c_str());
+  if (stmt.prepare_rc() != SQLITE_OK) return Error(stmt.prepare_rc(), sqlite3_errmsg(db_));
+  stmt.Bind(1, query.before_id > 0 ? static_cast<int64_t>(query.before_id) : INT64_MAX);
+  // One more than asked tells whether another page exists.
+  stmt.Bind(2, static_cast<int64_t>(query.limit) + 1);
+  JobPage page;
+  int rc;
+  while ((rc = stmt.Step()) == SQLITE_ROW) {
+    if (page.jobs.size() == query.limit) {
+      page.more = true;
+      break;
+    }
+    v1::Job job;
+    if (!job.ParseFromString(stmt.ColumnBlob(0))) {
+      return absl::DataLossError(absl::StrCat("a job row is unreadable in ", path_));
+    }
+    page.jobs.push_back(std::move(job));
+  }
+  if (rc != SQLITE_ROW && rc != SQLITE_DONE) return Error(rc, sqlite3_errmsg(db_));
+  return page;
+}
+
+absl::StatusOr<std::vector<v1::JobEvent>> SqliteJobStore::ReadEvents(const std::string& job_id,
+                                                                     uint64_t from_seq,
+                                                                     uint32_t limit) {
+  int64_t row = 0;
+  if (!ParseJobId(job_id, &row)) return absl::NotFoundError(absl::StrCat("job ", job_id, " not found"));
+  std::lock_guard<std::mutex> lock(mu_);
+  Statement stmt(db_,
+                 "SELECT event FROM events WHERE job_id = ? AND seq >= ? ORDER BY seq LIMIT ?");
+  stmt.Bind(1, row);
+  stmt.Bind(2, static_cast<int64_t>(from_seq));
+  stmt.Bind(3, limit);
+  std::vector<v1::JobEvent> events;
+  int rc;
+  while ((rc = stmt.Step()) == SQLITE_ROW) {
+    v1::JobEvent event;
+    if (!event.ParseFromString(stmt.ColumnBlob(0))) {
+      return absl::DataLossError(absl::StrCat("an event of job ", job_id, " is unreadable"));
+    }
+    events.push_back(std::move(event));
+  }
+  if (rc != SQLITE_DONE) return Error(rc, sqlite3_errmsg(db_));
+  return events;
+}
+
+}  // namespace stoke::server

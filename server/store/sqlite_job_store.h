@@ -1,0 +1,53 @@
+// JobStore on an SQLite file in write-ahead-log mode. Jobs are stored as serialized
+// protobuf rows with their state and id broken out for queries; events in their own table
+// keyed by (job, seq). The schema carries a version (PRAGMA user_version) so that a later
+// Stoke can migrate it and an older one refuses a newer file rather than misreading it.
+#pragma once
+
+#include <memory>
+#include <mutex>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "server/store/job_store.h"
+
+struct sqlite3;
+
+namespace stoke::server {
+
+class SqliteJobStore final : public JobStore {
+ public:
+  struct Options {
+    std::string path;
+    // Upper bound on the file size; 0 means none. Writes past it fail the way a full
+    // disk does, which is how tests exercise that failure.
+    uint64_t max_size_bytes = 0;
+  };
+
+  static constexpr int kSchemaVersion = 1;
+
+  static absl::StatusOr<std::unique_ptr<SqliteJobStore>> Open(const Options& options);
+  ~SqliteJobStore() override;
+
+  absl::StatusOr<v1::Job> CreateJob(v1::Job job, absl::Span<const v1::JobEvent> events) override;
+  absl::Status Commit(const v1::Job& job, absl::Span<const v1::JobEvent> events) override;
+  absl::StatusOr<v1::Job> GetJob(const std::string& id) override;
+  absl::StatusOr<JobPage> ListJobs(const JobQuery& query) override;
+  absl::StatusOr<std::vector<v1::JobEvent>> ReadEvents(const std::string& job_id,
+                                                       uint64_t from_seq,
+                                                       uint32_t limit) override;
+
+ private:
+  SqliteJobStore(sqlite3* db, std::string path) : db_(db), path_(std::move(path)) {}
+  absl::Status Migrate();
+  absl::Status Exec(const char* sql);
+  absl::Status Error(int code, const char* what) const;
+  absl::Status WriteJobRow(const v1::Job& job, bool insert, int64_t* id_out);
+  absl::Status WriteEvents(int64_t job_id, absl::Span<const v1::JobEvent> events);
+
+  std::mutex mu_;  // one connection, used by one thread at a time
+  sqlite3* db_;
+  const std::string path_;
+};
+
+}  // namespace stoke::server

@@ -1,0 +1,24 @@
+// Where the training loop takes its batches from. A source yields batches already on
+// the training device, so the loop never waits on a host-side copy it could have hidden.
+#pragma once
+
+#include <torch/types.h>
+
+#include <cstdint>
+
+namespace stoke::worker {
+
+struct Batch {
+  torch::Tensor inputs;
+  torch::Tensor targets;
+};
+
+class BatchSource {
+ public:
+  virtual ~BatchSource() = default;
+  virtual Batch Next() = 0;
+  // Samples in one pass over the data (on this rank).
+  virtual int64_t SamplesPerEpoch() const = 0;
+};
+
+}  // namespace stoke::worker

@@ -1,0 +1,28 @@
+// The devices this process can train on, as the coordinator needs to know them. Free of
+// torch headers, so the worker's main (which also sees the gRPC side) can include it.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "worker/common/task.h"
+
+namespace stoke::worker {
+
+// Every CUDA device LibTorch sees (empty without CUDA).
+std::vector<DeviceInfo> ListCudaDevices();
+
+// Name, UUID and memory of one device; the error names the device when it does not exist.
+// Throws std::runtime_error.
+DeviceInfo DescribeDevice(const DeviceRef& device);
+
+// Makes a CUDA device the current one for this thread (streams, events); no-op on CPU.
+void MakeCurrent(const DeviceRef& device);
+
+// bf16 matrix products run natively here (Ampere or newer, or any CPU).
+bool SupportsBf16(const DeviceRef& device);
+
+// Intra-op threads for CPU work; 0 leaves LibTorch's default (all cores).
+void SetCpuThreads(int threads);
+
+}  // namespace stoke::worker

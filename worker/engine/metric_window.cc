@@ -1,0 +1,74 @@
+#include "worker/engine/metric_window.h"
+
+#include <torch/torch.h>
+
+#include "worker/engine/device_timer.h"
+
+namespace stoke::worker {
+
+MetricWindow::MetricWindow(torch::Device device, int64_t samples_per_step, uint64_t total_steps)
+    : device_(device),
+      samples_per_step_(samples_per_step),
+      total_steps_(total_steps),
+      loss_sum_(torch::zeros({}, torch::TensorOptions().device(device).dtype(torch::kFloat32))),
+      start_marker_(DeviceTimer::Record(device)) {
+  origin_marker_ = DeviceTimer::Record(device);
+}
+
+MetricWindow::~MetricWindow() = default;
+
+void MetricWindow::AddLoss(const torch::Tensor& loss) {
+  loss_sum_.add_(loss.detach().to(torch::kFloat32));
+  ++terms_;
+}
+
+void MetricWindow::EndWindow(uint64_t step, uint32_t epoch, double learning_rate) {
+  if (terms_ == 0 || step <= last_window_step_) return;
+  Pending pending;
+  torch::Tensor mean = loss_sum_ / static_cast<double>(terms_);
+  if (device_.is_cuda()) {
+    pending.host_loss = torch::empty({}, torch::TensorOptions().dtype(torch::kFloat32).pinned_memory(true));
+    pending.host_loss.copy_(mean, /*non_blocking=*/true);
+  } else {
+    pending.host_loss = mean;
+  }
+  loss_sum_.zero_();
+  pending.marker = DeviceTimer::Record(device_);
+  pending.step = step;
+  pending.steps_in_window = step - last_window_step_;
+  pending.epoch = epoch;
+  pending.learning_rate = learning_rate;
+  pending_.push_back(std::move(pending));
+  terms_ = 0;
+  last_window_step_ = step;
+}
+
+std::optional<MetricSample> MetricWindow::Complete(Pending& pending) {
+  MetricSample sample;
+  sample.step = pending.step;
+  sample.total_steps = total_steps_;
+  sample.epoch = pending.epoch;
+  sample.learning_rate = pending.learning_rate;
+  sample.loss = pending.host_loss.item<float>();  // the copy has landed: no sync
+  const double seconds = pending.marker->SecondsSince(*start_marker_);
+  sample.samples_per_second =
+      seconds > 0 ? static_cast<double>(pending.steps_in_window * samples_per_step_) / seconds : 0;
+  sample.elapsed_seconds = pending.marker->SecondsSince(*origin_marker_);
+  start_marker_ = std::move(pending.marker);
+  return sample;
+}
+
+std::optional<MetricSample> MetricWindow::Poll() {
+  if (pending_.empty() || !pending_.front().marker->Ready()) return std::nullopt;
+  auto sample = Complete(pending_.front());
+  pending_.pop_front();
+  return sample;
+}
+
+std::optional<MetricSample> MetricWindow::PollBlocking() {
+  if (pending_.empty()) return std::nullopt;
+  pending_.front().marker->Wait();
+  return Poll();
+}
+
+}  // namespace stoke::worker

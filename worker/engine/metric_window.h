@@ -1,0 +1,60 @@
+// Training metrics gathered without stalling the GPU. Each step adds its loss to a sum
+// that lives on the device; every metrics interval the mean is copied to pinned host
+// memory with a non-blocking copy and an event is recorded behind it. The host reads the
+// value only once the event has completed (Poll), so the hot loop never waits for the
+// GPU. Throughput comes from the time between the events of consecutive windows, which
+// measures the GPU's work rather than how far ahead the host ran.
+#pragma once
+
+#include <torch/types.h>
+
+#include <chrono>
+#include <deque>
+#include <memory>
+#include <optional>
+
+#include "worker/common/task.h"
+
+namespace stoke::worker {
+
+class DeviceTimer;
+
+class MetricWindow {
+ public:
+  // samples_per_step: samples consumed by one optimizer step (all micro-batches).
+  MetricWindow(torch::Device device, int64_t samples_per_step, uint64_t total_steps);
+  ~MetricWindow();
+
+  // Adds one loss term (a 0-d tensor on the device): one per micro-batch. The window's
+  // loss is the mean of its terms.
+  void AddLoss(const torch::Tensor& loss);
+  // Closes the window that ends at optimizer step `step` and starts the next.
+  void EndWindow(uint64_t step, uint32_t epoch, double learning_rate);
+  // The oldest closed window whose values have reached the host, if any.
+  std::optional<MetricSample> Poll();
+  // Waits for every closed window (end of training only).
+  std::optional<MetricSample> PollBlocking();
+
+ private:
+  struct Pending {
+    torch::Tensor host_loss;  // pinned on CUDA
+    std::unique_ptr<DeviceTimer> marker;
+    uint64_t step;
+    uint64_t steps_in_window;
+    uint32_t epoch;
+    double learning_rate;
+  };
+  std::optional<MetricSample> Complete(Pending& pending);
+
+  torch::Device device_;
+  int64_t samples_per_step_;
+  uint64_t total_steps_;
+  torch::Tensor loss_sum_;
+  uint64_t terms_ = 0;
+  uint64_t last_window_step_ = 0;
+  std::deque<Pending> pending_;
+  std::unique_ptr<DeviceTimer> start_marker_;   // the end of the previous window
+  std::unique_ptr<DeviceTimer> origin_marker_;  // the start of training
+};
+
+}  // namespace stoke::worker

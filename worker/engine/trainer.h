@@ -1,0 +1,21 @@
+// Runs one rank of a training job to its end: builds the model, the data and the
+// optimizer from the task, trains for the asked steps or epochs, and reports metrics
+// through the observer every metrics interval. The step itself never waits for the
+// device: no .item(), no host copies that block, grads reset rather than zeroed.
+#pragma once
+
+#include <atomic>
+
+#include "worker/common/task.h"
+
+namespace stoke::worker {
+
+// Returns how the training ended. `cancel` is checked before every step. Errors from
+// LibTorch (a bad shape, an out-of-memory) end as a failed outcome naming the step.
+TrainOutcome RunTraining(const TrainTask& task, const DeviceRef& device,
+                         TrainingObserver& observer, const std::atomic<bool>& cancel);
+
+// Optimizer steps the task will run (steps, or epochs over the data at its batch size).
+uint64_t TotalSteps(const TrainTask& task, int64_t samples_per_epoch);
+
+}  // namespace stoke::worker

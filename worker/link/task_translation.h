@@ -1,0 +1,17 @@
+// Between the wire (stoke.v1 messages) and the engine's plain structs (worker/common).
+#pragma once
+
+#include "absl/status/statusor.h"
+#include "stoke/v1/worker_link.pb.h"
+#include "worker/common/task.h"
+
+namespace stoke::worker {
+
+// INVALID_ARGUMENT naming the spec field this worker cannot run.
+absl::StatusOr<TrainTask> TaskFromAssignment(const v1::Assignment& assignment);
+
+v1::MetricSample ToProto(const MetricSample& sample);
+v1::Device ToProto(const DeviceInfo& info);
+v1::TaskOutcome ToProto(TrainOutcome::Kind kind);
+
+}  // namespace stoke::worker

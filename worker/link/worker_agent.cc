@@ -1,0 +1,328 @@
+#include "worker/link/worker_agent.h"
+
+#include <grpcpp/grpcpp.h>
+#include <spdlog/spdlog.h>
+#include <unistd.h>
+
+#include <algorithm>
+
+#include "worker/link/task_translation.h"
+
+namespace stoke::worker {
+
+// Messages waiting for the sender thread, in the order they must reach the coordinator.
+// Metric samples and log lines are merged into the trailing report of their task.
+class WorkerAgent::Outbox {
+ public:
+  explicit Outbox(size_t max_samples) : max_samples_(max_samples) {}
+
+  // Control messages (started, finished) go out at once rather than at the next flush.
+  void Push(v1::WorkerMessage message) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      queue_.push_back(std::move(message));
+      woken_ = true;
+    }
+    cv_.notify_all();
+  }
+
+  void AddMetrics(const std::string& job, uint32_t attempt, const v1::MetricSample& sample) {
+    std::lock_guard<std::mutex> lock(mu_);
+    *ReportLocked(job, attempt)->add_metrics() = sample;
+    if (++queued_samples_ > max_samples_) DropOldestSampleLocked();
+  }
+
+  void AddLog(const std::string& job, uint32_t attempt, const std::string& text) {
+    std::lock_guard<std::mutex> lock(mu_);
+    ReportLocked(job, attempt)->add_logs()->set_text(text);
+  }
+
+  // Waits up to `wait` for something to send (less if woken), then takes it all.
+  std::deque<v1::WorkerMessage> Take(std::chrono::milliseconds wait) {
+    std::unique_lock<std::mutex> lock(mu_);
+    cv_.wait_for(lock, wait, [this] { return woken_; });
+    woken_ = false;
+    std::deque<v1::WorkerMessage> taken;
+    taken.swap(queue_);
+    queued_samples_ = 0;
+    sending_ = !taken.empty();
+    return taken;
+  }
+
+  // The sender has written (or given up on) everything it took.
+  void MarkSent() {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      sending_ = false;
+    }
+    cv_.notify_all();
+  }
+
+  void Wake() {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      woken_ = true;
+    }
+    cv_.notify_all();
+  }
+
+  bool WaitDrained(std::chrono::milliseconds timeout) {
+    std::unique_lock<std::mutex> lock(mu_);
+    return cv_.wait_for(lock, timeout, [this] { return queue_.empty() && !sending_; });
+  }
+
+  void Clear() {
+    std::lock_guard<std::mutex> lock(mu_);
+    queue_.clear();
+    queued_samples_ = 0;
+    dropped_ = 0;
+    sending_ = false;
+  }
+
+ private:
+  v1::TaskReport* ReportLocked(const std::string& job, uint32_t attempt) {
+    if (queue_.empty() || !queue_.back().has_report() || queue_.back().report().job_id() != job ||
+        queue_.back().report().attempt() != attempt) {
+      v1::TaskReport* report = queue_.emplace_back().mutable_report();
+      report->set_job_id(job);
+      report->set_attempt(attempt);
+      report->set_dropped_samples(dropped_);
+      dropped_ = 0;
+    }
+    return queue_.back().mutable_report();
+  }
+
+  void DropOldestSampleLocked() {
+    for (auto& message : queue_) {
+      if (message.has_report() && message.report().metrics_size() > 0) {
+        message.mutable_report()->mutable_metrics()->DeleteSubrange(0, 1);
+        message.mutable_report()->set_dropped_samples(message.report().dropped_samples() + 1);
+        --queued_samples_;
+        return;
+      }
+    }
+  }
+
+  const size_t max_samples_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<v1::WorkerMessage> queue_;
+  size_t queued_samples_ = 0;
+  uint64_t dropped_ = 0;
+  bool woken_ = false;
+  bool sending_ = false;
+};
+
+// Feeds one task's reports into the outbox; runs on the training thread, never blocks.
+class WorkerAgent::Observer final : public TrainingObserver {
+ public:
+  Observer(Outbox& outbox, std::string job, uint32_t attempt)
+      : outbox_(outbox), job_(std::move(job)), attempt_(attempt) {}
+
+  void OnStarted() override {
+    v1::WorkerMessage message;
+    message.mutable_started()->set_job_id(job_);
+    message.mutable_started()->set_attempt(attempt_);
+    outbox_.Push(std::move(message));
+  }
+  void OnMetrics(const MetricSample& sample) override {
+    outbox_.AddMetrics(job_, attempt_, ToProto(sample));
+  }
+  void OnLog(const std::string& line) override {
+    spdlog::info("job {}: {}", job_, line);
+    outbox_.AddLog(job_, attempt_, line);
+  }
+
+ private:
+  Outbox& outbox_;
+  const std::string job_;
+  const uint32_t attempt_;
+};
+
+WorkerAgent::WorkerAgent(Options options, TrainFunction train)
+    : options_(std::move(options)),
+      train_(std::move(train)),
+      outbox_(std::make_unique<Outbox>(options_.max_queued_samples)) {}
+
+WorkerAgent::~WorkerAgent() {
+  Stop();
+  StopTask();
+}
+
+void WorkerAgent::Run() {
+  grpc::ChannelArguments args;
+  args.SetInt(GRPC_ARG_KEEPALIVE_TIME_MS, 10'000);
+  args.SetInt(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, 10'000);
+  args.SetInt(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
+  args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 2'000);
+  auto channel = grpc::CreateCustomChannel(options_.coordinator_address,
+                                           grpc::InsecureChannelCredentials(), args);
+  auto stub = v1::WorkerLink::NewStub(channel);
+  auto backoff = std::chrono::milliseconds(250);
+  while (!stopping_) {
+    const auto began = std::chrono::steady_clock::now();
+    Serve(*stub);
+    if (stopping_) break;
+    // A connection that lasted resets the backoff; quick failures back off further.
+    if (std::chrono::steady_clock::now() - began > std::chrono::seconds(10)) {
+      backoff = std::chrono::milliseconds(250);
+    }
+    std::unique_lock<std::mutex> lock(stop_mu_);
+    stop_cv_.wait_for(lock, backoff, [this] { return stopping_.load(); });
+    backoff = std::min(backoff * 2, std::chrono::milliseconds(5000));
+  }
+}
+
+void WorkerAgent::Serve(v1::WorkerLink::Stub& stub) {
+  grpc::ClientContext context;
+  {
+    std::lock_guard<std::mutex> lock(stop_mu_);
+    if (stopping_) return;
+    active_context_ = &context;
+  }
+  auto clear_context = [&] {
+    std::lock_guard<std::mutex> lock(stop_mu_);
+    active_context_ = nullptr;
+  };
+  std::unique_ptr<Stream> stream = stub.Attach(&context);
+
+  v1::WorkerMessage hello;
+  auto* reg = hello.mutable_register_();
+  reg->set_worker_id(options_.worker_id);
+  reg->set_host(options_.host);
+  *reg->mutable_device() = ToProto(options_.device);
+  reg->set_pid(static_cast<uint32_t>(getpid()));
+  reg->set_version(STOKE_VERSION);
+  reg->set_local(options_.local);
+  v1::CoordinatorMessage reply;
+  if (!stream->Write(hello) || !stream->Read(&reply) || !reply.has_registered()) {
+    grpc::Status status = stream->Finish();
+    spdlog::warn("cannot attach to coordinator {}: {}", options_.coordinator_address,
+                 status.ok() ? "unexpected reply" : status.error_message());
+    clear_context();
+    return;
+  }
+  if (reply.registered().heartbeat_interval_ms() > 0) {
+    heartbeat_interval_ = std::chrono::milliseconds(reply.registered().heartbeat_interval_ms());
+  }
+  spdlog::info("attached to coordinator {} as {}", options_.coordinator_address,
+               options_.worker_id);
+
+  std::atomic<bool> connected{true};
+  std::thread sender([&] {
+    auto last_write = std::chrono::steady_clock::now();
+    while (connected) {
+      for (auto& message : outbox_->Take(options_.flush_interval)) {
+        if (!stream->Write(message)) {
+          outbox_->MarkSent();
+          context.TryCancel();  // ends the Read below too
+          return;
+        }
+        last_write = std::chrono::steady_clock::now();
+      }
+      outbox_->MarkSent();
+      if (std::chrono::steady_clock::now() - last_write >= heartbeat_interval_) {
+        v1::WorkerMessage beat;
+        beat.mutable_heartbeat();
+        if (!stream->Write(beat)) {
+          context.TryCancel();
+          return;
+        }
+        last_write = std::chrono::steady_clock::now();
+      }
+    }
+  });
+
+  v1::CoordinatorMessage message;
+  while (stream->Read(&message)) {
+    if (message.has_assignment()) {
+      StartTask(message.assignment());
+    } else if (message.has_cancel()) {
+      CancelTask(message.cancel());
+    }
+  }
+  // The stream is gone: whatever runs cannot be reported any more, and the coordinator
+  // has already given up on it.
+  StopTask();
+  connected = false;
+  outbox_->Wake();
+  sender.join();
+  grpc::Status status = stream->Finish();
+  clear_context();
+  outbox_->Clear();
+  if (!stopping_) {
+    spdlog::warn("lost the coordinator at {}: {}; reconnecting", options_.coordinator_address,
+                 status.ok() ? "stream closed" : status.error_message());
+  }
+}
+
+void WorkerAgent::StartTask(const v1::Assignment& assignment) {
+  std::lock_guard<std::mutex> lock(task_mu_);
+  if (task_running_) {
+    v1::WorkerMessage busy;
+    auto* finished = busy.mutable_finished();
+    finished->set_job_id(assignment.job_id());
+    finished->set_attempt(assignment.attempt());
+    finished->set_outcome(v1::TASK_OUTCOME_FAILED);
+    finished->set_message("worker " + options_.worker_id + " is still running job " + task_job_);
+    finished->set_retryable(true);
+    outbox_->Push(std::move(busy));
+    return;
+  }
+  if (task_thread_.joinable()) task_thread_.join();
+  task_job_ = assignment.job_id();
+  task_attempt_ = assignment.attempt();
+  task_cancel_ = false;
+  task_running_ = true;
+  task_thread_ = std::thread([this, assignment] {
+    v1::WorkerMessage done;
+    auto* finished = done.mutable_finished();
+    finished->set_job_id(assignment.job_id());
+    finished->set_attempt(assignment.attempt());
+    auto task = TaskFromAssignment(assignment);
+    if (!task.ok()) {
+      finished->set_outcome(v1::TASK_OUTCOME_FAILED);
+      finished->set_message(std::string(task.status().message()));
+      finished->set_retryable(false);
+    } else {
+      spdlog::info("job {} attempt {}: rank {} of {} starting", task->job_id, task->attempt,
+                   task->rank, task->world_size);
+      Observer observer(*outbox_, task->job_id, task->attempt);
+      TrainOutcome outcome = train_(*task, observer, task_cancel_);
+      spdlog::info("job {} attempt {}: {}", task->job_id, task->attempt, outcome.message);
+      finished->set_outcome(ToProto(outcome.kind));
+      finished->set_message(outcome.message);
+      finished->set_retryable(outcome.retryable);
+    }
+    // Free before the coordinator hears of it, or its next assignment would find us busy.
+    task_running_ = false;
+    outbox_->Push(std::move(done));
+  });
+}
+
+void WorkerAgent::CancelTask(const v1::CancelTask& cancel) {
+  std::lock_guard<std::mutex> lock(task_mu_);
+  if (task_running_ && task_job_ == cancel.job_id() && task_attempt_ == cancel.attempt()) {
+    spdlog::info("job {}: cancel requested ({})", cancel.job_id(), cancel.reason());
+    task_cancel_ = true;
+  }
+}
+
+void WorkerAgent::StopTask() {
+  std::lock_guard<std::mutex> lock(task_mu_);
+  task_cancel_ = true;
+  if (task_thread_.joinable()) task_thread_.join();
+}
+
+void WorkerAgent::Stop() {
+  if (stopping_.exchange(true)) return;
+  // Let the task stop and its outcome reach the coordinator before the stream closes.
+  StopTask();
+  outbox_->Wake();
+  outbox_->WaitDrained(std::chrono::seconds(2));
+  std::lock_guard<std::mutex> lock(stop_mu_);
+  if (active_context_) active_context_->TryCancel();
+  stop_cv_.notify_all();
+}
+
+}  // namespace stoke::worker

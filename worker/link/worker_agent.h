@@ -1,0 +1,80 @@
+// The worker's side of the WorkerLink: keeps one stream to the coordinator open
+// (reconnecting with backoff when it drops), registers the device, runs each assignment
+// on a training thread through the given Train function, and sends heartbeats, metrics,
+// logs and the outcome back. Training never waits on the network: what it reports goes
+// into a bounded outbox that a sender thread drains, dropping the oldest metric samples
+// (and counting them) if the coordinator cannot keep up.
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+
+#include "stoke/v1/worker_link.grpc.pb.h"
+#include "worker/common/task.h"
+
+namespace stoke::worker {
+
+using TrainFunction =
+    std::function<TrainOutcome(const TrainTask&, TrainingObserver&, const std::atomic<bool>&)>;
+
+class WorkerAgent {
+ public:
+  struct Options {
+    std::string coordinator_address;
+    std::string worker_id;
+    std::string host;
+    DeviceInfo device;
+    bool local = false;
+    // Metric samples held while the link is slow; older ones are dropped beyond this.
+    size_t max_queued_samples = 10'000;
+    // Reports are batched over this period.
+    std::chrono::milliseconds flush_interval{200};
+  };
+
+  WorkerAgent(Options options, TrainFunction train);
+  ~WorkerAgent();
+
+  // Serves until Stop(): connect, register, run assignments, reconnect on loss.
+  void Run();
+  // Cancels the running task, reports it, and makes Run() return. Safe from any thread.
+  void Stop();
+
+ private:
+  class Outbox;
+  class Observer;
+  using Stream = grpc::ClientReaderWriter<v1::WorkerMessage, v1::CoordinatorMessage>;
+
+  // One connection's life; returns when the stream ends or Stop() is called.
+  void Serve(v1::WorkerLink::Stub& stub);
+  void StartTask(const v1::Assignment& assignment);
+  void CancelTask(const v1::CancelTask& cancel);
+  void StopTask();
+  void SendLoop(Stream& stream, grpc::ClientContext& context);
+
+  const Options options_;
+  const TrainFunction train_;
+  std::unique_ptr<Outbox> outbox_;
+
+  std::atomic<bool> stopping_{false};
+  std::mutex stop_mu_;
+  std::condition_variable stop_cv_;
+  grpc::ClientContext* active_context_ = nullptr;  // guarded by stop_mu_
+
+  // The running task, if any.
+  std::mutex task_mu_;
+  std::thread task_thread_;
+  std::string task_job_;
+  uint32_t task_attempt_ = 0;
+  std::atomic<bool> task_cancel_{false};
+  std::atomic<bool> task_running_{false};
+  std::chrono::milliseconds heartbeat_interval_{2000};
+};
+
+}  // namespace stoke::worker

@@ -1,0 +1,120 @@
+// stoke-worker: one process per device. Attaches to a coordinator, registers its device,
+// and trains what it is assigned until SIGINT or SIGTERM.
+#include <signal.h>
+#include <spdlog/spdlog.h>
+#include <unistd.h>
+
+#include <CLI/CLI.hpp>
+#include <cstdio>
+#include <cstdlib>
+#include <thread>
+
+#include "worker/common/task.h"
+#include "worker/engine/devices.h"
+#include "worker/engine/trainer.h"
+#include "worker/link/worker_agent.h"
+
+using namespace stoke::worker;
+
+namespace {
+
+bool ParseDevice(const std::string& text, DeviceRef* out) {
+  auto parse_index = [&](size_t from) {
+    if (from >= text.size()) return true;  // "cpu" / "cuda" alone: index 0
+    char* end = nullptr;
+    long v = std::strtol(text.c_str() + from, &end, 10);
+    if (*end != '\0' || v < 0 || v > 1024) return false;
+    out->index = static_cast<int>(v);
+    return true;
+  };
+  if (text == "cpu" || text.rfind("cpu:", 0) == 0) {
+    out->kind = DeviceKind::kCpu;
+    return parse_index(4);
+  }
+  if (text == "cuda" || text.rfind("cuda:", 0) == 0) {
+    out->kind = DeviceKind::kCuda;
+    return parse_index(5);
+  }
+  return false;
+}
+
+std::string Hostname() {
+  char name[256] = {};
+  gethostname(name, sizeof(name) - 1);
+  return name;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"stoke-worker: trains the jobs a Stoke coordinator assigns, on one device"};
+  const char* env_address = std::getenv("STOKE_ADDRESS");
+  std::string coordinator = env_address ? env_address : "127.0.0.1:50051";
+  std::string device_text;
+  std::string worker_id;
+  bool local = false;
+  bool list_devices = false;
+  int threads = 0;
+  std::string log_level = "info";
+  app.add_option("--coordinator", coordinator, "Coordinator address host:port ($STOKE_ADDRESS)")
+      ->capture_default_str();
+  app.add_option("--device", device_text, "cpu, cpu:N or cuda:N (default: cuda:0 if present, else cpu)");
+  app.add_option("--id", worker_id, "Worker id, unique in the cluster (default: HOST/DEVICE)");
+  app.add_flag("--local", local, "Launched by the coordinator on its own host");
+  app.add_option("--threads", threads, "Intra-op CPU threads (default: all cores)");
+  app.add_flag("--list-devices", list_devices, "Print the CUDA devices this process sees and exit");
+  app.add_option("--log-level", log_level, "trace, debug, info, warn or error")->capture_default_str();
+  CLI11_PARSE(app, argc, argv);
+  spdlog::set_level(spdlog::level::from_str(log_level));
+
+  try {
+    if (list_devices) {
+      for (const auto& d : ListCudaDevices()) {
+        std::printf("%s %s %llu %s\n", d.device.Label().c_str(), d.uuid.c_str(),
+                    static_cast<unsigned long long>(d.memory_total_bytes), d.name.c_str());
+      }
+      return 0;
+    }
+    DeviceRef device;
+    if (device_text.empty()) {
+      device = ListCudaDevices().empty() ? DeviceRef{DeviceKind::kCpu, 0} : DeviceRef{DeviceKind::kCuda, 0};
+    } else if (!ParseDevice(device_text, &device)) {
+      std::fprintf(stderr, "--device %s: expected cpu, cpu:N or cuda:N\n", device_text.c_str());
+      return 2;
+    }
+    SetCpuThreads(threads);
+    WorkerAgent::Options options;
+    options.coordinator_address = coordinator;
+    options.host = Hostname();
+    options.device = DescribeDevice(device);
+    options.worker_id = worker_id.empty() ? options.host + "/" + device.Label() : worker_id;
+    options.local = local;
+
+    WorkerAgent agent(options, [device](const TrainTask& task, TrainingObserver& observer,
+                                        const std::atomic<bool>& cancel) {
+      return RunTraining(task, device, observer, cancel);
+    });
+
+    sigset_t stop_signals;
+    sigemptyset(&stop_signals);
+    sigaddset(&stop_signals, SIGINT);
+    sigaddset(&stop_signals, SIGTERM);
+    pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
+    signal(SIGPIPE, SIG_IGN);
+    std::thread stopper([&] {
+      int sig = 0;
+      sigwait(&stop_signals, &sig);
+      spdlog::info("{} received; stopping", strsignal(sig));
+      agent.Stop();
+    });
+    stopper.detach();
+
+    spdlog::info("stoke-worker {} on {} ({}), coordinator {}", STOKE_VERSION, device.Label(),
+                 options.device.name, coordinator);
+    agent.Run();
+    return 0;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "stoke-worker: %s\n", e.what());
+    return 1;
+  }
+}

@@ -1,0 +1,245 @@
+#include "client/cli/commands.h"
+
+#include <google/protobuf/util/json_util.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <iostream>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "client/cli/format.h"
+#include "client/cli/progress.h"
+#include "client/lib/job_spec_file.h"
+
+namespace stoke::client {
+namespace {
+
+std::string CompactJson(const google::protobuf::Message& message) {
+  google::protobuf::util::JsonPrintOptions options;
+  options.preserve_proto_field_names = true;
+  std::string json;
+  (void)google::protobuf::util::MessageToJsonString(message, &json, options);
+  return json;
+}
+
+std::string Progress(const v1::Job& job) {
+  const auto& m = job.latest_metrics();
+  if (m.total_steps() == 0) return "-";
+  return absl::StrFormat("%d/%d", m.step(), m.total_steps());
+}
+
+std::string Placement(const v1::Job& job) {
+  std::vector<std::string> where;
+  for (const auto& p : job.placement()) {
+    where.push_back(absl::StrCat(p.worker_id(), " (rank ", p.rank(), ")"));
+  }
+  return where.empty() ? "-" : absl::StrJoin(where, ", ");
+}
+
+int ExitForFinalState(v1::JobState state) {
+  return state == v1::JOB_STATE_SUCCEEDED ? kExitOk : kExitJobFailed;
+}
+
+}  // namespace
+
+int Report(const CliContext& cli, const absl::Status& status) {
+  std::string message(status.message());
+  switch (status.code()) {
+    case absl::StatusCode::kUnavailable:
+    case absl::StatusCode::kDeadlineExceeded:
+      std::fprintf(stderr,
+                   "stoke: cannot reach a coordinator at %s: %s\n"
+                   "  start one with `stoke-coordinator`, or point --address / STOKE_ADDRESS at it\n",
+                   cli.address.c_str(), message.c_str());
+      return kExitUnavailable;
+    case absl::StatusCode::kInvalidArgument:
+      std::fprintf(stderr, "stoke: invalid: %s\n", message.c_str());
+      return kExitUsage;
+    case absl::StatusCode::kNotFound:
+      std::fprintf(stderr, "stoke: %s\n", message.c_str());
+      return kExitNotFound;
+    default:
+      std::fprintf(stderr, "stoke: %s\n", message.c_str());
+      return kExitError;
+  }
+}
+
+int SubmitCommand(CliContext& cli, const std::string& file, bool watch) {
+  auto spec = LoadJobSpecFile(file);
+  if (!spec.ok()) {
+    std::fprintf(stderr, "stoke: %s\n", std::string(spec.status().message()).c_str());
+    return kExitUsage;
+  }
+  auto job = cli.client.SubmitJob(*spec);
+  if (!job.ok()) return Report(cli, job.status());
+  if (cli.json) {
+    std::cout << ToJson(*job) << std::endl;
+  } else {
+    std::fprintf(stderr, "submitted job %s (%s)\n", job->id().c_str(), job->spec().name().c_str());
+    std::printf("%s\n", job->id().c_str());
+    std::fflush(stdout);
+  }
+  if (!watch) return kExitOk;
+  return WatchCommand(cli, job->id(), 1);
+}
+
+int WatchCommand(CliContext& cli, const std::string& id, uint64_t from_seq) {
+  ProgressView view(stdout, !cli.json && isatty(STDOUT_FILENO), id);
+  std::optional<v1::JobState> final_state;
+  WatchOptions options;
+  options.from_seq = from_seq;
+  auto status = cli.client.WatchJob(
+      id, options,
+      [&](const v1::JobEvent& event) {
+        if (cli.json) {
+          std::cout << CompactJson(event) << std::endl;
+          if (event.has_state_change()) {
+            auto s = event.state_change().state();
+            if (s == v1::JOB_STATE_SUCCEEDED || s == v1::JOB_STATE_FAILED ||
+                s == v1::JOB_STATE_CANCELLED) {
+              final_state = s;
+            }
+          }
+        } else {
+          view.OnEvent(event);
+        }
+        return true;
+      },
+      [&](const absl::Status& why) {
+        if (!cli.json) view.OnReconnect(std::string(why.message()));
+      });
+  view.Close();
+  if (!status.ok()) return Report(cli, status);
+  if (!final_state) final_state = view.final_state();
+  return final_state ? ExitForFinalState(*final_state) : kExitError;
+}
+
+int ListCommand(CliContext& cli, const std::vector<std::string>& states, uint32_t limit, bool all) {
+  v1::ListJobsRequest request;
+  for (const auto& text : states) {
+    v1::JobState state;
+    if (!v1::JobState_Parse("JOB_STATE_" + absl::AsciiStrToUpper(text), &state)) {
+      std::fprintf(stderr,
+                   "stoke: --state %s: expected pending, scheduled, running, succeeded, failed, "
+                   "cancelled or restarting\n",
+                   text.c_str());
+      return kExitUsage;
+    }
+    request.add_states(state);
+  }
+  request.set_page_size(limit);
+  v1::ListJobsResponse everything;
+  for (;;) {
+    auto page = cli.client.ListJobs(request);
+    if (!page.ok()) return Report(cli, page.status());
+    for (const auto& job : page->jobs()) *everything.add_jobs() = job;
+    everything.set_next_page_token(page->next_page_token());
+    if (!all || page->next_page_token().empty()) break;
+    request.set_page_token(page->next_page_token());
+  }
+  if (cli.json) {
+    std::cout << ToJson(everything) << std::endl;
+    return kExitOk;
+  }
+  Table table({"ID", "NAME", "STATE", "GPUS", "PROGRESS", "LOSS", "SUBMITTED", "MESSAGE"});
+  for (const auto& job : everything.jobs()) {
+    const auto& m = job.latest_metrics();
+    table.AddRow({job.id(), job.spec().name(), ShortStateName(job.state()),
+                  std::to_string(job.spec().resources().gpus()), Progress(job),
+                  m.total_steps() ? absl::StrFormat("%.4f", m.loss()) : "-",
+                  FormatAge(job.create_time()), job.message()});
+  }
+  std::cout << table.Render();
+  if (!everything.next_page_token().empty()) {
+    std::cout << "(more jobs: --all, or --limit N)\n";
+  }
+  return kExitOk;
+}
+
+int StatusCommand(CliContext& cli, const std::string& id) {
+  auto job = cli.client.GetJob(id);
+  if (!job.ok()) return Report(cli, job.status());
+  if (cli.json) {
+    std::cout << ToJson(*job) << std::endl;
+    return kExitOk;
+  }
+  const auto& spec = job->spec();
+  const auto& m = job->latest_metrics();
+  std::printf("job %s (%s)\n", job->id().c_str(), spec.name().c_str());
+  std::printf("  state      %s%s\n", ShortStateName(job->state()).c_str(),
+              job->message().empty() ? "" : ("  " + job->message()).c_str());
+  std::printf("  submitted  %s\n", FormatAge(job->create_time()).c_str());
+  std::printf("  attempt    %u  (restarts %u of %u)\n", job->attempt(), job->restarts(),
+              spec.max_restarts());
+  std::printf("  devices    %u, priority %d\n", spec.resources().gpus(), spec.resources().priority());
+  std::printf("  placement  %s\n", Placement(*job).c_str());
+  if (m.total_steps() > 0) {
+    std::printf("  progress   step %llu/%llu, loss %.4f, %s samples/s, %s elapsed\n",
+                static_cast<unsigned long long>(m.step()),
+                static_cast<unsigned long long>(m.total_steps()), m.loss(),
+                FormatRate(m.samples_per_second()).c_str(), FormatClock(m.elapsed_seconds()).c_str());
+  }
+  return kExitOk;
+}
+
+int CancelCommand(CliContext& cli, const std::string& id, const std::string& reason) {
+  auto job = cli.client.CancelJob(id, reason);
+  if (!job.ok()) return Report(cli, job.status());
+  if (cli.json) {
+    std::cout << ToJson(*job) << std::endl;
+  } else {
+    std::printf("job %s %s\n", job->id().c_str(), ShortStateName(job->state()).c_str());
+  }
+  return kExitOk;
+}
+
+int ClusterCommand(CliContext& cli) {
+  auto cluster = cli.client.GetCluster();
+  if (!cluster.ok()) return Report(cli, cluster.status());
+  if (cli.json) {
+    std::cout << ToJson(*cluster) << std::endl;
+    return kExitOk;
+  }
+  Table table({"WORKER", "HOST", "DEVICE", "NAME", "MEMORY", "STATE", "JOB", "LAST SEEN"});
+  int busy = 0;
+  for (const auto& w : cluster->workers()) {
+    if (w.state() != v1::WORKER_STATE_IDLE) ++busy;
+    table.AddRow({w.id(), w.host(), DeviceLabel(w.device()), w.device().name(),
+                  FormatBytes(w.device().memory_total_bytes()), ShortWorkerState(w.state()),
+                  w.job_id().empty() ? "-" : absl::StrCat(w.job_id(), " (rank ", w.rank(), ")"),
+                  FormatAge(w.last_heartbeat())});
+  }
+  std::cout << table.Render();
+  std::printf("%d workers (%d busy), %u jobs running, %u queued; coordinator %s\n",
+              cluster->workers_size(), busy, cluster->running_jobs(), cluster->queued_jobs(),
+              cluster->coordinator_version().c_str());
+  return kExitOk;
+}
+
+int LogsCommand(CliContext& cli, const std::string& id, bool follow) {
+  uint64_t last_seq = 0;
+  if (!follow) {
+    auto job = cli.client.GetJob(id);
+    if (!job.ok()) return Report(cli, job.status());
+    last_seq = job->last_event_seq();
+    if (last_seq == 0) return kExitOk;
+  }
+  auto status = cli.client.WatchJob(id, WatchOptions{}, [&](const v1::JobEvent& event) {
+    if (event.has_log()) {
+      std::printf("[rank %u] %s\n", event.log().rank(), event.log().text().c_str());
+    } else if (event.has_state_change()) {
+      const auto& change = event.state_change();
+      std::printf("-- %s%s%s\n", ShortStateName(change.state()).c_str(),
+                  change.message().empty() ? "" : ": ", change.message().c_str());
+    }
+    std::fflush(stdout);
+    return follow || event.seq() < last_seq;
+  });
+  if (!status.ok()) return Report(cli, status);
+  return kExitOk;
+}
+
+}  // namespace stoke::client

@@ -1,0 +1,85 @@
+#include "client/cli/format.h"
+
+#include <google/protobuf/util/json_util.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <ctime>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+
+namespace stoke::client {
+
+std::string ShortStateName(v1::JobState state) {
+  std::string name = v1::JobState_Name(state);
+  return name.rfind("JOB_STATE_", 0) == 0 ? name.substr(10) : name;
+}
+
+std::string ShortWorkerState(v1::WorkerState state) {
+  std::string name = v1::WorkerState_Name(state);
+  return name.rfind("WORKER_STATE_", 0) == 0 ? name.substr(13) : name;
+}
+
+std::string DeviceLabel(const v1::Device& device) {
+  return absl::StrCat(device.type() == v1::DEVICE_TYPE_CUDA ? "cuda:" : "cpu:", device.index());
+}
+
+std::string FormatClock(double seconds) {
+  if (!(seconds >= 0) || seconds > 1e8) return "?";
+  long total = static_cast<long>(seconds + 0.5);
+  long h = total / 3600, m = (total / 60) % 60, s = total % 60;
+  return h > 0 ? absl::StrFormat("%d:%02d:%02d", h, m, s) : absl::StrFormat("%d:%02d", m, s);
+}
+
+std::string FormatAge(const google::protobuf::Timestamp& when) {
+  if (when.seconds() == 0) return "-";
+  long age = static_cast<long>(std::time(nullptr)) - static_cast<long>(when.seconds());
+  if (age < 0) age = 0;
+  if (age < 60) return absl::StrCat(age, "s ago");
+  if (age < 3600) return absl::StrCat(age / 60, "m ago");
+  if (age < 86400) return absl::StrCat(age / 3600, "h ago");
+  return absl::StrCat(age / 86400, "d ago");
+}
+
+std::string FormatRate(double v) {
+  if (v >= 1e9) return absl::StrFormat("%.2fG", v / 1e9);
+  if (v >= 1e6) return absl::StrFormat("%.2fM", v / 1e6);
+  if (v >= 1e4) return absl::StrFormat("%.1fk", v / 1e3);
+  return absl::StrFormat("%.0f", v);
+}
+
+std::string FormatBytes(uint64_t bytes) {
+  const double gib = static_cast<double>(bytes) / (1024.0 * 1024 * 1024);
+  if (gib >= 1) return absl::StrFormat("%.1f GiB", gib);
+  return absl::StrFormat("%.0f MiB", static_cast<double>(bytes) / (1024.0 * 1024));
+}
+
+std::string ToJson(const google::protobuf::Message& message) {
+  google::protobuf::util::JsonPrintOptions options;
+  options.add_whitespace = true;
+  options.preserve_proto_field_names = true;
+  std::string json;
+  (void)google::protobuf::util::MessageToJsonString(message, &json, options);
+  return json;
+}
+
+std::string Table::Render() const {
+  std::vector<size_t> widths;
+  for (const auto& row : rows_) {
+    widths.resize(std::max(widths.size(), row.size()));
+    for (size_t i = 0; i < row.size(); ++i) widths[i] = std::max(widths[i], row[i].size());
+  }
+  std::string out;
+  for (const auto& row : rows_) {
+    std::string line;
+    for (size_t i = 0; i < row.size(); ++i) {
+      line += row[i];
+      if (i + 1 < row.size()) line += std::string(widths[i] - row[i].size() + 2, ' ');
+    }
+    out += line + "\n";
+  }
+  return out;
+}
+
+}  // namespace stoke::client

@@ -1,0 +1,40 @@
+// How the CLI shows things: state names, durations, rates, aligned tables, JSON.
+#pragma once
+
+#include <google/protobuf/message.h>
+#include <google/protobuf/timestamp.pb.h>
+
+#include <string>
+#include <vector>
+
+#include "stoke/v1/coordinator.pb.h"
+
+namespace stoke::client {
+
+// "RUNNING" for JOB_STATE_RUNNING.
+std::string ShortStateName(v1::JobState state);
+std::string ShortWorkerState(v1::WorkerState state);
+// "cuda:0", "cpu:1".
+std::string DeviceLabel(const v1::Device& device);
+// "1:02:03", "4:05", "0:07".
+std::string FormatClock(double seconds);
+// "3m ago", "2h ago".
+std::string FormatAge(const google::protobuf::Timestamp& when);
+// 12345.6 -> "12.3k", 4.2e6 -> "4.20M".
+std::string FormatRate(double per_second);
+std::string FormatBytes(uint64_t bytes);
+// Protobuf's JSON mapping with the .proto's field names, indented.
+std::string ToJson(const google::protobuf::Message& message);
+
+// Columns padded to their widest cell.
+class Table {
+ public:
+  explicit Table(std::vector<std::string> header) { rows_.push_back(std::move(header)); }
+  void AddRow(std::vector<std::string> row) { rows_.push_back(std::move(row)); }
+  std::string Render() const;
+
+ private:
+  std::vector<std::vector<std::string>> rows_;
+};
+
+}  // namespace stoke::client

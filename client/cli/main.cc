@@ -1,0 +1,71 @@
+// stoke: the command-line client of a Stoke coordinator.
+#include <CLI/CLI.hpp>
+#include <cstdlib>
+
+#include "client/cli/commands.h"
+#include "client/lib/client.h"
+
+using namespace stoke::client;
+
+int main(int argc, char** argv) {
+  CLI::App app{"stoke: submit training jobs to a Stoke coordinator and watch them train"};
+  app.require_subcommand(1);
+  const char* env_address = std::getenv("STOKE_ADDRESS");
+  std::string address = env_address ? env_address : "127.0.0.1:50051";
+  std::string output = "text";
+  app.add_option("--address", address, "Coordinator host:port ($STOKE_ADDRESS)")
+      ->capture_default_str();
+  app.add_option("-o,--output", output, "text or json")
+      ->check(CLI::IsMember({"text", "json"}))
+      ->capture_default_str();
+
+  std::string file, id, reason;
+  bool watch = false, all = false, follow = false;
+  uint64_t from_seq = 1;
+  uint32_t limit = 20;
+  std::vector<std::string> states;
+
+  auto* submit = app.add_subcommand("submit", "Submit a job file (YAML or JSON); prints the job id");
+  submit->add_option("file", file, "Job spec file")->required();
+  submit->add_flag("-w,--watch", watch, "Then watch it train, as `stoke watch`");
+
+  auto* watch_cmd = app.add_subcommand("watch", "Follow a job live until it finishes");
+  watch_cmd->add_option("id", id, "Job id")->required();
+  watch_cmd->add_option("--from-seq", from_seq, "First event to show")->capture_default_str();
+
+  auto* list = app.add_subcommand("list", "List jobs, newest first");
+  list->add_option("-s,--state", states, "Only jobs in this state (repeatable)");
+  list->add_option("-n,--limit", limit, "Jobs per page")->capture_default_str();
+  list->add_flag("-a,--all", all, "Every job, not only the first page");
+
+  auto* status = app.add_subcommand("status", "Show one job in detail");
+  status->add_option("id", id, "Job id")->required();
+
+  auto* cancel = app.add_subcommand("cancel", "Cancel a queued or running job");
+  cancel->add_option("id", id, "Job id")->required();
+  cancel->add_option("--reason", reason, "Recorded with the job");
+
+  auto* cluster = app.add_subcommand("cluster", "Show the workers, their devices and jobs");
+
+  auto* logs = app.add_subcommand("logs", "Print a job's log lines");
+  logs->add_option("id", id, "Job id")->required();
+  logs->add_flag("-f,--follow", follow, "Keep printing until the job finishes");
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    int code = app.exit(e);
+    return code == 0 ? kExitOk : kExitUsage;
+  }
+
+  auto client = Client::Connect({address});
+  CliContext cli{*client, address, output == "json"};
+  if (*submit) return SubmitCommand(cli, file, watch);
+  if (*watch_cmd) return WatchCommand(cli, id, from_seq);
+  if (*list) return ListCommand(cli, states, limit, all);
+  if (*status) return StatusCommand(cli, id);
+  if (*cancel) return CancelCommand(cli, id, reason);
+  if (*cluster) return ClusterCommand(cli);
+  if (*logs) return LogsCommand(cli, id, follow);
+  return kExitUsage;
+}

@@ -1,0 +1,113 @@
+#include "client/cli/progress.h"
+
+#include <cmath>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "client/cli/format.h"
+
+namespace stoke::client {
+namespace {
+
+constexpr int kBarWidth = 24;
+
+bool IsFinal(v1::JobState state) {
+  return state == v1::JOB_STATE_SUCCEEDED || state == v1::JOB_STATE_FAILED ||
+         state == v1::JOB_STATE_CANCELLED;
+}
+
+}  // namespace
+
+std::optional<double> ProgressView::Eta(const v1::MetricSample& previous,
+                                        const v1::MetricSample& latest) {
+  const double steps = static_cast<double>(latest.step()) - static_cast<double>(previous.step());
+  const double seconds = latest.elapsed_seconds() - previous.elapsed_seconds();
+  if (steps <= 0 || seconds <= 0 || latest.total_steps() < latest.step()) return std::nullopt;
+  return static_cast<double>(latest.total_steps() - latest.step()) * seconds / steps;
+}
+
+std::string ProgressView::ProgressText(bool with_bar) const {
+  const v1::MetricSample& m = *latest_;
+  const double fraction =
+      m.total_steps() ? static_cast<double>(m.step()) / static_cast<double>(m.total_steps()) : 0;
+  std::string text;
+  if (with_bar) {
+    int filled = static_cast<int>(std::round(fraction * kBarWidth));
+    text = absl::StrCat("[", std::string(filled, '#'), std::string(kBarWidth - filled, '-'), "] ");
+  }
+  absl::StrAppend(&text, absl::StrFormat("step %d/%d (%.0f%%)  loss %.4f  %s samples/s", m.step(),
+                                         m.total_steps(), fraction * 100, m.loss(),
+                                         FormatRate(m.samples_per_second())));
+  std::optional<double> eta;
+  if (previous_) {
+    eta = Eta(*previous_, m);
+  } else if (m.step() > 0 && m.elapsed_seconds() > 0) {
+    v1::MetricSample origin;  // step 0 at time 0
+    eta = Eta(origin, m);
+  }
+  absl::StrAppend(&text, "  ETA ", eta ? FormatClock(*eta) : "?");
+  return text;
+}
+
+void ProgressView::PrintAbove(const std::string& line) {
+  if (terminal_ && line_drawn_) std::fputs("\r\033[K", out_);
+  std::fprintf(out_, "%s\n", line.c_str());
+  if (terminal_ && latest_ && !final_state_) DrawLine();
+  std::fflush(out_);
+}
+
+void ProgressView::DrawLine() {
+  std::fprintf(out_, "\r\033[Kjob %s %s", job_id_.c_str(), ProgressText(/*with_bar=*/true).c_str());
+  line_drawn_ = true;
+  std::fflush(out_);
+}
+
+void ProgressView::OnEvent(const v1::JobEvent& event) {
+  switch (event.kind_case()) {
+    case v1::JobEvent::kStateChange: {
+      const auto& change = event.state_change();
+      std::string line = absl::StrCat("job ", job_id_, " ", ShortStateName(change.state()));
+      if (change.attempt() > 1) absl::StrAppend(&line, " (attempt ", change.attempt(), ")");
+      if (!change.message().empty()) absl::StrAppend(&line, ": ", change.message());
+      if (IsFinal(change.state())) {
+        final_state_ = change.state();
+        // Leave the last progress line on screen, then the verdict under it.
+        if (terminal_ && line_drawn_) std::fputs("\n", out_);
+        line_drawn_ = false;
+        std::fprintf(out_, "%s\n", line.c_str());
+        std::fflush(out_);
+        return;
+      }
+      PrintAbove(line);
+      break;
+    }
+    case v1::JobEvent::kMetrics:
+      if (event.metrics().rank() != 0) break;
+      previous_ = latest_;
+      latest_ = event.metrics();
+      if (terminal_) {
+        DrawLine();
+      } else {
+        std::fprintf(out_, "job %s %s\n", job_id_.c_str(), ProgressText(/*with_bar=*/false).c_str());
+        std::fflush(out_);
+      }
+      break;
+    case v1::JobEvent::kLog:
+      PrintAbove(absl::StrCat("  [rank ", event.log().rank(), "] ", event.log().text()));
+      break;
+    default:
+      break;
+  }
+}
+
+void ProgressView::OnReconnect(const std::string& why) {
+  PrintAbove(absl::StrCat("(connection lost: ", why, "; reconnecting)"));
+}
+
+void ProgressView::Close() {
+  if (terminal_ && line_drawn_) std::fputs("\n", out_);
+  line_drawn_ = false;
+  std::fflush(out_);
+}
+
+}  // namespace stoke::client

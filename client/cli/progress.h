@@ -1,0 +1,43 @@
+// The live view of `stoke watch`: on a terminal, one progress line redrawn in place
+// (bar, step/total, loss, samples/s, ETA) with state changes and log lines printed above
+// it; when piped, one plain line per event, for logs and scripts.
+#pragma once
+
+#include <cstdio>
+#include <optional>
+#include <string>
+
+#include "stoke/v1/job.pb.h"
+
+namespace stoke::client {
+
+class ProgressView {
+ public:
+  ProgressView(std::FILE* out, bool terminal, std::string job_id)
+      : out_(out), terminal_(terminal), job_id_(std::move(job_id)) {}
+
+  void OnEvent(const v1::JobEvent& event);
+  void OnReconnect(const std::string& why);
+  // Ends the live line, if any.
+  void Close();
+
+  // The final state seen, if the job has finished.
+  std::optional<v1::JobState> final_state() const { return final_state_; }
+  // Seconds until the job is done, from the rate of its last two samples.
+  static std::optional<double> Eta(const v1::MetricSample& previous, const v1::MetricSample& latest);
+
+ private:
+  void PrintAbove(const std::string& line);
+  void DrawLine();
+  std::string ProgressText(bool with_bar) const;
+
+  std::FILE* out_;
+  const bool terminal_;
+  const std::string job_id_;
+  std::optional<v1::MetricSample> previous_;
+  std::optional<v1::MetricSample> latest_;
+  bool line_drawn_ = false;
+  std::optional<v1::JobState> final_state_;
+};
+
+}  // namespace stoke::client

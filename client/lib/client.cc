@@ -1,0 +1,136 @@
+#include "client/lib/client.h"
+
+#include <grpcpp/grpcpp.h>
+
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+
+namespace stoke::client {
+
+absl::Status FromGrpcStatus(const grpc::Status& status) {
+  if (status.ok()) return absl::OkStatus();
+  return absl::Status(static_cast<absl::StatusCode>(status.error_code()), status.error_message());
+}
+
+std::unique_ptr<Client> Client::Connect(const ClientOptions& options) {
+  grpc::ChannelArguments args;
+  args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 2'000);
+  args.SetInt(GRPC_ARG_KEEPALIVE_TIME_MS, 20'000);
+  args.SetMaxReceiveMessageSize(16 * 1024 * 1024);
+  auto channel =
+      grpc::CreateCustomChannel(options.address, grpc::InsecureChannelCredentials(), args);
+  return std::unique_ptr<Client>(new Client(options, std::move(channel)));
+}
+
+void Client::PrepareContext(grpc::ClientContext& context) const {
+  context.set_deadline(std::chrono::system_clock::now() + options_.call_timeout);
+}
+
+absl::StatusOr<v1::Job> Client::SubmitJob(const v1::JobSpec& spec) {
+  grpc::ClientContext context;
+  PrepareContext(context);
+  v1::SubmitJobRequest request;
+  *request.mutable_spec() = spec;
+  v1::SubmitJobResponse response;
+  auto status = FromGrpcStatus(stub_->SubmitJob(&context, request, &response));
+  if (!status.ok()) return status;
+  return response.job();
+}
+
+absl::StatusOr<v1::Job> Client::GetJob(const std::string& id) {
+  grpc::ClientContext context;
+  PrepareContext(context);
+  v1::GetJobRequest request;
+  request.set_id(id);
+  v1::Job job;
+  auto status = FromGrpcStatus(stub_->GetJob(&context, request, &job));
+  if (!status.ok()) return status;
+  return job;
+}
+
+absl::StatusOr<v1::ListJobsResponse> Client::ListJobs(const v1::ListJobsRequest& request) {
+  grpc::ClientContext context;
+  PrepareContext(context);
+  v1::ListJobsResponse response;
+  auto status = FromGrpcStatus(stub_->ListJobs(&context, request, &response));
+  if (!status.ok()) return status;
+  return response;
+}
+
+absl::StatusOr<v1::Job> Client::CancelJob(const std::string& id, const std::string& reason) {
+  grpc::ClientContext context;
+  PrepareContext(context);
+  v1::CancelJobRequest request;
+  request.set_id(id);
+  request.set_reason(reason);
+  v1::Job job;
+  auto status = FromGrpcStatus(stub_->CancelJob(&context, request, &job));
+  if (!status.ok()) return status;
+  return job;
+}
+
+absl::StatusOr<v1::Cluster> Client::GetCluster() {
+  grpc::ClientContext context;
+  PrepareContext(context);
+  v1::Cluster cluster;
+  auto status = FromGrpcStatus(stub_->GetCluster(&context, v1::GetClusterRequest(), &cluster));
+  if (!status.ok()) return status;
+  return cluster;
+}
+
+absl::Status Client::WatchJob(const std::string& id, const WatchOptions& options,
+                              const std::function<bool(const v1::JobEvent&)>& on_event,
+                              const std::function<void(const absl::Status&)>& on_reconnect) {
+  uint64_t next_seq = std::max<uint64_t>(options.from_seq, 1);
+  auto unreachable_since = std::chrono::steady_clock::now();
+  auto backoff = std::chrono::milliseconds(200);
+  for (;;) {
+    // A coordinator that is restarting gets reconnect_for to come back. The stream itself
+    // has no deadline: a job may train for days.
+    const auto waited = std::chrono::steady_clock::now() - unreachable_since;
+    if (!channel_->WaitForConnected(std::chrono::system_clock::now() + options.reconnect_for -
+                                    std::min<std::chrono::steady_clock::duration>(
+                                        waited, options.reconnect_for))) {
+      return absl::UnavailableError(absl::StrCat("cannot reach the coordinator at ",
+                                                 options_.address, " to watch job ", id));
+    }
+    grpc::ClientContext context;
+    v1::WatchJobRequest request;
+    request.set_id(id);
+    request.set_from_seq(next_seq);
+    auto reader = stub_->WatchJob(&context, request);
+    v1::JobEvent event;
+    bool delivered_any = false;
+    while (reader->Read(&event)) {
+      delivered_any = true;
+      if (event.seq() < next_seq) continue;  // never deliver one twice
+      next_seq = event.seq() + 1;
+      if (!on_event(event)) {
+        context.TryCancel();
+        reader->Finish();
+        return absl::OkStatus();
+      }
+    }
+    absl::Status status = FromGrpcStatus(reader->Finish());
+    if (status.ok()) return status;  // the job finished and every event was delivered
+    // Only a lost connection is worth another try; a wrong id is not.
+    if (status.code() != absl::StatusCode::kUnavailable &&
+        status.code() != absl::StatusCode::kDeadlineExceeded &&
+        status.code() != absl::StatusCode::kCancelled) {
+      return status;
+    }
+    const auto now = std::chrono::steady_clock::now();
+    if (delivered_any) unreachable_since = now;
+    if (now - unreachable_since > options.reconnect_for) {
+      return absl::UnavailableError(absl::StrCat("lost the coordinator at ", options_.address,
+                                                 " while watching job ", id, ": ",
+                                                 status.message()));
+    }
+    if (on_reconnect) on_reconnect(status);
+    std::this_thread::sleep_for(backoff);
+    backoff = std::min(backoff * 2, std::chrono::milliseconds(2'000));
+  }
+}
+
+}  // namespace stoke::client

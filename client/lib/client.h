@@ -1,0 +1,63 @@
+// libstoke_client: a typed C++ wrapper over the stoke.v1.Coordinator stub. Calls return
+// absl::Status(Or) with the server's code and message; WatchJob reconnects by itself and
+// resumes from the last event it delivered, so a caller sees every event once, in order.
+#pragma once
+
+#include <chrono>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "stoke/v1/coordinator.grpc.pb.h"
+
+namespace stoke::client {
+
+struct ClientOptions {
+  // host:port of the coordinator.
+  std::string address = "127.0.0.1:50051";
+  // Deadline of each unary call.
+  std::chrono::milliseconds call_timeout{10'000};
+};
+
+struct WatchOptions {
+  // First event to deliver; 0 or 1 means from the start.
+  uint64_t from_seq = 1;
+  // Give up when the coordinator cannot be reached again for this long.
+  std::chrono::milliseconds reconnect_for{60'000};
+};
+
+class Client {
+ public:
+  // Does not contact the coordinator; the first call does.
+  static std::unique_ptr<Client> Connect(const ClientOptions& options);
+
+  absl::StatusOr<v1::Job> SubmitJob(const v1::JobSpec& spec);
+  absl::StatusOr<v1::Job> GetJob(const std::string& id);
+  absl::StatusOr<v1::ListJobsResponse> ListJobs(const v1::ListJobsRequest& request);
+  absl::StatusOr<v1::Job> CancelJob(const std::string& id, const std::string& reason = "");
+  absl::StatusOr<v1::Cluster> GetCluster();
+
+  // Calls on_event for each event of the job from options.from_seq on, until the job has
+  // finished and its last event was delivered (OK), on_event returns false (OK), or the
+  // coordinator stays unreachable past options.reconnect_for (UNAVAILABLE).
+  // on_reconnect, if set, is told each time the stream is being re-established.
+  absl::Status WatchJob(const std::string& id, const WatchOptions& options,
+                        const std::function<bool(const v1::JobEvent&)>& on_event,
+                        const std::function<void(const absl::Status&)>& on_reconnect = nullptr);
+
+ private:
+  Client(const ClientOptions& options, std::shared_ptr<grpc::Channel> channel)
+      : options_(options), channel_(channel), stub_(v1::Coordinator::NewStub(channel)) {}
+  void PrepareContext(grpc::ClientContext& context) const;
+
+  ClientOptions options_;
+  std::shared_ptr<grpc::Channel> channel_;
+  std::unique_ptr<v1::Coordinator::Stub> stub_;
+};
+
+// grpc::Status to absl::Status, keeping code and message.
+absl::Status FromGrpcStatus(const grpc::Status& status);
+
+}  // namespace stoke::client

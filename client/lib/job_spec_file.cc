@@ -1,0 +1,348 @@
+#include "client/lib/job_spec_file.h"
+
+#include <google/protobuf/descriptor.h>
+#include <google/protobuf/message.h>
+#include <yaml-cpp/yaml.h>
+
+#include <cerrno>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <limits>
+#include <map>
+#include <sstream>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_join.h"
+
+namespace stoke::client {
+namespace {
+
+using google::protobuf::Descriptor;
+using google::protobuf::EnumDescriptor;
+using google::protobuf::FieldDescriptor;
+using google::protobuf::Message;
+using google::protobuf::Reflection;
+
+// Converts one YAML document into a message, collecting the first error with its place.
+class SpecReader {
+ public:
+  explicit SpecReader(std::string source) : source_(std::move(source)) {}
+
+  absl::Status Fill(const YAML::Node& node, Message& message, const std::string& path) {
+    if (node.IsNull()) return absl::OkStatus();  // "adamw:" with nothing under it
+    if (!node.IsMap()) {
+      return Error(node, path, absl::StrCat("expected a mapping of ", message.GetDescriptor()->name(),
+                                            " fields, got ", Describe(node)));
+    }
+    const Descriptor* descriptor = message.GetDescriptor();
+    std::map<const google::protobuf::OneofDescriptor*, std::string> oneofs_set;
+    for (const auto& entry : node) {
+      const std::string key = entry.first.as<std::string>();
+      const std::string field_path = path.empty() ? key : absl::StrCat(path, ".", key);
+      const FieldDescriptor* field = descriptor->FindFieldByName(key);
+      if (field == nullptr) field = FindByJsonName(descriptor, key);
+      if (field == nullptr) {
+        return Error(entry.first, field_path, UnknownFieldMessage(descriptor, key));
+      }
+      if (const auto* oneof = field->real_containing_oneof()) {
+        auto [it, inserted] = oneofs_set.emplace(oneof, key);
+        if (!inserted) {
+          return Error(entry.first, field_path,
+                       absl::StrCat("conflicts with ", it->second, ": set only one of ",
+                                    OneofMembers(oneof)));
+        }
+      }
+      if (auto s = SetField(entry.second, message, field, field_path); !s.ok()) return s;
+    }
+    return absl::OkStatus();
+  }
+
+ private:
+  absl::Status SetField(const YAML::Node& node, Message& message, const FieldDescriptor* field,
+                        const std::string& path) {
+    const Reflection* reflection = message.GetReflection();
+    if (field->is_map()) return Error(node, path, "map fields are not supported in job files");
+    if (field->is_repeated()) {
+      if (node.IsNull()) return absl::OkStatus();
+      if (!node.IsSequence()) {
+        return Error(node, path, absl::StrCat("expected a list, got ", Describe(node)));
+      }
+      for (size_t i = 0; i < node.size(); ++i) {
+        if (auto s = AddElement(node[i], message, field, absl::StrCat(path, "[", i, "]")); !s.ok()) {
+          return s;
+        }
+      }
+      return absl::OkStatus();
+    }
+    if (field->cpp_type() == FieldDescriptor::CPPTYPE_MESSAGE) {
+      return Fill(node, *reflection->MutableMessage(&message, field), path);
+    }
+    return StoreScalar(node, message, field, path);
+  }
+
+  absl::Status AddElement(const YAML::Node& node, Message& message, const FieldDescriptor* field,
+                          const std::string& path) {
+    if (field->cpp_type() == FieldDescriptor::CPPTYPE_MESSAGE) {
+      return Fill(node, *message.GetReflection()->AddMessage(&message, field), path);
+    }
+    return StoreScalar(node, message, field, path);
+  }
+
+  // Parses a scalar for `field` and sets it, or appends it when the field is repeated.
+  absl::Status StoreScalar(const YAML::Node& node, Message& message, const FieldDescriptor* field,
+                           const std::string& path) {
+    if (!node.IsScalar()) {
+      return Error(node, path, absl::StrCat("expected ", TypeName(field), ", got ", Describe(node)));
+    }
+    const Reflection* r = message.GetReflection();
+    const bool add = field->is_repeated();
+    const std::string text = node.Scalar();
+    switch (field->cpp_type()) {
+      case FieldDescriptor::CPPTYPE_INT32:
+      case FieldDescriptor::CPPTYPE_INT64: {
+        const bool is32 = field->cpp_type() == FieldDescriptor::CPPTYPE_INT32;
+        int64_t v;
+        if (!ParseInt(text, is32 ? std::numeric_limits<int32_t>::min() : std::numeric_limits<int64_t>::min(),
+                      is32 ? std::numeric_limits<int32_t>::max() : std::numeric_limits<int64_t>::max(), &v)) {
+          return BadValue(node, path, field, text);
+        }
+        if (is32) {
+          add ? r->AddInt32(&message, field, static_cast<int32_t>(v))
+              : r->SetInt32(&message, field, static_cast<int32_t>(v));
+        } else {
+          add ? r->AddInt64(&message, field, v) : r->SetInt64(&message, field, v);
+        }
+        return absl::OkStatus();
+      }
+      case FieldDescriptor::CPPTYPE_UINT32:
+      case FieldDescriptor::CPPTYPE_UINT64: {
+        const bool is32 = field->cpp_type() == FieldDescriptor::CPPTYPE_UINT32;
+        uint64_t v;
+        if (!ParseUint(text, is32 ? std::numeric_limits<uint32_t>::max() : std::numeric_limits<uint64_t>::max(), &v)) {
+          return BadValue(node, path, field, text);
+        }
+        if (is32) {
+          add ? r->AddUInt32(&message, field, static_cast<uint32_t>(v))
+              : r->SetUInt32(&message, field, static_cast<uint32_t>(v));
+        } else {
+          add ? r->AddUInt64(&message, field, v) : r->SetUInt64(&message, field, v);
+        }
+        return absl::OkStatus();
+      }
+      case FieldDescriptor::CPPTYPE_DOUBLE:
+      case FieldDescriptor::CPPTYPE_FLOAT: {
+        double v;
+        if (!ParseDouble(text, &v)) return BadValue(node, path, field, text);
+        if (field->cpp_type() == FieldDescriptor::CPPTYPE_DOUBLE) {
+          add ? r->AddDouble(&message, field, v) : r->SetDouble(&message, field, v);
+        } else {
+          add ? r->AddFloat(&message, field, static_cast<float>(v))
+              : r->SetFloat(&message, field, static_cast<float>(v));
+        }
+        return absl::OkStatus();
+      }
+      case FieldDescriptor::CPPTYPE_BOOL: {
+        const std::string lower = absl::AsciiStrToLower(text);
+        if (lower != "true" && lower != "false") return BadValue(node, path, field, text);
+        add ? r->AddBool(&message, field, lower == "true") : r->SetBool(&message, field, lower == "true");
+        return absl::OkStatus();
+      }
+      case FieldDescriptor::CPPTYPE_STRING:
+        add ? r->AddString(&message, field, text) : r->SetString(&message, field, text);
+        return absl::OkStatus();
+      case FieldDescriptor::CPPTYPE_ENUM: {
+        const auto* value = FindEnumValue(field->enum_type(), text);
+        if (value == nullptr) {
+          return Error(node, path, absl::StrCat("unknown value \"", text, "\"; expected one of ",
+                                                EnumChoices(field->enum_type())));
+        }
+        add ? r->AddEnumValue(&message, field, value->number())
+            : r->SetEnumValue(&message, field, value->number());
+        return absl::OkStatus();
+      }
+      default:
+        return Error(node, path, "unsupported field type");
+    }
+  }
+
+  static bool ParseInt(const std::string& text, int64_t min, int64_t max, int64_t* out) {
+    if (text.empty()) return false;
+    errno = 0;
+    char* end = nullptr;
+    long long v = std::strtoll(text.c_str(), &end, 10);
+    if (errno != 0 || *end != '\0' || v < min || v > max) return false;
+    *out = v;
+    return true;
+  }
+
+  static bool ParseUint(const std::string& text, uint64_t max, uint64_t* out) {
+    if (text.empty() || text[0] == '-' || text[0] == '+') return false;
+    errno = 0;
+    char* end = nullptr;
+    unsigned long long v = std::strtoull(text.c_str(), &end, 10);
+    if (errno != 0 || *end != '\0' || v > max) return false;
+    *out = v;
+    return true;
+  }
+
+  static bool ParseDouble(const std::string& text, double* out) {
+    if (text.empty()) return false;
+    errno = 0;
+    char* end = nullptr;
+    double v = std::strtod(text.c_str(), &end);
+    if (errno != 0 || *end != '\0' || !std::isfinite(v)) return false;
+    *out = v;
+    return true;
+  }
+
+  static const FieldDescriptor* FindByJsonName(const Descriptor* descriptor, const std::string& key) {
+    for (int i = 0; i < descriptor->field_count(); ++i) {
+      if (descriptor->field(i)->json_name() == key) return descriptor->field(i);
+    }
+    return nullptr;
+  }
+
+  // "bf16", "BF16" and "PRECISION_BF16" all name PRECISION_BF16.
+  static const google::protobuf::EnumValueDescriptor* FindEnumValue(const EnumDescriptor* type,
+                                                                    const std::string& text) {
+    const std::string upper = absl::AsciiStrToUpper(text);
+    if (const auto* v = type->FindValueByName(upper)) return v;
+    return type->FindValueByName(EnumPrefix(type) + upper);
+  }
+
+  static std::string EnumPrefix(const EnumDescriptor* type) {
+    // DeviceKind -> DEVICE_KIND_
+    std::string prefix;
+    for (char c : type->name()) {
+      if (absl::ascii_isupper(c) && !prefix.empty()) prefix += '_';
+      prefix += absl::ascii_toupper(c);
+    }
+    return prefix + "_";
+  }
+
+  static std::string EnumChoices(const EnumDescriptor* type) {
+    const std::string prefix = EnumPrefix(type);
+    std::vector<std::string> names;
+    for (int i = 0; i < type->value_count(); ++i) {
+      std::string name = type->value(i)->name();
+      if (absl::EndsWith(name, "_UNSPECIFIED")) continue;
+      if (absl::StartsWith(name, prefix)) name = name.substr(prefix.size());
+      names.push_back(absl::AsciiStrToLower(name));
+    }
+    return absl::StrJoin(names, ", ");
+  }
+
+  static std::string OneofMembers(const google::protobuf::OneofDescriptor* oneof) {
+    std::vector<std::string> names;
+    for (int i = 0; i < oneof->field_count(); ++i) names.push_back(oneof->field(i)->name());
+    return absl::StrJoin(names, ", ");
+  }
+
+  static size_t EditDistance(const std::string& a, const std::string& b) {
+    std::vector<size_t> row(b.size() + 1);
+    for (size_t j = 0; j <= b.size(); ++j) row[j] = j;
+    for (size_t i = 1; i <= a.size(); ++i) {
+      size_t diagonal = row[0];
+      row[0] = i;
+      for (size_t j = 1; j <= b.size(); ++j) {
+        size_t above = row[j];
+        row[j] = std::min({row[j] + 1, row[j - 1] + 1, diagonal + (a[i - 1] != b[j - 1])});
+        diagonal = above;
+      }
+    }
+    return row[b.size()];
+  }
+
+  static std::string UnknownFieldMessage(const Descriptor* descriptor, const std::string& key) {
+    std::vector<std::string> names;
+    std::string closest;
+    size_t best = std::numeric_limits<size_t>::max();
+    for (int i = 0; i < descriptor->field_count(); ++i) {
+      const std::string& name = descriptor->field(i)->name();
+      names.push_back(name);
+      size_t d = EditDistance(key, name);
+      if (d < best) {
+        best = d;
+        closest = name;
+      }
+    }
+    std::string message = absl::StrCat("unknown field");
+    if (best <= 2) return absl::StrCat(message, "; did you mean ", closest, "?");
+    return absl::StrCat(message, "; expected one of ", absl::StrJoin(names, ", "));
+  }
+
+  static std::string TypeName(const FieldDescriptor* field) {
+    switch (field->cpp_type()) {
+      case FieldDescriptor::CPPTYPE_INT32:
+      case FieldDescriptor::CPPTYPE_INT64: return "an integer";
+      case FieldDescriptor::CPPTYPE_UINT32:
+      case FieldDescriptor::CPPTYPE_UINT64: return "a whole number >= 0";
+      case FieldDescriptor::CPPTYPE_DOUBLE:
+      case FieldDescriptor::CPPTYPE_FLOAT: return "a number";
+      case FieldDescriptor::CPPTYPE_BOOL: return "true or false";
+      case FieldDescriptor::CPPTYPE_ENUM: return absl::StrCat("one of ", EnumChoices(field->enum_type()));
+      case FieldDescriptor::CPPTYPE_STRING: return "a string";
+      default: return "a mapping";
+    }
+  }
+
+  static std::string Describe(const YAML::Node& node) {
+    if (node.IsMap()) return "a mapping";
+    if (node.IsSequence()) return "a list";
+    if (node.IsNull()) return "nothing";
+    return absl::StrCat("\"", node.Scalar(), "\"");
+  }
+
+  absl::Status BadValue(const YAML::Node& node, const std::string& path,
+                        const FieldDescriptor* field, const std::string& text) {
+    return Error(node, path, absl::StrCat("expected ", TypeName(field), ", got \"", text, "\""));
+  }
+
+  absl::Status Error(const YAML::Node& node, const std::string& path, const std::string& problem) {
+    const YAML::Mark mark = node.Mark();
+    std::string where = source_;
+    if (!mark.is_null()) absl::StrAppend(&where, ":", mark.line + 1);
+    return absl::InvalidArgumentError(
+        absl::StrCat(where, ": ", path.empty() ? "(top level)" : path, ": ", problem));
+  }
+
+  const std::string source_;
+};
+
+}  // namespace
+
+absl::StatusOr<v1::JobSpec> ParseJobSpec(const std::string& text, const std::string& source) {
+  YAML::Node root;
+  try {
+    root = YAML::Load(text);
+  } catch (const YAML::Exception& e) {
+    return absl::InvalidArgumentError(absl::StrCat(source, ":", e.mark.line + 1, ":",
+                                                   e.mark.column + 1, ": not valid YAML or JSON: ",
+                                                   e.msg));
+  }
+  if (root.IsNull()) return absl::InvalidArgumentError(absl::StrCat(source, ": the file is empty"));
+  v1::JobSpec spec;
+  try {
+    SpecReader reader(source);
+    if (auto s = reader.Fill(root, spec, ""); !s.ok()) return s;
+  } catch (const YAML::Exception& e) {
+    return absl::InvalidArgumentError(absl::StrCat(source, ":", e.mark.line + 1, ": ", e.msg));
+  }
+  return spec;
+}
+
+absl::StatusOr<v1::JobSpec> LoadJobSpecFile(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) {
+    return absl::NotFoundError(absl::StrCat(path, ": cannot read job file: ", std::strerror(errno)));
+  }
+  std::stringstream buffer;
+  buffer << in.rdbuf();
+  return ParseJobSpec(buffer.str(), path);
+}
+
+}  // namespace stoke::client

@@ -1,0 +1,22 @@
+// Job files: YAML or JSON mapped onto stoke.v1.JobSpec field by field, through the
+// message's descriptor, so the file format follows the .proto with no second schema to
+// keep in step. Field names are the .proto's (snake_case; lowerCamelCase is accepted as in
+// protobuf's JSON mapping); enum values may be written short and in any case
+// ("precision: bf16" for PRECISION_BF16). An unknown field, a value of the wrong type or
+// two members of one oneof are rejected with the file, line and field path, before
+// anything reaches the coordinator.
+#pragma once
+
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "stoke/v1/job_spec.pb.h"
+
+namespace stoke::client {
+
+// `source` names the text in error messages (usually the file path).
+absl::StatusOr<v1::JobSpec> ParseJobSpec(const std::string& text, const std::string& source);
+
+absl::StatusOr<v1::JobSpec> LoadJobSpecFile(const std::string& path);
+
+}  // namespace stoke::client

@@ -3,6 +3,8 @@
 // resumes from the last event it delivered, so a caller sees every event once, in order.
 #pragma once
 
+#include <grpcpp/channel.h>
+
 #include <chrono>
 #include <functional>
 #include <memory>

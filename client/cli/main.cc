@@ -10,6 +10,7 @@ using namespace stoke::client;
 int main(int argc, char** argv) {
   CLI::App app{"stoke: submit training jobs to a Stoke coordinator and watch them train"};
   app.require_subcommand(1);
+  app.fallthrough();  // --address and --output may also follow the subcommand
   const char* env_address = std::getenv("STOKE_ADDRESS");
   std::string address = env_address ? env_address : "127.0.0.1:50051";
   std::string output = "text";

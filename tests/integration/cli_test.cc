@@ -1,0 +1,171 @@
+// The `stoke` CLI as a user runs it, against a real coordinator: what it prints, what it
+// refuses, and the exit codes scripts depend on.
+#include <gtest/gtest.h>
+
+#include <fstream>
+
+#include "tests/support/coordinator_process.h"
+#include "tests/support/subprocess.h"
+#include "tests/support/temp_dir.h"
+#include "tests/support/wait.h"
+
+namespace stoke::testing {
+namespace {
+
+class CliTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    dir_ = new TempDir();
+    coordinator_ = CoordinatorProcess::Start({dir_->path()}).release();
+  }
+  static void TearDownTestSuite() {
+    delete coordinator_;
+    delete dir_;
+  }
+  void SetUp() override { ASSERT_NE(coordinator_, nullptr); }
+
+  CommandResult Stoke(std::vector<std::string> args) {
+    args.insert(args.begin(), {STOKE_CLI_BINARY, "--address", coordinator_->address()});
+    return RunCommand(args);
+  }
+
+  std::string WriteFile(const std::string& name, const std::string& text) {
+    std::string path = files_.File(name);
+    std::ofstream(path) << text;
+    return path;
+  }
+
+  std::string TinyJobFile(int steps) {
+    return WriteFile("job.yaml", "name: cli-test\nmodel:\n  mlp:\n    hidden: [16]\n"
+                                 "data:\n  synthetic: {features: 8, num_classes: 3}\n"
+                                 "training:\n  steps: " + std::to_string(steps) +
+                                     "\n  batch_size: 16\nmetrics:\n  interval_steps: 10\n");
+  }
+
+  static TempDir* dir_;
+  static CoordinatorProcess* coordinator_;
+  TempDir files_;
+};
+
+TempDir* CliTest::dir_ = nullptr;
+CoordinatorProcess* CliTest::coordinator_ = nullptr;
+
+TEST_F(CliTest, SubmitPrintsTheIdAndWatchFollowsToSuccess) {
+  CommandResult submit = Stoke({"submit", TinyJobFile(40)});
+  ASSERT_EQ(submit.exit_code, 0) << submit.err;
+  std::string id = submit.out.substr(0, submit.out.find('\n'));
+  ASSERT_FALSE(id.empty());
+  EXPECT_NE(submit.err.find("submitted job " + id), std::string::npos) << submit.err;
+
+  // Piped, watch prints plain lines: states, one line per metrics sample, the verdict.
+  CommandResult watch = Stoke({"watch", id});
+  EXPECT_EQ(watch.exit_code, 0) << watch.out << watch.err;
+  EXPECT_NE(watch.out.find("job " + id + " step 10/40 (25%)  loss "), std::string::npos) << watch.out;
+  EXPECT_NE(watch.out.find("samples/s  ETA "), std::string::npos) << watch.out;
+  EXPECT_NE(watch.out.find("job " + id + " SUCCEEDED"), std::string::npos) << watch.out;
+  EXPECT_EQ(watch.out.find('\r'), std::string::npos) << "no terminal control codes in a pipe";
+}
+
+TEST_F(CliTest, SubmitWithJsonOutputPrintsTheJobObject) {
+  CommandResult submit = Stoke({"--output", "json", "submit", TinyJobFile(10)});
+  ASSERT_EQ(submit.exit_code, 0) << submit.err;
+  EXPECT_NE(submit.out.find("\"id\": \""), std::string::npos) << submit.out;
+  EXPECT_NE(submit.out.find("\"name\": \"cli-test\""), std::string::npos) << submit.out;
+}
+
+TEST_F(CliTest, SubmitWatchExitsNonZeroForAJobThatFails) {
+  // Diverges at once: SGD with an absurd learning rate; not retried.
+  std::string file = WriteFile("diverge.yaml",
+                               "model: {mlp: {hidden: [16]}}\ndata: {synthetic: {features: 8}}\n"
+                               "optimizer: {sgd: {}, lr: 1e12}\ntraining: {steps: 100, batch_size: 16}\n"
+                               "metrics: {interval_steps: 5}\n");
+  CommandResult result = Stoke({"submit", file, "--watch"});
+  EXPECT_EQ(result.exit_code, 1) << result.out << result.err;
+  EXPECT_NE(result.out.find("FAILED"), std::string::npos) << result.out;
+  EXPECT_NE(result.out.find("loss became"), std::string::npos) << result.out;
+}
+
+TEST_F(CliTest, BadJobFilesAreRefusedNamingFileLineAndField) {
+  std::string file = WriteFile("bad.yaml", "model:\n  mlp: {}\ntraining:\n  steps: 10\n  bach_size: 4\n");
+  CommandResult result = Stoke({"submit", file});
+  EXPECT_EQ(result.exit_code, 2);
+  EXPECT_NE(result.err.find(file + ":5: training.bach_size: unknown field; did you mean batch_size?"),
+            std::string::npos)
+      << result.err;
+  // Well-formed but invalid: the coordinator names the field.
+  file = WriteFile("invalid.yaml", "model:\n  mlp: {}\ndata:\n  synthetic: {}\n");
+  result = Stoke({"submit", file});
+  EXPECT_EQ(result.exit_code, 2);
+  EXPECT_NE(result.err.find("spec.training: set steps or epochs"), std::string::npos) << result.err;
+  result = Stoke({"submit", files_.File("missing.yaml")});
+  EXPECT_EQ(result.exit_code, 2);
+  EXPECT_NE(result.err.find("missing.yaml"), std::string::npos) << result.err;
+}
+
+TEST_F(CliTest, ReadCommandsWorkAndSpeakJson) {
+  CommandResult submit = Stoke({"submit", TinyJobFile(10)});
+  ASSERT_EQ(submit.exit_code, 0);
+  std::string id = submit.out.substr(0, submit.out.find('\n'));
+  ASSERT_EQ(Stoke({"watch", id}).exit_code, 0);
+
+  CommandResult list = Stoke({"list"});
+  EXPECT_EQ(list.exit_code, 0);
+  EXPECT_NE(list.out.find("ID"), std::string::npos);
+  EXPECT_NE(list.out.find("SUCCEEDED"), std::string::npos) << list.out;
+  CommandResult list_json = Stoke({"list", "--state", "succeeded", "-o", "json"});
+  EXPECT_EQ(list_json.exit_code, 0);
+  EXPECT_NE(list_json.out.find("\"state\": \"JOB_STATE_SUCCEEDED\""), std::string::npos);
+  EXPECT_EQ(list_json.out.find("JOB_STATE_RUNNING"), std::string::npos);
+
+  CommandResult status = Stoke({"status", id});
+  EXPECT_EQ(status.exit_code, 0);
+  EXPECT_NE(status.out.find("state      SUCCEEDED"), std::string::npos) << status.out;
+  EXPECT_NE(status.out.find("step 10/10"), std::string::npos) << status.out;
+
+  CommandResult cluster = Stoke({"cluster"});
+  EXPECT_EQ(cluster.exit_code, 0);
+  EXPECT_NE(cluster.out.find("2 workers"), std::string::npos) << cluster.out;
+  CommandResult cluster_json = Stoke({"cluster", "--output", "json"});
+  EXPECT_NE(cluster_json.out.find("\"workers\""), std::string::npos);
+
+  CommandResult logs = Stoke({"logs", id});
+  EXPECT_EQ(logs.exit_code, 0);
+  EXPECT_NE(logs.out.find("[rank 0] training cli-test"), std::string::npos) << logs.out;
+  EXPECT_NE(logs.out.find("-- SUCCEEDED"), std::string::npos) << logs.out;
+}
+
+TEST_F(CliTest, CancelAndItsExitCodes) {
+  std::string file = WriteFile("long.yaml",
+                               "model: {mlp: {hidden: [16]}}\ndata: {synthetic: {features: 8}}\n"
+                               "training: {steps: 100000000, batch_size: 16}\n");
+  CommandResult submit = Stoke({"submit", file});
+  ASSERT_EQ(submit.exit_code, 0);
+  std::string id = submit.out.substr(0, submit.out.find('\n'));
+  CommandResult cancel = Stoke({"cancel", id, "--reason", "changed my mind"});
+  EXPECT_EQ(cancel.exit_code, 0) << cancel.err;
+  EXPECT_NE(cancel.out.find("CANCELLED"), std::string::npos);
+  // Watching a cancelled job ends at once, and not with success.
+  EXPECT_EQ(Stoke({"watch", id}).exit_code, 1);
+  CommandResult again = Stoke({"cancel", id});
+  EXPECT_EQ(again.exit_code, 5);
+  EXPECT_NE(again.err.find("already finished (CANCELLED)"), std::string::npos) << again.err;
+  CommandResult missing = Stoke({"status", "999999"});
+  EXPECT_EQ(missing.exit_code, 4);
+  EXPECT_NE(missing.err.find("job 999999 not found"), std::string::npos) << missing.err;
+}
+
+TEST(CliWithoutCoordinator, SaysSoAndExitsThree) {
+  CommandResult result = RunCommand({STOKE_CLI_BINARY, "--address", "127.0.0.1:1", "list"});
+  EXPECT_EQ(result.exit_code, 3);
+  EXPECT_NE(result.err.find("cannot reach a coordinator at 127.0.0.1:1"), std::string::npos)
+      << result.err;
+}
+
+TEST(CliUsage, UnknownCommandsAndFlagsAreUsageErrors) {
+  EXPECT_EQ(RunCommand({STOKE_CLI_BINARY, "frobnicate"}).exit_code, 2);
+  EXPECT_EQ(RunCommand({STOKE_CLI_BINARY, "list", "--colour"}).exit_code, 2);
+  EXPECT_EQ(RunCommand({STOKE_CLI_BINARY, "--help"}).exit_code, 0);
+}
+
+}  // namespace
+}  // namespace stoke::testing

@@ -1,0 +1,107 @@
+#include "tests/support/coordinator_process.h"
+
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <thread>
+
+#include "tests/support/wait.h"
+
+namespace stoke::testing {
+
+bool ProcessAlive(pid_t pid) {
+  std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
+  std::string line;
+  if (!std::getline(stat, line)) return false;
+  // Field 3 is the state; Z is a zombie: dead, not yet reaped.
+  auto close_paren = line.rfind(')');
+  return close_paren != std::string::npos && close_paren + 2 < line.size() &&
+         line[close_paren + 2] != 'Z';
+}
+
+std::unique_ptr<CoordinatorProcess> CoordinatorProcess::Start(const Options& options) {
+  std::unique_ptr<CoordinatorProcess> process(new CoordinatorProcess());
+  process->options_ = options;
+  const std::string address_file = options.data_dir + "/coordinator.address";
+  std::filesystem::create_directories(options.data_dir);
+  std::filesystem::remove(address_file);  // a killed coordinator leaves its file behind
+
+  std::vector<std::string> args = {STOKE_COORDINATOR_BINARY, "--address", "127.0.0.1:0",
+                                   "--data-dir", options.data_dir, "--local-workers",
+                                   options.local_workers, "--metrics-address", "127.0.0.1:0"};
+  for (const auto& a : options.extra_args) args.push_back(a);
+  std::vector<char*> argv;
+  for (auto& a : args) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  const std::string log = options.data_dir + "/coordinator.log";
+  pid_t pid = fork();
+  if (pid == 0) {
+    int fd = open(log.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
+    dup2(fd, STDOUT_FILENO);
+    dup2(fd, STDERR_FILENO);
+    execv(argv[0], argv.data());
+    _exit(127);
+  }
+  process->pid_ = pid;
+  if (!WaitFor([&] { return std::filesystem::exists(address_file); }, std::chrono::seconds(60))) {
+    ADD_FAILURE() << "the coordinator did not start; its log:\n" << process->Log();
+    return nullptr;
+  }
+  std::ifstream(address_file) >> process->address_;
+  process->client_ = client::Client::Connect({process->address_});
+  int expected = 0;
+  if (options.local_workers.rfind("cpu:", 0) == 0) expected = std::stoi(options.local_workers.substr(4));
+  bool attached = WaitFor(
+      [&] {
+        auto cluster = process->client_->GetCluster();
+        return cluster.ok() && cluster->workers_size() >= expected;
+      },
+      std::chrono::seconds(60));
+  if (!attached) {
+    ADD_FAILURE() << "the local workers did not attach; coordinator log:\n" << process->Log();
+    return nullptr;
+  }
+  return process;
+}
+
+CoordinatorProcess::~CoordinatorProcess() {
+  if (pid_ > 0) Stop();
+}
+
+void CoordinatorProcess::Kill() {
+  if (pid_ <= 0) return;
+  kill(pid_, SIGKILL);
+  waitpid(pid_, nullptr, 0);
+  pid_ = -1;
+}
+
+int CoordinatorProcess::Stop() {
+  if (pid_ <= 0) return -1;
+  kill(pid_, SIGTERM);
+  int status = 0;
+  for (int i = 0; i < 300; ++i) {
+    if (waitpid(pid_, &status, WNOHANG) == pid_) {
+      pid_ = -1;
+      return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  ADD_FAILURE() << "the coordinator did not stop within 30 s of SIGTERM";
+  Kill();
+  return -1;
+}
+
+std::string CoordinatorProcess::Log() const {
+  std::ifstream in(options_.data_dir + "/coordinator.log");
+  std::stringstream buffer;
+  buffer << in.rdbuf();
+  return buffer.str();
+}
+
+}  // namespace stoke::testing

@@ -1,0 +1,51 @@
+// A real stoke-coordinator process (with its local CPU workers) on a loopback port and a
+// temp data dir, for end-to-end tests, plus a client connected to it.
+#pragma once
+
+#include <sys/types.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "client/lib/client.h"
+
+namespace stoke::testing {
+
+class CoordinatorProcess {
+ public:
+  struct Options {
+    std::string data_dir;
+    std::string local_workers = "cpu:2";
+    std::vector<std::string> extra_args = {"--heartbeat-timeout", "6"};
+  };
+
+  // Starts it and waits until it listens and every local worker has attached. Fails the
+  // calling test (and returns null) if that does not happen within a minute.
+  static std::unique_ptr<CoordinatorProcess> Start(const Options& options);
+  ~CoordinatorProcess();
+
+  // SIGKILL, and waits for it to be gone (as a crash would leave things).
+  void Kill();
+  // SIGTERM, and waits for a clean exit; returns its exit code.
+  int Stop();
+
+  client::Client& client() { return *client_; }
+  const std::string& address() const { return address_; }
+  pid_t pid() const { return pid_; }
+  // The coordinator's own log, for failure messages.
+  std::string Log() const;
+
+ private:
+  CoordinatorProcess() = default;
+
+  Options options_;
+  pid_t pid_ = -1;
+  std::string address_;
+  std::unique_ptr<client::Client> client_;
+};
+
+// True while a process with this pid exists (and is not a zombie of ours).
+bool ProcessAlive(pid_t pid);
+
+}  // namespace stoke::testing

@@ -1,0 +1,310 @@
+// The coordinator's core flows, driven directly with a fake clock and recording worker
+// connections (the network edge), over a real SQLite store.
+#include "server/core/coordinator.h"
+
+#include <gtest/gtest.h>
+
+#include "server/api/job_spec_rules.h"
+#include "server/store/sqlite_job_store.h"
+#include "tests/support/temp_dir.h"
+
+namespace stoke::server {
+namespace {
+
+// Records what the coordinator sends to one worker.
+class RecordingConnection final : public WorkerConnection {
+ public:
+  void Send(const v1::CoordinatorMessage& message) override { sent.push_back(message); }
+  void Close(const std::string& reason) override { closed_because = reason; }
+
+  std::vector<v1::Assignment> Assignments() const {
+    std::vector<v1::Assignment> out;
+    for (const auto& m : sent) {
+      if (m.has_assignment()) out.push_back(m.assignment());
+    }
+    return out;
+  }
+  std::vector<v1::CancelTask> Cancels() const {
+    std::vector<v1::CancelTask> out;
+    for (const auto& m : sent) {
+      if (m.has_cancel()) out.push_back(m.cancel());
+    }
+    return out;
+  }
+
+  std::vector<v1::CoordinatorMessage> sent;
+  std::string closed_because;
+};
+
+class CoordinatorTest : public ::testing::Test {
+ protected:
+  void SetUp() override { Open(); }
+
+  void Open() {
+    core_.reset();
+    hub_.reset();
+    store_.reset();
+    store_ = *SqliteJobStore::Open({dir_.File("stoke.db")});
+    hub_ = std::make_unique<EventHub>(*store_);
+    Coordinator::Options options;
+    options.heartbeat_timeout = absl::Seconds(10);
+    options.heartbeat_interval = absl::Seconds(2);
+    options.tick_interval = absl::ZeroDuration();  // the test calls Tick
+    options.jobs_dir = dir_.File("jobs");
+    core_ = *Coordinator::Create(options, *store_, *hub_, clock_);
+    ASSERT_TRUE(core_->Start().ok());
+  }
+
+  std::shared_ptr<RecordingConnection> Attach(const std::string& id) {
+    auto connection = std::make_shared<RecordingConnection>();
+    v1::RegisterWorker reg;
+    reg.set_worker_id(id);
+    reg.set_host("host");
+    reg.mutable_device()->set_type(v1::DEVICE_TYPE_CPU);
+    EXPECT_TRUE(core_->AttachWorker(reg, connection).ok());
+    return connection;
+  }
+
+  std::string Submit(uint32_t devices = 1, std::optional<uint32_t> max_restarts = std::nullopt) {
+    v1::JobSpec spec;
+    spec.mutable_model()->mutable_mlp();
+    spec.mutable_data()->mutable_synthetic();
+    spec.mutable_training()->set_steps(10);
+    spec.mutable_resources()->set_gpus(devices);
+    if (max_restarts) spec.set_max_restarts(*max_restarts);
+    EXPECT_TRUE(ValidateJobSpec(spec).ok());
+    ApplyJobSpecDefaults(spec);
+    auto job = core_->SubmitJob(spec);
+    EXPECT_TRUE(job.ok()) << job.status();
+    return job->id();
+  }
+
+  void Send(const std::string& worker, v1::WorkerMessage message) {
+    core_->HandleWorkerMessage(worker, message);
+  }
+  void Started(const std::string& worker, const std::string& job, uint32_t attempt) {
+    v1::WorkerMessage m;
+    m.mutable_started()->set_job_id(job);
+    m.mutable_started()->set_attempt(attempt);
+    Send(worker, m);
+  }
+  void Finished(const std::string& worker, const std::string& job, uint32_t attempt,
+                v1::TaskOutcome outcome, bool retryable = true) {
+    v1::WorkerMessage m;
+    auto* f = m.mutable_finished();
+    f->set_job_id(job);
+    f->set_attempt(attempt);
+    f->set_outcome(outcome);
+    f->set_message("done");
+    f->set_retryable(retryable);
+    Send(worker, m);
+  }
+
+  v1::Job GetJob(const std::string& id) { return *core_->GetJob(id); }
+  v1::WorkerState WorkerState(const std::string& id) {
+    const v1::Cluster cluster = core_->GetCluster();
+    for (const auto& w : cluster.workers()) {
+      if (w.id() == id) return w.state();
+    }
+    return v1::WORKER_STATE_UNSPECIFIED;
+  }
+
+  stoke::testing::TempDir dir_;
+  FakeClock clock_;
+  std::unique_ptr<SqliteJobStore> store_;
+  std::unique_ptr<EventHub> hub_;
+  std::unique_ptr<Coordinator> core_;
+};
+
+TEST_F(CoordinatorTest, JobRunsOnAnIdleWorkerToSuccess) {
+  auto w = Attach("w1");
+  ASSERT_TRUE(w->sent[0].has_registered());
+  std::string id = Submit();
+  ASSERT_EQ(w->Assignments().size(), 1u);
+  EXPECT_EQ(w->Assignments()[0].job_id(), id);
+  EXPECT_EQ(w->Assignments()[0].attempt(), 1u);
+  EXPECT_EQ(GetJob(id).state(), v1::JOB_STATE_SCHEDULED);
+  EXPECT_EQ(WorkerState("w1"), v1::WORKER_STATE_BUSY);
+  Started("w1", id, 1);
+  EXPECT_EQ(GetJob(id).state(), v1::JOB_STATE_RUNNING);
+  Finished("w1", id, 1, v1::TASK_OUTCOME_SUCCEEDED);
+  EXPECT_EQ(GetJob(id).state(), v1::JOB_STATE_SUCCEEDED);
+  EXPECT_EQ(WorkerState("w1"), v1::WORKER_STATE_IDLE);
+}
+
+TEST_F(CoordinatorTest, GangWaitsForAllItsDevicesThenGetsRanks) {
+  auto w1 = Attach("w1");
+  std::string small = Submit(1);
+  std::string gang = Submit(2);
+  auto w2 = Attach("w2");
+  // One device is busy with the small job: the gang must not start on the other alone.
+  EXPECT_EQ(GetJob(gang).state(), v1::JOB_STATE_PENDING);
+  EXPECT_NE(GetJob(gang).message().find("waiting for 2 CPU devices (1 free)"), std::string::npos)
+      << GetJob(gang).message();
+  EXPECT_TRUE(w2->Assignments().empty());
+  Started("w1", small, 1);
+  Finished("w1", small, 1, v1::TASK_OUTCOME_SUCCEEDED);
+  v1::Job job = GetJob(gang);
+  EXPECT_EQ(job.state(), v1::JOB_STATE_SCHEDULED);
+  ASSERT_EQ(job.placement_size(), 2);
+  ASSERT_EQ(w1->Assignments().size(), 2u);
+  ASSERT_EQ(w2->Assignments().size(), 1u);
+  EXPECT_EQ(w1->Assignments()[1].world_size(), 2u);
+  EXPECT_NE(w1->Assignments()[1].rank(), w2->Assignments()[0].rank());
+  // RUNNING only once every rank has started.
+  Started("w1", gang, 1);
+  EXPECT_EQ(GetJob(gang).state(), v1::JOB_STATE_SCHEDULED);
+  Started("w2", gang, 1);
+  EXPECT_EQ(GetJob(gang).state(), v1::JOB_STATE_RUNNING);
+}
+
+TEST_F(CoordinatorTest, SilentWorkerIsPresumedDeadAndItsJobRequeued) {
+  auto w1 = Attach("w1");
+  std::string id = Submit();
+  Started("w1", id, 1);
+  clock_.Advance(absl::Seconds(5));
+  core_->Tick();
+  EXPECT_EQ(GetJob(id).state(), v1::JOB_STATE_RUNNING);  // not yet past the timeout
+  clock_.Advance(absl::Seconds(6));
+  core_->Tick();
+  v1::Job job = GetJob(id);
+  EXPECT_EQ(job.state(), v1::JOB_STATE_RESTARTING);
+  EXPECT_EQ(job.restarts(), 1u);
+  EXPECT_NE(job.message().find("stopped sending heartbeats"), std::string::npos) << job.message();
+  EXPECT_EQ(w1->closed_because, "no heartbeat");
+  EXPECT_TRUE(core_->GetCluster().workers().empty());
+  auto w2 = Attach("w2");
+  ASSERT_EQ(w2->Assignments().size(), 1u);
+  EXPECT_EQ(w2->Assignments()[0].attempt(), 2u);
+}
+
+TEST_F(CoordinatorTest, HeartbeatsKeepAWorkerAlive) {
+  Attach("w1");
+  for (int i = 0; i < 10; ++i) {
+    clock_.Advance(absl::Seconds(4));
+    v1::WorkerMessage beat;
+    beat.mutable_heartbeat();
+    Send("w1", beat);
+    core_->Tick();
+  }
+  EXPECT_EQ(core_->GetCluster().workers_size(), 1);
+}
+
+TEST_F(CoordinatorTest, FailuresUseUpRestartsThenFailTheJob) {
+  auto w = Attach("w1");
+  std::string id = Submit(1, /*max_restarts=*/1);
+  Started("w1", id, 1);
+  Finished("w1", id, 1, v1::TASK_OUTCOME_FAILED);
+  EXPECT_EQ(GetJob(id).restarts(), 1u);
+  // Re-queued and, the worker being free again, started at once as attempt 2.
+  EXPECT_EQ(GetJob(id).state(), v1::JOB_STATE_SCHEDULED);
+  EXPECT_EQ(GetJob(id).attempt(), 2u);
+  Started("w1", id, 2);
+  Finished("w1", id, 2, v1::TASK_OUTCOME_FAILED);
+  v1::Job job = GetJob(id);
+  EXPECT_EQ(job.state(), v1::JOB_STATE_FAILED);
+  EXPECT_NE(job.message().find("no restarts left"), std::string::npos) << job.message();
+}
+
+TEST_F(CoordinatorTest, NonRetryableFailureFailsAtOnce) {
+  Attach("w1");
+  std::string id = Submit(1, /*max_restarts=*/5);
+  Started("w1", id, 1);
+  Finished("w1", id, 1, v1::TASK_OUTCOME_FAILED, /*retryable=*/false);
+  EXPECT_EQ(GetJob(id).state(), v1::JOB_STATE_FAILED);
+  EXPECT_EQ(GetJob(id).restarts(), 0u);
+}
+
+TEST_F(CoordinatorTest, CancelStopsTheWorkerAndFreesItOnceItConfirms) {
+  auto w = Attach("w1");
+  std::string id = Submit();
+  Started("w1", id, 1);
+  auto cancelled = core_->CancelJob(id, "not needed");
+  ASSERT_TRUE(cancelled.ok());
+  EXPECT_EQ(cancelled->state(), v1::JOB_STATE_CANCELLED);
+  ASSERT_EQ(w->Cancels().size(), 1u);
+  EXPECT_EQ(WorkerState("w1"), v1::WORKER_STATE_DRAINING);
+  std::string next = Submit();
+  EXPECT_EQ(GetJob(next).state(), v1::JOB_STATE_PENDING);  // the device is not free yet
+  Finished("w1", id, 1, v1::TASK_OUTCOME_CANCELLED);
+  EXPECT_EQ(GetJob(id).state(), v1::JOB_STATE_CANCELLED);
+  EXPECT_EQ(GetJob(next).state(), v1::JOB_STATE_SCHEDULED);
+}
+
+TEST_F(CoordinatorTest, CancellingAFinishedJobIsRefused) {
+  Attach("w1");
+  std::string id = Submit();
+  Finished("w1", id, 1, v1::TASK_OUTCOME_SUCCEEDED);
+  auto again = core_->CancelJob(id, "");
+  EXPECT_EQ(again.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(core_->CancelJob("12345", "").status().code(), absl::StatusCode::kNotFound);
+}
+
+TEST_F(CoordinatorTest, MessagesOfAnAbandonedAttemptAreIgnored) {
+  Attach("w1");
+  std::string id = Submit();
+  Started("w1", id, 1);
+  Finished("w1", id, 1, v1::TASK_OUTCOME_FAILED);  // -> attempt 2 on w1
+  ASSERT_EQ(GetJob(id).attempt(), 2u);
+  Finished("w1", id, 1, v1::TASK_OUTCOME_SUCCEEDED);  // late news of attempt 1
+  EXPECT_EQ(GetJob(id).state(), v1::JOB_STATE_SCHEDULED);
+}
+
+TEST_F(CoordinatorTest, ReRegisteringWorkerReplacesTheOldOneAndRequeuesItsJob) {
+  auto old_connection = Attach("w1");
+  std::string id = Submit();
+  Started("w1", id, 1);
+  auto new_connection = Attach("w1");
+  EXPECT_FALSE(old_connection->closed_because.empty());
+  // The job went back to the queue and, the (new) worker being idle, started again.
+  ASSERT_EQ(new_connection->Assignments().size(), 1u);
+  EXPECT_EQ(new_connection->Assignments()[0].attempt(), 2u);
+  EXPECT_EQ(GetJob(id).restarts(), 1u);
+  // The old stream closing later must not remove the new registration.
+  core_->DetachWorker("w1", old_connection.get(), "old stream closed");
+  EXPECT_EQ(core_->GetCluster().workers_size(), 1);
+}
+
+TEST_F(CoordinatorTest, RestartRequeuesRunningJobsWithoutCountingAFailure) {
+  auto w1 = Attach("w1");
+  std::string running = Submit();
+  std::string queued = Submit();
+  Started("w1", running, 1);
+  // A coordinator shutting down loses its workers; that is no fault of the job.
+  core_->BeginShutdown();
+  core_->DetachWorker("w1", w1.get(), "coordinator stopping");
+  EXPECT_EQ(GetJob(running).state(), v1::JOB_STATE_RUNNING);
+  Open();  // a new coordinator on the same store
+  v1::Job job = GetJob(running);
+  EXPECT_EQ(job.state(), v1::JOB_STATE_PENDING);
+  EXPECT_EQ(job.restarts(), 0u);
+  EXPECT_NE(job.message().find("coordinator restarted"), std::string::npos) << job.message();
+  EXPECT_EQ(GetJob(queued).state(), v1::JOB_STATE_PENDING);
+  auto w = Attach("w1");
+  EXPECT_EQ(GetJob(running).state(), v1::JOB_STATE_SCHEDULED);
+  EXPECT_EQ(GetJob(running).attempt(), 2u);
+}
+
+TEST_F(CoordinatorTest, ReportsBecomeOrderedEvents) {
+  Attach("w1");
+  std::string id = Submit();
+  Started("w1", id, 1);
+  v1::WorkerMessage m;
+  m.mutable_report()->set_job_id(id);
+  m.mutable_report()->set_attempt(1);
+  for (int step = 10; step <= 30; step += 10) m.mutable_report()->add_metrics()->set_step(step);
+  m.mutable_report()->add_logs()->set_text("hello");
+  Send("w1", m);
+  auto read = *hub_->Read(id, 1, 100);
+  std::vector<uint64_t> steps;
+  for (size_t i = 0; i < read.events.size(); ++i) {
+    EXPECT_EQ(read.events[i].seq(), i + 1);
+    if (read.events[i].has_metrics()) steps.push_back(read.events[i].metrics().step());
+  }
+  EXPECT_EQ(steps, (std::vector<uint64_t>{10, 20, 30}));
+  EXPECT_EQ(read.events.back().log().text(), "hello");
+  EXPECT_EQ(GetJob(id).latest_metrics().step(), 30u);
+}
+
+}  // namespace
+}  // namespace stoke::server

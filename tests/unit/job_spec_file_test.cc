@@ -1,0 +1,125 @@
+// Job files: YAML and JSON map onto JobSpec; mistakes are reported with file, line and
+// field path, before anything is sent.
+#include "client/lib/job_spec_file.h"
+
+#include <gtest/gtest.h>
+
+#include <fstream>
+
+#include "tests/support/temp_dir.h"
+
+namespace stoke::client {
+namespace {
+
+std::string ErrorOf(const std::string& yaml) {
+  auto spec = ParseJobSpec(yaml, "job.yaml");
+  EXPECT_FALSE(spec.ok()) << "accepted:\n" << yaml;
+  return spec.ok() ? "" : std::string(spec.status().message());
+}
+
+TEST(JobSpecFile, YamlMapsFieldByField) {
+  auto spec = ParseJobSpec(R"(
+name: demo
+model:
+  mlp:
+    hidden: [128, 64]
+    activation: relu
+    dropout: 0.1
+data:
+  synthetic: {features: 32, num_classes: 4}
+optimizer:
+  sgd: {momentum: 0.9, nesterov: true}
+  lr: 0.05
+training:
+  epochs: 3
+  batch_size: 64
+  precision: bf16
+resources:
+  gpus: 2
+  priority: -3
+  device: cpu
+max_restarts: 0
+)", "job.yaml");
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_EQ(spec->name(), "demo");
+  ASSERT_EQ(spec->model().mlp().hidden_size(), 2);
+  EXPECT_EQ(spec->model().mlp().hidden(1), 64u);
+  EXPECT_EQ(spec->model().mlp().activation(), v1::ACTIVATION_RELU);
+  EXPECT_FLOAT_EQ(spec->model().mlp().dropout(), 0.1f);
+  EXPECT_EQ(spec->data().synthetic().num_classes(), 4u);
+  EXPECT_TRUE(spec->optimizer().sgd().nesterov());
+  EXPECT_DOUBLE_EQ(spec->optimizer().lr(), 0.05);
+  EXPECT_EQ(spec->training().epochs(), 3u);
+  EXPECT_EQ(spec->training().precision(), v1::PRECISION_BF16);
+  EXPECT_EQ(spec->resources().priority(), -3);
+  EXPECT_EQ(spec->resources().device(), v1::DEVICE_KIND_CPU);
+  EXPECT_TRUE(spec->has_max_restarts());
+  EXPECT_EQ(spec->max_restarts(), 0u);
+}
+
+TEST(JobSpecFile, JsonWorksTooWithEitherNameStyle) {
+  auto spec = ParseJobSpec(
+      R"({"model": {"mlp": {}}, "data": {"synthetic": {}}, "training": {"steps": 10, "batchSize": 16,
+          "precision": "PRECISION_FP32"}, "optimizer": {"adamw": null}})",
+      "job.json");
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_TRUE(spec->model().has_mlp());
+  EXPECT_TRUE(spec->data().has_synthetic());
+  EXPECT_TRUE(spec->optimizer().has_adamw());  // an empty member still picks the kind
+  EXPECT_EQ(spec->training().batch_size(), 16u);
+  EXPECT_EQ(spec->training().precision(), v1::PRECISION_FP32);
+}
+
+TEST(JobSpecFile, UnknownFieldIsNamedWithALikelyFix) {
+  std::string error = ErrorOf("training:\n  steps: 5\n  bach_size: 32\n");
+  EXPECT_EQ(error, "job.yaml:3: training.bach_size: unknown field; did you mean batch_size?");
+  error = ErrorOf("colour: red\n");
+  EXPECT_NE(error.find("job.yaml:1: colour: unknown field; expected one of name, model"), std::string::npos)
+      << error;
+}
+
+TEST(JobSpecFile, IllTypedValuesAreNamed) {
+  EXPECT_EQ(ErrorOf("training:\n  batch_size: lots\n"),
+            "job.yaml:2: training.batch_size: expected a whole number >= 0, got \"lots\"");
+  EXPECT_EQ(ErrorOf("training:\n  batch_size: -4\n"),
+            "job.yaml:2: training.batch_size: expected a whole number >= 0, got \"-4\"");
+  EXPECT_EQ(ErrorOf("training:\n  steps: 1.5\n"),
+            "job.yaml:2: training.steps: expected a whole number >= 0, got \"1.5\"");
+  EXPECT_EQ(ErrorOf("optimizer:\n  lr: fast\n"),
+            "job.yaml:2: optimizer.lr: expected a number, got \"fast\"");
+  EXPECT_EQ(ErrorOf("training:\n  precision: fp8\n"),
+            "job.yaml:2: training.precision: unknown value \"fp8\"; expected one of auto, fp32, bf16");
+  EXPECT_EQ(ErrorOf("model:\n  mlp:\n    hidden: 64\n"),
+            "job.yaml:3: model.mlp.hidden: expected a list, got \"64\"");
+  EXPECT_EQ(ErrorOf("model:\n  mlp:\n    hidden: [64, wide]\n"),
+            "job.yaml:3: model.mlp.hidden[1]: expected a whole number >= 0, got \"wide\"");
+  EXPECT_EQ(ErrorOf("training: 12\n"),
+            "job.yaml:1: training: expected a mapping of TrainingSpec fields, got \"12\"");
+  EXPECT_EQ(ErrorOf("resources:\n  gpus: 99999999999\n"),
+            "job.yaml:2: resources.gpus: expected a whole number >= 0, got \"99999999999\"");
+}
+
+TEST(JobSpecFile, TwoMembersOfOneChoiceConflict) {
+  EXPECT_EQ(ErrorOf("training:\n  steps: 10\n  epochs: 2\n"),
+            "job.yaml:3: training.epochs: conflicts with steps: set only one of steps, epochs");
+}
+
+TEST(JobSpecFile, BrokenSyntaxAndMissingFilesAreNamed) {
+  std::string error = ErrorOf("model: {mlp: \n  oops: [\n");
+  EXPECT_EQ(error.rfind("job.yaml:", 0), 0u) << error;
+  EXPECT_NE(error.find("not valid YAML or JSON"), std::string::npos) << error;
+  EXPECT_EQ(ErrorOf(""), "job.yaml: the file is empty");
+  auto missing = LoadJobSpecFile("/nonexistent/job.yaml");
+  ASSERT_FALSE(missing.ok());
+  EXPECT_NE(missing.status().message().find("/nonexistent/job.yaml"), absl::string_view::npos);
+}
+
+TEST(JobSpecFile, TheExamplesInTheRepositoryParse) {
+  for (const char* name : {"mlp-synthetic.yaml"}) {
+    auto spec = LoadJobSpecFile(std::string(STOKE_SOURCE_DIR) + "/examples/" + name);
+    EXPECT_TRUE(spec.ok()) << name << ": " << spec.status();
+  }
+}
+
+}  // namespace
+}  // namespace stoke::client

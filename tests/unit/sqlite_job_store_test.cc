@@ -1,0 +1,180 @@
+// The SQLite job store on real files: what is committed is what is read back, also after
+// the file is closed and opened again; a full store refuses writes and loses nothing.
+#include "server/store/sqlite_job_store.h"
+
+#include <gtest/gtest.h>
+#include <sqlite3.h>
+
+#include <fstream>
+
+#include "tests/support/temp_dir.h"
+
+namespace stoke::server {
+namespace {
+
+using stoke::testing::TempDir;
+
+v1::Job NewJob(const std::string& name, v1::JobState state = v1::JOB_STATE_PENDING) {
+  v1::Job job;
+  job.mutable_spec()->set_name(name);
+  job.set_state(state);
+  job.set_last_event_seq(1);
+  return job;
+}
+
+v1::JobEvent StateEvent(uint64_t seq, v1::JobState state) {
+  v1::JobEvent event;
+  event.set_seq(seq);
+  event.mutable_state_change()->set_state(state);
+  return event;
+}
+
+TEST(SqliteJobStore, CreatedJobRoundTripsWithItsFirstEvent) {
+  TempDir dir;
+  auto store = SqliteJobStore::Open({dir.File("stoke.db")});
+  ASSERT_TRUE(store.ok()) << store.status();
+  auto job = (*store)->CreateJob(NewJob("first"), {StateEvent(1, v1::JOB_STATE_PENDING)});
+  ASSERT_TRUE(job.ok()) << job.status();
+  EXPECT_EQ(job->id(), "1");
+  auto read = (*store)->GetJob("1");
+  ASSERT_TRUE(read.ok());
+  EXPECT_EQ(read->spec().name(), "first");
+  EXPECT_EQ(read->id(), "1");
+  auto events = (*store)->ReadEvents("1", 1, 100);
+  ASSERT_TRUE(events.ok());
+  ASSERT_EQ(events->size(), 1u);
+  EXPECT_EQ((*events)[0].state_change().state(), v1::JOB_STATE_PENDING);
+}
+
+TEST(SqliteJobStore, IdsIncreaseInSubmissionOrder) {
+  TempDir dir;
+  auto store = *SqliteJobStore::Open({dir.File("stoke.db")});
+  for (int i = 1; i <= 3; ++i) {
+    auto job = store->CreateJob(NewJob("j"), {});
+    ASSERT_TRUE(job.ok());
+    EXPECT_EQ(job->id(), std::to_string(i));
+  }
+}
+
+TEST(SqliteJobStore, CommitStoresTransitionAndEventsTogether) {
+  TempDir dir;
+  auto store = *SqliteJobStore::Open({dir.File("stoke.db")});
+  auto job = *store->CreateJob(NewJob("j"), {StateEvent(1, v1::JOB_STATE_PENDING)});
+  job.set_state(v1::JOB_STATE_RUNNING);
+  job.set_last_event_seq(3);
+  ASSERT_TRUE(store->Commit(job, {StateEvent(2, v1::JOB_STATE_SCHEDULED),
+                                  StateEvent(3, v1::JOB_STATE_RUNNING)}).ok());
+  EXPECT_EQ(store->GetJob(job.id())->state(), v1::JOB_STATE_RUNNING);
+  auto events = *store->ReadEvents(job.id(), 2, 100);
+  ASSERT_EQ(events.size(), 2u);
+  EXPECT_EQ(events[0].seq(), 2u);
+  EXPECT_EQ(events[1].state_change().state(), v1::JOB_STATE_RUNNING);
+}
+
+TEST(SqliteJobStore, EverythingSurvivesReopening) {
+  TempDir dir;
+  {
+    auto store = *SqliteJobStore::Open({dir.File("stoke.db")});
+    auto job = *store->CreateJob(NewJob("kept"), {StateEvent(1, v1::JOB_STATE_PENDING)});
+    job.set_state(v1::JOB_STATE_SUCCEEDED);
+    job.set_last_event_seq(2);
+    ASSERT_TRUE(store->Commit(job, {StateEvent(2, v1::JOB_STATE_SUCCEEDED)}).ok());
+  }
+  auto store = *SqliteJobStore::Open({dir.File("stoke.db")});
+  auto job = store->GetJob("1");
+  ASSERT_TRUE(job.ok());
+  EXPECT_EQ(job->spec().name(), "kept");
+  EXPECT_EQ(job->state(), v1::JOB_STATE_SUCCEEDED);
+  EXPECT_EQ(store->ReadEvents("1", 1, 10)->size(), 2u);
+  // New ids continue after the old ones.
+  EXPECT_EQ(store->CreateJob(NewJob("next"), {})->id(), "2");
+}
+
+TEST(SqliteJobStore, ListsNewestFirstFilteredAndPaged) {
+  TempDir dir;
+  auto store = *SqliteJobStore::Open({dir.File("stoke.db")});
+  for (int i = 0; i < 5; ++i) {
+    ASSERT_TRUE(store->CreateJob(NewJob("j", i % 2 ? v1::JOB_STATE_RUNNING : v1::JOB_STATE_PENDING), {}).ok());
+  }
+  JobQuery query;
+  query.limit = 2;
+  auto page = *store->ListJobs(query);
+  ASSERT_EQ(page.jobs.size(), 2u);
+  EXPECT_EQ(page.jobs[0].id(), "5");
+  EXPECT_EQ(page.jobs[1].id(), "4");
+  EXPECT_TRUE(page.more);
+  query.before_id = 4;
+  page = *store->ListJobs(query);
+  EXPECT_EQ(page.jobs[0].id(), "3");
+  query = JobQuery{};
+  query.states = {v1::JOB_STATE_RUNNING};
+  page = *store->ListJobs(query);
+  ASSERT_EQ(page.jobs.size(), 2u);
+  EXPECT_EQ(page.jobs[0].id(), "4");
+  EXPECT_EQ(page.jobs[1].id(), "2");
+  EXPECT_FALSE(page.more);
+}
+
+TEST(SqliteJobStore, UnknownJobsAreNotFound) {
+  TempDir dir;
+  auto store = *SqliteJobStore::Open({dir.File("stoke.db")});
+  EXPECT_EQ(store->GetJob("7").status().code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(store->GetJob("abc").status().code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(store->GetJob("").status().code(), absl::StatusCode::kNotFound);
+}
+
+TEST(SqliteJobStore, FullStoreRefusesWritesAndKeepsWhatItHad) {
+  TempDir dir;
+  // A size cap makes SQLite fail the way a full disk does (SQLITE_FULL).
+  auto store = *SqliteJobStore::Open({dir.File("stoke.db"), 64 * 1024});
+  v1::Job big = NewJob("padding");
+  big.mutable_spec()->mutable_model()->mutable_mlp()->mutable_hidden()->Resize(2000, 7);
+  absl::Status failure;
+  int stored = 0;
+  for (int i = 0; i < 1000 && failure.ok(); ++i) {
+    auto job = store->CreateJob(big, {StateEvent(1, v1::JOB_STATE_PENDING)});
+    if (job.ok()) {
+      ++stored;
+    } else {
+      failure = job.status();
+    }
+  }
+  ASSERT_FALSE(failure.ok()) << "the store never filled up";
+  EXPECT_EQ(failure.code(), absl::StatusCode::kResourceExhausted) << failure;
+  EXPECT_NE(failure.message().find("full"), absl::string_view::npos) << failure;
+  ASSERT_GT(stored, 0);
+  // Every job stored before the failure is intact, and a failed commit changed nothing.
+  for (int id = 1; id <= stored; ++id) {
+    auto job = store->GetJob(std::to_string(id));
+    ASSERT_TRUE(job.ok()) << job.status();
+    EXPECT_EQ(job->spec().model().mlp().hidden_size(), 2000);
+  }
+  JobQuery all;
+  all.limit = 10000;
+  EXPECT_EQ(store->ListJobs(all)->jobs.size(), static_cast<size_t>(stored));
+}
+
+TEST(SqliteJobStore, RefusesAFileFromANewerSchema) {
+  TempDir dir;
+  {
+    sqlite3* db = nullptr;
+    ASSERT_EQ(sqlite3_open(dir.File("stoke.db").c_str(), &db), SQLITE_OK);
+    sqlite3_exec(db, "PRAGMA user_version = 99", nullptr, nullptr, nullptr);
+    sqlite3_close(db);
+  }
+  auto store = SqliteJobStore::Open({dir.File("stoke.db")});
+  ASSERT_FALSE(store.ok());
+  EXPECT_EQ(store.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_NE(store.status().message().find("schema version 99"), absl::string_view::npos);
+}
+
+TEST(SqliteJobStore, RefusesAFileThatIsNotADatabase) {
+  TempDir dir;
+  { std::ofstream(dir.File("stoke.db")) << "this is not sqlite, just some text that is long enough"; }
+  auto store = SqliteJobStore::Open({dir.File("stoke.db")});
+  ASSERT_FALSE(store.ok());
+  EXPECT_NE(store.status().message().find("stoke.db"), absl::string_view::npos) << store.status();
+}
+
+}  // namespace
+}  // namespace stoke::server

@@ -1,0 +1,129 @@
+// The training engine on CPU: it learns, reports in order without gaps, stops when
+// cancelled, and fails clearly (and for good) when the loss diverges.
+#include "worker/engine/trainer.h"
+
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <vector>
+
+namespace stoke::worker {
+namespace {
+
+class RecordingObserver final : public TrainingObserver {
+ public:
+  void OnStarted() override { ++started; }
+  void OnMetrics(const MetricSample& sample) override { samples.push_back(sample); }
+  void OnLog(const std::string& line) override { logs.push_back(line); }
+
+  int started = 0;
+  std::vector<MetricSample> samples;
+  std::vector<std::string> logs;
+};
+
+TrainTask SmallTask(uint64_t steps) {
+  TrainTask task;
+  task.job_id = "1";
+  task.name = "test";
+  MlpConfig mlp;
+  mlp.input_dim = 16;
+  mlp.hidden = {64};
+  mlp.num_classes = 4;
+  task.model = mlp;
+  task.data = SyntheticDataConfig{16, 4, 4096};
+  task.optimizer.lr = 3e-3;
+  task.training.steps = steps;
+  task.training.batch_size = 64;
+  task.training.metrics_interval_steps = 20;
+  return task;
+}
+
+const DeviceRef kCpu{DeviceKind::kCpu, 0};
+
+TEST(Trainer, LossFallsOnLearnableData) {
+  RecordingObserver observer;
+  std::atomic<bool> cancel{false};
+  TrainOutcome outcome = RunTraining(SmallTask(300), kCpu, observer, cancel);
+  ASSERT_EQ(outcome.kind, TrainOutcome::Kind::kSucceeded) << outcome.message;
+  EXPECT_EQ(observer.started, 1);
+  ASSERT_EQ(observer.samples.size(), 15u);
+  EXPECT_LT(observer.samples.back().loss, 0.6 * observer.samples.front().loss)
+      << "first " << observer.samples.front().loss << ", last " << observer.samples.back().loss;
+}
+
+TEST(Trainer, SamplesComeEveryIntervalInOrderWithTheLastStep) {
+  RecordingObserver observer;
+  std::atomic<bool> cancel{false};
+  TrainTask task = SmallTask(50);
+  task.training.metrics_interval_steps = 20;
+  ASSERT_EQ(RunTraining(task, kCpu, observer, cancel).kind, TrainOutcome::Kind::kSucceeded);
+  std::vector<uint64_t> steps;
+  for (const auto& s : observer.samples) {
+    steps.push_back(s.step);
+    EXPECT_EQ(s.total_steps, 50u);
+    EXPECT_GT(s.samples_per_second, 0);
+    EXPECT_GT(s.elapsed_seconds, 0);
+  }
+  EXPECT_EQ(steps, (std::vector<uint64_t>{20, 40, 50}));
+}
+
+TEST(Trainer, EpochsBecomeWholeStepsOverTheData) {
+  TrainTask task = SmallTask(0);
+  task.training.epochs = 3;
+  task.training.batch_size = 100;
+  task.training.grad_accum_steps = 2;
+  // 4096 samples / (100 x 2) = 20 whole steps per epoch (the remainder is dropped).
+  EXPECT_EQ(TotalSteps(task, 4096), 60u);
+  RecordingObserver observer;
+  std::atomic<bool> cancel{false};
+  ASSERT_EQ(RunTraining(task, kCpu, observer, cancel).kind, TrainOutcome::Kind::kSucceeded);
+  EXPECT_EQ(observer.samples.back().step, 60u);
+  EXPECT_EQ(observer.samples.back().epoch, 2u);
+}
+
+TEST(Trainer, CancelStopsBeforeTheNextStep) {
+  class CancelOnFirstSample final : public TrainingObserver {
+   public:
+    explicit CancelOnFirstSample(std::atomic<bool>& cancel) : cancel_(cancel) {}
+    void OnStarted() override {}
+    void OnMetrics(const MetricSample& sample) override {
+      last_step = sample.step;
+      cancel_ = true;
+    }
+    void OnLog(const std::string&) override {}
+    uint64_t last_step = 0;
+
+   private:
+    std::atomic<bool>& cancel_;
+  };
+  std::atomic<bool> cancel{false};
+  CancelOnFirstSample observer(cancel);
+  TrainTask task = SmallTask(1'000'000);
+  task.training.metrics_interval_steps = 5;
+  TrainOutcome outcome = RunTraining(task, kCpu, observer, cancel);
+  EXPECT_EQ(outcome.kind, TrainOutcome::Kind::kCancelled);
+  EXPECT_LT(observer.last_step, 100u);
+}
+
+TEST(Trainer, DivergingLossFailsWithoutRetry) {
+  TrainTask task = SmallTask(200);
+  task.optimizer.kind = SgdConfig{0.0, false};
+  task.optimizer.lr = 1e12;
+  RecordingObserver observer;
+  std::atomic<bool> cancel{false};
+  TrainOutcome outcome = RunTraining(task, kCpu, observer, cancel);
+  EXPECT_EQ(outcome.kind, TrainOutcome::Kind::kFailed);
+  EXPECT_FALSE(outcome.retryable);
+  EXPECT_NE(outcome.message.find("loss became"), std::string::npos) << outcome.message;
+}
+
+TEST(Trainer, MissingDeviceFailsNamingIt) {
+  RecordingObserver observer;
+  std::atomic<bool> cancel{false};
+  TrainOutcome outcome = RunTraining(SmallTask(10), DeviceRef{DeviceKind::kCuda, 7}, observer, cancel);
+  EXPECT_EQ(outcome.kind, TrainOutcome::Kind::kFailed);
+  EXPECT_NE(outcome.message.find("cuda:7"), std::string::npos) << outcome.message;
+}
+
+}  // namespace
+}  // namespace stoke::worker

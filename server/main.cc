@@ -17,6 +17,7 @@
 #include "server/api/worker_link_service.h"
 #include "server/core/coordinator.h"
 #include "server/core/local_workers.h"
+#include "server/metrics/coordinator_metrics.h"
 #include "server/store/sqlite_job_store.h"
 
 namespace fs = std::filesystem;
@@ -112,6 +113,18 @@ int main(int argc, char** argv) {
   // Tools and tests that start us on port 0 read the real address here.
   std::ofstream(data_dir + "/coordinator.address") << (*server)->address() << "\n";
 
+  std::unique_ptr<CoordinatorMetrics> metrics;
+  if (!metrics_address.empty()) {
+    Coordinator* c = core->get();
+    auto started = CoordinatorMetrics::Start(metrics_address, [c] {
+      return MetricsSnapshot{c->GetCluster(), c->ActiveJobs()};
+    });
+    if (!started.ok()) return Fail(started.status());
+    metrics = *std::move(started);
+    spdlog::info("Prometheus metrics on http://{}/metrics", metrics->address());
+    std::ofstream(data_dir + "/metrics.address") << metrics->address() << "\n";
+  }
+
   std::unique_ptr<LocalWorkerSupervisor> supervisor;
   auto plan = PlanLocalWorkers(local_workers, worker_binary);
   if (!plan.ok()) return Fail(plan.status());
@@ -133,9 +146,11 @@ int main(int argc, char** argv) {
   (*core)->BeginShutdown();
   (*server)->Shutdown(std::chrono::seconds(2));
   if (supervisor) supervisor->Stop();
+  metrics.reset();
   executor.Stop();
   (*core)->Stop();
   fs::remove(data_dir + "/coordinator.address", ec);
+  fs::remove(data_dir + "/metrics.address", ec);
   spdlog::info("stopped");
   return 0;
 }

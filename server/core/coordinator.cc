@@ -141,6 +141,13 @@ v1::Cluster Coordinator::GetCluster() {
   return cluster;
 }
 
+std::vector<v1::Job> Coordinator::ActiveJobs() {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::vector<v1::Job> jobs;
+  for (const v1::Job* job : jobs_.Active()) jobs.push_back(*job);
+  return jobs;
+}
+
 // ----------------------------------------------------------------------------- workers
 
 absl::Status Coordinator::AttachWorker(const v1::RegisterWorker& registration,

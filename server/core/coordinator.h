@@ -60,6 +60,8 @@ class Coordinator {
   absl::StatusOr<JobPage> ListJobs(const JobQuery& query);
   absl::StatusOr<v1::Job> CancelJob(const std::string& id, const std::string& reason);
   v1::Cluster GetCluster();
+  // Every unfinished job, with its latest metrics (for /metrics).
+  std::vector<v1::Job> ActiveJobs();
 
   // --- The worker link. ---
   absl::Status AttachWorker(const v1::RegisterWorker& registration,

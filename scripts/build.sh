@@ -1,0 +1,15 @@
+#!/usr/bin/env bash
+# Installs what is missing (Debian packages), then configures and builds Stoke into
+# ./build. Quiet when there is nothing to do. Extra arguments go to CMake.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+./scripts/setup-deps.sh
+if [ ! -f build/build.ninja ]; then
+  cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release "$@" >/dev/null
+fi
+# Two jobs per core is too many for LibTorch's headers on small machines: cap by memory.
+jobs=$(( $(nproc) ))
+mem_gib=$(( $(awk '/MemAvailable/ {print $2}' /proc/meminfo) / 1048576 ))
+[ "$mem_gib" -lt $(( jobs * 2 )) ] && jobs=$(( mem_gib / 2 > 0 ? mem_gib / 2 : 1 ))
+ninja -C build -j "$jobs" | grep -v '^\[' || true
+test -x build/bin/stoke-coordinator && test -x build/bin/stoke-worker && test -x build/bin/stoke

@@ -1,0 +1,77 @@
+// /metrics of a running coordinator: what a dashboard reads while a job trains, valid
+// exposition format (promtool agrees), and no series left behind by finished jobs.
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <sstream>
+
+#include "tests/support/coordinator_process.h"
+#include "tests/support/http_get.h"
+#include "tests/support/subprocess.h"
+#include "tests/support/temp_dir.h"
+#include "tests/support/wait.h"
+
+namespace stoke::testing {
+namespace {
+
+// The value of the first sample line that starts with `series` (name and labels), or -1.
+double Sample(const std::string& exposition, const std::string& series) {
+  std::istringstream in(exposition);
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind(series + " ", 0) == 0) return std::stod(line.substr(series.size() + 1));
+  }
+  return -1;
+}
+
+TEST(Metrics, ShowTheClusterAndARunningJobThenForgetTheJob) {
+  TempDir dir;
+  auto coordinator = CoordinatorProcess::Start({dir.path()});
+  ASSERT_NE(coordinator, nullptr);
+  std::string metrics_address;
+  std::ifstream(dir.File("metrics.address")) >> metrics_address;
+  ASSERT_FALSE(metrics_address.empty());
+
+  v1::JobSpec spec;
+  spec.mutable_model()->mutable_mlp()->add_hidden(32);
+  spec.mutable_data()->mutable_synthetic()->set_features(16);
+  spec.mutable_training()->set_steps(1'000'000'000);
+  spec.mutable_training()->set_batch_size(32);
+  spec.mutable_metrics()->set_interval_steps(20);
+  auto job = coordinator->client().SubmitJob(spec);
+  ASSERT_TRUE(job.ok());
+  const std::string series = "stoke_job_samples_per_second{job=\"" + job->id() + "\"}";
+
+  std::string text;
+  ASSERT_TRUE(WaitFor(
+      [&] {
+        text = HttpGet(metrics_address, "/metrics");
+        return Sample(text, series) > 0;
+      },
+      std::chrono::seconds(30)))
+      << text;
+  EXPECT_EQ(Sample(text, "stoke_workers{state=\"busy\"}"), 1);
+  EXPECT_EQ(Sample(text, "stoke_workers{state=\"idle\"}"), 1);
+  EXPECT_EQ(Sample(text, "stoke_jobs{state=\"running\"}"), 1);
+  EXPECT_EQ(Sample(text, "stoke_queue_length"), 0);
+  EXPECT_GT(Sample(text, "stoke_job_loss{job=\"" + job->id() + "\"}"), 0);
+  EXPECT_EQ(Sample(text, "stoke_job_devices{job=\"" + job->id() + "\"}"), 1);
+
+  std::string file = dir.File("scrape.txt");
+  std::ofstream(file) << text;
+  CommandResult check = RunCommand({"/bin/sh", "-c", "promtool check metrics < " + file});
+  EXPECT_EQ(check.exit_code, 0) << check.out << check.err;
+  EXPECT_EQ(check.out + check.err, "") << "promtool found problems";
+
+  ASSERT_TRUE(coordinator->client().CancelJob(job->id()).ok());
+  ASSERT_TRUE(WaitFor(
+      [&] {
+        text = HttpGet(metrics_address, "/metrics");
+        return text.find("job=\"" + job->id() + "\"") == std::string::npos && !text.empty();
+      },
+      std::chrono::seconds(10)))
+      << "series of a finished job remain:\n" << text;
+}
+
+}  // namespace
+}  // namespace stoke::testing

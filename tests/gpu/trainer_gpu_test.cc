@@ -1,0 +1,65 @@
+// The engine on a CUDA device: device description, and bf16 training that learns. Skips
+// on machines without CUDA (CI); run on the GPU machine with `ctest -L gpu`.
+#include <gtest/gtest.h>
+#include <torch/cuda.h>
+
+#include <atomic>
+
+#include "worker/engine/devices.h"
+#include "worker/engine/trainer.h"
+
+namespace stoke::worker {
+namespace {
+
+class GpuTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device";
+  }
+};
+
+class Recorder final : public TrainingObserver {
+ public:
+  void OnStarted() override {}
+  void OnMetrics(const MetricSample& s) override { samples.push_back(s); }
+  void OnLog(const std::string& line) override { logs.push_back(line); }
+  std::vector<MetricSample> samples;
+  std::vector<std::string> logs;
+};
+
+TEST_F(GpuTest, DescribesTheDevice) {
+  auto devices = ListCudaDevices();
+  ASSERT_FALSE(devices.empty());
+  const DeviceInfo& d = devices[0];
+  EXPECT_FALSE(d.name.empty());
+  EXPECT_EQ(d.uuid.rfind("GPU-", 0), 0u) << d.uuid;
+  EXPECT_GT(d.memory_total_bytes, 1ull << 30);
+}
+
+TEST_F(GpuTest, TrainsInBf16AndLearns) {
+  TrainTask task;
+  task.job_id = "gpu";
+  task.name = "gpu-mlp";
+  MlpConfig mlp;
+  mlp.input_dim = 256;
+  mlp.hidden = {1024, 1024};
+  mlp.num_classes = 10;
+  task.model = mlp;
+  task.data = SyntheticDataConfig{256, 10, 65536};
+  task.training.steps = 400;
+  task.training.batch_size = 512;
+  task.training.precision = Precision::kBf16;
+  task.training.metrics_interval_steps = 50;
+  Recorder recorder;
+  std::atomic<bool> cancel{false};
+  TrainOutcome outcome = RunTraining(task, DeviceRef{DeviceKind::kCuda, 0}, recorder, cancel);
+  ASSERT_EQ(outcome.kind, TrainOutcome::Kind::kSucceeded) << outcome.message;
+  ASSERT_EQ(recorder.samples.size(), 8u);
+  EXPECT_LT(recorder.samples.back().loss, 0.5 * recorder.samples.front().loss);
+  EXPECT_GT(recorder.samples.back().samples_per_second, 0);
+  ASSERT_FALSE(recorder.logs.empty());
+  EXPECT_NE(recorder.logs[0].find("bf16 autocast"), std::string::npos) << recorder.logs[0];
+}
+
+}  // namespace
+}  // namespace stoke::worker

@@ -2,7 +2,9 @@
 // exposition format (promtool agrees), and no series left behind by finished jobs.
 #include <gtest/gtest.h>
 
+#include <filesystem>
 #include <fstream>
+#include <regex>
 #include <iostream>
 #include <sstream>
 
@@ -68,6 +70,18 @@ TEST(Metrics, ShowTheClusterAndARunningJobThenForgetTheJob) {
     EXPECT_EQ(check.out + check.err, "") << "promtool found problems";
   } else {
     std::cerr << "promtool not installed: exposition lint skipped\n";
+  }
+
+  // Every metric the dashboards chart is one the coordinator exports.
+  for (const auto& entry : std::filesystem::directory_iterator(std::string(STOKE_SOURCE_DIR) + "/dashboards")) {
+    std::ifstream in(entry.path());
+    std::string dashboard((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    const std::regex metric_name("stoke_[a-z_]+");
+    for (auto it = std::sregex_iterator(dashboard.begin(), dashboard.end(), metric_name);
+         it != std::sregex_iterator(); ++it) {
+      EXPECT_NE(text.find("\n" + it->str()), std::string::npos)
+          << entry.path().filename() << " charts " << it->str() << ", which /metrics lacks";
+    }
   }
 
   ASSERT_TRUE(coordinator->client().CancelJob(job->id()).ok());

@@ -37,6 +37,16 @@ std::string DefaultWorkerBinary() {
   return ec ? "stoke-worker" : (self.parent_path() / "stoke-worker").string();
 }
 
+// Local workers dial the coordinator over loopback when it listens on every interface.
+std::string LocalDialAddress(const std::string& listen) {
+  const auto colon = listen.rfind(':');
+  const std::string host = listen.substr(0, colon);
+  if (host == "0.0.0.0" || host == "[::]" || host == "::" || host.empty()) {
+    return "127.0.0.1" + listen.substr(colon);
+  }
+  return listen;
+}
+
 int Fail(const absl::Status& status) {
   spdlog::critical("{}", std::string(status.message()));
   return 1;
@@ -131,7 +141,7 @@ int main(int argc, char** argv) {
   if (!plan->empty()) {
     LocalWorkerSupervisor::Options options;
     options.worker_binary = worker_binary;
-    options.coordinator_address = (*server)->address();
+    options.coordinator_address = LocalDialAddress((*server)->address());
     options.workers = *plan;
     options.log_dir = data_dir + "/logs";
     auto created = LocalWorkerSupervisor::Create(options);

@@ -1,6 +1,9 @@
 #include "tests/support/coordinator_process.h"
 
+#include <arpa/inet.h>
 #include <fcntl.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/wait.h>
@@ -32,7 +35,7 @@ std::unique_ptr<CoordinatorProcess> CoordinatorProcess::Start(const Options& opt
   std::filesystem::create_directories(options.data_dir);
   std::filesystem::remove(address_file);  // a killed coordinator leaves its file behind
 
-  std::vector<std::string> args = {STOKE_COORDINATOR_BINARY, "--address", "127.0.0.1:0",
+  std::vector<std::string> args = {STOKE_COORDINATOR_BINARY, "--address", options.address,
                                    "--data-dir", options.data_dir, "--local-workers",
                                    options.local_workers, "--metrics-address", "127.0.0.1:0"};
   for (const auto& a : options.extra_args) args.push_back(a);
@@ -57,10 +60,14 @@ std::unique_ptr<CoordinatorProcess> CoordinatorProcess::Start(const Options& opt
   process->client_ = client::Client::Connect({process->address_});
   int expected = 0;
   if (options.local_workers.rfind("cpu:", 0) == 0) expected = std::stoi(options.local_workers.substr(4));
+  // Without local workers, being reachable is enough.
   bool attached = WaitFor(
       [&] {
         auto cluster = process->client_->GetCluster();
-        return cluster.ok() && cluster->workers_size() >= expected;
+        if (!cluster.ok()) return false;
+        int local = 0;
+        for (const auto& w : cluster->workers()) local += w.local() ? 1 : 0;
+        return local >= expected;
       },
       std::chrono::seconds(60));
   if (!attached) {
@@ -95,6 +102,48 @@ int CoordinatorProcess::Stop() {
   ADD_FAILURE() << "the coordinator did not stop within 30 s of SIGTERM";
   Kill();
   return -1;
+}
+
+int FreePort() {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
+  socklen_t len = sizeof(addr);
+  getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
+  close(fd);
+  return ntohs(addr.sin_port);
+}
+
+WorkerProcess::WorkerProcess(const std::string& coordinator, const std::string& id,
+                             const std::string& log) {
+  std::vector<std::string> args = {STOKE_WORKER_BINARY, "--coordinator", coordinator,
+                                   "--device", "cpu", "--id", id, "--threads", "1"};
+  std::vector<char*> argv;
+  for (auto& a : args) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  pid_ = fork();
+  if (pid_ == 0) {
+    int fd = open(log.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
+    dup2(fd, STDOUT_FILENO);
+    dup2(fd, STDERR_FILENO);
+    execv(argv[0], argv.data());
+    _exit(127);
+  }
+}
+
+WorkerProcess::~WorkerProcess() {
+  if (pid_ <= 0) return;
+  kill(pid_, SIGKILL);
+  waitpid(pid_, nullptr, 0);
+}
+
+void WorkerProcess::Kill(int signal) {
+  if (pid_ <= 0) return;
+  kill(pid_, signal);
+  waitpid(pid_, nullptr, 0);
+  pid_ = -1;
 }
 
 std::string CoordinatorProcess::Log() const {

@@ -16,6 +16,8 @@ class CoordinatorProcess {
  public:
   struct Options {
     std::string data_dir;
+    // Port 0 picks a free one; a fixed port lets remote workers find a restarted coordinator.
+    std::string address = "127.0.0.1:0";
     std::string local_workers = "cpu:2";
     std::vector<std::string> extra_args = {"--heartbeat-timeout", "6"};
   };
@@ -47,5 +49,20 @@ class CoordinatorProcess {
 
 // True while a process with this pid exists (and is not a zombie of ours).
 bool ProcessAlive(pid_t pid);
+
+// A loopback port that was free a moment ago.
+int FreePort();
+
+// A stoke-worker started by the test (as on a remote host), stopped when destroyed.
+class WorkerProcess {
+ public:
+  WorkerProcess(const std::string& coordinator, const std::string& id, const std::string& log);
+  ~WorkerProcess();
+  void Kill(int signal);
+  pid_t pid() const { return pid_; }
+
+ private:
+  pid_t pid_ = -1;
+};
 
 }  // namespace stoke::testing

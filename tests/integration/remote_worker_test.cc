@@ -1,0 +1,81 @@
+// A worker started on its own (as on another host) attaches to a coordinator by address,
+// runs jobs, survives a coordinator crash by reconnecting, and when it is shut down its
+// job goes back to the queue.
+#include <gtest/gtest.h>
+#include <signal.h>
+
+#include "tests/support/coordinator_process.h"
+#include "tests/support/temp_dir.h"
+#include "tests/support/wait.h"
+
+namespace stoke::testing {
+namespace {
+
+using std::chrono::seconds;
+
+v1::JobSpec Job(uint64_t steps) {
+  v1::JobSpec spec;
+  spec.mutable_model()->mutable_mlp()->add_hidden(16);
+  spec.mutable_data()->mutable_synthetic()->set_features(8);
+  spec.mutable_training()->set_steps(steps);
+  spec.mutable_training()->set_batch_size(16);
+  spec.mutable_metrics()->set_interval_steps(20);
+  return spec;
+}
+
+bool HasWorker(client::Client& client, const std::string& id) {
+  auto cluster = client.GetCluster();
+  if (!cluster.ok()) return false;
+  for (const auto& w : cluster->workers()) {
+    if (w.id() == id) return !w.local();
+  }
+  return false;
+}
+
+TEST(RemoteWorker, AttachesRunsJobsAndOutlivesACoordinatorCrash) {
+  TempDir dir;
+  CoordinatorProcess::Options options;
+  options.data_dir = dir.path();
+  options.address = "127.0.0.1:" + std::to_string(FreePort());
+  options.local_workers = "0";
+  auto coordinator = CoordinatorProcess::Start(options);
+  ASSERT_NE(coordinator, nullptr);
+  WorkerProcess worker(options.address, "remote-a", dir.File("worker.log"));
+  ASSERT_TRUE(WaitFor([&] { return HasWorker(coordinator->client(), "remote-a"); }, seconds(30)));
+
+  auto quick = coordinator->client().SubmitJob(Job(40));
+  ASSERT_TRUE(quick.ok());
+  ASSERT_TRUE(WaitFor([&] {
+    return coordinator->client().GetJob(quick->id())->state() == v1::JOB_STATE_SUCCEEDED;
+  }, seconds(60)));
+  EXPECT_EQ(coordinator->client().GetJob(quick->id())->placement(0).worker_id(), "remote-a");
+
+  auto endless = coordinator->client().SubmitJob(Job(1'000'000'000));
+  ASSERT_TRUE(endless.ok());
+  auto running = [&](uint32_t attempt) {
+    auto job = coordinator->client().GetJob(endless->id());
+    return job.ok() && job->state() == v1::JOB_STATE_RUNNING && job->attempt() == attempt;
+  };
+  ASSERT_TRUE(WaitFor([&] { return running(1); }, seconds(30)));
+
+  coordinator->Kill();
+  std::this_thread::sleep_for(std::chrono::seconds(1));
+  EXPECT_TRUE(ProcessAlive(worker.pid())) << "a remote worker outlives its coordinator";
+  coordinator = CoordinatorProcess::Start(options);
+  ASSERT_NE(coordinator, nullptr);
+  // The worker reconnects by itself and the re-queued job runs on it again.
+  ASSERT_TRUE(WaitFor([&] { return HasWorker(coordinator->client(), "remote-a"); }, seconds(30)));
+  ASSERT_TRUE(WaitFor([&] { return running(2); }, seconds(30))) << coordinator->Log();
+
+  // A worker shut down cleanly reports its task stopped; the job waits for another.
+  worker.Kill(SIGTERM);
+  ASSERT_TRUE(WaitFor([&] { return !HasWorker(coordinator->client(), "remote-a"); }, seconds(15)));
+  auto job = coordinator->client().GetJob(endless->id());
+  ASSERT_TRUE(job.ok());
+  EXPECT_EQ(job->state(), v1::JOB_STATE_RESTARTING) << job->message();
+  EXPECT_EQ(job->restarts(), 1u);
+  EXPECT_NE(job->message().find("remote-a"), std::string::npos) << job->message();
+}
+
+}  // namespace
+}  // namespace stoke::testing

@@ -81,7 +81,8 @@ int main(int argc, char** argv) {
   app.add_option("--backfill-window", backfill_window_s,
                  "Seconds a blocked job lets smaller jobs pass it before it reserves devices")
       ->capture_default_str();
-  app.add_option("--log-level", log_level, "trace, debug, info, warn or error")->capture_default_str();
+  app.add_option("--log-level", log_level, "trace, debug, info, warn or error")
+      ->capture_default_str();
   CLI11_PARSE(app, argc, argv);
   spdlog::set_level(spdlog::level::from_str(log_level));
 
@@ -96,8 +97,9 @@ int main(int argc, char** argv) {
   std::error_code ec;
   for (const char* sub : {"", "/jobs", "/logs"}) {
     fs::create_directories(data_dir + sub, ec);
-    if (ec) return Fail(absl::UnavailableError(
-        absl::StrCat("--data-dir ", data_dir, ": cannot create ", data_dir, sub, ": ", ec.message())));
+    if (ec)
+      return Fail(absl::UnavailableError(absl::StrCat("--data-dir ", data_dir, ": cannot create ",
+                                                      data_dir, sub, ": ", ec.message())));
   }
   data_dir = fs::canonical(data_dir).string();
 

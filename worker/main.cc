@@ -58,12 +58,14 @@ int main(int argc, char** argv) {
   std::string log_level = "info";
   app.add_option("--coordinator", coordinator, "Coordinator address host:port ($STOKE_ADDRESS)")
       ->capture_default_str();
-  app.add_option("--device", device_text, "cpu, cpu:N or cuda:N (default: cuda:0 if present, else cpu)");
+  app.add_option("--device", device_text,
+                 "cpu, cpu:N or cuda:N (default: cuda:0 if present, else cpu)");
   app.add_option("--id", worker_id, "Worker id, unique in the cluster (default: HOST/DEVICE)");
   app.add_flag("--local", local, "Launched by the coordinator on its own host");
   app.add_option("--threads", threads, "Intra-op CPU threads (default: all cores)");
   app.add_flag("--list-devices", list_devices, "Print the CUDA devices this process sees and exit");
-  app.add_option("--log-level", log_level, "trace, debug, info, warn or error")->capture_default_str();
+  app.add_option("--log-level", log_level, "trace, debug, info, warn or error")
+      ->capture_default_str();
   CLI11_PARSE(app, argc, argv);
   spdlog::set_level(spdlog::level::from_str(log_level));
 
@@ -77,7 +79,8 @@ int main(int argc, char** argv) {
     }
     DeviceRef device;
     if (device_text.empty()) {
-      device = ListCudaDevices().empty() ? DeviceRef{DeviceKind::kCpu, 0} : DeviceRef{DeviceKind::kCuda, 0};
+      device = ListCudaDevices().empty() ? DeviceRef{DeviceKind::kCpu, 0}
+                                         : DeviceRef{DeviceKind::kCuda, 0};
     } else if (!ParseDevice(device_text, &device)) {
       std::fprintf(stderr, "--device %s: expected cpu, cpu:N or cuda:N\n", device_text.c_str());
       return 2;

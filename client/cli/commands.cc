@@ -50,10 +50,11 @@ int Report(const CliContext& cli, const absl::Status& status) {
   switch (status.code()) {
     case absl::StatusCode::kUnavailable:
     case absl::StatusCode::kDeadlineExceeded:
-      std::fprintf(stderr,
-                   "stoke: cannot reach a coordinator at %s: %s\n"
-                   "  start one with `stoke-coordinator`, or point --address / STOKE_ADDRESS at it\n",
-                   cli.address.c_str(), message.c_str());
+      std::fprintf(
+          stderr,
+          "stoke: cannot reach a coordinator at %s: %s\n"
+          "  start one with `stoke-coordinator`, or point --address / STOKE_ADDRESS at it\n",
+          cli.address.c_str(), message.c_str());
       return kExitUnavailable;
     case absl::StatusCode::kInvalidArgument:
       std::fprintf(stderr, "stoke: invalid: %s\n", message.c_str());
@@ -174,13 +175,15 @@ int StatusCommand(CliContext& cli, const std::string& id) {
   std::printf("  submitted  %s\n", FormatAge(job->create_time()).c_str());
   std::printf("  attempt    %u  (restarts %u of %u)\n", job->attempt(), job->restarts(),
               spec.max_restarts());
-  std::printf("  devices    %u, priority %d\n", spec.resources().gpus(), spec.resources().priority());
+  std::printf("  devices    %u, priority %d\n", spec.resources().gpus(),
+              spec.resources().priority());
   std::printf("  placement  %s\n", Placement(*job).c_str());
   if (m.total_steps() > 0) {
     std::printf("  progress   step %llu/%llu, loss %.4f, %s samples/s, %s elapsed\n",
                 static_cast<unsigned long long>(m.step()),
                 static_cast<unsigned long long>(m.total_steps()), m.loss(),
-                FormatRate(m.samples_per_second()).c_str(), FormatClock(m.elapsed_seconds()).c_str());
+                FormatRate(m.samples_per_second()).c_str(),
+                FormatClock(m.elapsed_seconds()).c_str());
   }
   return kExitOk;
 }

@@ -26,7 +26,8 @@ int main(int argc, char** argv) {
   uint32_t limit = 20;
   std::vector<std::string> states;
 
-  auto* submit = app.add_subcommand("submit", "Submit a job file (YAML or JSON); prints the job id");
+  auto* submit =
+      app.add_subcommand("submit", "Submit a job file (YAML or JSON); prints the job id");
   submit->add_option("file", file, "Job spec file")->required();
   submit->add_flag("-w,--watch", watch, "Then watch it train, as `stoke watch`");
 

@@ -88,7 +88,8 @@ void ProgressView::OnEvent(const v1::JobEvent& event) {
       if (terminal_) {
         DrawLine();
       } else {
-        std::fprintf(out_, "job %s %s\n", job_id_.c_str(), ProgressText(/*with_bar=*/false).c_str());
+        std::fprintf(out_, "job %s %s\n", job_id_.c_str(),
+                     ProgressText(/*with_bar=*/false).c_str());
         std::fflush(out_);
       }
       break;

@@ -24,7 +24,8 @@ class ProgressView {
   // The final state seen, if the job has finished.
   std::optional<v1::JobState> final_state() const { return final_state_; }
   // Seconds until the job is done, from the rate of its last two samples.
-  static std::optional<double> Eta(const v1::MetricSample& previous, const v1::MetricSample& latest);
+  static std::optional<double> Eta(const v1::MetricSample& previous,
+                                   const v1::MetricSample& latest);
 
  private:
   void PrintAbove(const std::string& line);

@@ -89,11 +89,11 @@ absl::Status Client::WatchJob(const std::string& id, const WatchOptions& options
     // A coordinator that is restarting gets reconnect_for to come back. The stream itself
     // has no deadline: a job may train for days.
     const auto waited = std::chrono::steady_clock::now() - unreachable_since;
-    if (!channel_->WaitForConnected(std::chrono::system_clock::now() + options.reconnect_for -
-                                    std::min<std::chrono::steady_clock::duration>(
-                                        waited, options.reconnect_for))) {
-      return absl::UnavailableError(absl::StrCat("cannot reach the coordinator at ",
-                                                 options_.address, " to watch job ", id));
+    if (!channel_->WaitForConnected(
+            std::chrono::system_clock::now() + options.reconnect_for -
+            std::min<std::chrono::steady_clock::duration>(waited, options.reconnect_for))) {
+      return absl::UnavailableError(
+          absl::StrCat("cannot reach the coordinator at ", options_.address, " to watch job ", id));
     }
     grpc::ClientContext context;
     v1::WatchJobRequest request;

@@ -14,8 +14,8 @@
 #include <sstream>
 
 #include "absl/strings/ascii.h"
-#include "absl/strings/str_cat.h"
 #include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 
 namespace stoke::client {
@@ -35,8 +35,9 @@ class SpecReader {
   absl::Status Fill(const YAML::Node& node, Message& message, const std::string& path) {
     if (node.IsNull()) return absl::OkStatus();  // "adamw:" with nothing under it
     if (!node.IsMap()) {
-      return Error(node, path, absl::StrCat("expected a mapping of ", message.GetDescriptor()->name(),
-                                            " fields, got ", Describe(node)));
+      return Error(node, path,
+                   absl::StrCat("expected a mapping of ", message.GetDescriptor()->name(),
+                                " fields, got ", Describe(node)));
     }
     const Descriptor* descriptor = message.GetDescriptor();
     std::map<const google::protobuf::OneofDescriptor*, std::string> oneofs_set;
@@ -72,7 +73,8 @@ class SpecReader {
         return Error(node, path, absl::StrCat("expected a list, got ", Describe(node)));
       }
       for (size_t i = 0; i < node.size(); ++i) {
-        if (auto s = AddElement(node[i], message, field, absl::StrCat(path, "[", i, "]")); !s.ok()) {
+        if (auto s = AddElement(node[i], message, field, absl::StrCat(path, "[", i, "]"));
+            !s.ok()) {
           return s;
         }
       }
@@ -96,7 +98,8 @@ class SpecReader {
   absl::Status StoreScalar(const YAML::Node& node, Message& message, const FieldDescriptor* field,
                            const std::string& path) {
     if (!node.IsScalar()) {
-      return Error(node, path, absl::StrCat("expected ", TypeName(field), ", got ", Describe(node)));
+      return Error(node, path,
+                   absl::StrCat("expected ", TypeName(field), ", got ", Describe(node)));
     }
     const Reflection* r = message.GetReflection();
     const bool add = field->is_repeated();
@@ -106,8 +109,11 @@ class SpecReader {
       case FieldDescriptor::CPPTYPE_INT64: {
         const bool is32 = field->cpp_type() == FieldDescriptor::CPPTYPE_INT32;
         int64_t v;
-        if (!ParseInt(text, is32 ? std::numeric_limits<int32_t>::min() : std::numeric_limits<int64_t>::min(),
-                      is32 ? std::numeric_limits<int32_t>::max() : std::numeric_limits<int64_t>::max(), &v)) {
+        if (!ParseInt(
+                text,
+                is32 ? std::numeric_limits<int32_t>::min() : std::numeric_limits<int64_t>::min(),
+                is32 ? std::numeric_limits<int32_t>::max() : std::numeric_limits<int64_t>::max(),
+                &v)) {
           return BadValue(node, path, field, text);
         }
         if (is32) {
@@ -122,7 +128,10 @@ class SpecReader {
       case FieldDescriptor::CPPTYPE_UINT64: {
         const bool is32 = field->cpp_type() == FieldDescriptor::CPPTYPE_UINT32;
         uint64_t v;
-        if (!ParseUint(text, is32 ? std::numeric_limits<uint32_t>::max() : std::numeric_limits<uint64_t>::max(), &v)) {
+        if (!ParseUint(
+                text,
+                is32 ? std::numeric_limits<uint32_t>::max() : std::numeric_limits<uint64_t>::max(),
+                &v)) {
           return BadValue(node, path, field, text);
         }
         if (is32) {
@@ -148,7 +157,8 @@ class SpecReader {
       case FieldDescriptor::CPPTYPE_BOOL: {
         const std::string lower = absl::AsciiStrToLower(text);
         if (lower != "true" && lower != "false") return BadValue(node, path, field, text);
-        add ? r->AddBool(&message, field, lower == "true") : r->SetBool(&message, field, lower == "true");
+        add ? r->AddBool(&message, field, lower == "true")
+            : r->SetBool(&message, field, lower == "true");
         return absl::OkStatus();
       }
       case FieldDescriptor::CPPTYPE_STRING:
@@ -157,8 +167,9 @@ class SpecReader {
       case FieldDescriptor::CPPTYPE_ENUM: {
         const auto* value = FindEnumValue(field->enum_type(), text);
         if (value == nullptr) {
-          return Error(node, path, absl::StrCat("unknown value \"", text, "\"; expected one of ",
-                                                EnumChoices(field->enum_type())));
+          return Error(node, path,
+                       absl::StrCat("unknown value \"", text, "\"; expected one of ",
+                                    EnumChoices(field->enum_type())));
         }
         add ? r->AddEnumValue(&message, field, value->number())
             : r->SetEnumValue(&message, field, value->number());
@@ -199,7 +210,8 @@ class SpecReader {
     return true;
   }
 
-  static const FieldDescriptor* FindByJsonName(const Descriptor* descriptor, const std::string& key) {
+  static const FieldDescriptor* FindByJsonName(const Descriptor* descriptor,
+                                               const std::string& key) {
     for (int i = 0; i < descriptor->field_count(); ++i) {
       if (descriptor->field(i)->json_name() == key) return descriptor->field(i);
     }
@@ -278,15 +290,22 @@ class SpecReader {
   static std::string TypeName(const FieldDescriptor* field) {
     switch (field->cpp_type()) {
       case FieldDescriptor::CPPTYPE_INT32:
-      case FieldDescriptor::CPPTYPE_INT64: return "an integer";
+      case FieldDescriptor::CPPTYPE_INT64:
+        return "an integer";
       case FieldDescriptor::CPPTYPE_UINT32:
-      case FieldDescriptor::CPPTYPE_UINT64: return "a whole number >= 0";
+      case FieldDescriptor::CPPTYPE_UINT64:
+        return "a whole number >= 0";
       case FieldDescriptor::CPPTYPE_DOUBLE:
-      case FieldDescriptor::CPPTYPE_FLOAT: return "a number";
-      case FieldDescriptor::CPPTYPE_BOOL: return "true or false";
-      case FieldDescriptor::CPPTYPE_ENUM: return absl::StrCat("one of ", EnumChoices(field->enum_type()));
-      case FieldDescriptor::CPPTYPE_STRING: return "a string";
-      default: return "a mapping";
+      case FieldDescriptor::CPPTYPE_FLOAT:
+        return "a number";
+      case FieldDescriptor::CPPTYPE_BOOL:
+        return "true or false";
+      case FieldDescriptor::CPPTYPE_ENUM:
+        return absl::StrCat("one of ", EnumChoices(field->enum_type()));
+      case FieldDescriptor::CPPTYPE_STRING:
+        return "a string";
+      default:
+        return "a mapping";
     }
   }
 
@@ -320,9 +339,8 @@ absl::StatusOr<v1::JobSpec> ParseJobSpec(const std::string& text, const std::str
   try {
     root = YAML::Load(text);
   } catch (const YAML::Exception& e) {
-    return absl::InvalidArgumentError(absl::StrCat(source, ":", e.mark.line + 1, ":",
-                                                   e.mark.column + 1, ": not valid YAML or JSON: ",
-                                                   e.msg));
+    return absl::InvalidArgumentError(absl::StrCat(
+        source, ":", e.mark.line + 1, ":", e.mark.column + 1, ": not valid YAML or JSON: ", e.msg));
   }
   if (root.IsNull()) return absl::InvalidArgumentError(absl::StrCat(source, ": the file is empty"));
   v1::JobSpec spec;
@@ -338,7 +356,8 @@ absl::StatusOr<v1::JobSpec> ParseJobSpec(const std::string& text, const std::str
 absl::StatusOr<v1::JobSpec> LoadJobSpecFile(const std::string& path) {
   std::ifstream in(path);
   if (!in) {
-    return absl::NotFoundError(absl::StrCat(path, ": cannot read job file: ", std::strerror(errno)));
+    return absl::NotFoundError(
+        absl::StrCat(path, ": cannot read job file: ", std::strerror(errno)));
   }
   std::stringstream buffer;
   buffer << in.rdbuf();

@@ -67,8 +67,8 @@ grpc::ServerUnaryReactor* CoordinatorService::ListJobs(grpc::CallbackServerConte
       }
       query.states.push_back(static_cast<v1::JobState>(state));
     }
-    query.limit = request->page_size() == 0 ? kDefaultPageSize
-                                            : std::min(request->page_size(), kMaxPageSize);
+    query.limit =
+        request->page_size() == 0 ? kDefaultPageSize : std::min(request->page_size(), kMaxPageSize);
     const std::string& token = request->page_token();
     if (!token.empty()) {
       auto [end, ec] = std::from_chars(token.data(), token.data() + token.size(), query.before_id);

@@ -29,8 +29,8 @@ absl::StatusOr<std::unique_ptr<GrpcServer>> GrpcServer::Start(
   for (grpc::Service* service : services) builder.RegisterService(service);
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
   if (!server || port == 0) {
-    return absl::UnavailableError(absl::StrCat(
-        "cannot listen on ", options.address, " (in use, or not an address of this host?)"));
+    return absl::UnavailableError(absl::StrCat("cannot listen on ", options.address,
+                                               " (in use, or not an address of this host?)"));
   }
   std::string address = absl::StrCat(options.address.substr(0, colon), ":", port);
   return std::unique_ptr<GrpcServer>(new GrpcServer(std::move(server), std::move(address)));

@@ -20,8 +20,8 @@ class GrpcServer {
     int max_message_bytes = 16 * 1024 * 1024;
   };
 
-  static absl::StatusOr<std::unique_ptr<GrpcServer>> Start(const Options& options,
-                                                           const std::vector<grpc::Service*>& services);
+  static absl::StatusOr<std::unique_ptr<GrpcServer>> Start(
+      const Options& options, const std::vector<grpc::Service*>& services);
   ~GrpcServer();
 
   // The address it listens on, with the port it actually bound.

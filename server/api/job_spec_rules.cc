@@ -32,7 +32,8 @@ DataShape ShapeOf(const v1::DataSpec& data) {
   DataShape shape;
   if (data.has_synthetic()) {
     shape.features = data.synthetic().features() ? data.synthetic().features() : kDefaultFeatures;
-    shape.classes = data.synthetic().num_classes() ? data.synthetic().num_classes() : kDefaultClasses;
+    shape.classes =
+        data.synthetic().num_classes() ? data.synthetic().num_classes() : kDefaultClasses;
   }
   return shape;
 }
@@ -66,8 +67,8 @@ absl::Status ValidateModel(const v1::ModelSpec& model, const DataShape& shape) {
       }
       if (mlp.num_classes() != 0 && mlp.num_classes() != shape.classes) {
         return Invalid("model.mlp.num_classes",
-                       absl::StrCat(mlp.num_classes(), " does not match the data's ",
-                                    shape.classes, " classes (leave it out to take it from the data)"));
+                       absl::StrCat(mlp.num_classes(), " does not match the data's ", shape.classes,
+                                    " classes (leave it out to take it from the data)"));
       }
       for (int i = 0; i < mlp.hidden_size(); ++i) {
         if (mlp.hidden(i) == 0 || mlp.hidden(i) > kMaxLayerWidth) {

@@ -23,8 +23,7 @@ WatchReactor* WatchReactor::Start(EventHub& hub, Executor& executor, std::string
   return reactor;
 }
 
-WatchReactor::WatchReactor(EventHub& hub, Executor& executor, std::string job_id,
-                           uint64_t from_seq)
+WatchReactor::WatchReactor(EventHub& hub, Executor& executor, std::string job_id, uint64_t from_seq)
     : hub_(hub), executor_(executor), job_id_(std::move(job_id)), next_seq_(from_seq) {}
 
 void WatchReactor::Wake() {

@@ -46,13 +46,13 @@ class WatchReactor final : public grpc::ServerWriteReactor<v1::JobEvent> {
   std::mutex mu_;
   uint64_t next_seq_;
   std::deque<v1::JobEvent> buffer_;
-  v1::JobEvent current_;       // the event being written; must outlive the write
+  v1::JobEvent current_;        // the event being written; must outlive the write
   bool end_of_stream_ = false;  // the hub said the buffer holds the job's last events
   bool filling_ = false;        // a Fill is queued or running
   bool wake_pending_ = false;   // new events arrived while busy
   bool writing_ = false;
-  bool finished_ = false;       // Finish has been called
-  bool done_ = false;           // OnDone has run; delete when no Fill is in flight
+  bool finished_ = false;  // Finish has been called
+  bool done_ = false;      // OnDone has run; delete when no Fill is in flight
 };
 
 }  // namespace stoke::server

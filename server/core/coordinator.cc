@@ -19,9 +19,8 @@ bool IsLive(v1::JobState state) {
 
 }  // namespace
 
-absl::StatusOr<std::unique_ptr<Coordinator>> Coordinator::Create(Options options,
-                                                                  JobStore& store, EventHub& hub,
-                                                                  Clock& clock) {
+absl::StatusOr<std::unique_ptr<Coordinator>> Coordinator::Create(Options options, JobStore& store,
+                                                                 EventHub& hub, Clock& clock) {
   if (options.heartbeat_timeout <= options.heartbeat_interval) {
     return absl::InvalidArgumentError("heartbeat timeout must exceed the heartbeat interval");
   }
@@ -169,8 +168,9 @@ absl::Status Coordinator::AttachWorker(const v1::RegisterWorker& registration,
   auto replaced = workers_.Attach(std::move(info), connection, clock_.Now());
   if (replaced) {
     replaced->connection->Close("replaced by a new registration of the same worker");
-    RemoveWorker(std::move(*replaced), absl::StrCat("worker ", registration.worker_id(),
-                                                    " re-registered; its previous process is gone"));
+    RemoveWorker(std::move(*replaced),
+                 absl::StrCat("worker ", registration.worker_id(),
+                              " re-registered; its previous process is gone"));
   }
   spdlog::info("worker {} attached: {} {} on {}", registration.worker_id(),
                DeviceLabel(registration.device()), registration.device().name(),
@@ -324,8 +324,7 @@ void Coordinator::FailAttempt(const std::string& job_id, uint32_t attempt, const
     StopGang(job_id, "another rank of this job failed");
   } else {
     std::string message =
-        retryable ? absl::StrCat(why, "; no restarts left (max_restarts ", max_restarts, ")")
-                  : why;
+        retryable ? absl::StrCat(why, "; no restarts left (max_restarts ", max_restarts, ")") : why;
     spdlog::warn("job {} failed: {}", job_id, message);
     s = jobs_.Transition(job_id, v1::JOB_STATE_FAILED, message);
     StopGang(job_id, "another rank of this job failed");
@@ -393,20 +392,20 @@ void Coordinator::StartJob(const PlannedStart& start) {
   const v1::Job* job = jobs_.FindActive(start.job_id);
   std::vector<std::string> where;
   for (const auto& id : start.worker_ids) where.push_back(id);
-  auto s = jobs_.Transition(
-      start.job_id, v1::JOB_STATE_SCHEDULED,
-      absl::StrCat("scheduled on ", absl::StrJoin(where, ", ")), [&](v1::Job& j) {
-        j.set_attempt(j.attempt() + 1);
-        j.clear_placement();
-        for (size_t rank = 0; rank < start.worker_ids.size(); ++rank) {
-          const WorkerEntry* worker = workers_.Find(start.worker_ids[rank]);
-          v1::Placement* p = j.add_placement();
-          p->set_rank(static_cast<uint32_t>(rank));
-          p->set_worker_id(worker->info.id());
-          p->set_host(worker->info.host());
-          *p->mutable_device() = worker->info.device();
-        }
-      });
+  auto s =
+      jobs_.Transition(start.job_id, v1::JOB_STATE_SCHEDULED,
+                       absl::StrCat("scheduled on ", absl::StrJoin(where, ", ")), [&](v1::Job& j) {
+                         j.set_attempt(j.attempt() + 1);
+                         j.clear_placement();
+                         for (size_t rank = 0; rank < start.worker_ids.size(); ++rank) {
+                           const WorkerEntry* worker = workers_.Find(start.worker_ids[rank]);
+                           v1::Placement* p = j.add_placement();
+                           p->set_rank(static_cast<uint32_t>(rank));
+                           p->set_worker_id(worker->info.id());
+                           p->set_host(worker->info.host());
+                           *p->mutable_device() = worker->info.device();
+                         }
+                       });
   if (!s.ok()) {
     spdlog::error("job {} could not be scheduled: {}", start.job_id, s.ToString());
     return;

@@ -55,7 +55,8 @@ absl::StatusOr<EventHub::ReadResult> EventHub::Read(const std::string& job_id, u
       for (size_t i = start; i < cached.events.size() && result.events.size() < max_events; ++i) {
         result.events.push_back(cached.events[i]);
       }
-      uint64_t delivered_through = result.events.empty() ? from_seq - 1 : result.events.back().seq();
+      uint64_t delivered_through =
+          result.events.empty() ? from_seq - 1 : result.events.back().seq();
       result.end_of_stream = cached.terminal && delivered_through >= cached.last_seq;
       return result;
     }

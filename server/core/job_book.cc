@@ -111,26 +111,24 @@ absl::Status JobBook::Transition(const std::string& id, v1::JobState state,
         absl::StrCat("job ", id, " has already finished (", StateName(stored->state()), ")"));
   }
   if (!IsTransitionAllowed(current->state(), state)) {
-    return absl::FailedPreconditionError(absl::StrCat("job ", id, " cannot go from ",
-                                                      StateName(current->state()), " to ",
-                                                      StateName(state)));
+    return absl::FailedPreconditionError(absl::StrCat(
+        "job ", id, " cannot go from ", StateName(current->state()), " to ", StateName(state)));
   }
   const absl::Time now = clock_.Now();
   v1::JobEvent event;
   auto* change = event.mutable_state_change();
   change->set_state(state);
   change->set_message(message);
-  return Commit(
-      id,
-      [&](v1::Job& job) {
-        if (edit) edit(job);
-        job.set_state(state);
-        job.set_message(message);
-        if (IsQueued(state)) *job.mutable_queue_time() = ToProto(now);
-        if (state == v1::JOB_STATE_SCHEDULED) *job.mutable_start_time() = ToProto(now);
-        if (IsTerminal(state)) *job.mutable_end_time() = ToProto(now);
-      },
-      {event});
+  return Commit(id,
+                [&](v1::Job& job) {
+                  if (edit) edit(job);
+                  job.set_state(state);
+                  job.set_message(message);
+                  if (IsQueued(state)) *job.mutable_queue_time() = ToProto(now);
+                  if (state == v1::JOB_STATE_SCHEDULED) *job.mutable_start_time() = ToProto(now);
+                  if (IsTerminal(state)) *job.mutable_end_time() = ToProto(now);
+                },
+                {event});
 }
 
 absl::Status JobBook::AppendReport(const std::string& id, const v1::TaskReport& report,

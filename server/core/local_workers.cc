@@ -105,8 +105,11 @@ pid_t LocalWorkerSupervisor::Spawn(size_t index) {
   const LocalWorkerSpec& spec = options_.workers[index];
   // Everything the child needs is prepared before fork: after it, only async-signal-safe
   // calls until exec.
-  std::vector<std::string> args = {options_.worker_binary, "--coordinator",
-                                   options_.coordinator_address, "--device", spec.device,
+  std::vector<std::string> args = {options_.worker_binary,
+                                   "--coordinator",
+                                   options_.coordinator_address,
+                                   "--device",
+                                   spec.device,
                                    "--local"};
   if (spec.threads > 0) {
     args.push_back("--threads");

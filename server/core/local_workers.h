@@ -49,8 +49,8 @@ class LocalWorkerSupervisor {
  private:
   struct Child {
     pid_t pid = -1;
-    absl::Time next_start;       // when to (re)start it if not running
-    absl::Duration delay;        // current backoff
+    absl::Time next_start;  // when to (re)start it if not running
+    absl::Duration delay;   // current backoff
     absl::Time started;
   };
 

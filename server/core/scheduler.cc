@@ -87,8 +87,8 @@ SchedulePlan Scheduler::Plan(std::vector<QueuedJob> queue, const std::vector<Fre
     uint32_t total = cap == capacity.end() ? 0 : cap->second;
     if (job.devices > total) {
       // It cannot run until more workers attach; it must not hold up jobs that can.
-      plan.waiting[job.id] = absl::StrCat("needs ", Devices(job.devices, type),
-                                          "; the cluster has ", total);
+      plan.waiting[job.id] =
+          absl::StrCat("needs ", Devices(job.devices, type), "; the cluster has ", total);
       continue;
     }
     if (auto r = reserved_for.find(type); r != reserved_for.end()) {
@@ -104,8 +104,8 @@ SchedulePlan Scheduler::Plan(std::vector<QueuedJob> queue, const std::vector<Fre
       plan.starts.push_back(std::move(start));
       continue;
     }
-    plan.waiting[job.id] = absl::StrCat("waiting for ", Devices(job.devices, type), " (",
-                                        pool.size(), " free)");
+    plan.waiting[job.id] =
+        absl::StrCat("waiting for ", Devices(job.devices, type), " (", pool.size(), " free)");
     if (now - job.queued_since >= options_.backfill_window) reserved_for[type] = job.id;
   }
   return plan;

@@ -28,7 +28,8 @@ absl::StatusOr<std::unique_ptr<CoordinatorMetrics>> CoordinatorMetrics::Start(
   auto metrics = std::unique_ptr<CoordinatorMetrics>(
       new CoordinatorMetrics(std::move(exposer), std::move(snapshot)));
   auto ports = metrics->exposer_->GetListeningPorts();
-  if (ports.empty()) return absl::UnavailableError(absl::StrCat("--metrics-address ", address, ": not listening"));
+  if (ports.empty())
+    return absl::UnavailableError(absl::StrCat("--metrics-address ", address, ": not listening"));
   metrics->address_ = absl::StrCat(address.substr(0, address.rfind(':')), ":", ports.front());
   return metrics;
 }
@@ -124,8 +125,9 @@ void CoordinatorMetrics::Refresh(const MetricsSnapshot& snapshot) {
     if (it == job_series_.end()) {
       const prometheus::Labels labels{{"job", job.id()}};
       it = job_series_
-               .emplace(job.id(), JobSeries{&job_samples_per_second_.Add(labels), &job_loss_.Add(labels),
-                                            &job_progress_.Add(labels), &job_devices_.Add(labels)})
+               .emplace(job.id(),
+                        JobSeries{&job_samples_per_second_.Add(labels), &job_loss_.Add(labels),
+                                  &job_progress_.Add(labels), &job_devices_.Add(labels)})
                .first;
     }
     const auto& m = job.latest_metrics();

@@ -14,7 +14,9 @@ namespace {
 // A prepared statement that finalizes itself.
 class Statement {
  public:
-  Statement(sqlite3* db, const char* sql) { rc_ = sqlite3_prepare_v2(db, sql, -1, &stmt_, nullptr); }
+  Statement(sqlite3* db, const char* sql) {
+    rc_ = sqlite3_prepare_v2(db, sql, -1, &stmt_, nullptr);
+  }
   ~Statement() { sqlite3_finalize(stmt_); }
   Statement(const Statement&) = delete;
   Statement& operator=(const Statement&) = delete;
@@ -73,14 +75,13 @@ class Transaction {
 
 absl::StatusOr<std::unique_ptr<SqliteJobStore>> SqliteJobStore::Open(const Options& options) {
   sqlite3* db = nullptr;
-  int rc = sqlite3_open_v2(options.path.c_str(), &db,
-                           SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_FULLMUTEX,
-                           nullptr);
+  int rc =
+      sqlite3_open_v2(options.path.c_str(), &db,
+                      SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_FULLMUTEX, nullptr);
   if (rc != SQLITE_OK) {
     std::string msg = db ? sqlite3_errmsg(db) : sqlite3_errstr(rc);
     sqlite3_close(db);
-    return absl::UnavailableError(
-        absl::StrCat("cannot open job store ", options.path, ": ", msg));
+    return absl::UnavailableError(absl::StrCat("cannot open job store ", options.path, ": ", msg));
   }
   auto store = std::unique_ptr<SqliteJobStore>(new SqliteJobStore(db, options.path));
   sqlite3_busy_timeout(db, 5000);
@@ -91,9 +92,8 @@ absl::StatusOr<std::unique_ptr<SqliteJobStore>> SqliteJobStore::Open(const Optio
   if (auto s = store->Exec("PRAGMA foreign_keys=ON"); !s.ok()) return s;
   if (options.max_size_bytes > 0) {
     Statement page_size(db, "PRAGMA page_size");
-    int64_t bytes_per_page = page_size.Step() == SQLITE_ROW
-                                 ? sqlite3_column_int64(page_size.get(), 0)
-                                 : 4096;
+    int64_t bytes_per_page =
+        page_size.Step() == SQLITE_ROW ? sqlite3_column_int64(page_size.get(), 0) : 4096;
     int64_t pages = std::max<int64_t>(1, options.max_size_bytes / bytes_per_page);
     if (auto s = store->Exec(absl::StrCat("PRAGMA max_page_count=", pages).c_str()); !s.ok()) {
       return s;
@@ -183,7 +183,8 @@ absl::Status SqliteJobStore::WriteJobRow(const v1::Job& job, bool insert, int64_
   stmt.Bind(3, *id_out);
   int rc = stmt.Step();
   if (rc != SQLITE_DONE) return Error(rc, sqlite3_errmsg(db_));
-  if (sqlite3_changes(db_) != 1) return absl::NotFoundError(absl::StrCat("job ", job.id(), " not found"));
+  if (sqlite3_changes(db_) != 1)
+    return absl::NotFoundError(absl::StrCat("job ", job.id(), " not found"));
   return absl::OkStatus();
 }
 
@@ -220,7 +221,8 @@ absl::StatusOr<v1::Job> SqliteJobStore::CreateJob(v1::Job job,
 
 absl::Status SqliteJobStore::Commit(const v1::Job& job, absl::Span<const v1::JobEvent> events) {
   int64_t id = 0;
-  if (!ParseJobId(job.id(), &id)) return absl::NotFoundError(absl::StrCat("job ", job.id(), " not found"));
+  if (!ParseJobId(job.id(), &id))
+    return absl::NotFoundError(absl::StrCat("job ", job.id(), " not found"));
   std::lock_guard<std::mutex> lock(mu_);
   Transaction txn(db_);
   if (txn.begin_rc() != SQLITE_OK) return Error(txn.begin_rc(), sqlite3_errmsg(db_));
@@ -281,7 +283,8 @@ absl::StatusOr<std::vector<v1::JobEvent>> SqliteJobStore::ReadEvents(const std::
                                                                      uint64_t from_seq,
                                                                      uint32_t limit) {
   int64_t row = 0;
-  if (!ParseJobId(job_id, &row)) return absl::NotFoundError(absl::StrCat("job ", job_id, " not found"));
+  if (!ParseJobId(job_id, &row))
+    return absl::NotFoundError(absl::StrCat("job ", job_id, " not found"));
   std::lock_guard<std::mutex> lock(mu_);
   Statement stmt(db_,
                  "SELECT event FROM events WHERE job_id = ? AND seq >= ? ORDER BY seq LIMIT ?");

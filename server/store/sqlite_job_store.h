@@ -33,8 +33,7 @@ class SqliteJobStore final : public JobStore {
   absl::Status Commit(const v1::Job& job, absl::Span<const v1::JobEvent> events) override;
   absl::StatusOr<v1::Job> GetJob(const std::string& id) override;
   absl::StatusOr<JobPage> ListJobs(const JobQuery& query) override;
-  absl::StatusOr<std::vector<v1::JobEvent>> ReadEvents(const std::string& job_id,
-                                                       uint64_t from_seq,
+  absl::StatusOr<std::vector<v1::JobEvent>> ReadEvents(const std::string& job_id, uint64_t from_seq,
                                                        uint32_t limit) override;
 
  private:

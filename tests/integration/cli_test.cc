@@ -36,10 +36,12 @@ class CliTest : public ::testing::Test {
   }
 
   std::string TinyJobFile(int steps) {
-    return WriteFile("job.yaml", "name: cli-test\nmodel:\n  mlp:\n    hidden: [16]\n"
-                                 "data:\n  synthetic: {features: 8, num_classes: 3}\n"
-                                 "training:\n  steps: " + std::to_string(steps) +
-                                     "\n  batch_size: 16\nmetrics:\n  interval_steps: 10\n");
+    return WriteFile("job.yaml",
+                     "name: cli-test\nmodel:\n  mlp:\n    hidden: [16]\n"
+                     "data:\n  synthetic: {features: 8, num_classes: 3}\n"
+                     "training:\n  steps: " +
+                         std::to_string(steps) +
+                         "\n  batch_size: 16\nmetrics:\n  interval_steps: 10\n");
   }
 
   static TempDir* dir_;
@@ -60,7 +62,8 @@ TEST_F(CliTest, SubmitPrintsTheIdAndWatchFollowsToSuccess) {
   // Piped, watch prints plain lines: states, one line per metrics sample, the verdict.
   CommandResult watch = Stoke({"watch", id});
   EXPECT_EQ(watch.exit_code, 0) << watch.out << watch.err;
-  EXPECT_NE(watch.out.find("job " + id + " step 10/40 (25%)  loss "), std::string::npos) << watch.out;
+  EXPECT_NE(watch.out.find("job " + id + " step 10/40 (25%)  loss "), std::string::npos)
+      << watch.out;
   EXPECT_NE(watch.out.find("samples/s  ETA "), std::string::npos) << watch.out;
   EXPECT_NE(watch.out.find("job " + id + " SUCCEEDED"), std::string::npos) << watch.out;
   EXPECT_EQ(watch.out.find('\r'), std::string::npos) << "no terminal control codes in a pipe";
@@ -75,10 +78,11 @@ TEST_F(CliTest, SubmitWithJsonOutputPrintsTheJobObject) {
 
 TEST_F(CliTest, SubmitWatchExitsNonZeroForAJobThatFails) {
   // Diverges at once: SGD with an absurd learning rate; not retried.
-  std::string file = WriteFile("diverge.yaml",
-                               "model: {mlp: {hidden: [16]}}\ndata: {synthetic: {features: 8}}\n"
-                               "optimizer: {sgd: {}, lr: 1e12}\ntraining: {steps: 100, batch_size: 16}\n"
-                               "metrics: {interval_steps: 5}\n");
+  std::string file =
+      WriteFile("diverge.yaml",
+                "model: {mlp: {hidden: [16]}}\ndata: {synthetic: {features: 8}}\n"
+                "optimizer: {sgd: {}, lr: 1e12}\ntraining: {steps: 100, batch_size: 16}\n"
+                "metrics: {interval_steps: 5}\n");
   CommandResult result = Stoke({"submit", file, "--watch"});
   EXPECT_EQ(result.exit_code, 1) << result.out << result.err;
   EXPECT_NE(result.out.find("FAILED"), std::string::npos) << result.out;
@@ -86,11 +90,13 @@ TEST_F(CliTest, SubmitWatchExitsNonZeroForAJobThatFails) {
 }
 
 TEST_F(CliTest, BadJobFilesAreRefusedNamingFileLineAndField) {
-  std::string file = WriteFile("bad.yaml", "model:\n  mlp: {}\ntraining:\n  steps: 10\n  bach_size: 4\n");
+  std::string file =
+      WriteFile("bad.yaml", "model:\n  mlp: {}\ntraining:\n  steps: 10\n  bach_size: 4\n");
   CommandResult result = Stoke({"submit", file});
   EXPECT_EQ(result.exit_code, 2);
-  EXPECT_NE(result.err.find(file + ":5: training.bach_size: unknown field; did you mean batch_size?"),
-            std::string::npos)
+  EXPECT_NE(
+      result.err.find(file + ":5: training.bach_size: unknown field; did you mean batch_size?"),
+      std::string::npos)
       << result.err;
   // Well-formed but invalid: the coordinator names the field.
   file = WriteFile("invalid.yaml", "model:\n  mlp: {}\ndata:\n  synthetic: {}\n");

@@ -174,7 +174,8 @@ TEST_F(ClusterTest, TwoDeviceJobWaitsWhileAOneDeviceJobHoldsADevice) {
   }
   ASSERT_TRUE(client().CancelJob(small).ok());
   ASSERT_TRUE(WaitFor([&] { return client().GetJob(gang)->placement_size() == 2; }, seconds(20)))
-      << "the gang did not get both devices; coordinator log:\n" << coordinator_->Log();
+      << "the gang did not get both devices; coordinator log:\n"
+      << coordinator_->Log();
   auto job = client().GetJob(gang);
   EXPECT_NE(job->placement(0).worker_id(), job->placement(1).worker_id());
   client().CancelJob(gang).IgnoreError();
@@ -268,7 +269,8 @@ TEST_F(ClusterTest, KilledWorkerPutsItsJobBackInTheQueue) {
   ASSERT_TRUE(WaitFor(
       [&] {
         auto workers = Workers();
-        return workers.count(worker_id) && workers.at(worker_id).pid() != static_cast<uint32_t>(pid);
+        return workers.count(worker_id) &&
+               workers.at(worker_id).pid() != static_cast<uint32_t>(pid);
       },
       seconds(30)));
   client().CancelJob(id).IgnoreError();

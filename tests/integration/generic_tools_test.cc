@@ -48,8 +48,8 @@ TEST_F(GenericTools, HealthServiceSaysServing) {
   grpc::ByteBuffer request = FromString("");  // HealthCheckRequest{service: ""}
   grpc::ByteBuffer response;
   std::promise<grpc::Status> done;
-  stub.UnaryCall(&context, "/grpc.health.v1.Health/Check", grpc::StubOptions(), &request,
-                 &response, [&](grpc::Status s) { done.set_value(s); });
+  stub.UnaryCall(&context, "/grpc.health.v1.Health/Check", grpc::StubOptions(), &request, &response,
+                 [&](grpc::Status s) { done.set_value(s); });
   grpc::Status status = done.get_future().get();
   ASSERT_TRUE(status.ok()) << status.error_message();
   // HealthCheckResponse{status: SERVING (1)}: field 1, varint 1.
@@ -60,8 +60,8 @@ TEST_F(GenericTools, ReflectionListsStokeServices) {
   grpc::GenericStub stub(channel_);
   grpc::ClientContext context;
   grpc::CompletionQueue cq;
-  auto call = stub.PrepareCall(&context,
-                               "/grpc.reflection.v1alpha.ServerReflection/ServerReflectionInfo", &cq);
+  auto call = stub.PrepareCall(
+      &context, "/grpc.reflection.v1alpha.ServerReflection/ServerReflectionInfo", &cq);
   void* tag;
   bool ok;
   call->StartCall(reinterpret_cast<void*>(1));

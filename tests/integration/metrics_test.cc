@@ -4,8 +4,8 @@
 
 #include <filesystem>
 #include <fstream>
-#include <regex>
 #include <iostream>
+#include <regex>
 #include <sstream>
 
 #include "tests/support/coordinator_process.h"
@@ -73,7 +73,8 @@ TEST(Metrics, ShowTheClusterAndARunningJobThenForgetTheJob) {
   }
 
   // Every metric the dashboards chart is one the coordinator exports.
-  for (const auto& entry : std::filesystem::directory_iterator(std::string(STOKE_SOURCE_DIR) + "/dashboards")) {
+  for (const auto& entry :
+       std::filesystem::directory_iterator(std::string(STOKE_SOURCE_DIR) + "/dashboards")) {
     std::ifstream in(entry.path());
     std::string dashboard((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
     const std::regex metric_name("stoke_[a-z_]+");
@@ -91,7 +92,8 @@ TEST(Metrics, ShowTheClusterAndARunningJobThenForgetTheJob) {
         return text.find("job=\"" + job->id() + "\"") == std::string::npos && !text.empty();
       },
       std::chrono::seconds(10)))
-      << "series of a finished job remain:\n" << text;
+      << "series of a finished job remain:\n"
+      << text;
 }
 
 }  // namespace

@@ -45,9 +45,9 @@ TEST(RemoteWorker, AttachesRunsJobsAndOutlivesACoordinatorCrash) {
 
   auto quick = coordinator->client().SubmitJob(Job(40));
   ASSERT_TRUE(quick.ok());
-  ASSERT_TRUE(WaitFor([&] {
-    return coordinator->client().GetJob(quick->id())->state() == v1::JOB_STATE_SUCCEEDED;
-  }, seconds(60)));
+  ASSERT_TRUE(WaitFor(
+      [&] { return coordinator->client().GetJob(quick->id())->state() == v1::JOB_STATE_SUCCEEDED; },
+      seconds(60)));
   EXPECT_EQ(coordinator->client().GetJob(quick->id())->placement(0).worker_id(), "remote-a");
 
   auto endless = coordinator->client().SubmitJob(Job(1'000'000'000));

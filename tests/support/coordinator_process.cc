@@ -2,10 +2,10 @@
 
 #include <arpa/inet.h>
 #include <fcntl.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
 #include <gtest/gtest.h>
+#include <netinet/in.h>
 #include <signal.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -35,9 +35,15 @@ std::unique_ptr<CoordinatorProcess> CoordinatorProcess::Start(const Options& opt
   std::filesystem::create_directories(options.data_dir);
   std::filesystem::remove(address_file);  // a killed coordinator leaves its file behind
 
-  std::vector<std::string> args = {STOKE_COORDINATOR_BINARY, "--address", options.address,
-                                   "--data-dir", options.data_dir, "--local-workers",
-                                   options.local_workers, "--metrics-address", "127.0.0.1:0"};
+  std::vector<std::string> args = {STOKE_COORDINATOR_BINARY,
+                                   "--address",
+                                   options.address,
+                                   "--data-dir",
+                                   options.data_dir,
+                                   "--local-workers",
+                                   options.local_workers,
+                                   "--metrics-address",
+                                   "127.0.0.1:0"};
   for (const auto& a : options.extra_args) args.push_back(a);
   std::vector<char*> argv;
   for (auto& a : args) argv.push_back(a.data());
@@ -59,7 +65,8 @@ std::unique_ptr<CoordinatorProcess> CoordinatorProcess::Start(const Options& opt
   std::ifstream(address_file) >> process->address_;
   process->client_ = client::Client::Connect({process->address_});
   int expected = 0;
-  if (options.local_workers.rfind("cpu:", 0) == 0) expected = std::stoi(options.local_workers.substr(4));
+  if (options.local_workers.rfind("cpu:", 0) == 0)
+    expected = std::stoi(options.local_workers.substr(4));
   // Without local workers, being reachable is enough.
   bool attached = WaitFor(
       [&] {
@@ -118,8 +125,15 @@ int FreePort() {
 
 WorkerProcess::WorkerProcess(const std::string& coordinator, const std::string& id,
                              const std::string& log) {
-  std::vector<std::string> args = {STOKE_WORKER_BINARY, "--coordinator", coordinator,
-                                   "--device", "cpu", "--id", id, "--threads", "1"};
+  std::vector<std::string> args = {STOKE_WORKER_BINARY,
+                                   "--coordinator",
+                                   coordinator,
+                                   "--device",
+                                   "cpu",
+                                   "--id",
+                                   id,
+                                   "--threads",
+                                   "1"};
   std::vector<char*> argv;
   for (auto& a : args) argv.push_back(a.data());
   argv.push_back(nullptr);

@@ -39,7 +39,8 @@ resources:
   priority: -3
   device: cpu
 max_restarts: 0
-)", "job.yaml");
+)",
+                           "job.yaml");
   ASSERT_TRUE(spec.ok()) << spec.status();
   EXPECT_EQ(spec->name(), "demo");
   ASSERT_EQ(spec->model().mlp().hidden_size(), 2);
@@ -74,7 +75,8 @@ TEST(JobSpecFile, UnknownFieldIsNamedWithALikelyFix) {
   std::string error = ErrorOf("training:\n  steps: 5\n  bach_size: 32\n");
   EXPECT_EQ(error, "job.yaml:3: training.bach_size: unknown field; did you mean batch_size?");
   error = ErrorOf("colour: red\n");
-  EXPECT_NE(error.find("job.yaml:1: colour: unknown field; expected one of name, model"), std::string::npos)
+  EXPECT_NE(error.find("job.yaml:1: colour: unknown field; expected one of name, model"),
+            std::string::npos)
       << error;
 }
 
@@ -87,8 +89,9 @@ TEST(JobSpecFile, IllTypedValuesAreNamed) {
             "job.yaml:2: training.steps: expected a whole number >= 0, got \"1.5\"");
   EXPECT_EQ(ErrorOf("optimizer:\n  lr: fast\n"),
             "job.yaml:2: optimizer.lr: expected a number, got \"fast\"");
-  EXPECT_EQ(ErrorOf("training:\n  precision: fp8\n"),
-            "job.yaml:2: training.precision: unknown value \"fp8\"; expected one of auto, fp32, bf16");
+  EXPECT_EQ(
+      ErrorOf("training:\n  precision: fp8\n"),
+      "job.yaml:2: training.precision: unknown value \"fp8\"; expected one of auto, fp32, bf16");
   EXPECT_EQ(ErrorOf("model:\n  mlp:\n    hidden: 64\n"),
             "job.yaml:3: model.mlp.hidden: expected a list, got \"64\"");
   EXPECT_EQ(ErrorOf("model:\n  mlp:\n    hidden: [64, wide]\n"),

@@ -26,8 +26,8 @@ QueuedJob Job(const std::string& id, uint32_t devices, int priority = 0,
 std::vector<FreeDevice> CpuDevices(int n, const std::string& host = "h1") {
   std::vector<FreeDevice> devices;
   for (int i = 0; i < n; ++i) {
-    devices.push_back({host + "/cpu:" + std::to_string(i), host, v1::DEVICE_TYPE_CPU,
-                       static_cast<uint32_t>(i)});
+    devices.push_back(
+        {host + "/cpu:" + std::to_string(i), host, v1::DEVICE_TYPE_CPU, static_cast<uint32_t>(i)});
   }
   return devices;
 }
@@ -96,7 +96,8 @@ bool LargeJobStarts(const Scheduler& scheduler) {
     QueuedJob small = Job(std::to_string(next_id++), 1);
     small.queued_since = now;
     queue.push_back(small);
-    auto plan = scheduler.Plan(queue, CpuDevices(2 - static_cast<int>(running.size())), capacity, now);
+    auto plan =
+        scheduler.Plan(queue, CpuDevices(2 - static_cast<int>(running.size())), capacity, now);
     for (const auto& start : plan.starts) {
       if (start.job_id == "1") return true;
       running[start.job_id] = now + absl::Minutes(3);

@@ -62,8 +62,10 @@ TEST(SqliteJobStore, CommitStoresTransitionAndEventsTogether) {
   auto job = *store->CreateJob(NewJob("j"), {StateEvent(1, v1::JOB_STATE_PENDING)});
   job.set_state(v1::JOB_STATE_RUNNING);
   job.set_last_event_seq(3);
-  ASSERT_TRUE(store->Commit(job, {StateEvent(2, v1::JOB_STATE_SCHEDULED),
-                                  StateEvent(3, v1::JOB_STATE_RUNNING)}).ok());
+  ASSERT_TRUE(store
+                  ->Commit(job, {StateEvent(2, v1::JOB_STATE_SCHEDULED),
+                                 StateEvent(3, v1::JOB_STATE_RUNNING)})
+                  .ok());
   EXPECT_EQ(store->GetJob(job.id())->state(), v1::JOB_STATE_RUNNING);
   auto events = *store->ReadEvents(job.id(), 2, 100);
   ASSERT_EQ(events.size(), 2u);
@@ -94,7 +96,9 @@ TEST(SqliteJobStore, ListsNewestFirstFilteredAndPaged) {
   TempDir dir;
   auto store = *SqliteJobStore::Open({dir.File("stoke.db")});
   for (int i = 0; i < 5; ++i) {
-    ASSERT_TRUE(store->CreateJob(NewJob("j", i % 2 ? v1::JOB_STATE_RUNNING : v1::JOB_STATE_PENDING), {}).ok());
+    ASSERT_TRUE(
+        store->CreateJob(NewJob("j", i % 2 ? v1::JOB_STATE_RUNNING : v1::JOB_STATE_PENDING), {})
+            .ok());
   }
   JobQuery query;
   query.limit = 2;
@@ -170,7 +174,9 @@ TEST(SqliteJobStore, RefusesAFileFromANewerSchema) {
 
 TEST(SqliteJobStore, RefusesAFileThatIsNotADatabase) {
   TempDir dir;
-  { std::ofstream(dir.File("stoke.db")) << "this is not sqlite, just some text that is long enough"; }
+  {
+    std::ofstream(dir.File("stoke.db")) << "this is not sqlite, just some text that is long enough";
+  }
   auto store = SqliteJobStore::Open({dir.File("stoke.db")});
   ASSERT_FALSE(store.ok());
   EXPECT_NE(store.status().message().find("stoke.db"), absl::string_view::npos) << store.status();

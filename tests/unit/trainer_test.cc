@@ -120,7 +120,8 @@ TEST(Trainer, DivergingLossFailsWithoutRetry) {
 TEST(Trainer, MissingDeviceFailsNamingIt) {
   RecordingObserver observer;
   std::atomic<bool> cancel{false};
-  TrainOutcome outcome = RunTraining(SmallTask(10), DeviceRef{DeviceKind::kCuda, 7}, observer, cancel);
+  TrainOutcome outcome =
+      RunTraining(SmallTask(10), DeviceRef{DeviceKind::kCuda, 7}, observer, cancel);
   EXPECT_EQ(outcome.kind, TrainOutcome::Kind::kFailed);
   EXPECT_NE(outcome.message.find("cuda:7"), std::string::npos) << outcome.message;
 }

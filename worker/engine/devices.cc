@@ -56,8 +56,8 @@ DeviceInfo DescribeDevice(const DeviceRef& device) {
   info.device = device;
   if (device.kind == DeviceKind::kCpu) {
     info.name = CpuModelName();
-    info.memory_total_bytes =
-        static_cast<uint64_t>(sysconf(_SC_PHYS_PAGES)) * static_cast<uint64_t>(sysconf(_SC_PAGESIZE));
+    info.memory_total_bytes = static_cast<uint64_t>(sysconf(_SC_PHYS_PAGES)) *
+                              static_cast<uint64_t>(sysconf(_SC_PAGESIZE));
     return info;
   }
   const int n = torch::cuda::is_available() ? static_cast<int>(torch::cuda::device_count()) : 0;
@@ -80,7 +80,8 @@ void SetCpuThreads(int threads) {
 
 void MakeCurrent(const DeviceRef& device) {
 #if STOKE_WITH_CUDA
-  if (device.kind == DeviceKind::kCuda) c10::cuda::set_device(static_cast<c10::DeviceIndex>(device.index));
+  if (device.kind == DeviceKind::kCuda)
+    c10::cuda::set_device(static_cast<c10::DeviceIndex>(device.index));
 #else
   (void)device;
 #endif

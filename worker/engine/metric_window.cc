@@ -27,7 +27,8 @@ void MetricWindow::EndWindow(uint64_t step, uint32_t epoch, double learning_rate
   Pending pending;
   torch::Tensor mean = loss_sum_ / static_cast<double>(terms_);
   if (device_.is_cuda()) {
-    pending.host_loss = torch::empty({}, torch::TensorOptions().dtype(torch::kFloat32).pinned_memory(true));
+    pending.host_loss =
+        torch::empty({}, torch::TensorOptions().dtype(torch::kFloat32).pinned_memory(true));
     pending.host_loss.copy_(mean, /*non_blocking=*/true);
   } else {
     pending.host_loss = mean;

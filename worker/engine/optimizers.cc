@@ -11,18 +11,18 @@ std::unique_ptr<torch::optim::Optimizer> MakeOptimizer(const OptimizerConfig& co
     const OptimizerConfig& config;
     std::vector<torch::Tensor>& parameters;
     std::unique_ptr<torch::optim::Optimizer> operator()(const AdamWConfig& a) const {
-      return std::make_unique<torch::optim::AdamW>(
-          std::move(parameters), torch::optim::AdamWOptions(config.lr)
-                                     .betas({a.beta1, a.beta2})
-                                     .eps(a.eps)
-                                     .weight_decay(config.weight_decay));
+      return std::make_unique<torch::optim::AdamW>(std::move(parameters),
+                                                   torch::optim::AdamWOptions(config.lr)
+                                                       .betas({a.beta1, a.beta2})
+                                                       .eps(a.eps)
+                                                       .weight_decay(config.weight_decay));
     }
     std::unique_ptr<torch::optim::Optimizer> operator()(const SgdConfig& s) const {
-      return std::make_unique<torch::optim::SGD>(
-          std::move(parameters), torch::optim::SGDOptions(config.lr)
-                                     .momentum(s.momentum)
-                                     .nesterov(s.nesterov)
-                                     .weight_decay(config.weight_decay));
+      return std::make_unique<torch::optim::SGD>(std::move(parameters),
+                                                 torch::optim::SGDOptions(config.lr)
+                                                     .momentum(s.momentum)
+                                                     .nesterov(s.nesterov)
+                                                     .weight_decay(config.weight_decay));
     }
   };
   return std::visit(Maker{config, parameters}, config.kind);

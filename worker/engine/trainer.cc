@@ -8,10 +8,10 @@
 
 #include "worker/data/synthetic.h"
 #include "worker/engine/devices.h"
-#include "worker/engine/torch_device.h"
 #include "worker/engine/metric_window.h"
 #include "worker/engine/optimizers.h"
 #include "worker/engine/torch_compat.h"
+#include "worker/engine/torch_device.h"
 #include "worker/models/model_factory.h"
 
 namespace stoke::worker {
@@ -34,9 +34,12 @@ std::unique_ptr<BatchSource> MakeSource(const DataConfig& data, torch::Device de
 // emulate much of bf16, so AUTO keeps them in fp32.
 bool UseBf16(Precision precision, const DeviceRef& device) {
   switch (precision) {
-    case Precision::kBf16: return true;
-    case Precision::kFp32: return false;
-    case Precision::kAuto: return device.kind == DeviceKind::kCuda && SupportsBf16(device);
+    case Precision::kBf16:
+      return true;
+    case Precision::kFp32:
+      return false;
+    case Precision::kAuto:
+      return device.kind == DeviceKind::kCuda && SupportsBf16(device);
   }
   return false;
 }
@@ -46,7 +49,8 @@ std::string Describe(const TrainTask& task, Network& net, const DeviceInfo& devi
   std::ostringstream out;
   out << "training " << task.name << " on " << device.device.Label() << " (" << device.name
       << "): " << net.ParameterCount() << " parameters, batch " << task.training.batch_size;
-  if (task.training.grad_accum_steps > 1) out << " x " << task.training.grad_accum_steps << " accumulated";
+  if (task.training.grad_accum_steps > 1)
+    out << " x " << task.training.grad_accum_steps << " accumulated";
   out << ", " << (bf16 ? "bf16 autocast" : "fp32") << ", " << total_steps << " steps";
   return out.str();
 }
@@ -68,8 +72,8 @@ std::optional<TrainOutcome> Report(const MetricSample& sample, TrainingObserver&
 
 uint64_t TotalSteps(const TrainTask& task, int64_t samples_per_epoch) {
   if (task.training.steps > 0) return task.training.steps;
-  const int64_t per_step = task.training.batch_size * task.training.grad_accum_steps *
-                           std::max(1, task.world_size);
+  const int64_t per_step =
+      task.training.batch_size * task.training.grad_accum_steps * std::max(1, task.world_size);
   // drop_last: a partial final batch would change shapes; every epoch has whole steps.
   const int64_t steps_per_epoch = std::max<int64_t>(1, samples_per_epoch / per_step);
   return static_cast<uint64_t>(steps_per_epoch) * task.training.epochs;
@@ -123,7 +127,8 @@ TrainOutcome RunTraining(const TrainTask& task, const DeviceRef& device_ref,
       // set_to_none: the next backward writes fresh gradients instead of adding to zeros.
       for (auto& p : net->parameters()) p.mutable_grad().reset();
 
-      const uint32_t epoch = steps_per_epoch ? static_cast<uint32_t>((step - 1) / steps_per_epoch) : 0;
+      const uint32_t epoch =
+          steps_per_epoch ? static_cast<uint32_t>((step - 1) / steps_per_epoch) : 0;
       if (step % interval == 0 || step == total_steps) metrics.EndWindow(step, epoch, lr);
       while (auto sample = metrics.Poll()) {
         if (auto diverged = Report(*sample, observer)) return *diverged;
@@ -132,8 +137,8 @@ TrainOutcome RunTraining(const TrainTask& task, const DeviceRef& device_ref,
     while (auto sample = metrics.PollBlocking()) {
       if (auto diverged = Report(*sample, observer)) return *diverged;
     }
-    return {TrainOutcome::Kind::kSucceeded,
-            "finished " + std::to_string(total_steps) + " steps", true};
+    return {TrainOutcome::Kind::kSucceeded, "finished " + std::to_string(total_steps) + " steps",
+            true};
   } catch (const c10::OutOfMemoryError& e) {
     return {TrainOutcome::Kind::kFailed,
             "out of device memory at step " + std::to_string(step) +
@@ -144,9 +149,8 @@ TrainOutcome RunTraining(const TrainTask& task, const DeviceRef& device_ref,
             "LibTorch error at step " + std::to_string(step) + ": " + e.what_without_backtrace(),
             true};
   } catch (const std::exception& e) {
-    return {TrainOutcome::Kind::kFailed, std::string("error at step ") + std::to_string(step) +
-                                             ": " + e.what(),
-            true};
+    return {TrainOutcome::Kind::kFailed,
+            std::string("error at step ") + std::to_string(step) + ": " + e.what(), true};
   }
 }
 

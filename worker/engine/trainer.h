@@ -12,8 +12,8 @@ namespace stoke::worker {
 
 // Returns how the training ended. `cancel` is checked before every step. Errors from
 // LibTorch (a bad shape, an out-of-memory) end as a failed outcome naming the step.
-TrainOutcome RunTraining(const TrainTask& task, const DeviceRef& device,
-                         TrainingObserver& observer, const std::atomic<bool>& cancel);
+TrainOutcome RunTraining(const TrainTask& task, const DeviceRef& device, TrainingObserver& observer,
+                         const std::atomic<bool>& cancel);
 
 // Optimizer steps the task will run (steps, or epochs over the data at its batch size).
 uint64_t TotalSteps(const TrainTask& task, int64_t samples_per_epoch);

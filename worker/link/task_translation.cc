@@ -14,9 +14,14 @@ absl::StatusOr<ModelConfig> ModelFrom(const v1::ModelSpec& spec) {
       mlp.num_classes = m.num_classes();
       for (uint32_t width : m.hidden()) mlp.hidden.push_back(width);
       switch (m.activation()) {
-        case v1::ACTIVATION_RELU: mlp.activation = Activation::kRelu; break;
-        case v1::ACTIVATION_TANH: mlp.activation = Activation::kTanh; break;
-        default: mlp.activation = Activation::kGelu;
+        case v1::ACTIVATION_RELU:
+          mlp.activation = Activation::kRelu;
+          break;
+        case v1::ACTIVATION_TANH:
+          mlp.activation = Activation::kTanh;
+          break;
+        default:
+          mlp.activation = Activation::kGelu;
       }
       mlp.dropout = m.dropout();
       if (mlp.input_dim <= 0 || mlp.num_classes <= 0) {
@@ -37,7 +42,8 @@ absl::StatusOr<DataConfig> DataFrom(const v1::DataSpec& spec) {
       c.num_classes = spec.synthetic().num_classes();
       c.samples_per_epoch = static_cast<int64_t>(spec.synthetic().samples_per_epoch());
       if (c.features <= 0 || c.num_classes < 2 || c.samples_per_epoch <= 0) {
-        return absl::InvalidArgumentError("data.synthetic: features, num_classes and samples_per_epoch must be set");
+        return absl::InvalidArgumentError(
+            "data.synthetic: features, num_classes and samples_per_epoch must be set");
       }
       return DataConfig{c};
     }
@@ -64,9 +70,12 @@ OptimizerConfig OptimizerFrom(const v1::OptimizerSpec& spec) {
 
 Precision PrecisionFrom(v1::Precision p) {
   switch (p) {
-    case v1::PRECISION_FP32: return Precision::kFp32;
-    case v1::PRECISION_BF16: return Precision::kBf16;
-    default: return Precision::kAuto;
+    case v1::PRECISION_FP32:
+      return Precision::kFp32;
+    case v1::PRECISION_BF16:
+      return Precision::kBf16;
+    default:
+      return Precision::kAuto;
   }
 }
 
@@ -135,9 +144,12 @@ v1::Device ToProto(const DeviceInfo& info) {
 
 v1::TaskOutcome ToProto(TrainOutcome::Kind kind) {
   switch (kind) {
-    case TrainOutcome::Kind::kSucceeded: return v1::TASK_OUTCOME_SUCCEEDED;
-    case TrainOutcome::Kind::kCancelled: return v1::TASK_OUTCOME_CANCELLED;
-    default: return v1::TASK_OUTCOME_FAILED;
+    case TrainOutcome::Kind::kSucceeded:
+      return v1::TASK_OUTCOME_SUCCEEDED;
+    case TrainOutcome::Kind::kCancelled:
+      return v1::TASK_OUTCOME_CANCELLED;
+    default:
+      return v1::TASK_OUTCOME_FAILED;
   }
 }
 

@@ -1,7 +1,7 @@
 #include "worker/models/mlp.h"
 
-#include <torch/nn/functional/dropout.h>
 #include <torch/nn/functional/activation.h>
+#include <torch/nn/functional/dropout.h>
 
 namespace stoke::worker {
 
@@ -22,13 +22,20 @@ torch::Tensor MlpImpl::forward(const torch::Tensor& inputs) {
     x = layers_[i]->as<torch::nn::Linear>()->forward(x);
     if (i == last) break;
     switch (config_.activation) {
-      case Activation::kRelu: x = torch::relu(x); break;
-      case Activation::kGelu: x = torch::gelu(x); break;
-      case Activation::kTanh: x = torch::tanh(x); break;
+      case Activation::kRelu:
+        x = torch::relu(x);
+        break;
+      case Activation::kGelu:
+        x = torch::gelu(x);
+        break;
+      case Activation::kTanh:
+        x = torch::tanh(x);
+        break;
     }
     if (config_.dropout > 0) {
       x = torch::nn::functional::dropout(
-          x, torch::nn::functional::DropoutFuncOptions().p(config_.dropout).training(is_training()));
+          x,
+          torch::nn::functional::DropoutFuncOptions().p(config_.dropout).training(is_training()));
     }
   }
   return x;

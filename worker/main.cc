@@ -110,11 +110,11 @@ int main(int argc, char** argv) {
       spdlog::info("{} received; stopping", strsignal(sig));
       agent.Stop();
     });
-    stopper.detach();
 
     spdlog::info("stoke-worker {} on {} ({}), coordinator {}", STOKE_VERSION, device.Label(),
                  options.device.name, coordinator);
-    agent.Run();
+    agent.Run();  // returns once the stopper has called Stop()
+    stopper.join();
     return 0;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "stoke-worker: %s\n", e.what());

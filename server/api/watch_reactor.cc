@@ -18,7 +18,12 @@ WatchReactor* WatchReactor::Start(EventHub& hub, Executor& executor, std::string
     reactor->FinishOnce(grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "id: required"));
     return reactor;
   }
-  reactor->subscription_ = hub.Subscribe(reactor->job_id_, [reactor] { reactor->Wake(); });
+  {
+    // OnDone cannot run before this handler returns, but a listener call can: it finds
+    // the reactor's state guarded.
+    std::lock_guard<std::mutex> lock(reactor->mu_);
+    reactor->subscription_ = hub.Subscribe(reactor->job_id_, [reactor] { reactor->Wake(); });
+  }
   reactor->Wake();
   return reactor;
 }
@@ -124,8 +129,13 @@ void WatchReactor::FinishOnce(grpc::Status status) {
 }
 
 void WatchReactor::OnDone() {
+  uint64_t subscription;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    subscription = subscription_;
+  }
   // No listener call runs after this returns, so none can Wake a deleted reactor.
-  if (subscription_) hub_.Unsubscribe(subscription_);
+  if (subscription) hub_.Unsubscribe(subscription);
   std::unique_lock<std::mutex> lock(mu_);
   done_ = true;
   if (filling_) return;  // the Fill in flight deletes us

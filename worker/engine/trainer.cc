@@ -94,7 +94,8 @@ TrainOutcome RunTraining(const TrainTask& task, const DeviceRef& device_ref,
     net->train();
     // Each rank draws different samples; the model starts the same everywhere.
     auto source = MakeSource(task.data, device, t.batch_size, t.seed * 1000003 + task.rank);
-    auto optimizer = MakeOptimizer(task.optimizer, net->parameters());
+    const std::vector<torch::Tensor> parameters = net->parameters();
+    auto optimizer = MakeOptimizer(task.optimizer, parameters);
     const uint64_t total_steps = TotalSteps(task, source->SamplesPerEpoch());
     const uint64_t steps_per_epoch =
         t.steps > 0 ? 0 : std::max<uint64_t>(1, total_steps / std::max<uint32_t>(1, t.epochs));
@@ -125,7 +126,7 @@ TrainOutcome RunTraining(const TrainTask& task, const DeviceRef& device_ref,
       }
       optimizer->step();
       // set_to_none: the next backward writes fresh gradients instead of adding to zeros.
-      for (auto& p : net->parameters()) p.mutable_grad().reset();
+      for (const auto& p : parameters) p.mutable_grad().reset();
 
       const uint32_t epoch =
           steps_per_epoch ? static_cast<uint32_t>((step - 1) / steps_per_epoch) : 0;

@@ -217,6 +217,9 @@ void Coordinator::HandleWorkerMessage(const std::string& worker_id,
     case v1::WorkerMessage::kFinished:
       OnTaskFinished(worker_id, message.finished());
       break;
+    case v1::WorkerMessage::kLeaving:
+      OnLeaving(worker_id, message.leaving());
+      break;
     default:
       spdlog::warn("worker {} sent an unexpected message ({})", worker_id,
                    static_cast<int>(message.kind_case()));
@@ -304,6 +307,33 @@ void Coordinator::OnTaskFinished(const std::string& worker_id, const v1::TaskFin
                   /*retryable=*/true);
   }
   Schedule();
+}
+
+void Coordinator::OnLeaving(const std::string& worker_id, const v1::Leaving& leaving) {
+  std::lock_guard<std::mutex> lock(mu_);
+  WorkerEntry* worker = workers_.Find(worker_id);
+  if (!worker) return;
+  auto entry = workers_.Detach(worker_id, worker->connection.get());
+  spdlog::info("worker {} is leaving: {}", worker_id, leaving.reason());
+  if (entry->info.state() == v1::WORKER_STATE_BUSY) {
+    RequeueAttempt(entry->info.job_id(), entry->attempt,
+                   absl::StrCat("worker ", worker_id, " is shutting down (", leaving.reason(), ")"));
+  }
+  Schedule();
+}
+
+void Coordinator::RequeueAttempt(const std::string& job_id, uint32_t attempt,
+                                 const std::string& why) {
+  const v1::Job* job = jobs_.FindActive(job_id);
+  if (shutting_down_ || !job || job->attempt() != attempt || !IsLive(job->state())) return;
+  std::string message = absl::StrCat("re-queued: ", why);
+  spdlog::info("job {} {}", job_id, message);
+  auto s = jobs_.Transition(job_id, v1::JOB_STATE_PENDING, message,
+                            [](v1::Job& j) { j.clear_placement(); });
+  if (!s.ok()) spdlog::error("job {}: {}", job_id, s.ToString());
+  StopGang(job_id, "another rank's worker is shutting down");
+  started_ranks_.erase(job_id);
+  succeeded_ranks_.erase(job_id);
 }
 
 void Coordinator::FailAttempt(const std::string& job_id, uint32_t attempt, const std::string& why,

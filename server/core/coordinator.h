@@ -80,11 +80,15 @@ class Coordinator {
   void OnTaskStarted(const std::string& worker_id, const v1::TaskStarted& started);
   void OnTaskReport(const std::string& worker_id, const v1::TaskReport& report);
   void OnTaskFinished(const std::string& worker_id, const v1::TaskFinished& finished);
+  void OnLeaving(const std::string& worker_id, const v1::Leaving& leaving);
 
   // A rank of `job_id`'s attempt is gone or failed: stop the rest of the gang and
   // re-queue the job, or fail it when it has used up its restarts.
   void FailAttempt(const std::string& job_id, uint32_t attempt, const std::string& why,
                    bool retryable);
+  // The attempt stops through no fault of the job (its worker is leaving): back to the
+  // queue, the rest of the gang stopped, no restart counted.
+  void RequeueAttempt(const std::string& job_id, uint32_t attempt, const std::string& why);
   // Tells every worker still on the job to stop; their devices free up when they confirm.
   void StopGang(const std::string& job_id, const std::string& reason);
   void RemoveWorker(WorkerEntry entry, const std::string& why);

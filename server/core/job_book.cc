@@ -13,7 +13,7 @@ bool IsQueued(v1::JobState state) {
 bool IsTransitionAllowed(v1::JobState from, v1::JobState to) {
   if (IsTerminal(from) || from == to) return false;
   switch (to) {
-    case v1::JOB_STATE_PENDING:  // a recovered job going back to the queue
+    case v1::JOB_STATE_PENDING:  // back to the queue through no fault of the job
       return from == v1::JOB_STATE_SCHEDULED || from == v1::JOB_STATE_RUNNING ||
              from == v1::JOB_STATE_RESTARTING;
     case v1::JOB_STATE_SCHEDULED:

@@ -67,14 +67,17 @@ TEST(RemoteWorker, AttachesRunsJobsAndOutlivesACoordinatorCrash) {
   ASSERT_TRUE(WaitFor([&] { return HasWorker(coordinator->client(), "remote-a"); }, seconds(30)));
   ASSERT_TRUE(WaitFor([&] { return running(2); }, seconds(30))) << coordinator->Log();
 
-  // A worker shut down cleanly reports its task stopped; the job waits for another.
+  // A worker shut down cleanly says so first: it gets no new work, and its job goes back
+  // to the queue without spending one of the job's restarts.
   worker.Kill(SIGTERM);
   ASSERT_TRUE(WaitFor([&] { return !HasWorker(coordinator->client(), "remote-a"); }, seconds(15)));
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));
   auto job = coordinator->client().GetJob(endless->id());
   ASSERT_TRUE(job.ok());
-  EXPECT_EQ(job->state(), v1::JOB_STATE_RESTARTING) << job->message();
-  EXPECT_EQ(job->restarts(), 1u);
-  EXPECT_NE(job->message().find("remote-a"), std::string::npos) << job->message();
+  EXPECT_EQ(job->state(), v1::JOB_STATE_PENDING) << job->message();
+  EXPECT_EQ(job->restarts(), 0u);
+  EXPECT_EQ(job->attempt(), 2u) << "no attempt may start on a worker that is leaving";
+  EXPECT_NE(job->message().find("remote-a is shutting down"), std::string::npos) << job->message();
 }
 
 }  // namespace

@@ -265,6 +265,27 @@ TEST_F(CoordinatorTest, ReRegisteringWorkerReplacesTheOldOneAndRequeuesItsJob) {
   EXPECT_EQ(core_->GetCluster().workers_size(), 1);
 }
 
+TEST_F(CoordinatorTest, LeavingWorkerGetsNoMoreWorkAndItsJobIsRequeuedWithoutARestart) {
+  auto w1 = Attach("w1");
+  std::string id = Submit();
+  Started("w1", id, 1);
+  v1::WorkerMessage leaving;
+  leaving.mutable_leaving()->set_reason("maintenance");
+  Send("w1", leaving);
+  v1::Job job = GetJob(id);
+  EXPECT_EQ(job.state(), v1::JOB_STATE_PENDING);
+  EXPECT_EQ(job.restarts(), 0u);
+  EXPECT_NE(job.message().find("w1 is shutting down (maintenance)"), std::string::npos)
+      << job.message();
+  EXPECT_EQ(w1->Assignments().size(), 1u) << "nothing new for a worker that is leaving";
+  // Its late report of the stopped task changes nothing.
+  Finished("w1", id, 1, v1::TASK_OUTCOME_CANCELLED);
+  EXPECT_EQ(GetJob(id).state(), v1::JOB_STATE_PENDING);
+  auto w2 = Attach("w2");
+  ASSERT_EQ(w2->Assignments().size(), 1u);
+  EXPECT_EQ(w2->Assignments()[0].attempt(), 2u);
+}
+
 TEST_F(CoordinatorTest, RestartRequeuesRunningJobsWithoutCountingAFailure) {
   auto w1 = Attach("w1");
   std::string running = Submit();

@@ -45,17 +45,7 @@ class WorkerAgent::Outbox {
     std::deque<v1::WorkerMessage> taken;
     taken.swap(queue_);
     queued_samples_ = 0;
-    sending_ = !taken.empty();
     return taken;
-  }
-
-  // The sender has written (or given up on) everything it took.
-  void MarkSent() {
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      sending_ = false;
-    }
-    cv_.notify_all();
   }
 
   void Wake() {
@@ -66,17 +56,11 @@ class WorkerAgent::Outbox {
     cv_.notify_all();
   }
 
-  bool WaitDrained(std::chrono::milliseconds timeout) {
-    std::unique_lock<std::mutex> lock(mu_);
-    return cv_.wait_for(lock, timeout, [this] { return queue_.empty() && !sending_; });
-  }
-
   void Clear() {
     std::lock_guard<std::mutex> lock(mu_);
     queue_.clear();
     queued_samples_ = 0;
     dropped_ = 0;
-    sending_ = false;
   }
 
  private:
@@ -110,7 +94,6 @@ class WorkerAgent::Outbox {
   size_t queued_samples_ = 0;
   uint64_t dropped_ = 0;
   bool woken_ = false;
-  bool sending_ = false;
 };
 
 // Feeds one task's reports into the outbox; runs on the training thread, never blocks.
@@ -183,6 +166,7 @@ void WorkerAgent::Serve(v1::WorkerLink::Stub& stub) {
   auto clear_context = [&] {
     std::lock_guard<std::mutex> lock(stop_mu_);
     active_context_ = nullptr;
+    stop_cv_.notify_all();
   };
   std::unique_ptr<Stream> stream = stub.Attach(&context);
 
@@ -212,15 +196,21 @@ void WorkerAgent::Serve(v1::WorkerLink::Stub& stub) {
   std::thread sender([&] {
     auto last_write = std::chrono::steady_clock::now();
     while (connected) {
-      for (auto& message : outbox_->Take(options_.flush_interval)) {
+      // Read before taking: Stop() sets it only once everything it had to say is queued.
+      const bool closing = close_requested_;
+      auto batch = outbox_->Take(options_.flush_interval);
+      for (auto& message : batch) {
         if (!stream->Write(message)) {
-          outbox_->MarkSent();
           context.TryCancel();  // ends the Read below too
           return;
         }
         last_write = std::chrono::steady_clock::now();
       }
-      outbox_->MarkSent();
+      if (closing && batch.empty()) {
+        // Half-close: the coordinator reads all we sent, then ends the stream.
+        stream->WritesDone();
+        return;
+      }
       if (std::chrono::steady_clock::now() - last_write >= heartbeat_interval_) {
         v1::WorkerMessage beat;
         beat.mutable_heartbeat();
@@ -316,12 +306,20 @@ void WorkerAgent::StopTask() {
 
 void WorkerAgent::Stop() {
   if (stopping_.exchange(true)) return;
-  // Let the task stop and its outcome reach the coordinator before the stream closes.
+  // First tell the coordinator to send nothing more and to re-queue what runs here; then
+  // stop the task (its outcome joins the queue) and let the sender deliver it all and
+  // half-close. Cancelling the call instead could drop messages the coordinator had
+  // received but not yet read.
+  v1::WorkerMessage leaving;
+  leaving.mutable_leaving()->set_reason("stoke-worker stopped");
+  outbox_->Push(std::move(leaving));
   StopTask();
+  close_requested_ = true;
   outbox_->Wake();
-  outbox_->WaitDrained(std::chrono::seconds(2));
-  std::lock_guard<std::mutex> lock(stop_mu_);
-  if (active_context_) active_context_->TryCancel();
+  std::unique_lock<std::mutex> lock(stop_mu_);
+  if (!stop_cv_.wait_for(lock, std::chrono::seconds(5), [this] { return active_context_ == nullptr; })) {
+    active_context_->TryCancel();  // the coordinator did not answer: give up on it
+  }
   stop_cv_.notify_all();
 }
 

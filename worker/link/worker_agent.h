@@ -63,6 +63,7 @@ class WorkerAgent {
   std::unique_ptr<Outbox> outbox_;
 
   std::atomic<bool> stopping_{false};
+  std::atomic<bool> close_requested_{false};  // the sender may half-close once drained
   std::mutex stop_mu_;
   std::condition_variable stop_cv_;
   grpc::ClientContext* active_context_ = nullptr;  // guarded by stop_mu_

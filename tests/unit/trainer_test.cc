@@ -30,7 +30,7 @@ TrainTask SmallTask(uint64_t steps) {
   mlp.hidden = {64};
   mlp.num_classes = 4;
   task.model = mlp;
-  task.data = SyntheticDataConfig{16, 4, 4096};
+  task.data.source = SyntheticDataConfig{16, 4, 4096};
   task.optimizer.lr = 3e-3;
   task.training.steps = steps;
   task.training.batch_size = 64;

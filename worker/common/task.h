@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <variant>
 #include <vector>
@@ -31,22 +32,92 @@ struct DeviceInfo {
 enum class Activation { kRelu, kGelu, kTanh };
 
 struct MlpConfig {
-  int64_t input_dim = 0;
+  int64_t input_dim = 0;  // 0: from the data
   std::vector<int64_t> hidden;
-  int64_t num_classes = 0;
+  int64_t num_classes = 0;  // 0: from the data
   Activation activation = Activation::kGelu;
   double dropout = 0.0;
 };
 
-using ModelConfig = std::variant<MlpConfig>;
+struct CnnConfig {
+  std::vector<int64_t> channels = {32, 64};
+  int64_t hidden = 128;
+  double dropout = 0.0;
+  int64_t num_classes = 0;  // 0: from the data
+};
+
+struct ResNetConfig {
+  int depth = 18;  // 18, 34 or 50
+  // Small-image stem (3x3 stride 1, no max-pool); otherwise ImageNet's 7x7/2 + max-pool.
+  // Unset: chosen from the image size (up to 64 pixels: small).
+  std::optional<bool> small_stem;
+  int64_t num_classes = 0;  // 0: from the data
+};
+
+struct GptConfig {
+  int64_t layers = 6;
+  int64_t heads = 6;
+  int64_t width = 384;
+  int64_t context = 0;     // 0: from the data
+  int64_t vocab_size = 0;  // 0: from the data
+  double dropout = 0.0;
+};
+
+enum class LossKind { kCrossEntropy, kMse };
+
+struct TorchScriptConfig {
+  std::string path;
+  LossKind loss = LossKind::kCrossEntropy;
+  std::vector<int64_t> input_shape;   // one sample
+  std::vector<int64_t> target_shape;  // one sample; empty: a class index
+  int64_t num_classes = 0;
+};
+
+using ModelConfig = std::variant<MlpConfig, CnnConfig, ResNetConfig, GptConfig, TorchScriptConfig>;
 
 struct SyntheticDataConfig {
   int64_t features = 256;
   int64_t num_classes = 10;
   int64_t samples_per_epoch = 65536;
+  std::vector<int64_t> image_shape;  // [C, H, W]: images instead of vectors
+  int64_t vocab_size = 0;            // with context: token sequences instead
+  int64_t context = 0;
 };
 
-using DataConfig = std::variant<SyntheticDataConfig>;
+struct MnistDataConfig {
+  std::string path;
+};
+
+struct Cifar10DataConfig {
+  std::string path;
+};
+
+struct TokenDataConfig {
+  std::string train_path;
+  std::string val_path;  // empty: the last 10% of train_path
+  int64_t vocab_size = 256;
+  int64_t context = 256;
+  int64_t samples_per_epoch = 0;  // 0: training tokens / context
+};
+
+struct LoaderConfig {
+  int threads = 0;  // 0: one per core, at most 8
+  int prefetch = 4;
+  bool pin_memory = true;
+  bool shuffle = true;
+};
+
+struct AugmentConfig {
+  int64_t crop_padding = 0;
+  bool horizontal_flip = false;
+  bool normalize = true;
+};
+
+struct DataConfig {
+  std::variant<SyntheticDataConfig, MnistDataConfig, Cifar10DataConfig, TokenDataConfig> source;
+  LoaderConfig loader;
+  AugmentConfig augment;
+};
 
 struct AdamWConfig {
   double beta1 = 0.9;
@@ -59,10 +130,16 @@ struct SgdConfig {
   bool nesterov = false;
 };
 
+enum class LrSchedule { kConstant, kCosine };
+
 struct OptimizerConfig {
   std::variant<AdamWConfig, SgdConfig> kind;
   double lr = 1e-3;
   double weight_decay = 0.0;
+  int64_t warmup_steps = 0;
+  LrSchedule schedule = LrSchedule::kConstant;
+  double min_lr_ratio = 0.1;
+  double grad_clip_norm = 0.0;  // 0: off
 };
 
 enum class Precision { kAuto, kFp32, kBf16 };
@@ -78,6 +155,16 @@ struct TrainingConfig {
   uint32_t metrics_interval_steps = 50;
 };
 
+struct EvalConfig {
+  uint32_t interval_steps = 0;  // 0: once, at the end
+  uint32_t batches = 0;         // 0: the whole held-out split
+};
+
+struct CheckpointConfig {
+  uint32_t interval_steps = 1000;
+  uint32_t keep = 3;
+};
+
 // One rank of one attempt of a job.
 struct TrainTask {
   std::string job_id;
@@ -91,6 +178,15 @@ struct TrainTask {
   DataConfig data;
   OptimizerConfig optimizer;
   TrainingConfig training;
+  EvalConfig eval;
+  CheckpointConfig checkpoint;
+};
+
+struct EvalResult {
+  double loss = 0;
+  double accuracy = 0;    // classifiers
+  double perplexity = 0;  // language models
+  uint64_t samples = 0;
 };
 
 struct MetricSample {
@@ -101,6 +197,8 @@ struct MetricSample {
   double samples_per_second = 0;
   double learning_rate = 0;
   double elapsed_seconds = 0;
+  double data_wait_ratio = 0;
+  std::optional<EvalResult> eval;
 };
 
 struct TrainOutcome {

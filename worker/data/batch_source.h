@@ -6,6 +6,8 @@
 
 #include <cstdint>
 
+#include "worker/models/network.h"
+
 namespace stoke::worker {
 
 struct Batch {
@@ -19,6 +21,7 @@ class BatchSource {
   virtual Batch Next() = 0;
   // Samples in one pass over the data (on this rank).
   virtual int64_t SamplesPerEpoch() const = 0;
+  virtual DataShape Shape() const = 0;
 };
 
 }  // namespace stoke::worker

@@ -14,6 +14,9 @@ class SyntheticSource final : public BatchSource {
                   uint64_t seed);
   Batch Next() override;
   int64_t SamplesPerEpoch() const override { return config_.samples_per_epoch; }
+  DataShape Shape() const override {
+    return DataShape{DataShape::Kind::kVector, {config_.features}, config_.num_classes, 0};
+  }
 
  private:
   SyntheticDataConfig config_;

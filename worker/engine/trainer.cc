@@ -3,6 +3,7 @@
 #include <torch/torch.h>
 
 #include <cmath>
+#include <stdexcept>
 #include <optional>
 #include <sstream>
 
@@ -19,15 +20,10 @@ namespace {
 
 std::unique_ptr<BatchSource> MakeSource(const DataConfig& data, torch::Device device,
                                         int64_t batch_size, uint64_t seed) {
-  struct Maker {
-    torch::Device device;
-    int64_t batch_size;
-    uint64_t seed;
-    std::unique_ptr<BatchSource> operator()(const SyntheticDataConfig& c) const {
-      return std::make_unique<SyntheticSource>(c, device, batch_size, seed);
-    }
-  };
-  return std::visit(Maker{device, batch_size, seed}, data);
+  if (const auto* synthetic = std::get_if<SyntheticDataConfig>(&data.source)) {
+    return std::make_unique<SyntheticSource>(*synthetic, device, batch_size, seed);
+  }
+  throw std::invalid_argument("data: this worker reads synthetic data only so far");
 }
 
 // bf16 where asked, or where AUTO and the device does it natively at full speed; CPUs
@@ -89,11 +85,11 @@ TrainOutcome RunTraining(const TrainTask& task, const DeviceRef& device_ref,
     const auto& t = task.training;
     torch::manual_seed(t.seed);
 
-    std::shared_ptr<Network> net = BuildNetwork(task.model);
-    net->to(device);
-    net->train();
     // Each rank draws different samples; the model starts the same everywhere.
     auto source = MakeSource(task.data, device, t.batch_size, t.seed * 1000003 + task.rank);
+    std::shared_ptr<Network> net = BuildNetwork(task.model, source->Shape());
+    net->to(device);
+    net->train();
     const std::vector<torch::Tensor> parameters = net->parameters();
     auto optimizer = MakeOptimizer(task.optimizer, parameters);
     const uint64_t total_steps = TotalSteps(task, source->SamplesPerEpoch());

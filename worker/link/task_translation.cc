@@ -45,7 +45,9 @@ absl::StatusOr<DataConfig> DataFrom(const v1::DataSpec& spec) {
         return absl::InvalidArgumentError(
             "data.synthetic: features, num_classes and samples_per_epoch must be set");
       }
-      return DataConfig{c};
+      DataConfig data;
+      data.source = c;
+      return data;
     }
     default:
       return absl::InvalidArgumentError("data: this worker knows no such data kind");

@@ -1,4 +1,4 @@
-// Builds the network a job's ModelConfig names.
+// Builds the network a job's ModelConfig names, shaped for the data it will see.
 #pragma once
 
 #include <memory>
@@ -8,6 +8,8 @@
 
 namespace stoke::worker {
 
-std::shared_ptr<Network> BuildNetwork(const ModelConfig& config);
+// Throws std::invalid_argument when the model cannot take this data (a language model
+// on images, say), naming the model field.
+std::shared_ptr<Network> BuildNetwork(const ModelConfig& config, const DataShape& data);
 
 }  // namespace stoke::worker

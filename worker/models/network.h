@@ -1,20 +1,36 @@
-// What the training loop needs of a model, whatever its architecture.
+// What the training loop needs of a model, whatever its architecture, and what a model
+// needs to know of the data to shape itself.
 #pragma once
 
 #include <torch/nn/module.h>
 #include <torch/types.h>
 
 #include <cstdint>
+#include <vector>
+
+#include "worker/common/task.h"
 
 namespace stoke::worker {
 
+// The samples a data source yields, as models see them.
+struct DataShape {
+  enum class Kind { kVector, kImage, kTokens };
+  Kind kind = Kind::kVector;
+  // One input sample: [features], [channels, height, width] or [context].
+  std::vector<int64_t> sample;
+  int64_t num_classes = 0;  // classifiers: targets are class indices [B]
+  int64_t vocab_size = 0;   // tokens: targets are next tokens [B, context]
+};
+
 class Network : public torch::nn::Module {
  public:
-  // Logits for a batch of inputs.
+  // Classifiers: [B, num_classes] logits. Language models: [B, T, vocab] logits. Other
+  // TorchScript models: whatever the loss compares with the targets.
   virtual torch::Tensor forward(const torch::Tensor& inputs) = 0;
   // Floating-point operations of one training step (forward and backward) per sample,
-  // for throughput in TFLOP/s and MFU.
+  // for achieved TFLOP/s and MFU.
   virtual int64_t TrainingFlopsPerSample() const = 0;
+  virtual LossKind loss() const { return LossKind::kCrossEntropy; }
 
   int64_t ParameterCount() {
     int64_t n = 0;

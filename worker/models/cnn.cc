@@ -1,0 +1,55 @@
+#include "worker/models/cnn.h"
+
+#include <torch/nn/functional/dropout.h>
+#include <torch/nn/functional/pooling.h>
+#include <torch/nn/modules/batchnorm.h>
+#include <torch/nn/modules/conv.h>
+
+#include <stdexcept>
+
+namespace stoke::worker {
+
+CnnImpl::CnnImpl(const CnnConfig& config, const std::vector<int64_t>& image, int64_t num_classes)
+    : config_(config) {
+  if (image.size() != 3) throw std::invalid_argument("model.cnn: needs images [C, H, W]");
+  convs_ = register_module("convs", torch::nn::ModuleList());
+  norms_ = register_module("norms", torch::nn::ModuleList());
+  int64_t channels = image[0], height = image[1], width = image[2];
+  int64_t macs = 0;
+  for (int64_t out : config.channels) {
+    if (height < 2 || width < 2) {
+      throw std::invalid_argument("model.cnn.channels: too many stages for " +
+                                  std::to_string(image[1]) + "x" + std::to_string(image[2]) +
+                                  " images (each halves the size)");
+    }
+    convs_->push_back(
+        torch::nn::Conv2d(torch::nn::Conv2dOptions(channels, out, 3).padding(1).bias(false)));
+    norms_->push_back(torch::nn::BatchNorm2d(out));
+    macs += height * width * channels * out * 9;
+    channels = out;
+    height /= 2;
+    width /= 2;
+  }
+  const int64_t flat = channels * height * width;
+  hidden_ = register_module("hidden", torch::nn::Linear(flat, config.hidden));
+  out_ = register_module("out", torch::nn::Linear(config.hidden, num_classes));
+  macs += flat * config.hidden + config.hidden * num_classes;
+  flops_ = 6 * macs;  // 2 FLOPs per multiply-add, forward once and backward twice
+}
+
+torch::Tensor CnnImpl::forward(const torch::Tensor& inputs) {
+  torch::Tensor x = inputs;
+  for (size_t i = 0; i < convs_->size(); ++i) {
+    x = convs_[i]->as<torch::nn::Conv2d>()->forward(x);
+    x = norms_[i]->as<torch::nn::BatchNorm2d>()->forward(x);
+    x = torch::max_pool2d(torch::relu(x), 2);
+  }
+  x = torch::relu(hidden_->forward(x.flatten(1)));
+  if (config_.dropout > 0) {
+    x = torch::nn::functional::dropout(
+        x, torch::nn::functional::DropoutFuncOptions().p(config_.dropout).training(is_training()));
+  }
+  return out_->forward(x);
+}
+
+}  // namespace stoke::worker

@@ -30,7 +30,11 @@ TrainTask SmallTask(uint64_t steps) {
   mlp.hidden = {64};
   mlp.num_classes = 4;
   task.model = mlp;
-  task.data.source = SyntheticDataConfig{16, 4, 4096};
+  SyntheticDataConfig data;
+  data.features = 16;
+  data.num_classes = 4;
+  data.samples_per_epoch = 4096;
+  task.data.source = data;
   task.optimizer.lr = 3e-3;
   task.training.steps = steps;
   task.training.batch_size = 64;

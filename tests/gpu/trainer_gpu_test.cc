@@ -45,7 +45,10 @@ TEST_F(GpuTest, TrainsInBf16AndLearns) {
   mlp.hidden = {1024, 1024};
   mlp.num_classes = 10;
   task.model = mlp;
-  task.data = SyntheticDataConfig{256, 10, 65536};
+  SyntheticDataConfig data;
+  data.features = 256;
+  data.num_classes = 10;
+  task.data.source = data;
   task.training.steps = 400;
   task.training.batch_size = 512;
   task.training.precision = Precision::kBf16;

@@ -2,6 +2,7 @@
 // local workers together, then waits for SIGINT or SIGTERM and takes them down in order:
 // network first, core last.
 #include <signal.h>
+#include <spdlog/fmt/ranges.h>
 #include <spdlog/spdlog.h>
 #include <unistd.h>
 
@@ -64,6 +65,7 @@ int main(int argc, char** argv) {
   double heartbeat_timeout_s = 15;
   double backfill_window_s = 120;
   std::string log_level = "info";
+  std::vector<std::string> data_roots;
   app.add_option("--address", address, "gRPC listen address (port 0 picks a free port)")
       ->capture_default_str();
   app.add_option("--data-dir", data_dir, "Job store, job files and worker logs ($STOKE_DATA_DIR)")
@@ -95,7 +97,7 @@ int main(int argc, char** argv) {
   signal(SIGPIPE, SIG_IGN);
 
   std::error_code ec;
-  for (const char* sub : {"", "/jobs", "/logs"}) {
+  for (const char* sub : {"", "/jobs", "/logs", "/datasets"}) {
     fs::create_directories(data_dir + sub, ec);
     if (ec)
       return Fail(absl::UnavailableError(absl::StrCat("--data-dir ", data_dir, ": cannot create ",
@@ -116,7 +118,10 @@ int main(int argc, char** argv) {
   if (auto s = (*core)->Start(); !s.ok()) return Fail(s);
 
   Executor executor(4);
-  CoordinatorService coordinator_service(**core, hub, executor);
+  if (data_roots.empty()) data_roots = {"/usr/share/datasets", data_dir + "/datasets"};
+  DataRoots roots(data_roots);
+  spdlog::info("jobs may read data under: {}", fmt::join(roots.roots(), ", "));
+  CoordinatorService coordinator_service(**core, hub, executor, std::move(roots));
   WorkerLinkService worker_link_service(**core, executor);
   auto server = GrpcServer::Start({address}, {&coordinator_service, &worker_link_service});
   if (!server.ok()) return Fail(server.status());

@@ -33,10 +33,14 @@ grpc::ServerUnaryReactor* CoordinatorService::SubmitJob(grpc::CallbackServerCont
   return Defer(context, [this, request, response]() -> absl::Status {
     if (!request->has_spec()) return absl::InvalidArgumentError("spec: required");
     v1::JobSpec spec = request->spec();
-    if (auto s = ValidateJobSpec(spec); !s.ok()) {
-      return absl::InvalidArgumentError(absl::StrCat("spec.", s.message()));
-    }
-    ApplyJobSpecDefaults(spec);
+    auto in_spec = [](const absl::Status& s) {
+      return absl::Status(s.code(), absl::StrCat("spec.", s.message()));
+    };
+    if (auto s = ValidateJobSpec(spec); !s.ok()) return in_spec(s);
+    auto data = InspectData(spec, data_roots_);
+    if (!data.ok()) return in_spec(data.status());
+    if (auto s = ValidateAgainstData(spec, *data); !s.ok()) return in_spec(s);
+    ApplyJobSpecDefaults(spec, *data);
     auto job = core_.SubmitJob(spec);
     if (!job.ok()) return job.status();
     *response->mutable_job() = *std::move(job);

@@ -3,6 +3,7 @@
 // and translate the result; they hold no state of their own.
 #pragma once
 
+#include "server/api/data_checks.h"
 #include "server/api/executor.h"
 #include "server/core/coordinator.h"
 #include "server/core/event_hub.h"
@@ -12,8 +13,8 @@ namespace stoke::server {
 
 class CoordinatorService final : public v1::Coordinator::CallbackService {
  public:
-  CoordinatorService(Coordinator& core, EventHub& hub, Executor& executor)
-      : core_(core), hub_(hub), executor_(executor) {}
+  CoordinatorService(Coordinator& core, EventHub& hub, Executor& executor, DataRoots data_roots)
+      : core_(core), hub_(hub), executor_(executor), data_roots_(std::move(data_roots)) {}
 
   grpc::ServerUnaryReactor* SubmitJob(grpc::CallbackServerContext* context,
                                       const v1::SubmitJobRequest* request,
@@ -40,6 +41,7 @@ class CoordinatorService final : public v1::Coordinator::CallbackService {
   Coordinator& core_;
   EventHub& hub_;
   Executor& executor_;
+  const DataRoots data_roots_;
 };
 
 }  // namespace stoke::server

@@ -1,6 +1,7 @@
 #include "server/api/job_spec_rules.h"
 
 #include <cmath>
+#include <numeric>
 
 #include "absl/strings/str_cat.h"
 
@@ -12,30 +13,17 @@ constexpr uint32_t kMaxAccumSteps = 4096;
 constexpr uint32_t kMaxDevices = 4096;
 constexpr uint32_t kMaxRestarts = 100;
 constexpr uint32_t kMaxLayerWidth = 1u << 20;
+constexpr uint32_t kMaxVocab = 1u << 16;  // token files hold uint16 ids
 constexpr size_t kMaxNameLength = 200;
-
-constexpr uint32_t kDefaultFeatures = 256;
-constexpr uint32_t kDefaultClasses = 10;
-constexpr uint64_t kDefaultSamplesPerEpoch = 65536;
+constexpr uint32_t kDefaultBatchSize = 256;
 
 absl::Status Invalid(absl::string_view field, absl::string_view problem) {
   return absl::InvalidArgumentError(absl::StrCat(field, ": ", problem));
 }
 
-// Features and classes the data provides (after defaults), for checking the model.
-struct DataShape {
-  uint32_t features = 0;
-  uint32_t classes = 0;
-};
-
-DataShape ShapeOf(const v1::DataSpec& data) {
-  DataShape shape;
-  if (data.has_synthetic()) {
-    shape.features = data.synthetic().features() ? data.synthetic().features() : kDefaultFeatures;
-    shape.classes =
-        data.synthetic().num_classes() ? data.synthetic().num_classes() : kDefaultClasses;
-  }
-  return shape;
+absl::Status Positive(absl::string_view field, double value) {
+  if (!std::isfinite(value) || value < 0) return Invalid(field, "must be zero or positive");
+  return absl::OkStatus();
 }
 
 absl::Status ValidateData(const v1::DataSpec& data) {
@@ -49,27 +37,46 @@ absl::Status ValidateData(const v1::DataSpec& data) {
       if (s.num_classes() > kMaxLayerWidth) {
         return Invalid("data.synthetic.num_classes", absl::StrCat("at most ", kMaxLayerWidth));
       }
-      return absl::OkStatus();
+      if (s.image_shape_size() != 0 && s.image_shape_size() != 3) {
+        return Invalid("data.synthetic.image_shape", "must be [channels, height, width]");
+      }
+      for (uint32_t d : s.image_shape()) {
+        if (d == 0 || d > 4096) return Invalid("data.synthetic.image_shape", "sizes from 1 to 4096");
+      }
+      if (s.vocab_size() > kMaxVocab) {
+        return Invalid("data.synthetic.vocab_size", absl::StrCat("at most ", kMaxVocab));
+      }
+      if (s.vocab_size() > 0 && s.image_shape_size() > 0) {
+        return Invalid("data.synthetic.vocab_size", "set either image_shape or vocab_size, not both");
+      }
+      if (s.context() > 0 && s.vocab_size() == 0) {
+        return Invalid("data.synthetic.context", "needs vocab_size (token sequences)");
+      }
+      break;
     }
+    case v1::DataSpec::kMnist:
+    case v1::DataSpec::kCifar10:
+      break;  // paths: data_checks.cc
+    case v1::DataSpec::kTokens:
+      if (data.tokens().vocab_size() > kMaxVocab) {
+        return Invalid("data.tokens.vocab_size",
+                       absl::StrCat("at most ", kMaxVocab, " (token ids are uint16)"));
+      }
+      if (data.tokens().context() > 1u << 16) return Invalid("data.tokens.context", "at most 65536");
+      break;
     default:
-      return Invalid("data", "required: set one of synthetic");
+      return Invalid("data", "required: set one of synthetic, mnist, cifar10, tokens");
   }
+  if (data.loader().threads() > 256) return Invalid("data.loader.threads", "at most 256");
+  if (data.loader().prefetch() > 64) return Invalid("data.loader.prefetch", "at most 64");
+  if (data.augment().crop_padding() > 64) return Invalid("data.augment.crop_padding", "at most 64");
+  return absl::OkStatus();
 }
 
-absl::Status ValidateModel(const v1::ModelSpec& model, const DataShape& shape) {
+absl::Status ValidateModel(const v1::ModelSpec& model) {
   switch (model.kind_case()) {
     case v1::ModelSpec::kMlp: {
       const auto& mlp = model.mlp();
-      if (mlp.input_dim() != 0 && mlp.input_dim() != shape.features) {
-        return Invalid("model.mlp.input_dim",
-                       absl::StrCat(mlp.input_dim(), " does not match the data's ", shape.features,
-                                    " features (leave it out to take it from the data)"));
-      }
-      if (mlp.num_classes() != 0 && mlp.num_classes() != shape.classes) {
-        return Invalid("model.mlp.num_classes",
-                       absl::StrCat(mlp.num_classes(), " does not match the data's ", shape.classes,
-                                    " classes (leave it out to take it from the data)"));
-      }
       for (int i = 0; i < mlp.hidden_size(); ++i) {
         if (mlp.hidden(i) == 0 || mlp.hidden(i) > kMaxLayerWidth) {
           return Invalid(absl::StrCat("model.mlp.hidden[", i, "]"),
@@ -81,8 +88,45 @@ absl::Status ValidateModel(const v1::ModelSpec& model, const DataShape& shape) {
       }
       return absl::OkStatus();
     }
+    case v1::ModelSpec::kCnn: {
+      const auto& cnn = model.cnn();
+      for (int i = 0; i < cnn.channels_size(); ++i) {
+        if (cnn.channels(i) == 0 || cnn.channels(i) > 65536) {
+          return Invalid(absl::StrCat("model.cnn.channels[", i, "]"), "must be between 1 and 65536");
+        }
+      }
+      if (cnn.channels_size() > 8) return Invalid("model.cnn.channels", "at most 8 stages");
+      if (!(cnn.dropout() >= 0.0f && cnn.dropout() < 1.0f)) {
+        return Invalid("model.cnn.dropout", "must be in [0, 1)");
+      }
+      return absl::OkStatus();
+    }
+    case v1::ModelSpec::kResnet: {
+      const uint32_t depth = model.resnet().depth();
+      if (depth != 0 && depth != 18 && depth != 34 && depth != 50) {
+        return Invalid("model.resnet.depth", "must be 18, 34 or 50");
+      }
+      return absl::OkStatus();
+    }
+    case v1::ModelSpec::kGpt: {
+      const auto& gpt = model.gpt();
+      const uint32_t width = gpt.width() ? gpt.width() : 384;
+      const uint32_t heads = gpt.heads() ? gpt.heads() : 6;
+      if (gpt.layers() > 512) return Invalid("model.gpt.layers", "at most 512");
+      if (width > 65536) return Invalid("model.gpt.width", "at most 65536");
+      if (width % heads != 0) {
+        return Invalid("model.gpt.heads", absl::StrCat(heads, " does not divide the width ", width));
+      }
+      if (!(gpt.dropout() >= 0.0f && gpt.dropout() < 1.0f)) {
+        return Invalid("model.gpt.dropout", "must be in [0, 1)");
+      }
+      return absl::OkStatus();
+    }
+    case v1::ModelSpec::kTorchscript:
+      if (model.torchscript().path().empty()) return Invalid("model.torchscript.path", "required");
+      return absl::OkStatus();
     default:
-      return Invalid("model", "required: set one of mlp");
+      return Invalid("model", "required: set one of mlp, cnn, resnet, gpt, torchscript");
   }
 }
 
@@ -90,8 +134,10 @@ absl::Status ValidateOptimizer(const v1::OptimizerSpec& opt) {
   if (!std::isfinite(opt.lr()) || opt.lr() < 0) {
     return Invalid("optimizer.lr", "must be a positive number");
   }
-  if (!std::isfinite(opt.weight_decay()) || opt.weight_decay() < 0) {
-    return Invalid("optimizer.weight_decay", "must be zero or positive");
+  if (auto s = Positive("optimizer.weight_decay", opt.weight_decay()); !s.ok()) return s;
+  if (auto s = Positive("optimizer.grad_clip_norm", opt.grad_clip_norm()); !s.ok()) return s;
+  if (opt.has_min_lr_ratio() && !(opt.min_lr_ratio() >= 0 && opt.min_lr_ratio() <= 1)) {
+    return Invalid("optimizer.min_lr_ratio", "must be in [0, 1]");
   }
   if (opt.has_adamw()) {
     const auto& a = opt.adamw();
@@ -139,6 +185,19 @@ absl::Status ValidateTraining(const v1::TrainingSpec& t) {
   return absl::OkStatus();
 }
 
+int64_t Product(const std::vector<int64_t>& dims) {
+  return std::accumulate(dims.begin(), dims.end(), int64_t{1}, std::multiplies<>());
+}
+
+absl::Status MatchClasses(absl::string_view field, uint32_t configured, const DataFacts& data) {
+  if (configured != 0 && configured != data.num_classes) {
+    return Invalid(field, absl::StrCat(configured, " does not match the ", data.num_classes,
+                                       " classes of ", data.source,
+                                       " (leave it out to take it from the data)"));
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::Status ValidateJobSpec(const v1::JobSpec& spec) {
@@ -146,7 +205,7 @@ absl::Status ValidateJobSpec(const v1::JobSpec& spec) {
     return Invalid("name", absl::StrCat("at most ", kMaxNameLength, " characters"));
   }
   if (auto s = ValidateData(spec.data()); !s.ok()) return s;
-  if (auto s = ValidateModel(spec.model(), ShapeOf(spec.data())); !s.ok()) return s;
+  if (auto s = ValidateModel(spec.model()); !s.ok()) return s;
   if (auto s = ValidateOptimizer(spec.optimizer()); !s.ok()) return s;
   if (auto s = ValidateTraining(spec.training()); !s.ok()) return s;
   if (spec.resources().gpus() > kMaxDevices) {
@@ -161,22 +220,119 @@ absl::Status ValidateJobSpec(const v1::JobSpec& spec) {
   return absl::OkStatus();
 }
 
-void ApplyJobSpecDefaults(v1::JobSpec& spec) {
+absl::Status ValidateAgainstData(const v1::JobSpec& spec, const DataFacts& data) {
+  const v1::ModelSpec& model = spec.model();
+  const bool tokens = data.kind == DataFacts::Kind::kTokens;
+  const bool images = data.kind == DataFacts::Kind::kImage;
+  switch (model.kind_case()) {
+    case v1::ModelSpec::kMlp: {
+      if (tokens) return Invalid("model.mlp", absl::StrCat("cannot take the token data of ", data.source, "; use model.gpt"));
+      const int64_t inputs = Product(data.sample);
+      if (model.mlp().input_dim() != 0 && model.mlp().input_dim() != inputs) {
+        return Invalid("model.mlp.input_dim",
+                       absl::StrCat(model.mlp().input_dim(), " does not match the ", inputs,
+                                    " input values of ", data.source,
+                                    " (leave it out to take it from the data)"));
+      }
+      if (auto s = MatchClasses("model.mlp.num_classes", model.mlp().num_classes(), data); !s.ok()) return s;
+      break;
+    }
+    case v1::ModelSpec::kCnn:
+      if (!images) return Invalid("model.cnn", absl::StrCat("needs images; ", data.source, " holds none"));
+      if (auto s = MatchClasses("model.cnn.num_classes", model.cnn().num_classes(), data); !s.ok()) return s;
+      break;
+    case v1::ModelSpec::kResnet:
+      if (!images) return Invalid("model.resnet", absl::StrCat("needs images; ", data.source, " holds none"));
+      if (auto s = MatchClasses("model.resnet.num_classes", model.resnet().num_classes(), data); !s.ok()) return s;
+      break;
+    case v1::ModelSpec::kGpt: {
+      if (!tokens) {
+        return Invalid("model.gpt", absl::StrCat("needs token data (data.tokens, or data.synthetic with "
+                                                 "vocab_size); ", data.source, " holds none"));
+      }
+      const auto& gpt = model.gpt();
+      if (gpt.vocab_size() != 0 && gpt.vocab_size() < data.vocab_size) {
+        return Invalid("model.gpt.vocab_size", absl::StrCat(gpt.vocab_size(), " is below the data's vocabulary of ", data.vocab_size));
+      }
+      if (gpt.context() != 0 && gpt.context() < data.sample[0]) {
+        return Invalid("model.gpt.context", absl::StrCat(gpt.context(), " is shorter than the data's context of ", data.sample[0]));
+      }
+      break;
+    }
+    default:
+      break;
+  }
+  const uint32_t batch = spec.training().batch_size() ? spec.training().batch_size() : kDefaultBatchSize;
+  const int64_t per_rank = data.train_samples / std::max<uint32_t>(1, spec.resources().gpus());
+  if (batch > per_rank) {
+    return Invalid("training.batch_size",
+                   absl::StrCat(batch, " is larger than the ", per_rank, " training samples ",
+                                spec.resources().gpus() > 1 ? "each rank gets from " : "in ",
+                                data.source));
+  }
+  return absl::OkStatus();
+}
+
+void ApplyJobSpecDefaults(v1::JobSpec& spec, const DataFacts& data) {
   if (spec.data().has_synthetic()) {
     auto* s = spec.mutable_data()->mutable_synthetic();
-    if (!s->features()) s->set_features(kDefaultFeatures);
-    if (!s->num_classes()) s->set_num_classes(kDefaultClasses);
-    if (!s->samples_per_epoch()) s->set_samples_per_epoch(kDefaultSamplesPerEpoch);
+    if (!s->samples_per_epoch()) s->set_samples_per_epoch(static_cast<uint64_t>(data.train_samples));
+    if (data.kind == DataFacts::Kind::kTokens) {
+      if (!s->context()) s->set_context(static_cast<uint32_t>(data.sample[0]));
+    } else {
+      if (!s->num_classes()) s->set_num_classes(static_cast<uint32_t>(data.num_classes));
+      if (data.kind == DataFacts::Kind::kVector && !s->features()) {
+        s->set_features(static_cast<uint32_t>(data.sample[0]));
+      }
+    }
   }
-  const DataShape shape = ShapeOf(spec.data());
-  if (spec.model().has_mlp()) {
-    auto* mlp = spec.mutable_model()->mutable_mlp();
-    if (!mlp->input_dim()) mlp->set_input_dim(shape.features);
-    if (!mlp->num_classes()) mlp->set_num_classes(shape.classes);
+  if (spec.data().has_tokens()) {
+    auto* t = spec.mutable_data()->mutable_tokens();
+    if (!t->vocab_size()) t->set_vocab_size(static_cast<uint32_t>(data.vocab_size));
+    if (!t->context()) t->set_context(static_cast<uint32_t>(data.sample[0]));
+  }
+  auto* loader = spec.mutable_data()->mutable_loader();
+  if (!loader->prefetch()) loader->set_prefetch(4);
+  if (!loader->has_pin_memory()) loader->set_pin_memory(true);
+  if (!loader->has_shuffle()) loader->set_shuffle(true);
+  if (!spec.data().augment().has_normalize()) spec.mutable_data()->mutable_augment()->set_normalize(true);
+
+  auto* model = spec.mutable_model();
+  const uint32_t classes = static_cast<uint32_t>(data.num_classes);
+  if (model->has_mlp()) {
+    auto* mlp = model->mutable_mlp();
+    if (!mlp->input_dim()) mlp->set_input_dim(static_cast<uint32_t>(Product(data.sample)));
+    if (!mlp->num_classes()) mlp->set_num_classes(classes);
     if (mlp->hidden_size() == 0) mlp->add_hidden(4 * mlp->input_dim());
     if (mlp->activation() == v1::ACTIVATION_UNSPECIFIED) mlp->set_activation(v1::ACTIVATION_GELU);
+  } else if (model->has_cnn()) {
+    auto* cnn = model->mutable_cnn();
+    if (cnn->channels_size() == 0) {
+      cnn->add_channels(32);
+      cnn->add_channels(64);
+    }
+    if (!cnn->hidden()) cnn->set_hidden(128);
+    if (!cnn->num_classes()) cnn->set_num_classes(classes);
+  } else if (model->has_resnet()) {
+    auto* resnet = model->mutable_resnet();
+    if (!resnet->depth()) resnet->set_depth(18);
+    if (resnet->stem() == v1::RESNET_STEM_UNSPECIFIED) resnet->set_stem(v1::RESNET_STEM_AUTO);
+    if (!resnet->num_classes()) resnet->set_num_classes(classes);
+  } else if (model->has_gpt()) {
+    auto* gpt = model->mutable_gpt();
+    if (!gpt->layers()) gpt->set_layers(6);
+    if (!gpt->heads()) gpt->set_heads(6);
+    if (!gpt->width()) gpt->set_width(384);
+    if (!gpt->context()) gpt->set_context(static_cast<uint32_t>(data.sample[0]));
+    if (!gpt->vocab_size()) gpt->set_vocab_size(static_cast<uint32_t>(data.vocab_size));
+  } else if (model->has_torchscript()) {
+    auto* ts = model->mutable_torchscript();
+    if (ts->loss() == v1::LOSS_UNSPECIFIED) ts->set_loss(v1::LOSS_CROSS_ENTROPY);
   }
-  if (spec.name().empty()) spec.set_name(spec.model().has_mlp() ? "mlp" : "job");
+  if (spec.name().empty()) {
+    const auto* field = v1::ModelSpec::descriptor()->FindFieldByNumber(model->kind_case());
+    spec.set_name(field ? field->name() : "job");
+  }
 
   auto* opt = spec.mutable_optimizer();
   if (opt->kind_case() == v1::OptimizerSpec::KIND_NOT_SET) opt->mutable_adamw();
@@ -187,9 +343,11 @@ void ApplyJobSpecDefaults(v1::JobSpec& spec) {
     if (!a->has_beta2()) a->set_beta2(0.999);
     if (!a->has_eps()) a->set_eps(1e-8);
   }
+  if (opt->schedule() == v1::LR_SCHEDULE_UNSPECIFIED) opt->set_schedule(v1::LR_SCHEDULE_CONSTANT);
+  if (!opt->has_min_lr_ratio()) opt->set_min_lr_ratio(0.1);
 
   auto* t = spec.mutable_training();
-  if (!t->batch_size()) t->set_batch_size(256);
+  if (!t->batch_size()) t->set_batch_size(kDefaultBatchSize);
   if (!t->grad_accum_steps()) t->set_grad_accum_steps(1);
   if (t->precision() == v1::PRECISION_UNSPECIFIED) t->set_precision(v1::PRECISION_AUTO);
   if (!t->seed()) t->set_seed(1);
@@ -197,6 +355,8 @@ void ApplyJobSpecDefaults(v1::JobSpec& spec) {
   auto* r = spec.mutable_resources();
   if (!r->gpus()) r->set_gpus(1);
   if (!spec.metrics().interval_steps()) spec.mutable_metrics()->set_interval_steps(50);
+  if (!spec.checkpoint().interval_steps()) spec.mutable_checkpoint()->set_interval_steps(1000);
+  if (!spec.checkpoint().keep()) spec.mutable_checkpoint()->set_keep(3);
   if (!spec.has_max_restarts()) spec.set_max_restarts(3);
 }
 

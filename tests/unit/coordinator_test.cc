@@ -73,7 +73,7 @@ class CoordinatorTest : public ::testing::Test {
     spec.mutable_resources()->set_gpus(devices);
     if (max_restarts) spec.set_max_restarts(*max_restarts);
     EXPECT_TRUE(ValidateJobSpec(spec).ok());
-    ApplyJobSpecDefaults(spec);
+    ApplyJobSpecDefaults(spec, *InspectData(spec, DataRoots({})));
     auto job = core_->SubmitJob(spec);
     EXPECT_TRUE(job.ok()) << job.status();
     return job->id();

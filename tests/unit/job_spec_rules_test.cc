@@ -8,6 +8,20 @@
 namespace stoke::server {
 namespace {
 
+// Runs the submission rules that need no files, as the coordinator does: the spec alone,
+// then against the synthetic data it describes.
+absl::Status Check(const v1::JobSpec& spec) {
+  if (auto s = ValidateJobSpec(spec); !s.ok()) return s;
+  auto data = InspectData(spec, DataRoots({}));
+  if (!data.ok()) return data.status();
+  return ValidateAgainstData(spec, *data);
+}
+
+v1::JobSpec Completed(v1::JobSpec spec) {
+  ApplyJobSpecDefaults(spec, *InspectData(spec, DataRoots({})));
+  return spec;
+}
+
 v1::JobSpec ValidSpec() {
   v1::JobSpec spec;
   spec.mutable_model()->mutable_mlp()->add_hidden(64);
@@ -21,11 +35,35 @@ struct BadCase {
   std::function<void(v1::JobSpec&)> breaks;
 };
 
-TEST(JobSpecRules, AValidSpecPasses) { EXPECT_TRUE(ValidateJobSpec(ValidSpec()).ok()); }
+TEST(JobSpecRules, AValidSpecPasses) { EXPECT_TRUE(Check(ValidSpec()).ok()); }
 
 TEST(JobSpecRules, EachBadFieldIsNamed) {
   const std::vector<BadCase> cases = {
       {"model", [](v1::JobSpec& s) { s.clear_model(); }},
+      {"model.cnn", [](v1::JobSpec& s) { s.mutable_model()->mutable_cnn(); }},
+      {"model.gpt", [](v1::JobSpec& s) { s.mutable_model()->mutable_gpt(); }},
+      {"model.resnet.depth", [](v1::JobSpec& s) { s.mutable_model()->mutable_resnet()->set_depth(20); }},
+      {"model.gpt.heads",
+       [](v1::JobSpec& s) {
+         s.mutable_model()->mutable_gpt()->set_width(100);
+         s.mutable_model()->mutable_gpt()->set_heads(3);
+       }},
+      {"model.mlp",
+       [](v1::JobSpec& s) {
+         s.mutable_data()->mutable_synthetic()->set_vocab_size(50);
+         s.mutable_data()->mutable_synthetic()->set_context(16);
+       }},
+      {"model.torchscript.path", [](v1::JobSpec& s) { s.mutable_model()->mutable_torchscript(); }},
+      {"data.synthetic.image_shape",
+       [](v1::JobSpec& s) { s.mutable_data()->mutable_synthetic()->add_image_shape(28); }},
+      {"data.synthetic.context",
+       [](v1::JobSpec& s) { s.mutable_data()->mutable_synthetic()->set_context(8); }},
+      {"data.loader.threads",
+       [](v1::JobSpec& s) { s.mutable_data()->mutable_loader()->set_threads(1000); }},
+      {"optimizer.grad_clip_norm",
+       [](v1::JobSpec& s) { s.mutable_optimizer()->set_grad_clip_norm(-1); }},
+      {"optimizer.min_lr_ratio",
+       [](v1::JobSpec& s) { s.mutable_optimizer()->set_min_lr_ratio(2); }},
       {"data", [](v1::JobSpec& s) { s.clear_data(); }},
       {"training", [](v1::JobSpec& s) { s.mutable_training()->clear_length(); }},
       {"training.steps", [](v1::JobSpec& s) { s.mutable_training()->set_steps(0); }},
@@ -62,7 +100,7 @@ TEST(JobSpecRules, EachBadFieldIsNamed) {
   for (const auto& c : cases) {
     v1::JobSpec spec = ValidSpec();
     c.breaks(spec);
-    absl::Status status = ValidateJobSpec(spec);
+    absl::Status status = Check(spec);
     EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << c.field;
     EXPECT_EQ(std::string(status.message()).rfind(c.field + ":", 0), 0u)
         << "expected the error to name " << c.field << ", got: " << status.message();
@@ -70,8 +108,7 @@ TEST(JobSpecRules, EachBadFieldIsNamed) {
 }
 
 TEST(JobSpecRules, DefaultsFillEverythingLeftOut) {
-  v1::JobSpec spec = ValidSpec();
-  ApplyJobSpecDefaults(spec);
+  v1::JobSpec spec = Completed(ValidSpec());
   EXPECT_EQ(spec.name(), "mlp");
   EXPECT_EQ(spec.model().mlp().input_dim(), 32u);
   EXPECT_EQ(spec.model().mlp().num_classes(), 10u);
@@ -84,16 +121,52 @@ TEST(JobSpecRules, DefaultsFillEverythingLeftOut) {
   EXPECT_EQ(spec.training().precision(), v1::PRECISION_AUTO);
   EXPECT_EQ(spec.resources().gpus(), 1u);
   EXPECT_EQ(spec.metrics().interval_steps(), 50u);
+  EXPECT_EQ(spec.checkpoint().interval_steps(), 1000u);
+  EXPECT_EQ(spec.checkpoint().keep(), 3u);
+  EXPECT_EQ(spec.optimizer().schedule(), v1::LR_SCHEDULE_CONSTANT);
+  EXPECT_EQ(spec.data().loader().prefetch(), 4u);
+  EXPECT_TRUE(spec.data().augment().normalize());
   EXPECT_TRUE(spec.has_max_restarts());
   EXPECT_EQ(spec.max_restarts(), 3u);
   // What the user set stays as set; an explicit zero restarts is kept.
   v1::JobSpec no_retry = ValidSpec();
   no_retry.set_max_restarts(0);
   no_retry.mutable_training()->set_batch_size(8);
-  ApplyJobSpecDefaults(no_retry);
+  no_retry = Completed(no_retry);
   EXPECT_EQ(no_retry.max_restarts(), 0u);
   EXPECT_EQ(no_retry.training().batch_size(), 8u);
-  EXPECT_TRUE(ValidateJobSpec(no_retry).ok());
+  EXPECT_TRUE(Check(no_retry).ok());
+}
+
+}  // namespace
+}  // namespace stoke::server
+
+namespace stoke::server {
+namespace {
+
+TEST(JobSpecRules, ModelsTakeTheirShapeFromTheData) {
+  v1::JobSpec gpt;
+  gpt.mutable_model()->mutable_gpt();
+  gpt.mutable_data()->mutable_synthetic()->set_vocab_size(100);
+  gpt.mutable_data()->mutable_synthetic()->set_context(32);
+  gpt.mutable_training()->set_steps(1);
+  ASSERT_TRUE(Check(gpt).ok()) << Check(gpt);
+  gpt = Completed(gpt);
+  EXPECT_EQ(gpt.model().gpt().vocab_size(), 100u);
+  EXPECT_EQ(gpt.model().gpt().context(), 32u);
+  EXPECT_EQ(gpt.model().gpt().layers(), 6u);
+  EXPECT_EQ(gpt.name(), "gpt");
+
+  v1::JobSpec resnet;
+  resnet.mutable_model()->mutable_resnet();
+  auto* images = resnet.mutable_data()->mutable_synthetic();
+  for (uint32_t d : {3u, 32u, 32u}) images->add_image_shape(d);
+  images->set_num_classes(100);
+  resnet.mutable_training()->set_steps(1);
+  ASSERT_TRUE(Check(resnet).ok()) << Check(resnet);
+  resnet = Completed(resnet);
+  EXPECT_EQ(resnet.model().resnet().num_classes(), 100u);
+  EXPECT_EQ(resnet.model().resnet().depth(), 18u);
 }
 
 }  // namespace

@@ -13,11 +13,14 @@ namespace {
 class RecordingObserver final : public TrainingObserver {
  public:
   void OnStarted() override { ++started; }
-  void OnMetrics(const MetricSample& sample) override { samples.push_back(sample); }
+  void OnMetrics(const MetricSample& sample) override {
+    (sample.eval ? evals : samples).push_back(sample);
+  }
   void OnLog(const std::string& line) override { logs.push_back(line); }
 
   int started = 0;
-  std::vector<MetricSample> samples;
+  std::vector<MetricSample> samples;  // training windows
+  std::vector<MetricSample> evals;    // held-out evaluations
   std::vector<std::string> logs;
 };
 
@@ -53,6 +56,10 @@ TEST(Trainer, LossFallsOnLearnableData) {
   ASSERT_EQ(observer.samples.size(), 15u);
   EXPECT_LT(observer.samples.back().loss, 0.6 * observer.samples.front().loss)
       << "first " << observer.samples.front().loss << ", last " << observer.samples.back().loss;
+  // Evaluated once, at the end, on held-out samples labelled by the same rule.
+  ASSERT_EQ(observer.evals.size(), 1u);
+  EXPECT_EQ(observer.evals[0].step, 300u);
+  EXPECT_GT(observer.evals[0].eval->accuracy, 0.8);
 }
 
 TEST(Trainer, SamplesComeEveryIntervalInOrderWithTheLastStep) {
@@ -76,8 +83,8 @@ TEST(Trainer, EpochsBecomeWholeStepsOverTheData) {
   task.training.epochs = 3;
   task.training.batch_size = 100;
   task.training.grad_accum_steps = 2;
-  // 4096 samples / (100 x 2) = 20 whole steps per epoch (the remainder is dropped).
-  EXPECT_EQ(TotalSteps(task, 4096), 60u);
+  // 4096 samples / 100 = 40 whole batches, 20 steps of 2 batches, per epoch.
+  EXPECT_EQ(TotalSteps(task, 40), 60u);
   RecordingObserver observer;
   std::atomic<bool> cancel{false};
   ASSERT_EQ(RunTraining(task, kCpu, observer, cancel).kind, TrainOutcome::Kind::kSucceeded);

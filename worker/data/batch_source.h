@@ -1,5 +1,6 @@
 // Where the training loop takes its batches from. A source yields batches already on
-// the training device, so the loop never waits on a host-side copy it could have hidden.
+// the training device and prepared for the model, so the loop never waits on a host-side
+// copy it could have hidden.
 #pragma once
 
 #include <torch/types.h>
@@ -19,9 +20,12 @@ class BatchSource {
  public:
   virtual ~BatchSource() = default;
   virtual Batch Next() = 0;
-  // Samples in one pass over the data (on this rank).
-  virtual int64_t SamplesPerEpoch() const = 0;
+  // Batches of one pass over the data, on this rank.
+  virtual int64_t BatchesPerEpoch() const = 0;
   virtual DataShape Shape() const = 0;
+  // Seconds the caller spent blocked in Next() since the last call: the time training
+  // waited for data.
+  virtual double TakeWaitSeconds() { return 0; }
 };
 
 }  // namespace stoke::worker

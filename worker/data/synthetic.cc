@@ -5,22 +5,53 @@
 namespace stoke::worker {
 
 SyntheticSource::SyntheticSource(const SyntheticDataConfig& config, torch::Device device,
-                                 int64_t batch_size, uint64_t seed)
-    : config_(config), device_(device), batch_size_(batch_size) {
-  // The teacher comes from its own generator so that it depends on the seed alone, not on
+                                 int64_t batch_size, uint64_t seed, int world_size)
+    : config_(config), device_(device), batch_size_(batch_size), world_size_(world_size) {
+  // The rule comes from its own generator so that it depends on the seed alone, not on
   // how much randomness model initialisation drew before it.
   auto generator = at::detail::createCPUGenerator(seed ^ 0x5deece66dULL);
-  teacher_ = torch::randn({config.features, config.num_classes}, generator,
-                          torch::TensorOptions().dtype(torch::kFloat32))
-                 .to(device);
+  if (config.vocab_size > 0) {
+    token_step_ = 1 + torch::randint(std::max<int64_t>(1, config.vocab_size - 1), {1}, generator,
+                                     torch::TensorOptions().dtype(torch::kLong))
+                          .item<int64_t>();
+  } else if (config.image_shape.empty()) {
+    teacher_ = torch::randn({config.features, config.num_classes}, generator,
+                            torch::TensorOptions().dtype(torch::kFloat32))
+                   .to(device);
+  }
+}
+
+DataShape SyntheticSource::Shape() const {
+  if (config_.vocab_size > 0) {
+    return DataShape{DataShape::Kind::kTokens, {config_.context}, 0, config_.vocab_size};
+  }
+  if (!config_.image_shape.empty()) {
+    return DataShape{DataShape::Kind::kImage, config_.image_shape, config_.num_classes, 0};
+  }
+  return DataShape{DataShape::Kind::kVector, {config_.features}, config_.num_classes, 0};
 }
 
 Batch SyntheticSource::Next() {
   torch::NoGradGuard no_grad;
+  const auto on_device = torch::TensorOptions().device(device_);
   Batch batch;
-  batch.inputs =
-      torch::randn({batch_size_, config_.features}, torch::TensorOptions().device(device_));
-  batch.targets = batch.inputs.matmul(teacher_).argmax(1);
+  if (config_.vocab_size > 0) {
+    const auto ids = on_device.dtype(torch::kLong);
+    torch::Tensor start = torch::randint(config_.vocab_size, {batch_size_, 1}, ids);
+    torch::Tensor sequence =
+        (start + torch::arange(config_.context + 1, ids).view({1, -1}) * token_step_)
+            .remainder(config_.vocab_size);
+    batch.inputs = sequence.narrow(1, 0, config_.context);
+    batch.targets = sequence.narrow(1, 1, config_.context);
+  } else if (!config_.image_shape.empty()) {
+    std::vector<int64_t> shape = {batch_size_};
+    shape.insert(shape.end(), config_.image_shape.begin(), config_.image_shape.end());
+    batch.inputs = torch::randn(shape, on_device);
+    batch.targets = torch::randint(config_.num_classes, {batch_size_}, on_device.dtype(torch::kLong));
+  } else {
+    batch.inputs = torch::randn({batch_size_, config_.features}, on_device);
+    batch.targets = batch.inputs.matmul(teacher_).argmax(1);
+  }
   return batch;
 }
 

@@ -1,7 +1,11 @@
-// Synthetic classification data made on the training device: Gaussian inputs, labelled
-// by a fixed random linear "teacher" (the argmax of x·W). The task is learnable, so the
-// loss falls as it would on real data, while no byte crosses the host-device link.
+// Synthetic data made on the training device, so that a job measures pure compute: no
+// byte crosses the host-device link. Three shapes: feature vectors labelled by a fixed
+// random linear "teacher" (learnable, the loss falls as on real data); images with random
+// labels; token sequences that follow a fixed rule (each id a constant step after the
+// previous, modulo the vocabulary), so a language model can learn them.
 #pragma once
+
+#include <algorithm>
 
 #include "worker/common/task.h"
 #include "worker/data/batch_source.h"
@@ -10,19 +14,22 @@ namespace stoke::worker {
 
 class SyntheticSource final : public BatchSource {
  public:
+  // samples_per_epoch counts across all `world_size` ranks.
   SyntheticSource(const SyntheticDataConfig& config, torch::Device device, int64_t batch_size,
-                  uint64_t seed);
+                  uint64_t seed, int world_size);
   Batch Next() override;
-  int64_t SamplesPerEpoch() const override { return config_.samples_per_epoch; }
-  DataShape Shape() const override {
-    return DataShape{DataShape::Kind::kVector, {config_.features}, config_.num_classes, 0};
+  int64_t BatchesPerEpoch() const override {
+    return std::max<int64_t>(1, config_.samples_per_epoch / (batch_size_ * world_size_));
   }
+  DataShape Shape() const override;
 
  private:
   SyntheticDataConfig config_;
   torch::Device device_;
   int64_t batch_size_;
-  torch::Tensor teacher_;  // [features, num_classes]
+  int world_size_;
+  torch::Tensor teacher_;  // vectors: [features, num_classes]
+  int64_t token_step_ = 1;
 };
 
 }  // namespace stoke::worker

@@ -6,11 +6,14 @@
 
 namespace stoke::worker {
 
-MetricWindow::MetricWindow(torch::Device device, int64_t samples_per_step, uint64_t total_steps)
+MetricWindow::MetricWindow(torch::Device device, int64_t samples_per_step, uint64_t total_steps,
+                           uint64_t first_step_done)
     : device_(device),
       samples_per_step_(samples_per_step),
       total_steps_(total_steps),
       loss_sum_(torch::zeros({}, torch::TensorOptions().device(device).dtype(torch::kFloat32))),
+      last_window_step_(first_step_done),
+      last_window_end_(std::chrono::steady_clock::now()),
       start_marker_(DeviceTimer::Record(device)) {
   origin_marker_ = DeviceTimer::Record(device);
 }
@@ -22,7 +25,8 @@ void MetricWindow::AddLoss(const torch::Tensor& loss) {
   ++terms_;
 }
 
-void MetricWindow::EndWindow(uint64_t step, uint32_t epoch, double learning_rate) {
+void MetricWindow::EndWindow(uint64_t step, uint32_t epoch, double learning_rate,
+                             double data_wait_seconds) {
   if (terms_ == 0 || step <= last_window_step_) return;
   Pending pending;
   torch::Tensor mean = loss_sum_ / static_cast<double>(terms_);
@@ -39,6 +43,11 @@ void MetricWindow::EndWindow(uint64_t step, uint32_t epoch, double learning_rate
   pending.steps_in_window = step - last_window_step_;
   pending.epoch = epoch;
   pending.learning_rate = learning_rate;
+  // Host wall time, like the wait it is compared with.
+  const auto now = std::chrono::steady_clock::now();
+  const double wall = std::chrono::duration<double>(now - last_window_end_).count();
+  last_window_end_ = now;
+  pending.data_wait_ratio = wall > 0 ? std::min(1.0, data_wait_seconds / wall) : 0;
   pending_.push_back(std::move(pending));
   terms_ = 0;
   last_window_step_ = step;
@@ -50,6 +59,7 @@ std::optional<MetricSample> MetricWindow::Complete(Pending& pending) {
   sample.total_steps = total_steps_;
   sample.epoch = pending.epoch;
   sample.learning_rate = pending.learning_rate;
+  sample.data_wait_ratio = pending.data_wait_ratio;
   sample.loss = pending.host_loss.item<float>();  // the copy has landed: no sync
   const double seconds = pending.marker->SecondsSince(*start_marker_);
   sample.samples_per_second =

@@ -21,15 +21,18 @@ class DeviceTimer;
 
 class MetricWindow {
  public:
-  // samples_per_step: samples consumed by one optimizer step (all micro-batches).
-  MetricWindow(torch::Device device, int64_t samples_per_step, uint64_t total_steps);
+  // samples_per_step: samples consumed by one optimizer step (all micro-batches, all
+  // ranks). first_step_done: the step training resumes after (0 for a fresh start).
+  MetricWindow(torch::Device device, int64_t samples_per_step, uint64_t total_steps,
+               uint64_t first_step_done = 0);
   ~MetricWindow();
 
   // Adds one loss term (a 0-d tensor on the device): one per micro-batch. The window's
   // loss is the mean of its terms.
   void AddLoss(const torch::Tensor& loss);
   // Closes the window that ends at optimizer step `step` and starts the next.
-  void EndWindow(uint64_t step, uint32_t epoch, double learning_rate);
+  // data_wait_seconds: how long the loop waited for batches during the window.
+  void EndWindow(uint64_t step, uint32_t epoch, double learning_rate, double data_wait_seconds);
   // The oldest closed window whose values have reached the host, if any.
   std::optional<MetricSample> Poll();
   // Waits for every closed window (end of training only).
@@ -43,6 +46,7 @@ class MetricWindow {
     uint64_t steps_in_window;
     uint32_t epoch;
     double learning_rate;
+    double data_wait_ratio;
   };
   std::optional<MetricSample> Complete(Pending& pending);
 
@@ -52,6 +56,7 @@ class MetricWindow {
   torch::Tensor loss_sum_;
   uint64_t terms_ = 0;
   uint64_t last_window_step_ = 0;
+  std::chrono::steady_clock::time_point last_window_end_;  // host time
   std::deque<Pending> pending_;
   std::unique_ptr<DeviceTimer> start_marker_;   // the end of the previous window
   std::unique_ptr<DeviceTimer> origin_marker_;  // the start of training

@@ -2,29 +2,25 @@
 
 #include <torch/torch.h>
 
+#include <chrono>
 #include <cmath>
-#include <stdexcept>
 #include <optional>
 #include <sstream>
+#include <stdexcept>
 
-#include "worker/data/synthetic.h"
+#include "worker/data/sources.h"
+#include "worker/engine/checkpoint.h"
 #include "worker/engine/devices.h"
+#include "worker/engine/evaluator.h"
 #include "worker/engine/metric_window.h"
 #include "worker/engine/optimizers.h"
+#include "worker/engine/step_math.h"
 #include "worker/engine/torch_compat.h"
 #include "worker/engine/torch_device.h"
 #include "worker/models/model_factory.h"
 
 namespace stoke::worker {
 namespace {
-
-std::unique_ptr<BatchSource> MakeSource(const DataConfig& data, torch::Device device,
-                                        int64_t batch_size, uint64_t seed) {
-  if (const auto* synthetic = std::get_if<SyntheticDataConfig>(&data.source)) {
-    return std::make_unique<SyntheticSource>(*synthetic, device, batch_size, seed);
-  }
-  throw std::invalid_argument("data: this worker reads synthetic data only so far");
-}
 
 // bf16 where asked, or where AUTO and the device does it natively at full speed; CPUs
 // emulate much of bf16, so AUTO keeps them in fp32.
@@ -45,9 +41,19 @@ std::string Describe(const TrainTask& task, Network& net, const DeviceInfo& devi
   std::ostringstream out;
   out << "training " << task.name << " on " << device.device.Label() << " (" << device.name
       << "): " << net.ParameterCount() << " parameters, batch " << task.training.batch_size;
-  if (task.training.grad_accum_steps > 1)
+  if (task.training.grad_accum_steps > 1) {
     out << " x " << task.training.grad_accum_steps << " accumulated";
+  }
   out << ", " << (bf16 ? "bf16 autocast" : "fp32") << ", " << total_steps << " steps";
+  return out.str();
+}
+
+std::string DescribeEval(uint64_t step, const EvalResult& r) {
+  std::ostringstream out;
+  out << "eval at step " << step << ": loss " << r.loss;
+  if (r.accuracy > 0) out << ", accuracy " << r.accuracy;
+  if (r.perplexity > 0) out << ", perplexity " << r.perplexity;
+  out << " (" << r.samples << " samples)";
   return out.str();
 }
 
@@ -66,12 +72,11 @@ std::optional<TrainOutcome> Report(const MetricSample& sample, TrainingObserver&
 
 }  // namespace
 
-uint64_t TotalSteps(const TrainTask& task, int64_t samples_per_epoch) {
+uint64_t TotalSteps(const TrainTask& task, int64_t batches_per_epoch) {
   if (task.training.steps > 0) return task.training.steps;
-  const int64_t per_step =
-      task.training.batch_size * task.training.grad_accum_steps * std::max(1, task.world_size);
-  // drop_last: a partial final batch would change shapes; every epoch has whole steps.
-  const int64_t steps_per_epoch = std::max<int64_t>(1, samples_per_epoch / per_step);
+  // Whole optimizer steps per epoch; a partial accumulation at the end is dropped too.
+  const int64_t steps_per_epoch =
+      std::max<int64_t>(1, batches_per_epoch / task.training.grad_accum_steps);
   return static_cast<uint64_t>(steps_per_epoch) * task.training.epochs;
 }
 
@@ -85,50 +90,80 @@ TrainOutcome RunTraining(const TrainTask& task, const DeviceRef& device_ref,
     const auto& t = task.training;
     torch::manual_seed(t.seed);
 
-    // Each rank draws different samples; the model starts the same everywhere.
-    auto source = MakeSource(task.data, device, t.batch_size, t.seed * 1000003 + task.rank);
-    std::shared_ptr<Network> net = BuildNetwork(task.model, source->Shape());
+    Checkpointer checkpoints(task.job_dir, task.checkpoint.keep);
+    const std::optional<CheckpointInfo> resume_from =
+        task.job_dir.empty() ? std::nullopt : checkpoints.Latest();
+    // The data position follows from the step: each step consumed grad_accum_steps batches.
+    const int64_t start_batch =
+        resume_from ? static_cast<int64_t>(resume_from->step) * t.grad_accum_steps : 0;
+    DataPipeline data = OpenData(task, device, start_batch);
+    const DataShape shape = data.train->Shape();
+    std::shared_ptr<Network> net = BuildNetwork(task.model, shape);
     net->to(device);
     net->train();
     const std::vector<torch::Tensor> parameters = net->parameters();
     auto optimizer = MakeOptimizer(task.optimizer, parameters);
-    const uint64_t total_steps = TotalSteps(task, source->SamplesPerEpoch());
-    const uint64_t steps_per_epoch =
-        t.steps > 0 ? 0 : std::max<uint64_t>(1, total_steps / std::max<uint32_t>(1, t.epochs));
+    const uint64_t total_steps = TotalSteps(task, data.train->BatchesPerEpoch());
+    const uint64_t steps_per_epoch = std::max<uint64_t>(
+        1, static_cast<uint64_t>(data.train->BatchesPerEpoch() / t.grad_accum_steps));
     const bool bf16 = UseBf16(t.precision, device_ref);
     const int64_t samples_per_step = t.batch_size * t.grad_accum_steps * task.world_size;
-    const double lr = task.optimizer.lr;
 
+    uint64_t first_step = 1;
     observer.OnLog(Describe(task, *net, info, bf16, total_steps));
-    MetricWindow metrics(device, samples_per_step, total_steps);
+    if (resume_from) {
+      first_step = checkpoints.Restore(*resume_from, *net, *optimizer, device_ref) + 1;
+      observer.OnLog("resumed from checkpoint at step " + std::to_string(first_step - 1));
+    }
+    MetricWindow metrics(device, samples_per_step, total_steps, first_step - 1);
+    const uint32_t interval = std::max<uint32_t>(1, t.metrics_interval_steps);
+    const uint32_t eval_interval = task.eval.interval_steps;
+    const uint32_t checkpoint_interval = task.checkpoint.interval_steps;
+    const bool write_checkpoints = !task.job_dir.empty() && task.rank == 0;
     observer.OnStarted();
 
-    const uint32_t interval = std::max<uint32_t>(1, t.metrics_interval_steps);
-    for (step = 1; step <= total_steps; ++step) {
+    for (step = first_step; step <= total_steps; ++step) {
       if (cancel.load(std::memory_order_relaxed)) {
         return {TrainOutcome::Kind::kCancelled, "cancelled at step " + std::to_string(step - 1)};
       }
+      const double lr = LearningRateAt(task.optimizer, step, total_steps);
+      for (auto& group : optimizer->param_groups()) group.options().set_lr(lr);
       for (int64_t micro = 0; micro < t.grad_accum_steps; ++micro) {
-        Batch batch = source->Next();
+        Batch batch = data.train->Next();
         torch::Tensor loss;
         {
           compat::AutocastScope autocast(device.type(), torch::kBFloat16, bf16);
-          torch::Tensor logits = net->forward(batch.inputs);
-          loss = torch::nn::functional::cross_entropy(logits.to(torch::kFloat32), batch.targets);
+          torch::Tensor outputs = net->forward(batch.inputs);
+          loss = ComputeLoss(outputs, batch.targets, net->loss());
         }
         metrics.AddLoss(loss);
         // Gradients of the micro-batches add up to those of their mean loss.
         (t.grad_accum_steps > 1 ? loss / static_cast<double>(t.grad_accum_steps) : loss).backward();
       }
+      if (task.optimizer.grad_clip_norm > 0) ClipGradNorm(parameters, task.optimizer.grad_clip_norm);
       optimizer->step();
       // set_to_none: the next backward writes fresh gradients instead of adding to zeros.
       for (const auto& p : parameters) p.mutable_grad().reset();
 
-      const uint32_t epoch =
-          steps_per_epoch ? static_cast<uint32_t>((step - 1) / steps_per_epoch) : 0;
-      if (step % interval == 0 || step == total_steps) metrics.EndWindow(step, epoch, lr);
+      const uint32_t epoch = static_cast<uint32_t>((step - 1) / steps_per_epoch);
+      if (step % interval == 0 || step == total_steps) {
+        metrics.EndWindow(step, epoch, lr, data.train->TakeWaitSeconds());
+      }
       while (auto sample = metrics.Poll()) {
         if (auto diverged = Report(*sample, observer)) return *diverged;
+      }
+      if ((eval_interval > 0 && step % eval_interval == 0) || step == total_steps) {
+        MetricSample sample;
+        sample.step = step;
+        sample.total_steps = total_steps;
+        sample.epoch = epoch;
+        sample.eval = Evaluate(*net, *data.eval, shape.kind, bf16);
+        observer.OnLog(DescribeEval(step, *sample.eval));
+        observer.OnMetrics(sample);
+      }
+      if (write_checkpoints &&
+          ((checkpoint_interval > 0 && step % checkpoint_interval == 0) || step == total_steps)) {
+        checkpoints.Save(step, *net, *optimizer, device_ref);
       }
     }
     while (auto sample = metrics.PollBlocking()) {
@@ -145,6 +180,9 @@ TrainOutcome RunTraining(const TrainTask& task, const DeviceRef& device_ref,
     return {TrainOutcome::Kind::kFailed,
             "LibTorch error at step " + std::to_string(step) + ": " + e.what_without_backtrace(),
             true};
+  } catch (const std::invalid_argument& e) {
+    // The spec asks for something this data or model cannot do: retrying will not help.
+    return {TrainOutcome::Kind::kFailed, e.what(), false};
   } catch (const std::exception& e) {
     return {TrainOutcome::Kind::kFailed,
             std::string("error at step ") + std::to_string(step) + ": " + e.what(), true};

@@ -11,11 +11,13 @@
 namespace stoke::worker {
 
 // Returns how the training ended. `cancel` is checked before every step. Errors from
-// LibTorch (a bad shape, an out-of-memory) end as a failed outcome naming the step.
+// LibTorch (a bad shape, an out-of-memory) end as a failed outcome naming the step. With
+// a job_dir, it resumes from the newest checkpoint there and writes new ones.
 TrainOutcome RunTraining(const TrainTask& task, const DeviceRef& device, TrainingObserver& observer,
                          const std::atomic<bool>& cancel);
 
-// Optimizer steps the task will run (steps, or epochs over the data at its batch size).
-uint64_t TotalSteps(const TrainTask& task, int64_t samples_per_epoch);
+// Optimizer steps the task will run: its steps, or its epochs over data that gives each
+// rank `batches_per_epoch` batches.
+uint64_t TotalSteps(const TrainTask& task, int64_t batches_per_epoch);
 
 }  // namespace stoke::worker

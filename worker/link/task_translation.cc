@@ -5,6 +5,10 @@
 namespace stoke::worker {
 namespace {
 
+std::vector<int64_t> Dims(const google::protobuf::RepeatedField<uint32_t>& dims) {
+  return std::vector<int64_t>(dims.begin(), dims.end());
+}
+
 absl::StatusOr<ModelConfig> ModelFrom(const v1::ModelSpec& spec) {
   switch (spec.kind_case()) {
     case v1::ModelSpec::kMlp: {
@@ -12,7 +16,7 @@ absl::StatusOr<ModelConfig> ModelFrom(const v1::ModelSpec& spec) {
       MlpConfig mlp;
       mlp.input_dim = m.input_dim();
       mlp.num_classes = m.num_classes();
-      for (uint32_t width : m.hidden()) mlp.hidden.push_back(width);
+      mlp.hidden = Dims(m.hidden());
       switch (m.activation()) {
         case v1::ACTIVATION_RELU:
           mlp.activation = Activation::kRelu;
@@ -24,10 +28,44 @@ absl::StatusOr<ModelConfig> ModelFrom(const v1::ModelSpec& spec) {
           mlp.activation = Activation::kGelu;
       }
       mlp.dropout = m.dropout();
-      if (mlp.input_dim <= 0 || mlp.num_classes <= 0) {
-        return absl::InvalidArgumentError("model.mlp: input_dim and num_classes must be set");
-      }
       return ModelConfig{mlp};
+    }
+    case v1::ModelSpec::kCnn: {
+      CnnConfig cnn;
+      if (spec.cnn().channels_size() > 0) cnn.channels = Dims(spec.cnn().channels());
+      if (spec.cnn().hidden() > 0) cnn.hidden = spec.cnn().hidden();
+      cnn.dropout = spec.cnn().dropout();
+      cnn.num_classes = spec.cnn().num_classes();
+      return ModelConfig{cnn};
+    }
+    case v1::ModelSpec::kResnet: {
+      ResNetConfig resnet;
+      if (spec.resnet().depth() > 0) resnet.depth = static_cast<int>(spec.resnet().depth());
+      if (spec.resnet().stem() == v1::RESNET_STEM_SMALL) resnet.small_stem = true;
+      if (spec.resnet().stem() == v1::RESNET_STEM_IMAGENET) resnet.small_stem = false;
+      resnet.num_classes = spec.resnet().num_classes();
+      return ModelConfig{resnet};
+    }
+    case v1::ModelSpec::kGpt: {
+      const auto& g = spec.gpt();
+      GptConfig gpt;
+      if (g.layers() > 0) gpt.layers = g.layers();
+      if (g.heads() > 0) gpt.heads = g.heads();
+      if (g.width() > 0) gpt.width = g.width();
+      gpt.context = g.context();
+      gpt.vocab_size = g.vocab_size();
+      gpt.dropout = g.dropout();
+      return ModelConfig{gpt};
+    }
+    case v1::ModelSpec::kTorchscript: {
+      const auto& ts = spec.torchscript();
+      TorchScriptConfig config;
+      config.path = ts.path();
+      config.loss = ts.loss() == v1::LOSS_MSE ? LossKind::kMse : LossKind::kCrossEntropy;
+      config.input_shape = Dims(ts.input_shape());
+      config.target_shape = Dims(ts.target_shape());
+      config.num_classes = ts.num_classes();
+      return ModelConfig{config};
     }
     default:
       return absl::InvalidArgumentError("model: this worker knows no such model kind");
@@ -35,23 +73,52 @@ absl::StatusOr<ModelConfig> ModelFrom(const v1::ModelSpec& spec) {
 }
 
 absl::StatusOr<DataConfig> DataFrom(const v1::DataSpec& spec) {
+  DataConfig data;
   switch (spec.kind_case()) {
     case v1::DataSpec::kSynthetic: {
+      const auto& s = spec.synthetic();
       SyntheticDataConfig c;
-      c.features = spec.synthetic().features();
-      c.num_classes = spec.synthetic().num_classes();
-      c.samples_per_epoch = static_cast<int64_t>(spec.synthetic().samples_per_epoch());
-      if (c.features <= 0 || c.num_classes < 2 || c.samples_per_epoch <= 0) {
-        return absl::InvalidArgumentError(
-            "data.synthetic: features, num_classes and samples_per_epoch must be set");
+      c.features = s.features();
+      c.num_classes = s.num_classes();
+      c.samples_per_epoch = static_cast<int64_t>(s.samples_per_epoch());
+      c.image_shape = Dims(s.image_shape());
+      c.vocab_size = s.vocab_size();
+      c.context = s.context();
+      if (c.samples_per_epoch <= 0) {
+        return absl::InvalidArgumentError("data.synthetic.samples_per_epoch: must be set");
       }
-      DataConfig data;
       data.source = c;
-      return data;
+      break;
+    }
+    case v1::DataSpec::kMnist:
+      data.source = MnistDataConfig{spec.mnist().path()};
+      break;
+    case v1::DataSpec::kCifar10:
+      data.source = Cifar10DataConfig{spec.cifar10().path()};
+      break;
+    case v1::DataSpec::kTokens: {
+      const auto& t = spec.tokens();
+      TokenDataConfig c;
+      c.train_path = t.train_path();
+      c.val_path = t.val_path();
+      if (t.vocab_size() > 0) c.vocab_size = t.vocab_size();
+      if (t.context() > 0) c.context = t.context();
+      c.samples_per_epoch = static_cast<int64_t>(t.samples_per_epoch());
+      data.source = c;
+      break;
     }
     default:
       return absl::InvalidArgumentError("data: this worker knows no such data kind");
   }
+  const auto& loader = spec.loader();
+  data.loader.threads = static_cast<int>(loader.threads());
+  if (loader.prefetch() > 0) data.loader.prefetch = static_cast<int>(loader.prefetch());
+  if (loader.has_pin_memory()) data.loader.pin_memory = loader.pin_memory();
+  if (loader.has_shuffle()) data.loader.shuffle = loader.shuffle();
+  data.augment.crop_padding = spec.augment().crop_padding();
+  data.augment.horizontal_flip = spec.augment().horizontal_flip();
+  if (spec.augment().has_normalize()) data.augment.normalize = spec.augment().normalize();
+  return data;
 }
 
 OptimizerConfig OptimizerFrom(const v1::OptimizerSpec& spec) {
@@ -67,6 +134,10 @@ OptimizerConfig OptimizerFrom(const v1::OptimizerSpec& spec) {
     if (spec.adamw().has_eps()) a.eps = spec.adamw().eps();
     c.kind = a;
   }
+  c.warmup_steps = spec.warmup_steps();
+  c.schedule = spec.schedule() == v1::LR_SCHEDULE_COSINE ? LrSchedule::kCosine : LrSchedule::kConstant;
+  if (spec.has_min_lr_ratio()) c.min_lr_ratio = spec.min_lr_ratio();
+  c.grad_clip_norm = spec.grad_clip_norm();
   return c;
 }
 
@@ -111,6 +182,12 @@ absl::StatusOr<TrainTask> TaskFromAssignment(const v1::Assignment& a) {
   task.training.grad_accum_steps = std::max<uint32_t>(1, t.grad_accum_steps());
   task.training.seed = t.seed();
   task.training.metrics_interval_steps = spec.metrics().interval_steps();
+  task.eval.interval_steps = spec.eval().interval_steps();
+  task.eval.batches = spec.eval().batches();
+  if (spec.checkpoint().interval_steps() > 0) {
+    task.checkpoint.interval_steps = spec.checkpoint().interval_steps();
+  }
+  if (spec.checkpoint().keep() > 0) task.checkpoint.keep = spec.checkpoint().keep();
   if (task.training.batch_size <= 0) {
     return absl::InvalidArgumentError("training.batch_size: must be set");
   }
@@ -131,6 +208,14 @@ v1::MetricSample ToProto(const MetricSample& s) {
   out.set_samples_per_second(s.samples_per_second);
   out.set_learning_rate(s.learning_rate);
   out.set_elapsed_seconds(s.elapsed_seconds);
+  out.set_data_wait_ratio(s.data_wait_ratio);
+  if (s.eval) {
+    auto* eval = out.mutable_eval();
+    eval->set_loss(s.eval->loss);
+    eval->set_accuracy(s.eval->accuracy);
+    eval->set_perplexity(s.eval->perplexity);
+    eval->set_samples(s.eval->samples);
+  }
   return out;
 }
 

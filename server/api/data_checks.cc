@@ -1,0 +1,174 @@
+#include "server/api/data_checks.h"
+
+#include <limits.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "worker/data/formats/image_set.h"
+#include "worker/data/formats/token_file.h"
+
+namespace stoke::server {
+namespace {
+
+constexpr uint32_t kDefaultFeatures = 256;
+constexpr uint32_t kDefaultClasses = 10;
+constexpr uint64_t kDefaultSamplesPerEpoch = 65536;
+constexpr uint32_t kDefaultVocab = 256;
+constexpr uint32_t kDefaultContext = 256;
+
+absl::Status Invalid(absl::string_view field, absl::string_view problem) {
+  return absl::InvalidArgumentError(absl::StrCat(field, ": ", problem));
+}
+
+// A reader's error already names the file; say which field led there.
+absl::Status FromReader(absl::string_view field, const absl::Status& status) {
+  return absl::InvalidArgumentError(absl::StrCat(field, ": ", status.message()));
+}
+
+DataFacts SyntheticFacts(const v1::SyntheticDataSpec& s) {
+  DataFacts facts;
+  facts.source = "data.synthetic";
+  facts.train_samples = static_cast<int64_t>(s.samples_per_epoch() ? s.samples_per_epoch()
+                                                                   : kDefaultSamplesPerEpoch);
+  if (s.vocab_size() > 0) {
+    facts.kind = DataFacts::Kind::kTokens;
+    facts.vocab_size = s.vocab_size();
+    facts.sample = {s.context() ? s.context() : kDefaultContext};
+    return facts;
+  }
+  facts.num_classes = s.num_classes() ? s.num_classes() : kDefaultClasses;
+  if (s.image_shape_size() > 0) {
+    facts.kind = DataFacts::Kind::kImage;
+    facts.sample.assign(s.image_shape().begin(), s.image_shape().end());
+  } else {
+    facts.sample = {s.features() ? s.features() : kDefaultFeatures};
+  }
+  return facts;
+}
+
+absl::StatusOr<DataFacts> ImageFacts(const std::string& field, const std::string& folder,
+                                     bool cifar) {
+  auto splits = cifar ? data::ReadCifar10Folder(folder) : data::ReadMnistFolder(folder);
+  if (!splits.ok()) return FromReader(field, splits.status());
+  DataFacts facts;
+  facts.kind = DataFacts::Kind::kImage;
+  facts.source = field;
+  facts.sample = {splits->train.channels, splits->train.height, splits->train.width};
+  facts.num_classes = splits->train.num_classes;
+  facts.train_samples = splits->train.count;
+  return facts;
+}
+
+absl::StatusOr<std::shared_ptr<const data::TokenFile>> OpenTokens(const std::string& field,
+                                                                 const std::string& path,
+                                                                 uint32_t vocab) {
+  auto file = data::TokenFile::Open(path);
+  if (!file.ok()) return FromReader(field, file.status());
+  int64_t id = 0;
+  const int64_t at = (*file)->FirstOutOfVocabulary(vocab, &id);
+  if (at >= 0) {
+    return Invalid(field, absl::StrCat(path, ": token ", at, " is ", id,
+                                       ", not below data.tokens.vocab_size ", vocab));
+  }
+  return file;
+}
+
+}  // namespace
+
+DataRoots::DataRoots(const std::vector<std::string>& roots) {
+  for (const auto& root : roots) {
+    char resolved[PATH_MAX];
+    if (realpath(root.c_str(), resolved)) roots_.push_back(resolved);
+  }
+}
+
+absl::StatusOr<std::string> DataRoots::Resolve(const std::string& field,
+                                               const std::string& path) const {
+  if (path.empty()) return Invalid(field, "required");
+  if (path[0] != '/') {
+    return Invalid(field, absl::StrCat(path, ": must be an absolute path (the coordinator reads it)"));
+  }
+  char resolved[PATH_MAX];
+  if (!realpath(path.c_str(), resolved)) {
+    return Invalid(field, absl::StrCat(path, ": ", std::strerror(errno)));
+  }
+  const std::string canonical = resolved;
+  for (const auto& root : roots_) {
+    if (canonical == root || canonical.rfind(root + (root == "/" ? "" : "/"), 0) == 0) {
+      if (access(canonical.c_str(), R_OK) != 0) {
+        return Invalid(field, absl::StrCat(path, ": not readable: ", std::strerror(errno)));
+      }
+      return canonical;
+    }
+  }
+  return Invalid(field, absl::StrCat(path, " is outside the coordinator's data roots (",
+                                     roots_.empty() ? "none" : absl::StrJoin(roots_, ", "),
+                                     "); start stoke-coordinator with --data-root to allow it"));
+}
+
+absl::StatusOr<DataFacts> InspectData(const v1::JobSpec& spec, const DataRoots& roots) {
+  if (spec.model().has_torchscript()) {
+    auto path = roots.Resolve("model.torchscript.path", spec.model().torchscript().path());
+    if (!path.ok()) return path.status();
+  }
+  const v1::DataSpec& data = spec.data();
+  switch (data.kind_case()) {
+    case v1::DataSpec::kSynthetic:
+      return SyntheticFacts(data.synthetic());
+    case v1::DataSpec::kMnist: {
+      auto folder = roots.Resolve("data.mnist.path", data.mnist().path());
+      if (!folder.ok()) return folder.status();
+      return ImageFacts("data.mnist.path", *folder, /*cifar=*/false);
+    }
+    case v1::DataSpec::kCifar10: {
+      auto folder = roots.Resolve("data.cifar10.path", data.cifar10().path());
+      if (!folder.ok()) return folder.status();
+      return ImageFacts("data.cifar10.path", *folder, /*cifar=*/true);
+    }
+    case v1::DataSpec::kTokens: {
+      const auto& t = data.tokens();
+      const uint32_t vocab = t.vocab_size() ? t.vocab_size() : kDefaultVocab;
+      const int64_t context = t.context() ? t.context() : kDefaultContext;
+      auto train_path = roots.Resolve("data.tokens.train_path", t.train_path());
+      if (!train_path.ok()) return train_path.status();
+      auto train = OpenTokens("data.tokens.train_path", *train_path, vocab);
+      if (!train.ok()) return train.status();
+      int64_t train_tokens = (*train)->size();
+      if (!t.val_path().empty()) {
+        auto val_path = roots.Resolve("data.tokens.val_path", t.val_path());
+        if (!val_path.ok()) return val_path.status();
+        auto val = OpenTokens("data.tokens.val_path", *val_path, vocab);
+        if (!val.ok()) return val.status();
+        if ((*val)->size() < context + 1) {
+          return Invalid("data.tokens.val_path",
+                         absl::StrCat(*val_path, ": ", (*val)->size(),
+                                      " tokens are too few for one window of context ", context));
+        }
+      } else {
+        train_tokens -= train_tokens / 10;  // the worker holds out the last tenth
+      }
+      DataFacts facts;
+      facts.kind = DataFacts::Kind::kTokens;
+      facts.source = "data.tokens.train_path";
+      facts.sample = {context};
+      facts.vocab_size = vocab;
+      facts.train_samples = (train_tokens - context) / context;
+      if (facts.train_samples < 1) {
+        return Invalid("data.tokens.train_path",
+                       absl::StrCat(*train_path, ": ", train_tokens,
+                                    " training tokens are too few for one window of context ",
+                                    context, " (data.tokens.context)"));
+      }
+      return facts;
+    }
+    default:
+      return Invalid("data", "required: set one of synthetic, mnist, cifar10, tokens");
+  }
+}
+
+}  // namespace stoke::server

@@ -1,0 +1,70 @@
+#include "worker/data/epoch_sampler.h"
+
+#include <atomic>
+#include <numeric>
+#include <random>
+#include <stdexcept>
+#include <string>
+
+namespace stoke::worker {
+
+std::atomic<uint64_t> EpochSampler::next_id{0};
+
+EpochSampler::EpochSampler(int64_t dataset_size, int64_t batch_size, uint64_t seed, int rank,
+                           int world_size, bool shuffle)
+    : size_(dataset_size),
+      batch_size_(batch_size),
+      seed_(seed),
+      rank_(rank),
+      world_size_(world_size),
+      shuffle_(shuffle),
+      id_(next_id.fetch_add(1) + 1) {
+  // Every rank gets the same number of samples; the remainder of an uneven split is
+  // left out of that epoch (a different remainder each epoch when shuffling).
+  per_rank_ = size_ / world_size_;
+  batches_per_epoch_ = per_rank_ / batch_size_;
+  if (batches_per_epoch_ == 0) {
+    throw std::invalid_argument(
+        "training.batch_size: " + std::to_string(batch_size_) + " is larger than the " +
+        std::to_string(per_rank_) + " training samples each of the " + std::to_string(world_size_) +
+        " ranks gets");
+  }
+}
+
+std::vector<int64_t> EpochSampler::EpochOrder(int64_t epoch) const {
+  std::vector<int64_t> order(static_cast<size_t>(size_));
+  std::iota(order.begin(), order.end(), 0);
+  if (shuffle_) {
+    // Fisher-Yates with a generator seeded by (seed, epoch): all ranks agree on the order.
+    std::mt19937_64 rng(seed_ * 0x9E3779B97F4A7C15ull + static_cast<uint64_t>(epoch) + 1);
+    for (int64_t i = size_ - 1; i > 0; --i) {
+      std::uniform_int_distribution<int64_t> pick(0, i);
+      std::swap(order[static_cast<size_t>(i)], order[static_cast<size_t>(pick(rng))]);
+    }
+  }
+  return order;
+}
+
+std::vector<int64_t> EpochSampler::Batch(int64_t batch) const {
+  const int64_t epoch = batch / batches_per_epoch_;
+  const int64_t within = batch % batches_per_epoch_;
+  // Recomputing the permutation per batch would be wasteful; the loader asks in order,
+  // so cache one epoch per calling thread.
+  thread_local std::vector<int64_t> order;
+  thread_local int64_t order_epoch = -1;
+  thread_local uint64_t owner = 0;
+  if (owner != id_ || order_epoch != epoch) {
+    order = EpochOrder(epoch);
+    order_epoch = epoch;
+    owner = id_;
+  }
+  std::vector<int64_t> indices(static_cast<size_t>(batch_size_));
+  for (int64_t i = 0; i < batch_size_; ++i) {
+    // Rank r takes positions r, r + world, r + 2*world, ... of the epoch's order.
+    const int64_t position = (within * batch_size_ + i) * world_size_ + rank_;
+    indices[static_cast<size_t>(i)] = order[static_cast<size_t>(position)];
+  }
+  return indices;
+}
+
+}  // namespace stoke::worker

@@ -1,0 +1,40 @@
+// Which samples make up each batch: every epoch a fresh permutation of the data set
+// (seeded by the job's seed and the epoch, so runs repeat and resumes continue exactly),
+// split across ranks without overlap (PyTorch's DistributedSampler with set_epoch), cut
+// into whole batches (drop_last: shapes stay constant). Its own shuffle, not torch's, so
+// the order is the same on every LibTorch version.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <vector>
+
+namespace stoke::worker {
+
+class EpochSampler {
+ public:
+  EpochSampler(int64_t dataset_size, int64_t batch_size, uint64_t seed, int rank, int world_size,
+               bool shuffle);
+
+  // Whole batches per epoch on this rank.
+  int64_t batches_per_epoch() const { return batches_per_epoch_; }
+  // Sample indices of global batch number `batch` (epoch = batch / batches_per_epoch).
+  // Thread-safe: it derives everything from the arguments.
+  std::vector<int64_t> Batch(int64_t batch) const;
+
+ private:
+  std::vector<int64_t> EpochOrder(int64_t epoch) const;
+  static std::atomic<uint64_t> next_id;
+
+  int64_t size_;
+  int64_t batch_size_;
+  uint64_t seed_;
+  int rank_;
+  int world_size_;
+  bool shuffle_;
+  uint64_t id_;  // tells this sampler's cached epoch order from another's
+  int64_t per_rank_;
+  int64_t batches_per_epoch_;
+};
+
+}  // namespace stoke::worker

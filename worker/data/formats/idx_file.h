@@ -1,0 +1,24 @@
+// MNIST's idx format (http://yann.lecun.com/exdb/mnist/): a big-endian header (two zero
+// bytes, a type code, the number of dimensions, then each dimension as a 32-bit count)
+// followed by the data. Read plain or gzip-compressed. Free of torch and protobuf, so
+// the coordinator checks files with the same code the worker loads them with.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+
+namespace stoke::data {
+
+struct IdxArray {
+  std::vector<int64_t> dims;
+  std::vector<uint8_t> bytes;  // row-major, dims' product long
+};
+
+// Reads a whole idx file of unsigned bytes with `expected_dims` dimensions. The errors
+// name the file and what is wrong with it (missing, wrong magic number, truncated).
+absl::StatusOr<IdxArray> ReadIdxFile(const std::string& path, int expected_dims);
+
+}  // namespace stoke::data

@@ -1,0 +1,78 @@
+#include "worker/data/formats/token_file.h"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <fstream>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+
+namespace stoke::data {
+
+absl::StatusOr<std::shared_ptr<const TokenFile>> TokenFile::Open(const std::string& path) {
+  int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return absl::NotFoundError(absl::StrCat(path, ": cannot open: ", std::strerror(errno)));
+  struct stat st;
+  if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    close(fd);
+    return absl::InvalidArgumentError(absl::StrCat(path, ": not a regular file"));
+  }
+  const size_t bytes = static_cast<size_t>(st.st_size);
+  if (bytes < 4) {
+    close(fd);
+    return absl::InvalidArgumentError(absl::StrCat(path, ": holds ", bytes / 2, " tokens; too few"));
+  }
+  if (bytes % 2 != 0) {
+    close(fd);
+    return absl::InvalidArgumentError(absl::StrCat(
+        path, ": ", bytes, " bytes is not a whole number of uint16 tokens; is it a token file?"));
+  }
+  void* map = mmap(nullptr, bytes, PROT_READ, MAP_PRIVATE, fd, 0);
+  close(fd);
+  if (map == MAP_FAILED) {
+    return absl::UnavailableError(absl::StrCat(path, ": cannot map: ", std::strerror(errno)));
+  }
+  return std::shared_ptr<const TokenFile>(new TokenFile(path, map, bytes));
+}
+
+TokenFile::~TokenFile() { munmap(map_, bytes_); }
+
+int64_t TokenFile::FirstOutOfVocabulary(int64_t vocab_size, int64_t* id) const {
+  for (int64_t i = 0; i < size_; ++i) {
+    if (tokens_[i] >= vocab_size) {
+      *id = tokens_[i];
+      return i;
+    }
+  }
+  return -1;
+}
+
+absl::StatusOr<int64_t> TokenizeBytes(const std::string& text_path, const std::string& token_path) {
+  std::ifstream in(text_path, std::ios::binary);
+  if (!in) return absl::NotFoundError(absl::StrCat(text_path, ": cannot open: ", std::strerror(errno)));
+  std::ofstream out(token_path, std::ios::binary | std::ios::trunc);
+  if (!out) {
+    return absl::UnavailableError(absl::StrCat(token_path, ": cannot write: ", std::strerror(errno)));
+  }
+  std::vector<char> buffer(1 << 20);
+  std::vector<uint16_t> tokens;
+  int64_t count = 0;
+  while (in) {
+    in.read(buffer.data(), static_cast<std::streamsize>(buffer.size()));
+    const std::streamsize n = in.gcount();
+    tokens.resize(static_cast<size_t>(n));
+    for (std::streamsize i = 0; i < n; ++i) tokens[i] = static_cast<unsigned char>(buffer[i]);
+    // Little-endian on disk, whatever the host (every host Stoke runs on is).
+    out.write(reinterpret_cast<const char*>(tokens.data()), n * 2);
+    count += n;
+  }
+  if (!out) return absl::UnavailableError(absl::StrCat(token_path, ": write failed (disk full?)"));
+  return count;
+}
+
+}  // namespace stoke::data

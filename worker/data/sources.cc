@@ -1,0 +1,117 @@
+#include "worker/data/sources.h"
+
+#include <torch/torch.h>
+
+#include <algorithm>
+#include <stdexcept>
+#include <thread>
+
+#include "worker/data/formats/image_set.h"
+#include "worker/data/formats/token_file.h"
+#include "worker/data/loader.h"
+#include "worker/data/synthetic.h"
+
+namespace stoke::worker {
+namespace {
+
+// Batches drawn for evaluation on synthetic data when the spec does not say.
+constexpr int64_t kSyntheticEvalBatches = 10;
+
+template <typename T>
+T OrThrow(absl::StatusOr<T> value) {
+  if (!value.ok()) throw std::invalid_argument(std::string(value.status().message()));
+  return *std::move(value);
+}
+
+BatchLoader::Options LoaderOptions(const TrainTask& task, torch::Device device, int64_t start_batch) {
+  BatchLoader::Options o;
+  o.batch_size = task.training.batch_size;
+  // By default one loader thread per core, at most 8; a CPU worker's loaders compete with
+  // its compute threads, so they get no more than those.
+  const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  const int budget = device.is_cuda() ? cores : std::max(1, static_cast<int>(torch::get_num_threads()));
+  o.threads = task.data.loader.threads > 0 ? task.data.loader.threads : std::min(budget, 8);
+  o.prefetch = std::max(1, task.data.loader.prefetch);
+  o.pin_memory = task.data.loader.pin_memory;
+  o.shuffle = task.data.loader.shuffle;
+  o.seed = task.training.seed;
+  o.rank = task.rank;
+  o.world_size = task.world_size;
+  o.start_batch = start_batch;
+  o.device = device;
+  return o;
+}
+
+DataPipeline OpenImages(const TrainTask& task, data::ImageSplits splits, torch::Device device,
+                        int64_t start_batch) {
+  auto train = std::make_shared<ImageDataset>(std::move(splits.train));
+  auto test = std::make_shared<ImageDataset>(std::move(splits.test));
+  // Both splits are normalized with the training split's statistics.
+  BatchPrep prep = BatchPrep::ForImages(task.data.augment, train->ChannelMean(),
+                                        train->ChannelStd(), device);
+  DataPipeline pipeline;
+  pipeline.eval = std::make_unique<DatasetEval>(test, prep, task.training.batch_size,
+                                                task.eval.batches, device);
+  pipeline.train = std::make_unique<BatchLoader>(train, prep, LoaderOptions(task, device, start_batch));
+  return pipeline;
+}
+
+DataPipeline OpenTokens(const TrainTask& task, const TokenDataConfig& config, torch::Device device,
+                        int64_t start_batch) {
+  auto train_file = OrThrow(data::TokenFile::Open(config.train_path));
+  std::shared_ptr<const data::TokenFile> val_file = train_file;
+  int64_t train_end = train_file->size();
+  int64_t val_begin = 0;
+  if (config.val_path.empty()) {
+    // Hold out the last tenth of the training file.
+    train_end = train_file->size() - train_file->size() / 10;
+    val_begin = train_end;
+  } else {
+    val_file = OrThrow(data::TokenFile::Open(config.val_path));
+  }
+  for (const auto& file : {train_file, val_file}) {
+    int64_t id = 0;
+    const int64_t at = file->FirstOutOfVocabulary(config.vocab_size, &id);
+    if (at >= 0) {
+      throw std::invalid_argument(file->path() + ": token " + std::to_string(at) + " is " +
+                                  std::to_string(id) + ", not below data.tokens.vocab_size " +
+                                  std::to_string(config.vocab_size));
+    }
+  }
+  auto train = std::make_shared<TokenDataset>(train_file, 0, train_end, config.context,
+                                               config.vocab_size, task.training.seed);
+  auto val = std::make_shared<TokenDataset>(val_file, val_begin, val_file->size(), config.context,
+                                            config.vocab_size, task.training.seed);
+  DataPipeline pipeline;
+  pipeline.eval = std::make_unique<DatasetEval>(val, BatchPrep::ForTokens(),
+                                                task.training.batch_size, task.eval.batches, device);
+  pipeline.train = std::make_unique<BatchLoader>(train, BatchPrep::ForTokens(),
+                                                 LoaderOptions(task, device, start_batch));
+  return pipeline;
+}
+
+}  // namespace
+
+DataPipeline OpenData(const TrainTask& task, torch::Device device, int64_t start_batch) {
+  const auto& source = task.data.source;
+  if (const auto* synthetic = std::get_if<SyntheticDataConfig>(&source)) {
+    DataPipeline pipeline;
+    // The same rule (seeded by the job's seed) labels training and held-out samples;
+    // the held-out ones are drawn once, before training starts.
+    auto train = std::make_unique<SyntheticSource>(*synthetic, device, task.training.batch_size,
+                                                   task.training.seed, task.world_size);
+    pipeline.eval = std::make_unique<FixedEval>(
+        *train, task.eval.batches > 0 ? task.eval.batches : kSyntheticEvalBatches);
+    pipeline.train = std::move(train);
+    return pipeline;
+  }
+  if (const auto* mnist = std::get_if<MnistDataConfig>(&source)) {
+    return OpenImages(task, OrThrow(data::ReadMnistFolder(mnist->path)), device, start_batch);
+  }
+  if (const auto* cifar = std::get_if<Cifar10DataConfig>(&source)) {
+    return OpenImages(task, OrThrow(data::ReadCifar10Folder(cifar->path)), device, start_batch);
+  }
+  return OpenTokens(task, std::get<TokenDataConfig>(source), device, start_batch);
+}
+
+}  // namespace stoke::worker

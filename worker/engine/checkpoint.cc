@@ -1,0 +1,135 @@
+#include "worker/engine/checkpoint.h"
+
+#include <torch/serialize.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <mutex>
+#include <stdexcept>
+
+#include "worker/engine/torch_device.h"
+
+#if STOKE_WITH_CUDA
+#include <ATen/cuda/CUDAGeneratorImpl.h>
+#endif
+
+namespace fs = std::filesystem;
+
+namespace stoke::worker {
+namespace {
+
+constexpr char kPrefix[] = "step-";
+
+std::optional<uint64_t> StepOf(const fs::path& path) {
+  const std::string name = path.filename().string();
+  if (name.rfind(kPrefix, 0) != 0) return std::nullopt;
+  const std::string digits = name.substr(sizeof(kPrefix) - 1);
+  if (digits.empty() || digits.find_first_not_of("0123456789") != std::string::npos) {
+    return std::nullopt;  // a temporary directory, or something else
+  }
+  return std::stoull(digits);
+}
+
+at::Generator CudaGenerator(const DeviceRef& device) {
+#if STOKE_WITH_CUDA
+  return at::cuda::detail::getDefaultCUDAGenerator(static_cast<c10::DeviceIndex>(device.index));
+#else
+  (void)device;
+  throw std::logic_error("no CUDA support in this build");
+#endif
+}
+
+torch::Tensor GeneratorState(at::Generator generator) {
+  std::lock_guard<std::mutex> lock(generator.mutex());
+  return generator.get_state();
+}
+
+void SetGeneratorState(at::Generator generator, const torch::Tensor& state) {
+  std::lock_guard<std::mutex> lock(generator.mutex());
+  generator.set_state(state);
+}
+
+}  // namespace
+
+std::vector<CheckpointInfo> Checkpointer::List() const {
+  std::vector<CheckpointInfo> found;
+  std::error_code ec;
+  for (const auto& entry : fs::directory_iterator(dir_, ec)) {
+    auto step = StepOf(entry.path());
+    if (step && fs::exists(entry.path() / "state.pt")) found.push_back({*step, entry.path().string()});
+  }
+  std::sort(found.begin(), found.end(),
+            [](const CheckpointInfo& a, const CheckpointInfo& b) { return a.step < b.step; });
+  return found;
+}
+
+std::optional<CheckpointInfo> Checkpointer::Latest() const {
+  auto all = List();
+  if (all.empty()) return std::nullopt;
+  return all.back();
+}
+
+void Checkpointer::Save(uint64_t step, Network& net, const torch::optim::Optimizer& optimizer,
+                        const DeviceRef& device) const {
+  const fs::path final_dir = fs::path(dir_) / (kPrefix + std::to_string(step));
+  const fs::path tmp_dir = fs::path(dir_) / (".tmp-" + std::to_string(step) + "-" + std::to_string(getpid()));
+  std::error_code ec;
+  fs::create_directories(tmp_dir, ec);
+  if (ec) throw std::runtime_error("cannot write checkpoints to " + dir_ + ": " + ec.message());
+  try {
+    torch::serialize::OutputArchive model;
+    net.save(model);
+    model.save_to((tmp_dir / "model.pt").string());
+    torch::serialize::OutputArchive opt;
+    optimizer.save(opt);
+    opt.save_to((tmp_dir / "optimizer.pt").string());
+    torch::serialize::OutputArchive state;
+    state.write("step", torch::tensor(static_cast<int64_t>(step)));
+    state.write("cpu_rng", GeneratorState(at::detail::getDefaultCPUGenerator()));
+    if (device.kind == DeviceKind::kCuda) state.write("cuda_rng", GeneratorState(CudaGenerator(device)));
+    // state.pt last: its presence marks the checkpoint complete.
+    state.save_to((tmp_dir / "state.pt").string());
+  } catch (const std::exception& e) {
+    fs::remove_all(tmp_dir, ec);
+    throw std::runtime_error("cannot write checkpoint " + final_dir.string() + ": " + e.what());
+  }
+  fs::remove_all(final_dir, ec);  // a stale one of the same step, from an earlier attempt
+  fs::rename(tmp_dir, final_dir, ec);
+  if (ec) {
+    fs::remove_all(tmp_dir, ec);
+    throw std::runtime_error("cannot rename checkpoint into " + final_dir.string() + ": " + ec.message());
+  }
+  auto all = List();
+  for (size_t i = 0; i + keep_ < all.size(); ++i) fs::remove_all(all[i].path, ec);
+  // Leftovers of writers that died mid-checkpoint.
+  for (const auto& entry : fs::directory_iterator(dir_, ec)) {
+    if (entry.path().filename().string().rfind(".tmp-", 0) == 0 && entry.path() != tmp_dir) {
+      fs::remove_all(entry.path(), ec);
+    }
+  }
+}
+
+uint64_t Checkpointer::Restore(const CheckpointInfo& checkpoint, Network& net,
+                               torch::optim::Optimizer& optimizer, const DeviceRef& device) const {
+  const fs::path dir(checkpoint.path);
+  const torch::Device target = ToTorchDevice(device);
+  torch::serialize::InputArchive model;
+  model.load_from((dir / "model.pt").string(), target);
+  net.load(model);
+  torch::serialize::InputArchive opt;
+  opt.load_from((dir / "optimizer.pt").string(), target);
+  optimizer.load(opt);
+  torch::serialize::InputArchive state;
+  state.load_from((dir / "state.pt").string());
+  torch::Tensor step, cpu_rng, cuda_rng;
+  state.read("step", step);
+  state.read("cpu_rng", cpu_rng);
+  SetGeneratorState(at::detail::getDefaultCPUGenerator(), cpu_rng);
+  if (device.kind == DeviceKind::kCuda && state.try_read("cuda_rng", cuda_rng)) {
+    SetGeneratorState(CudaGenerator(device), cuda_rng);
+  }
+  return static_cast<uint64_t>(step.item<int64_t>());
+}
+
+}  // namespace stoke::worker

@@ -1,0 +1,45 @@
+#include "worker/engine/step_math.h"
+
+#include <torch/torch.h>
+
+#include <cmath>
+
+namespace stoke::worker {
+
+torch::Tensor ComputeLoss(const torch::Tensor& outputs, const torch::Tensor& targets, LossKind kind) {
+  if (kind == LossKind::kMse) {
+    return torch::mse_loss(outputs.to(torch::kFloat32), targets.to(torch::kFloat32));
+  }
+  return torch::nn::functional::cross_entropy(
+      outputs.reshape({-1, outputs.size(-1)}).to(torch::kFloat32), targets.reshape({-1}));
+}
+
+double LearningRateAt(const OptimizerConfig& config, uint64_t step, uint64_t total_steps) {
+  const double warmup = static_cast<double>(config.warmup_steps);
+  if (warmup > 0 && static_cast<double>(step) <= warmup) {
+    return config.lr * static_cast<double>(step) / warmup;
+  }
+  if (config.schedule == LrSchedule::kConstant) return config.lr;
+  const double decay_steps = std::max(1.0, static_cast<double>(total_steps) - warmup);
+  const double progress = std::min(1.0, (static_cast<double>(step) - warmup) / decay_steps);
+  const double cosine = 0.5 * (1.0 + std::cos(M_PI * progress));
+  return config.lr * (config.min_lr_ratio + (1.0 - config.min_lr_ratio) * cosine);
+}
+
+void ClipGradNorm(const std::vector<torch::Tensor>& parameters, double max_norm) {
+  std::vector<torch::Tensor> norms;
+  std::vector<torch::Tensor> grads;
+  for (const auto& p : parameters) {
+    if (!p.grad().defined()) continue;
+    grads.push_back(p.grad());
+    norms.push_back(p.grad().norm(2).to(torch::kFloat32));
+  }
+  if (grads.empty()) return;
+  torch::Tensor total = torch::stack(norms).norm(2);
+  // A device scalar: multiplying by it needs no host read, unlike clip_grad_norm_ in the
+  // C++ frontend, which returns the norm as a double.
+  torch::Tensor scale = (max_norm / (total + 1e-6)).clamp_max(1.0);
+  for (auto& g : grads) g.mul_(scale.to(g.scalar_type()));
+}
+
+}  // namespace stoke::worker

@@ -3,8 +3,12 @@
 // that changed between them is wrapped here.
 #pragma once
 
+#include <ATen/ATen.h>
 #include <ATen/autocast_mode.h>
 #include <torch/version.h>
+
+#include <cmath>
+#include <limits>
 
 #define STOKE_TORCH_AT_LEAST(major, minor) \
   (TORCH_VERSION_MAJOR > (major) ||        \
@@ -53,5 +57,28 @@ class AutocastScope {
   at::ScalarType dtype_;
   bool enabled_;
 };
+
+// Causal (each position sees itself and earlier ones) multi-head self-attention of q, k
+// and v, each [batch, heads, time, head_dim]; dropout_p applies to the attention weights,
+// so pass 0 in eval. torch 2.0 added a fused kernel (flash or memory-efficient attention
+// on CUDA) that never materialises the [time, time] scores; 1.13 gets the same sums
+// spelled out. Only the leading parameters are passed: later versions added more (scale,
+// enable_gqa) with defaults.
+inline at::Tensor CausalSelfAttention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                                      double dropout_p) {
+#if STOKE_TORCH_AT_LEAST(2, 0)
+  return at::scaled_dot_product_attention(q, k, v, /*attn_mask=*/{}, dropout_p,
+                                          /*is_causal=*/true);
+#else
+  const at::Tensor scores =
+      at::matmul(q, k.transpose(-2, -1)) / std::sqrt(static_cast<double>(q.size(-1)));
+  const at::Tensor future =
+      at::ones({q.size(-2), k.size(-2)}, q.options().dtype(at::kBool)).triu(/*diagonal=*/1);
+  at::Tensor weights =
+      at::softmax(scores.masked_fill(future, -std::numeric_limits<double>::infinity()), -1);
+  if (dropout_p > 0) weights = at::dropout(weights, dropout_p, /*train=*/true);
+  return at::matmul(weights, v);
+#endif
+}
 
 }  // namespace stoke::worker::compat

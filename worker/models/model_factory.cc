@@ -2,9 +2,13 @@
 
 #include <numeric>
 #include <stdexcept>
+#include <string>
 
 #include "worker/models/cnn.h"
+#include "worker/models/gpt.h"
 #include "worker/models/mlp.h"
+#include "worker/models/resnet.h"
+#include "worker/models/torchscript_model.h"
 
 namespace stoke::worker {
 namespace {
@@ -35,19 +39,46 @@ struct Builder {
   }
   std::shared_ptr<Network> operator()(const CnnConfig& config) const {
     if (data.kind != DataShape::Kind::kImage) {
-      throw std::invalid_argument("model.cnn: needs image data (mnist, cifar10, synthetic.image_shape)");
+      throw std::invalid_argument(
+          "model.cnn: needs image data (mnist, cifar10, synthetic.image_shape)");
     }
     return std::make_shared<CnnImpl>(config, data.sample,
                                      Classes(config.num_classes, data, "model.cnn.num_classes"));
   }
-  std::shared_ptr<Network> operator()(const ResNetConfig&) const {
-    throw std::invalid_argument("model.resnet: not available in this worker yet");
+  std::shared_ptr<Network> operator()(const ResNetConfig& config) const {
+    if (data.kind != DataShape::Kind::kImage) {
+      throw std::invalid_argument(
+          "model.resnet: needs image data (mnist, cifar10, synthetic.image_shape)");
+    }
+    return std::make_shared<ResNetImpl>(
+        config, data.sample, Classes(config.num_classes, data, "model.resnet.num_classes"));
   }
-  std::shared_ptr<Network> operator()(const GptConfig&) const {
-    throw std::invalid_argument("model.gpt: not available in this worker yet");
+  std::shared_ptr<Network> operator()(const GptConfig& config) const {
+    if (data.kind != DataShape::Kind::kTokens || data.sample.size() != 1 || data.vocab_size < 1) {
+      throw std::invalid_argument(
+          "model.gpt: needs token data (tokens, or synthetic with vocab_size and context)");
+    }
+    GptConfig c = config;
+    // A larger context or vocabulary than the data's is allowed (room to grow, or a
+    // tokenizer's unused ids); a smaller one would fail on the first batch.
+    const int64_t data_context = data.sample[0];
+    if (c.context == 0) c.context = data_context;
+    if (c.context < data_context) {
+      throw std::invalid_argument("model.gpt.context: " + std::to_string(c.context) +
+                                  " is shorter than the data's sequences of " +
+                                  std::to_string(data_context) + " tokens");
+    }
+    if (c.vocab_size == 0) c.vocab_size = data.vocab_size;
+    if (c.vocab_size < data.vocab_size) {
+      throw std::invalid_argument("model.gpt.vocab_size: " + std::to_string(c.vocab_size) +
+                                  " is smaller than the data's vocabulary of " +
+                                  std::to_string(data.vocab_size));
+    }
+    return std::make_shared<GptImpl>(c);
   }
-  std::shared_ptr<Network> operator()(const TorchScriptConfig&) const {
-    throw std::invalid_argument("model.torchscript: not available in this worker yet");
+  // Any data: only the user's module knows what it takes.
+  std::shared_ptr<Network> operator()(const TorchScriptConfig& config) const {
+    return std::make_shared<TorchScriptModelImpl>(config);
   }
 };
 

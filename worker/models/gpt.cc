@@ -1,0 +1,125 @@
+// GPT: the transformer block, the model around it, GPT-2's initialisation and the
+// PaLM-style FLOP count.
+#include "worker/models/gpt.h"
+
+#include <torch/nn/init.h>
+
+#include <cmath>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "worker/engine/torch_compat.h"
+
+namespace stoke::worker {
+namespace {
+
+constexpr double kInitStd = 0.02;
+
+torch::nn::Linear Linear(int64_t in, int64_t out, double std) {
+  torch::nn::Linear linear(in, out);
+  torch::nn::init::normal_(linear->weight, 0.0, std);
+  torch::nn::init::zeros_(linear->bias);
+  return linear;
+}
+
+void RequirePositive(int64_t value, const char* field) {
+  if (value < 1) {
+    throw std::invalid_argument(std::string("model.gpt.") + field + ": must be positive, not " +
+                                std::to_string(value));
+  }
+}
+
+}  // namespace
+
+GptBlockImpl::GptBlockImpl(const GptConfig& config)
+    : heads_(config.heads), dropout_(config.dropout) {
+  const int64_t width = config.width;
+  // GPT-2 scales the projections that add into the residual stream by 1/sqrt(2 * layers):
+  // the stream is a sum of two of them per layer, and its variance should not grow with
+  // depth.
+  const double residual_std = kInitStd / std::sqrt(2.0 * static_cast<double>(config.layers));
+  attention_norm_ =
+      register_module("attention_norm", torch::nn::LayerNorm(torch::nn::LayerNormOptions({width})));
+  qkv_ = register_module("qkv", Linear(width, 3 * width, kInitStd));
+  attention_out_ = register_module("attention_out", Linear(width, width, residual_std));
+  mlp_norm_ =
+      register_module("mlp_norm", torch::nn::LayerNorm(torch::nn::LayerNormOptions({width})));
+  mlp_in_ = register_module("mlp_in", Linear(width, 4 * width, kInitStd));
+  mlp_out_ = register_module("mlp_out", Linear(4 * width, width, residual_std));
+}
+
+torch::Tensor GptBlockImpl::Dropout(const torch::Tensor& x) {
+  return dropout_ > 0 ? torch::dropout(x, dropout_, is_training()) : x;
+}
+
+torch::Tensor GptBlockImpl::forward(const torch::Tensor& inputs) {
+  const int64_t batch = inputs.size(0), time = inputs.size(1), width = inputs.size(2);
+  const int64_t head_dim = width / heads_;
+  // One matrix product for queries, keys and values; then [B, T, H, Q] -> [B, H, T, Q].
+  const std::vector<torch::Tensor> qkv =
+      qkv_->forward(attention_norm_->forward(inputs)).split(width, /*dim=*/-1);
+  auto heads = [&](const torch::Tensor& t) {
+    return t.view({batch, time, heads_, head_dim}).transpose(1, 2);
+  };
+  torch::Tensor attended = compat::CausalSelfAttention(heads(qkv[0]), heads(qkv[1]), heads(qkv[2]),
+                                                       is_training() ? dropout_ : 0.0);
+  attended = attended.transpose(1, 2).reshape({batch, time, width});
+  torch::Tensor x = inputs + Dropout(attention_out_->forward(attended));
+  const torch::Tensor hidden = torch::gelu(mlp_in_->forward(mlp_norm_->forward(x)));
+  return x + Dropout(mlp_out_->forward(hidden));
+}
+
+GptImpl::GptImpl(const GptConfig& config) : config_(config) {
+  RequirePositive(config.layers, "layers");
+  RequirePositive(config.heads, "heads");
+  RequirePositive(config.width, "width");
+  RequirePositive(config.context, "context");
+  RequirePositive(config.vocab_size, "vocab_size");
+  if (config.width % config.heads != 0) {
+    throw std::invalid_argument("model.gpt.heads: " + std::to_string(config.heads) +
+                                " heads do not divide the width " + std::to_string(config.width));
+  }
+  if (config.dropout < 0 || config.dropout >= 1) {
+    throw std::invalid_argument("model.gpt.dropout: must be in [0, 1), not " +
+                                std::to_string(config.dropout));
+  }
+  token_embedding_ =
+      register_module("token_embedding", torch::nn::Embedding(config.vocab_size, config.width));
+  position_embedding_ =
+      register_module("position_embedding", torch::nn::Embedding(config.context, config.width));
+  torch::nn::init::normal_(token_embedding_->weight, 0.0, kInitStd);
+  torch::nn::init::normal_(position_embedding_->weight, 0.0, kInitStd);
+  blocks_ = register_module("blocks", torch::nn::ModuleList());
+  for (int64_t i = 0; i < config.layers; ++i) blocks_->push_back(GptBlock(config));
+  final_norm_ = register_module("final_norm",
+                                torch::nn::LayerNorm(torch::nn::LayerNormOptions({config.width})));
+
+  // Per token (Chowdhery et al. 2022, appendix B): 6 FLOPs per weight (2 forward, 4
+  // backward), plus attention's q.k and weights.v products: 2 * T * width multiply-adds
+  // per layer forward, 12 * T * width FLOPs with the backward pass (the causal mask's
+  // skipped half is counted, as in that formula). The position embedding is a lookup, not
+  // a product; the tied token embedding counts once, as the output layer.
+  int64_t weights = 0;
+  for (const auto& p : parameters()) weights += p.numel();
+  weights -= position_embedding_->weight.numel();
+  const int64_t t = config.context;
+  flops_ = t * (6 * weights + 12 * config.layers * config.width * t);
+}
+
+torch::Tensor GptImpl::forward(const torch::Tensor& tokens) {
+  TORCH_CHECK(tokens.dim() == 2, "GPT: expected token ids [batch, time], got ", tokens.sizes());
+  const int64_t time = tokens.size(1);
+  TORCH_CHECK(time <= config_.context, "GPT: ", time, " tokens exceed the context of ",
+              config_.context);
+  const torch::Tensor positions =
+      torch::arange(time, torch::TensorOptions().dtype(torch::kLong).device(tokens.device()));
+  torch::Tensor x = token_embedding_->forward(tokens) + position_embedding_->forward(positions);
+  if (config_.dropout > 0) x = torch::dropout(x, config_.dropout, is_training());
+  for (const auto& block : *blocks_) x = block->as<GptBlockImpl>()->forward(x);
+  // Tied weights (Press & Wolf 2017): the output layer is the token embedding, which
+  // saves vocab_size x width parameters and trains the embedding from every position.
+  return torch::linear(final_norm_->forward(x), token_embedding_->weight);
+}
+
+}  // namespace stoke::worker

@@ -46,6 +46,19 @@ std::string ProgressView::ProgressText(bool with_bar) const {
     eta = Eta(origin, m);
   }
   absl::StrAppend(&text, "  ETA ", eta ? FormatClock(*eta) : "?");
+  // Worth a user's attention only when the data pipeline is holding training back.
+  if (m.data_wait_ratio() >= 0.05) {
+    absl::StrAppend(&text, absl::StrFormat("  data wait %.0f%%", 100 * m.data_wait_ratio()));
+  }
+  return text;
+}
+
+std::string ProgressView::EvalText(const v1::MetricSample& sample) {
+  const v1::EvalResult& e = sample.eval();
+  std::string text = absl::StrFormat("eval at step %d: loss %.4f", sample.step(), e.loss());
+  if (e.accuracy() > 0) absl::StrAppend(&text, absl::StrFormat(", accuracy %.2f%%", 100 * e.accuracy()));
+  if (e.perplexity() > 0) absl::StrAppend(&text, absl::StrFormat(", perplexity %.2f", e.perplexity()));
+  absl::StrAppend(&text, " on ", e.samples(), " held-out samples");
   return text;
 }
 
@@ -83,6 +96,10 @@ void ProgressView::OnEvent(const v1::JobEvent& event) {
     }
     case v1::JobEvent::kMetrics:
       if (event.metrics().rank() != 0) break;
+      if (event.metrics().has_eval()) {
+        PrintAbove(absl::StrCat("job ", job_id_, " ", EvalText(event.metrics())));
+        break;
+      }
       previous_ = latest_;
       latest_ = event.metrics();
       if (terminal_) {

@@ -149,8 +149,9 @@ absl::Status JobBook::AppendReport(const std::string& id, const v1::TaskReport& 
   return Commit(
       id,
       [&](v1::Job& job) {
-        if (rank == 0 && report.metrics_size() > 0) {
-          *job.mutable_latest_metrics() = report.metrics(report.metrics_size() - 1);
+        if (rank != 0) return;
+        for (const auto& sample : report.metrics()) {
+          *(sample.has_eval() ? job.mutable_latest_eval() : job.mutable_latest_metrics()) = sample;
         }
       },
       std::move(events));

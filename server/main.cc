@@ -83,6 +83,9 @@ int main(int argc, char** argv) {
   app.add_option("--backfill-window", backfill_window_s,
                  "Seconds a blocked job lets smaller jobs pass it before it reserves devices")
       ->capture_default_str();
+  app.add_option("--data-root", data_roots,
+                 "A folder job files may read data from (repeatable; default: "
+                 "/usr/share/datasets and DATA_DIR/datasets)");
   app.add_option("--log-level", log_level, "trace, debug, info, warn or error")
       ->capture_default_str();
   CLI11_PARSE(app, argc, argv);

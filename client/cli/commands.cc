@@ -13,6 +13,7 @@
 #include "client/cli/format.h"
 #include "client/cli/progress.h"
 #include "client/lib/job_spec_file.h"
+#include "worker/data/formats/token_file.h"
 
 namespace stoke::client {
 namespace {
@@ -242,6 +243,46 @@ int LogsCommand(CliContext& cli, const std::string& id, bool follow) {
     return follow || event.seq() < last_seq;
   });
   if (!status.ok()) return Report(cli, status);
+  return kExitOk;
+}
+
+int CheckpointsCommand(CliContext& cli, const std::string& id) {
+  auto checkpoints = cli.client.ListCheckpoints(id);
+  if (!checkpoints.ok()) return Report(cli, checkpoints.status());
+  if (cli.json) {
+    std::cout << ToJson(*checkpoints) << std::endl;
+    return kExitOk;
+  }
+  if (checkpoints->checkpoints().empty()) {
+    std::printf("job %s has no checkpoints yet\n", id.c_str());
+    return kExitOk;
+  }
+  Table table({"STEP", "WRITTEN", "SIZE", "PATH"});
+  for (const auto& c : checkpoints->checkpoints()) {
+    table.AddRow({std::to_string(c.step()), FormatAge(c.write_time()), FormatBytes(c.size_bytes()),
+                  c.path()});
+  }
+  std::cout << table.Render();
+  return kExitOk;
+}
+
+int ExportCommand(CliContext& cli, const std::string& id, const std::string& path, uint64_t step) {
+  auto download = cli.client.DownloadModel(id, step, path);
+  if (!download.ok()) return Report(cli, download.status());
+  std::printf("wrote the model of job %s at step %llu (%s) to %s\n", id.c_str(),
+              static_cast<unsigned long long>(download->step), FormatBytes(download->bytes).c_str(),
+              path.c_str());
+  return kExitOk;
+}
+
+int TokenizeCommand(const std::string& text_path, const std::string& token_path) {
+  auto tokens = data::TokenizeBytes(text_path, token_path);
+  if (!tokens.ok()) {
+    std::fprintf(stderr, "stoke: %s\n", std::string(tokens.status().message()).c_str());
+    return tokens.status().code() == absl::StatusCode::kNotFound ? kExitUsage : kExitError;
+  }
+  std::printf("wrote %lld byte-level tokens (vocabulary 256) to %s\n",
+              static_cast<long long>(*tokens), token_path.c_str());
   return kExitOk;
 }
 

@@ -33,6 +33,10 @@ int StatusCommand(CliContext& cli, const std::string& id);
 int CancelCommand(CliContext& cli, const std::string& id, const std::string& reason);
 int ClusterCommand(CliContext& cli);
 int LogsCommand(CliContext& cli, const std::string& id, bool follow);
+int CheckpointsCommand(CliContext& cli, const std::string& id);
+int ExportCommand(CliContext& cli, const std::string& id, const std::string& path, uint64_t step);
+// Local: needs no coordinator.
+int TokenizeCommand(const std::string& text_path, const std::string& token_path);
 
 // Prints the error for a failed call and returns the exit code it deserves.
 int Report(const CliContext& cli, const absl::Status& status);

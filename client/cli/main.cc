@@ -53,6 +53,22 @@ int main(int argc, char** argv) {
   logs->add_option("id", id, "Job id")->required();
   logs->add_flag("-f,--follow", follow, "Keep printing until the job finishes");
 
+  auto* checkpoints = app.add_subcommand("checkpoints", "List a job's checkpoints");
+  checkpoints->add_option("id", id, "Job id")->required();
+
+  std::string out_path;
+  uint64_t step = 0;
+  auto* export_cmd = app.add_subcommand("export", "Download a job's trained model to a file");
+  export_cmd->add_option("id", id, "Job id")->required();
+  export_cmd->add_option("path", out_path, "Where to write it")->required();
+  export_cmd->add_option("--step", step, "A checkpoint's step (default: the newest)");
+
+  std::string text_path;
+  auto* tokenize = app.add_subcommand(
+      "tokenize", "Turn a text file into a byte-level token file (data.tokens, vocabulary 256)");
+  tokenize->add_option("text", text_path, "Any file")->required();
+  tokenize->add_option("tokens", out_path, "The token file to write")->required();
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -60,6 +76,7 @@ int main(int argc, char** argv) {
     return code == 0 ? kExitOk : kExitUsage;
   }
 
+  if (*tokenize) return TokenizeCommand(text_path, out_path);
   auto client = Client::Connect({address});
   CliContext cli{*client, address, output == "json"};
   if (*submit) return SubmitCommand(cli, file, watch);
@@ -69,5 +86,7 @@ int main(int argc, char** argv) {
   if (*cancel) return CancelCommand(cli, id, reason);
   if (*cluster) return ClusterCommand(cli);
   if (*logs) return LogsCommand(cli, id, follow);
+  if (*checkpoints) return CheckpointsCommand(cli, id);
+  if (*export_cmd) return ExportCommand(cli, id, out_path, step);
   return kExitUsage;
 }

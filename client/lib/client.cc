@@ -2,6 +2,10 @@
 
 #include <grpcpp/grpcpp.h>
 
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
@@ -77,6 +81,56 @@ absl::StatusOr<v1::Cluster> Client::GetCluster() {
   auto status = FromGrpcStatus(stub_->GetCluster(&context, v1::GetClusterRequest(), &cluster));
   if (!status.ok()) return status;
   return cluster;
+}
+
+absl::StatusOr<v1::ListCheckpointsResponse> Client::ListCheckpoints(const std::string& id) {
+  grpc::ClientContext context;
+  PrepareContext(context);
+  v1::ListCheckpointsRequest request;
+  request.set_id(id);
+  v1::ListCheckpointsResponse response;
+  auto status = FromGrpcStatus(stub_->ListCheckpoints(&context, request, &response));
+  if (!status.ok()) return status;
+  return response;
+}
+
+absl::StatusOr<Client::Download> Client::DownloadModel(const std::string& id, uint64_t step,
+                                                       const std::string& path) {
+  const std::string partial = path + ".partial";
+  std::ofstream out(partial, std::ios::binary | std::ios::trunc);
+  if (!out) {
+    return absl::UnavailableError(absl::StrCat(path, ": cannot write: ", std::strerror(errno)));
+  }
+  grpc::ClientContext context;
+  v1::DownloadModelRequest request;
+  request.set_id(id);
+  request.set_step(step);
+  auto reader = stub_->DownloadModel(&context, request);
+  Download download;
+  uint64_t expected = 0;
+  v1::FileChunk chunk;
+  while (reader->Read(&chunk)) {
+    if (chunk.total_bytes() > 0 || chunk.step() > 0) {
+      expected = chunk.total_bytes();
+      download.step = chunk.step();
+    }
+    out.write(chunk.data().data(), static_cast<std::streamsize>(chunk.data().size()));
+    download.bytes += chunk.data().size();
+  }
+  auto status = FromGrpcStatus(reader->Finish());
+  out.close();
+  if (status.ok() && (!out || download.bytes != expected)) {
+    status = absl::DataLossError(
+        absl::StrCat(path, ": received ", download.bytes, " of ", expected, " bytes"));
+  }
+  if (!status.ok()) {
+    std::remove(partial.c_str());
+    return status;
+  }
+  if (std::rename(partial.c_str(), path.c_str()) != 0) {
+    return absl::UnavailableError(absl::StrCat(path, ": cannot write: ", std::strerror(errno)));
+  }
+  return download;
 }
 
 absl::Status Client::WatchJob(const std::string& id, const WatchOptions& options,

@@ -40,6 +40,15 @@ class Client {
   absl::StatusOr<v1::ListJobsResponse> ListJobs(const v1::ListJobsRequest& request);
   absl::StatusOr<v1::Job> CancelJob(const std::string& id, const std::string& reason = "");
   absl::StatusOr<v1::Cluster> GetCluster();
+  absl::StatusOr<v1::ListCheckpointsResponse> ListCheckpoints(const std::string& id);
+  // Writes a checkpoint's model (the newest when step is 0) to `path`, through a
+  // temporary file renamed at the end. Returns the checkpoint's step and the bytes written.
+  struct Download {
+    uint64_t step = 0;
+    uint64_t bytes = 0;
+  };
+  absl::StatusOr<Download> DownloadModel(const std::string& id, uint64_t step,
+                                         const std::string& path);
 
   // Calls on_event for each event of the job from options.from_seq on, until the job has
   // finished and its last event was delivered (OK), on_event returns false (OK), or the

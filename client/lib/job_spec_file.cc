@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <limits>
 #include <map>
@@ -353,6 +354,23 @@ absl::StatusOr<v1::JobSpec> ParseJobSpec(const std::string& text, const std::str
   return spec;
 }
 
+void ResolveRelativePaths(v1::JobSpec& spec, const std::string& base_dir) {
+  auto resolve = [&](std::string* path) {
+    if (path->empty() || (*path)[0] == '/') return;
+    *path = (std::filesystem::absolute(base_dir) / *path).lexically_normal().string();
+  };
+  auto* data = spec.mutable_data();
+  if (data->has_mnist()) resolve(data->mutable_mnist()->mutable_path());
+  if (data->has_cifar10()) resolve(data->mutable_cifar10()->mutable_path());
+  if (data->has_tokens()) {
+    resolve(data->mutable_tokens()->mutable_train_path());
+    resolve(data->mutable_tokens()->mutable_val_path());
+  }
+  if (spec.model().has_torchscript()) {
+    resolve(spec.mutable_model()->mutable_torchscript()->mutable_path());
+  }
+}
+
 absl::StatusOr<v1::JobSpec> LoadJobSpecFile(const std::string& path) {
   std::ifstream in(path);
   if (!in) {
@@ -361,7 +379,10 @@ absl::StatusOr<v1::JobSpec> LoadJobSpecFile(const std::string& path) {
   }
   std::stringstream buffer;
   buffer << in.rdbuf();
-  return ParseJobSpec(buffer.str(), path);
+  auto spec = ParseJobSpec(buffer.str(), path);
+  if (!spec.ok()) return spec;
+  ResolveRelativePaths(*spec, std::filesystem::path(path).parent_path().string());
+  return spec;
 }
 
 }  // namespace stoke::client

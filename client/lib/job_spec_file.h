@@ -17,6 +17,10 @@ namespace stoke::client {
 // `source` names the text in error messages (usually the file path).
 absl::StatusOr<v1::JobSpec> ParseJobSpec(const std::string& text, const std::string& source);
 
+// Also makes the data and model paths in the file absolute, relative to the file's own
+// folder, so a job file can sit next to its data.
 absl::StatusOr<v1::JobSpec> LoadJobSpecFile(const std::string& path);
+
+void ResolveRelativePaths(v1::JobSpec& spec, const std::string& base_dir);
 
 }  // namespace stoke::client

@@ -3,9 +3,12 @@
 #include <charconv>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "server/api/file_stream_reactor.h"
 #include "server/api/grpc_status.h"
 #include "server/api/job_spec_rules.h"
 #include "server/api/watch_reactor.h"
+#include "server/common/time_util.h"
 
 namespace stoke::server {
 namespace {
@@ -116,6 +119,61 @@ grpc::ServerUnaryReactor* CoordinatorService::GetCluster(grpc::CallbackServerCon
     *response = core_.GetCluster();
     return absl::OkStatus();
   });
+}
+
+}  // namespace stoke::server
+
+namespace stoke::server {
+
+grpc::ServerUnaryReactor* CoordinatorService::ListCheckpoints(
+    grpc::CallbackServerContext* context, const v1::ListCheckpointsRequest* request,
+    v1::ListCheckpointsResponse* response) {
+  return Defer(context, [this, request, response]() -> absl::Status {
+    if (auto s = RequireId(request->id()); !s.ok()) return s;
+    auto checkpoints = core_.ListCheckpoints(request->id());
+    if (!checkpoints.ok()) return checkpoints.status();
+    for (const auto& c : *checkpoints) {
+      v1::Checkpoint* out = response->add_checkpoints();
+      out->set_step(c.step);
+      out->set_size_bytes(c.size_bytes);
+      out->set_path(c.path);
+      *out->mutable_write_time() = ToProto(c.write_time);
+    }
+    return absl::OkStatus();
+  });
+}
+
+grpc::ServerWriteReactor<v1::FileChunk>* CoordinatorService::DownloadModel(
+    grpc::CallbackServerContext* context, const v1::DownloadModelRequest* request) {
+  (void)context;
+  // Choosing the file takes a few stat calls, made here; the file itself is read on the
+  // executor, a chunk at a time.
+  if (request->id().empty()) {
+    return FileStreamReactor::Fail(
+        grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "id: required"));
+  }
+  auto checkpoints = core_.ListCheckpoints(request->id());
+  if (!checkpoints.ok()) return FileStreamReactor::Fail(ToGrpcStatus(checkpoints.status()));
+  if (checkpoints->empty()) {
+    return FileStreamReactor::Fail(grpc::Status(
+        grpc::StatusCode::FAILED_PRECONDITION, "job " + request->id() + " has no checkpoints yet"));
+  }
+  const CheckpointFiles* chosen = &checkpoints->back();
+  if (request->step() != 0) {
+    chosen = nullptr;
+    std::vector<std::string> steps;
+    for (const auto& c : *checkpoints) {
+      if (c.step == request->step()) chosen = &c;
+      steps.push_back(std::to_string(c.step));
+    }
+    if (chosen == nullptr) {
+      return FileStreamReactor::Fail(
+          grpc::Status(grpc::StatusCode::NOT_FOUND,
+                       absl::StrCat("job ", request->id(), " has no checkpoint at step ",
+                                    request->step(), "; it has ", absl::StrJoin(steps, ", "))));
+    }
+  }
+  return FileStreamReactor::Start(executor_, chosen->model_path, chosen->step);
 }
 
 }  // namespace stoke::server

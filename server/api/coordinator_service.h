@@ -32,6 +32,11 @@ class CoordinatorService final : public v1::Coordinator::CallbackService {
   grpc::ServerUnaryReactor* GetCluster(grpc::CallbackServerContext* context,
                                        const v1::GetClusterRequest* request,
                                        v1::Cluster* response) override;
+  grpc::ServerUnaryReactor* ListCheckpoints(grpc::CallbackServerContext* context,
+                                            const v1::ListCheckpointsRequest* request,
+                                            v1::ListCheckpointsResponse* response) override;
+  grpc::ServerWriteReactor<v1::FileChunk>* DownloadModel(
+      grpc::CallbackServerContext* context, const v1::DownloadModelRequest* request) override;
 
  private:
   // Runs `work` on the executor and finishes the call with its status.

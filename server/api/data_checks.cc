@@ -6,6 +6,7 @@
 
 #include <cerrno>
 #include <cstring>
+#include <filesystem>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -33,8 +34,8 @@ absl::Status FromReader(absl::string_view field, const absl::Status& status) {
 DataFacts SyntheticFacts(const v1::SyntheticDataSpec& s) {
   DataFacts facts;
   facts.source = "data.synthetic";
-  facts.train_samples = static_cast<int64_t>(s.samples_per_epoch() ? s.samples_per_epoch()
-                                                                   : kDefaultSamplesPerEpoch);
+  facts.train_samples =
+      static_cast<int64_t>(s.samples_per_epoch() ? s.samples_per_epoch() : kDefaultSamplesPerEpoch);
   if (s.vocab_size() > 0) {
     facts.kind = DataFacts::Kind::kTokens;
     facts.vocab_size = s.vocab_size();
@@ -51,13 +52,40 @@ DataFacts SyntheticFacts(const v1::SyntheticDataSpec& s) {
   return facts;
 }
 
-absl::StatusOr<DataFacts> ImageFacts(const std::string& field, const std::string& folder,
-                                     bool cifar) {
+// What messages call the data: the field and the path it holds.
+std::string Source(absl::string_view field, absl::string_view path) {
+  return absl::StrCat(field, " (", path, ")");
+}
+
+// The windows TokenDataset (worker/data/dataset.h) cuts from `tokens` tokens: it needs
+// room for a shift of up to context - 1 and the target's one extra token.
+int64_t Windows(int64_t tokens, int64_t context) { return (tokens - context) / context; }
+
+// The readers open files by name inside a folder Resolve has checked; a link among them
+// could still lead out of the data roots. Dangling links are left to the readers.
+absl::Status CheckFolderLinks(const std::string& field, const std::string& folder,
+                              const DataRoots& roots) {
+  std::error_code ec;
+  for (std::filesystem::directory_iterator it(folder, ec), end; !ec && it != end;
+       it.increment(ec)) {
+    std::error_code link_ec;
+    if (!it->is_symlink(link_ec) || !std::filesystem::exists(it->path(), link_ec)) continue;
+    auto target = roots.Resolve(field, it->path().string());
+    if (!target.ok()) return target.status();
+  }
+  if (ec) return Invalid(field, absl::StrCat(folder, ": cannot list: ", ec.message()));
+  return absl::OkStatus();
+}
+
+absl::StatusOr<DataFacts> ImageFacts(const std::string& field, const std::string& path,
+                                     const std::string& folder, bool cifar,
+                                     const DataRoots& roots) {
+  if (auto s = CheckFolderLinks(field, folder, roots); !s.ok()) return s;
   auto splits = cifar ? data::ReadCifar10Folder(folder) : data::ReadMnistFolder(folder);
   if (!splits.ok()) return FromReader(field, splits.status());
   DataFacts facts;
   facts.kind = DataFacts::Kind::kImage;
-  facts.source = field;
+  facts.source = Source(field, path);
   facts.sample = {splits->train.channels, splits->train.height, splits->train.width};
   facts.num_classes = splits->train.num_classes;
   facts.train_samples = splits->train.count;
@@ -65,8 +93,8 @@ absl::StatusOr<DataFacts> ImageFacts(const std::string& field, const std::string
 }
 
 absl::StatusOr<std::shared_ptr<const data::TokenFile>> OpenTokens(const std::string& field,
-                                                                 const std::string& path,
-                                                                 uint32_t vocab) {
+                                                                  const std::string& path,
+                                                                  uint32_t vocab) {
   auto file = data::TokenFile::Open(path);
   if (!file.ok()) return FromReader(field, file.status());
   int64_t id = 0;
@@ -91,7 +119,8 @@ absl::StatusOr<std::string> DataRoots::Resolve(const std::string& field,
                                                const std::string& path) const {
   if (path.empty()) return Invalid(field, "required");
   if (path[0] != '/') {
-    return Invalid(field, absl::StrCat(path, ": must be an absolute path (the coordinator reads it)"));
+    return Invalid(field,
+                   absl::StrCat(path, ": must be an absolute path (the coordinator reads it)"));
   }
   char resolved[PATH_MAX];
   if (!realpath(path.c_str(), resolved)) {
@@ -123,12 +152,12 @@ absl::StatusOr<DataFacts> InspectData(const v1::JobSpec& spec, const DataRoots& 
     case v1::DataSpec::kMnist: {
       auto folder = roots.Resolve("data.mnist.path", data.mnist().path());
       if (!folder.ok()) return folder.status();
-      return ImageFacts("data.mnist.path", *folder, /*cifar=*/false);
+      return ImageFacts("data.mnist.path", data.mnist().path(), *folder, /*cifar=*/false, roots);
     }
     case v1::DataSpec::kCifar10: {
       auto folder = roots.Resolve("data.cifar10.path", data.cifar10().path());
       if (!folder.ok()) return folder.status();
-      return ImageFacts("data.cifar10.path", *folder, /*cifar=*/true);
+      return ImageFacts("data.cifar10.path", data.cifar10().path(), *folder, /*cifar=*/true, roots);
     }
     case v1::DataSpec::kTokens: {
       const auto& t = data.tokens();
@@ -144,20 +173,29 @@ absl::StatusOr<DataFacts> InspectData(const v1::JobSpec& spec, const DataRoots& 
         if (!val_path.ok()) return val_path.status();
         auto val = OpenTokens("data.tokens.val_path", *val_path, vocab);
         if (!val.ok()) return val.status();
-        if ((*val)->size() < context + 1) {
+        if (Windows((*val)->size(), context) < 1) {
           return Invalid("data.tokens.val_path",
                          absl::StrCat(*val_path, ": ", (*val)->size(),
-                                      " tokens are too few for one window of context ", context));
+                                      " tokens are too few for one window of context ", context,
+                                      " (it takes ", 2 * context, ")"));
         }
       } else {
-        train_tokens -= train_tokens / 10;  // the worker holds out the last tenth
+        const int64_t held_out = train_tokens / 10;  // the worker holds out the last tenth
+        if (Windows(held_out, context) < 1) {
+          return Invalid(
+              "data.tokens.train_path",
+              absl::StrCat(*train_path, ": its last tenth, held out for evaluation, is ", held_out,
+                           " tokens: too few for one window of context ", context, " (it takes ",
+                           2 * context, "); set data.tokens.val_path or use more data"));
+        }
+        train_tokens -= held_out;
       }
       DataFacts facts;
       facts.kind = DataFacts::Kind::kTokens;
-      facts.source = "data.tokens.train_path";
+      facts.source = Source("data.tokens.train_path", t.train_path());
       facts.sample = {context};
       facts.vocab_size = vocab;
-      facts.train_samples = (train_tokens - context) / context;
+      facts.train_samples = Windows(train_tokens, context);
       if (facts.train_samples < 1) {
         return Invalid("data.tokens.train_path",
                        absl::StrCat(*train_path, ": ", train_tokens,

@@ -147,6 +147,14 @@ std::vector<v1::Job> Coordinator::ActiveJobs() {
   return jobs;
 }
 
+absl::StatusOr<std::vector<CheckpointFiles>> Coordinator::ListCheckpoints(const std::string& id) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (auto job = jobs_.Get(id); !job.ok()) return job.status();
+  }
+  return ListCheckpointFiles(absl::StrCat(options_.jobs_dir, "/", id));
+}
+
 // ----------------------------------------------------------------------------- workers
 
 absl::Status Coordinator::AttachWorker(const v1::RegisterWorker& registration,
@@ -316,8 +324,9 @@ void Coordinator::OnLeaving(const std::string& worker_id, const v1::Leaving& lea
   auto entry = workers_.Detach(worker_id, worker->connection.get());
   spdlog::info("worker {} is leaving: {}", worker_id, leaving.reason());
   if (entry->info.state() == v1::WORKER_STATE_BUSY) {
-    RequeueAttempt(entry->info.job_id(), entry->attempt,
-                   absl::StrCat("worker ", worker_id, " is shutting down (", leaving.reason(), ")"));
+    RequeueAttempt(
+        entry->info.job_id(), entry->attempt,
+        absl::StrCat("worker ", worker_id, " is shutting down (", leaving.reason(), ")"));
   }
   Schedule();
 }

@@ -16,6 +16,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "server/core/checkpoint_files.h"
 #include "server/core/clock.h"
 #include "server/core/event_hub.h"
 #include "server/core/job_book.h"
@@ -62,6 +63,8 @@ class Coordinator {
   v1::Cluster GetCluster();
   // Every unfinished job, with its latest metrics (for /metrics).
   std::vector<v1::Job> ActiveJobs();
+  // The job's complete checkpoints, oldest first; NOT_FOUND for an unknown job.
+  absl::StatusOr<std::vector<CheckpointFiles>> ListCheckpoints(const std::string& id);
 
   // --- The worker link. ---
   absl::Status AttachWorker(const v1::RegisterWorker& registration,

@@ -1,16 +1,365 @@
-// Submission-time checks of data files.
+// Submission-time checks of the files a job spec names: what the coordinator refuses
+// (each error starting with the spec field and naming the file), and the facts it learns
+// from data it accepts. The files are written into a temp dir that serves as a data root.
 #include "server/api/data_checks.h"
 
 #include <gtest/gtest.h>
 
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "server/api/job_spec_rules.h"
+#include "tests/support/data_files.h"
+#include "tests/support/temp_dir.h"
+
 namespace stoke::server {
 namespace {
 
-TEST(DataChecks, RelativePathsAreRefused) {
+namespace fs = std::filesystem;
+using ::stoke::testing::TempDir;
+
+// Refused as INVALID_ARGUMENT, the message starting with `field` and naming each of `names`.
+::testing::AssertionResult Refused(const absl::Status& status, const std::string& field,
+                                   const std::vector<std::string>& names) {
+  if (status.ok()) return ::testing::AssertionFailure() << "accepted";
+  if (status.code() != absl::StatusCode::kInvalidArgument) {
+    return ::testing::AssertionFailure() << "not INVALID_ARGUMENT: " << status;
+  }
+  const std::string message(status.message());
+  if (!absl::StartsWith(message, field + ": ")) {
+    return ::testing::AssertionFailure() << "\"" << message << "\" does not start with " << field;
+  }
+  for (const std::string& name : names) {
+    if (!absl::StrContains(message, name)) {
+      return ::testing::AssertionFailure() << "\"" << message << "\" does not name " << name;
+    }
+  }
+  return ::testing::AssertionSuccess() << message;
+}
+
+// A data root, a folder outside it, and specs for data in either.
+class DataChecks : public ::testing::Test {
+ protected:
+  DataChecks() {
+    // Canonical, so the paths in messages are the ones expected here.
+    const std::string base = fs::canonical(dir_.path()).string();
+    root_ = base + "/root";
+    outside_ = base + "/outside";
+    fs::create_directory(root_);
+    fs::create_directory(outside_);
+  }
+
+  DataRoots Roots() const { return DataRoots({root_}); }
+
+  // An MNIST folder of 30 training and 12 test images, 7x5, labels 0 to 9.
+  std::string MnistFolder(const std::string& parent, const std::string& name,
+                          bool gzip = false) const {
+    const std::string folder = parent + "/" + name;
+    fs::create_directory(folder);
+    testing::WriteMnistFolder(folder, testing::PatternImages(30, 7, 5, 10),
+                              testing::PatternImages(12, 7, 5, 10), gzip);
+    return folder;
+  }
+
+  static v1::JobSpec MnistSpec(const std::string& path, uint32_t batch_size = 8) {
+    v1::JobSpec spec;
+    spec.mutable_model()->mutable_cnn();
+    spec.mutable_data()->mutable_mnist()->set_path(path);
+    spec.mutable_training()->set_steps(10);
+    spec.mutable_training()->set_batch_size(batch_size);
+    return spec;
+  }
+
+  static v1::JobSpec TokenSpec(const std::string& train, const std::string& val,
+                               uint32_t vocab_size, uint32_t context) {
+    v1::JobSpec spec;
+    spec.mutable_model()->mutable_gpt();
+    auto* tokens = spec.mutable_data()->mutable_tokens();
+    tokens->set_train_path(train);
+    tokens->set_val_path(val);
+    tokens->set_vocab_size(vocab_size);
+    tokens->set_context(context);
+    spec.mutable_training()->set_steps(10);
+    spec.mutable_training()->set_batch_size(2);
+    return spec;
+  }
+
+  // A token file in the root whose ids count 0, 1, ... modulo 256.
+  std::string Tokens(const std::string& name, int64_t count) const {
+    const std::string path = root_ + "/" + name;
+    testing::WriteTokens(path, testing::CountingTokens(count, 0, 256));
+    return path;
+  }
+
+  TempDir dir_;
+  std::string root_;
+  std::string outside_;
+};
+
+// --- Where the data may lie ------------------------------------------------------------
+
+TEST_F(DataChecks, APathOutsideEveryDataRootIsRefused) {
+  const std::string folder = MnistFolder(outside_, "mnist");
+  EXPECT_TRUE(Refused(InspectData(MnistSpec(folder), Roots()).status(), "data.mnist.path",
+                      {folder, root_, "--data-root"}));
+  // A sibling whose name merely starts with the root's is outside it too.
+  fs::create_directory(root_ + "2");
+  const std::string sibling = MnistFolder(root_ + "2", "mnist");
+  EXPECT_TRUE(
+      Refused(InspectData(MnistSpec(sibling), Roots()).status(), "data.mnist.path", {sibling}));
+  // Without any root, nothing is readable.
+  EXPECT_TRUE(Refused(InspectData(MnistSpec(MnistFolder(root_, "mnist")), DataRoots({})).status(),
+                      "data.mnist.path", {"none"}));
+}
+
+TEST_F(DataChecks, RootsThatDoNotExistAreDropped) {
+  DataRoots roots({root_, dir_.File("missing")});
+  EXPECT_EQ(roots.roots(), std::vector<std::string>{root_});
+}
+
+TEST_F(DataChecks, RelativePathsAreRefused) {
   DataRoots roots({"/tmp"});
-  auto resolved = roots.Resolve("data.mnist.path", "relative/path");
-  ASSERT_FALSE(resolved.ok());
-  EXPECT_NE(resolved.status().message().find("data.mnist.path"), absl::string_view::npos);
+  EXPECT_TRUE(Refused(roots.Resolve("data.mnist.path", "relative/path").status(), "data.mnist.path",
+                      {"relative/path", "absolute"}));
+  EXPECT_TRUE(Refused(InspectData(TokenSpec("train.bin", "", 256, 16), Roots()).status(),
+                      "data.tokens.train_path", {"train.bin", "absolute"}));
+}
+
+TEST_F(DataChecks, ADotDotPathOutOfTheRootIsRefused) {
+  MnistFolder(outside_, "mnist");
+  const std::string sneaky = root_ + "/../outside/mnist";
+  EXPECT_TRUE(
+      Refused(InspectData(MnistSpec(sneaky), Roots()).status(), "data.mnist.path", {sneaky}));
+}
+
+TEST_F(DataChecks, ASymlinkInsideARootThatLeadsOutIsRefused) {
+  const std::string target = MnistFolder(outside_, "mnist");
+  const std::string link = root_ + "/mnist";
+  fs::create_directory_symlink(target, link);
+  EXPECT_TRUE(Refused(InspectData(MnistSpec(link), Roots()).status(), "data.mnist.path",
+                      {link, "outside the coordinator's data roots"}));
+
+  // A link that stays inside the roots is fine.
+  const std::string inner = MnistFolder(root_, "real");
+  fs::create_directory_symlink(inner, root_ + "/alias");
+  EXPECT_TRUE(InspectData(MnistSpec(root_ + "/alias"), Roots()).ok());
+}
+
+TEST_F(DataChecks, AFileInsideTheFolderThatLinksOutOfTheRootsIsRefused) {
+  // The folder is inside the root, but one of the files the reader opens is not.
+  const std::string elsewhere = MnistFolder(outside_, "mnist");
+  const std::string folder = root_ + "/mnist";
+  fs::create_directory(folder);
+  testing::WriteMnistFolder(folder, testing::PatternImages(30, 7, 5, 10),
+                            testing::PatternImages(12, 7, 5, 10));
+  const std::string link = folder + "/" + testing::kMnistTrainImages;
+  fs::remove(link);
+  fs::create_symlink(elsewhere + "/" + testing::kMnistTrainImages, link);
+  EXPECT_TRUE(Refused(InspectData(MnistSpec(folder), Roots()).status(), "data.mnist.path", {link}));
+
+  // The same for a token file's link, which Resolve already follows.
+  const std::string tokens = outside_ + "/tokens.bin";
+  testing::WriteTokens(tokens, testing::CountingTokens(400, 0, 256));
+  fs::create_symlink(tokens, root_ + "/tokens.bin");
+  EXPECT_TRUE(Refused(InspectData(TokenSpec(root_ + "/tokens.bin", "", 256, 16), Roots()).status(),
+                      "data.tokens.train_path", {root_ + "/tokens.bin"}));
+}
+
+TEST_F(DataChecks, AMissingPathIsRefused) {
+  const std::string path = root_ + "/nothing-here";
+  EXPECT_TRUE(Refused(InspectData(MnistSpec(path), Roots()).status(), "data.mnist.path",
+                      {path, "No such file"}));
+  EXPECT_TRUE(
+      Refused(InspectData(MnistSpec(""), Roots()).status(), "data.mnist.path", {"required"}));
+}
+
+TEST_F(DataChecks, ATorchScriptModelOutsideTheRootsIsRefused) {
+  const std::string model = outside_ + "/model.pt";
+  testing::WriteBytes(model, "not really a model");
+  v1::JobSpec spec = MnistSpec(MnistFolder(root_, "mnist"));
+  spec.mutable_model()->mutable_torchscript()->set_path(model);
+  EXPECT_TRUE(Refused(InspectData(spec, Roots()).status(), "model.torchscript.path", {model}));
+}
+
+// --- What the files must hold ----------------------------------------------------------
+
+TEST_F(DataChecks, AnMnistFolderMissingAFileIsRefused) {
+  const std::string folder = MnistFolder(root_, "mnist");
+  fs::remove(folder + "/" + testing::kMnistTestImages);
+  EXPECT_TRUE(Refused(InspectData(MnistSpec(folder), Roots()).status(), "data.mnist.path",
+                      {folder, testing::kMnistTestImages}));
+}
+
+TEST_F(DataChecks, ATruncatedIdxFileIsRefused) {
+  for (bool gzip : {false, true}) {
+    SCOPED_TRACE(gzip ? "gzip" : "plain");
+    const std::string folder = MnistFolder(root_, gzip ? "gz" : "plain", gzip);
+    const std::string file = folder + "/" + testing::kMnistTrainImages + (gzip ? ".gz" : "");
+    fs::resize_file(file, fs::file_size(file) - 20);
+    EXPECT_TRUE(
+        Refused(InspectData(MnistSpec(folder), Roots()).status(), "data.mnist.path", {file}));
+  }
+}
+
+TEST_F(DataChecks, AFileWithTheWrongMagicNumberIsRefused) {
+  const std::string folder = MnistFolder(root_, "mnist");
+  const std::string file = folder + "/" + testing::kMnistTestLabels;
+  // A file of images where the labels belong.
+  testing::WriteBytes(file, testing::IdxBytes({12, 1, 1}, std::vector<uint8_t>(12)));
+  EXPECT_TRUE(Refused(InspectData(MnistSpec(folder), Roots()).status(), "data.mnist.path",
+                      {file, "magic number"}));
+}
+
+TEST_F(DataChecks, ImagesAndLabelsOfDifferentCountsAreRefused) {
+  const std::string folder = MnistFolder(root_, "mnist");
+  testing::WriteBytes(folder + "/" + testing::kMnistTrainLabels,
+                      testing::IdxBytes({29}, std::vector<uint8_t>(29)));
+  EXPECT_TRUE(Refused(
+      InspectData(MnistSpec(folder), Roots()).status(), "data.mnist.path",
+      {folder + "/" + testing::kMnistTrainImages, folder + "/" + testing::kMnistTrainLabels}));
+}
+
+TEST_F(DataChecks, ACifarBatchOfPartialRecordsIsRefused) {
+  const std::string folder = root_ + "/cifar";
+  fs::create_directory(folder);
+  testing::WriteCifarFolder(folder, 2, 2);
+  testing::WriteBytes(folder + "/data_batch_2.bin", testing::CifarRecords({1}) + "x");
+  v1::JobSpec spec = MnistSpec("");
+  spec.mutable_data()->mutable_cifar10()->set_path(folder);
+  EXPECT_TRUE(Refused(InspectData(spec, Roots()).status(), "data.cifar10.path",
+                      {folder + "/data_batch_2.bin"}));
+}
+
+TEST_F(DataChecks, ATokenIdOutsideTheVocabularyIsRefused) {
+  std::vector<uint16_t> ids = testing::CountingTokens(400, 0, 256);
+  ids[77] = 300;
+  const std::string bad = root_ + "/bad.bin";
+  testing::WriteTokens(bad, ids);
+  EXPECT_TRUE(Refused(InspectData(TokenSpec(bad, "", 256, 16), Roots()).status(),
+                      "data.tokens.train_path", {bad, "token 77 is 300", "vocab_size"}));
+  EXPECT_TRUE(Refused(InspectData(TokenSpec(Tokens("ok.bin", 400), bad, 256, 16), Roots()).status(),
+                      "data.tokens.val_path", {bad, "token 77 is 300"}));
+  // With a vocabulary that holds it, the same file passes.
+  EXPECT_TRUE(InspectData(TokenSpec(bad, "", 301, 16), Roots()).ok());
+}
+
+TEST_F(DataChecks, ATokenFileOfOddSizeIsRefused) {
+  const std::string path = root_ + "/odd.bin";
+  testing::WriteBytes(path, std::string(401, 'a'));
+  EXPECT_TRUE(Refused(InspectData(TokenSpec(path, "", 256, 16), Roots()).status(),
+                      "data.tokens.train_path", {path}));
+}
+
+TEST_F(DataChecks, ATokenFileTooShortForOneWindowIsRefused) {
+  // The worker needs context tokens of room for the window's shift, then the window and
+  // its one extra target token: 2 * context tokens for one window.
+  const std::string path = Tokens("short.bin", 31);
+  EXPECT_TRUE(
+      Refused(InspectData(TokenSpec(path, Tokens("val.bin", 64), 256, 16), Roots()).status(),
+              "data.tokens.train_path", {path, "data.tokens.context"}));
+  EXPECT_TRUE(
+      InspectData(TokenSpec(Tokens("enough.bin", 32), Tokens("val.bin", 64), 256, 16), Roots())
+          .ok());
+}
+
+TEST_F(DataChecks, AValidationFileTooShortForTheWorkersWindowIsRefused) {
+  // The same rule as for training data: 31 tokens load no window of 16 on the worker.
+  const std::string train = Tokens("train.bin", 400);
+  const std::string val = Tokens("val.bin", 31);
+  EXPECT_TRUE(Refused(InspectData(TokenSpec(train, val, 256, 16), Roots()).status(),
+                      "data.tokens.val_path", {val}));
+  EXPECT_TRUE(InspectData(TokenSpec(train, Tokens("val32.bin", 32), 256, 16), Roots()).ok());
+}
+
+TEST_F(DataChecks, AHeldOutTenthTooShortForOneWindowIsRefused) {
+  // 300 tokens: 270 train (16 windows of 16), but the 30 held out hold none.
+  const std::string path = Tokens("train.bin", 300);
+  EXPECT_TRUE(Refused(InspectData(TokenSpec(path, "", 256, 16), Roots()).status(),
+                      "data.tokens.train_path", {path, "data.tokens.val_path"}));
+  // 320 tokens hold out 32: one window.
+  EXPECT_TRUE(InspectData(TokenSpec(Tokens("train320.bin", 320), "", 256, 16), Roots()).ok());
+}
+
+TEST_F(DataChecks, ABatchLargerThanTheTrainingSetIsRefused) {
+  const std::string folder = MnistFolder(root_, "mnist");  // 30 training images
+  auto facts = InspectData(MnistSpec(folder, 31), Roots());
+  ASSERT_TRUE(facts.ok()) << facts.status();
+  EXPECT_TRUE(Refused(ValidateAgainstData(MnistSpec(folder, 31), *facts), "training.batch_size",
+                      {"31", "30", "data.mnist.path", folder}));
+  EXPECT_TRUE(ValidateAgainstData(MnistSpec(folder, 30), *facts).ok());
+  // Two ranks split the data: 15 each.
+  v1::JobSpec two_ranks = MnistSpec(folder, 16);
+  two_ranks.mutable_resources()->set_gpus(2);
+  EXPECT_TRUE(Refused(ValidateAgainstData(two_ranks, *facts), "training.batch_size",
+                      {"15", "each rank", folder}));
+
+  // Token windows count as samples: 400 tokens, context 16, no val_path: 360 train
+  // tokens, 21 windows.
+  const std::string tokens = Tokens("train.bin", 400);
+  v1::JobSpec token_spec = TokenSpec(tokens, "", 256, 16);
+  token_spec.mutable_training()->set_batch_size(22);
+  auto token_facts = InspectData(token_spec, Roots());
+  ASSERT_TRUE(token_facts.ok()) << token_facts.status();
+  EXPECT_TRUE(Refused(ValidateAgainstData(token_spec, *token_facts), "training.batch_size",
+                      {"21", tokens}));
+}
+
+// --- What the coordinator learns from good data ----------------------------------------
+
+TEST_F(DataChecks, AnMnistFolderGivesItsShapeClassesAndSampleCount) {
+  for (bool gzip : {false, true}) {
+    SCOPED_TRACE(gzip ? "gzip" : "plain");
+    const std::string folder = MnistFolder(root_, gzip ? "gz" : "plain", gzip);
+    auto facts = InspectData(MnistSpec(folder), Roots());
+    ASSERT_TRUE(facts.ok()) << facts.status();
+    EXPECT_EQ(facts->kind, DataFacts::Kind::kImage);
+    EXPECT_EQ(facts->sample, (std::vector<int64_t>{1, 7, 5}));
+    EXPECT_EQ(facts->num_classes, 10);
+    EXPECT_EQ(facts->train_samples, 30);
+    EXPECT_TRUE(absl::StrContains(facts->source, "data.mnist.path")) << facts->source;
+    EXPECT_TRUE(ValidateAgainstData(MnistSpec(folder), *facts).ok());
+  }
+}
+
+TEST_F(DataChecks, ACifarFolderGivesItsShapeClassesAndSampleCount) {
+  const std::string folder = root_ + "/cifar";
+  fs::create_directory(folder);
+  testing::WriteCifarFolder(folder, 3, 2);
+  v1::JobSpec spec = MnistSpec("");
+  spec.mutable_data()->mutable_cifar10()->set_path(folder);
+  auto facts = InspectData(spec, Roots());
+  ASSERT_TRUE(facts.ok()) << facts.status();
+  EXPECT_EQ(facts->kind, DataFacts::Kind::kImage);
+  EXPECT_EQ(facts->sample, (std::vector<int64_t>{3, 32, 32}));
+  EXPECT_EQ(facts->num_classes, 10);
+  EXPECT_EQ(facts->train_samples, 15);
+}
+
+TEST_F(DataChecks, ATokenFileGivesItsVocabularyContextAndWindows) {
+  const std::string train = Tokens("train.bin", 1000);
+  // No val_path: the last tenth is held out, 900 tokens train: (900 - 16) / 16 windows.
+  auto held_out = InspectData(TokenSpec(train, "", 300, 16), Roots());
+  ASSERT_TRUE(held_out.ok()) << held_out.status();
+  EXPECT_EQ(held_out->kind, DataFacts::Kind::kTokens);
+  EXPECT_EQ(held_out->vocab_size, 300);
+  EXPECT_EQ(held_out->sample, (std::vector<int64_t>{16}));
+  EXPECT_EQ(held_out->train_samples, 55);
+  // With val_path every training token trains: (1000 - 16) / 16.
+  auto with_val = InspectData(TokenSpec(train, Tokens("val.bin", 100), 300, 16), Roots());
+  ASSERT_TRUE(with_val.ok()) << with_val.status();
+  EXPECT_EQ(with_val->train_samples, 61);
+  EXPECT_EQ(with_val->sample, (std::vector<int64_t>{16}));
+}
+
+TEST_F(DataChecks, TokenDataDefaultsToByteVocabularyAndContext256) {
+  const std::string train = Tokens("train.bin", 10000);
+  auto facts = InspectData(TokenSpec(train, "", 0, 0), Roots());
+  ASSERT_TRUE(facts.ok()) << facts.status();
+  EXPECT_EQ(facts->vocab_size, 256);
+  EXPECT_EQ(facts->sample, (std::vector<int64_t>{256}));
+  EXPECT_EQ(facts->train_samples, (9000 - 256) / 256);
 }
 
 }  // namespace

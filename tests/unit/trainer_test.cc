@@ -4,8 +4,12 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
+#include <filesystem>
 #include <vector>
+
+#include "tests/support/temp_dir.h"
 
 namespace stoke::worker {
 namespace {
@@ -135,6 +139,75 @@ TEST(Trainer, MissingDeviceFailsNamingIt) {
       RunTraining(SmallTask(10), DeviceRef{DeviceKind::kCuda, 7}, observer, cancel);
   EXPECT_EQ(outcome.kind, TrainOutcome::Kind::kFailed);
   EXPECT_NE(outcome.message.find("cuda:7"), std::string::npos) << outcome.message;
+}
+
+}  // namespace
+}  // namespace stoke::worker
+
+namespace stoke::worker {
+namespace {
+
+// Records training samples and cancels once a given step has been reported.
+class StopAfter final : public TrainingObserver {
+ public:
+  StopAfter(std::atomic<bool>& cancel, uint64_t step) : cancel_(cancel), stop_step_(step) {}
+  void OnStarted() override {}
+  void OnMetrics(const MetricSample& sample) override {
+    if (sample.eval) return;
+    samples.push_back(sample);
+    if (stop_step_ > 0 && sample.step >= stop_step_) cancel_ = true;
+  }
+  void OnLog(const std::string& line) override { logs.push_back(line); }
+  std::vector<MetricSample> samples;
+  std::vector<std::string> logs;
+
+ private:
+  std::atomic<bool>& cancel_;
+  uint64_t stop_step_;
+};
+
+TEST(Trainer, ResumedTrainingContinuesTheSameLossCurve) {
+  TrainTask task = SmallTask(90);
+  task.training.metrics_interval_steps = 10;
+  std::get<MlpConfig>(task.model).dropout = 0.2;  // uses the generator the checkpoint restores
+  task.optimizer.schedule = LrSchedule::kCosine;
+  task.optimizer.warmup_steps = 10;
+  task.checkpoint.interval_steps = 30;
+  task.checkpoint.keep = 2;
+
+  stoke::testing::TempDir straight_dir, resumed_dir;
+  std::atomic<bool> no_cancel{false};
+  task.job_dir = straight_dir.path();
+  StopAfter straight(no_cancel, 0);
+  ASSERT_EQ(RunTraining(task, kCpu, straight, no_cancel).kind, TrainOutcome::Kind::kSucceeded);
+
+  // The same job stopped after its checkpoint at step 30 (as if its worker died), then
+  // started again: it must pick up at step 31 and retrace the same curve.
+  task.job_dir = resumed_dir.path();
+  std::atomic<bool> cancel{false};
+  StopAfter first(cancel, 30);
+  ASSERT_EQ(RunTraining(task, kCpu, first, cancel).kind, TrainOutcome::Kind::kCancelled);
+  std::atomic<bool> go_on{false};
+  StopAfter second(go_on, 0);
+  ASSERT_EQ(RunTraining(task, kCpu, second, go_on).kind, TrainOutcome::Kind::kSucceeded);
+  ASSERT_GE(second.logs.size(), 2u);
+  EXPECT_EQ(second.logs[1], "resumed from checkpoint at step 30");
+
+  ASSERT_EQ(second.samples.front().step, 40u);
+  for (const MetricSample& resumed : second.samples) {
+    const MetricSample& original = straight.samples[resumed.step / 10 - 1];
+    ASSERT_EQ(original.step, resumed.step);
+    EXPECT_EQ(original.loss, resumed.loss) << "step " << resumed.step;
+    EXPECT_EQ(original.learning_rate, resumed.learning_rate) << "step " << resumed.step;
+  }
+  // Only the newest two checkpoints are kept.
+  std::vector<std::string> kept;
+  for (const auto& entry :
+       std::filesystem::directory_iterator(resumed_dir.path() + "/checkpoints")) {
+    kept.push_back(entry.path().filename().string());
+  }
+  std::sort(kept.begin(), kept.end());
+  EXPECT_EQ(kept, (std::vector<std::string>{"step-60", "step-90"}));
 }
 
 }  // namespace

@@ -2,6 +2,7 @@
 
 #include <zlib.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <memory>
@@ -17,8 +18,10 @@ struct GzCloser {
   void operator()(gzFile_s* f) const { gzclose(f); }
 };
 
+// Reads n bytes. When they are one piece of a longer read, `before` bytes of which are
+// read already and `needed` bytes in all, the error says so of the whole.
 absl::Status ReadExactly(gzFile file, const std::string& path, void* out, size_t n,
-                         const std::string& what) {
+                         const std::string& what, uint64_t before = 0, uint64_t needed = 0) {
   size_t done = 0;
   auto* dst = static_cast<char*>(out);
   while (done < n) {
@@ -30,8 +33,9 @@ absl::Status ReadExactly(gzFile file, const std::string& path, void* out, size_t
       return absl::InvalidArgumentError(absl::StrCat(path, ": cannot read: ", message));
     }
     if (got == 0) {
-      return absl::InvalidArgumentError(absl::StrCat(path, ": truncated: ", what, " needs ", n,
-                                                     " bytes, the file has ", done));
+      return absl::InvalidArgumentError(absl::StrCat(path, ": truncated: ", what, " needs ",
+                                                     needed ? needed : n, " bytes, the file has ",
+                                                     before + done));
     }
     done += static_cast<size_t>(got);
   }
@@ -58,6 +62,7 @@ absl::StatusOr<IdxArray> ReadIdxFile(const std::string& path, int expected_dims)
         path, found, expected_magic, expected_dims));
   }
   IdxArray array;
+  constexpr uint64_t kMaxBytes = uint64_t{1} << 34;
   uint64_t total = 1;
   for (int i = 0; i < expected_dims; ++i) {
     unsigned char d[4];
@@ -65,16 +70,28 @@ absl::StatusOr<IdxArray> ReadIdxFile(const std::string& path, int expected_dims)
     const int64_t dim = (int64_t{d[0]} << 24) | (int64_t{d[1]} << 16) | (int64_t{d[2]} << 8) | d[3];
     if (dim <= 0) return absl::InvalidArgumentError(absl::StrCat(path, ": dimension ", i, " is 0"));
     array.dims.push_back(dim);
+    // Checked before multiplying: three 32-bit dimensions can overflow 64 bits.
+    if (total > kMaxBytes / static_cast<uint64_t>(dim)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          path, ": implausibly large (its header claims more than ", kMaxBytes, " bytes)"));
+    }
     total *= static_cast<uint64_t>(dim);
   }
-  if (total > (uint64_t{1} << 34)) {
-    return absl::InvalidArgumentError(absl::StrCat(path, ": implausibly large (", total, " bytes)"));
-  }
-  array.bytes.resize(total);
-  if (auto s = ReadExactly(file.get(), path, array.bytes.data(), total,
-                           absl::StrCat("the header's ", array.dims[0], " entries"));
-      !s.ok()) {
-    return s;
+  // The buffer grows as data arrives rather than to the header's size at once: a short
+  // file with a damaged header must not make the reader (the coordinator, at submission)
+  // claim gigabytes. The reservation (at most 256 MiB) stays address space until written.
+  constexpr uint64_t kPiece = uint64_t{1} << 24;
+  array.bytes.reserve(static_cast<size_t>(std::min<uint64_t>(total, uint64_t{1} << 28)));
+  const std::string what = absl::StrCat("the header's ", array.dims[0], " entries");
+  while (array.bytes.size() < total) {
+    const uint64_t before = array.bytes.size();
+    const uint64_t n = std::min(total - before, kPiece);
+    array.bytes.resize(static_cast<size_t>(before + n));
+    if (auto s = ReadExactly(file.get(), path, array.bytes.data() + before, static_cast<size_t>(n),
+                             what, before, total);
+        !s.ok()) {
+      return s;
+    }
   }
   char extra;
   if (gzread(file.get(), &extra, 1) > 0) {

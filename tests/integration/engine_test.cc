@@ -1,0 +1,191 @@
+// The training engine as a user drives it, through a real coordinator, its workers and
+// the CLI: real data (Fashion-MNIST) to a real accuracy, a language model on a token file
+// made with `stoke tokenize`, resume from a checkpoint after a worker is killed, and
+// export of the trained model.
+#include <gtest/gtest.h>
+#include <signal.h>
+
+#include <fstream>
+#include <regex>
+
+#include "tests/support/coordinator_process.h"
+#include "tests/support/subprocess.h"
+#include "tests/support/temp_dir.h"
+#include "tests/support/wait.h"
+
+namespace stoke::testing {
+namespace {
+
+using std::chrono::seconds;
+
+class EngineTest : public ::testing::Test {
+ protected:
+  void StartCoordinator(const std::string& local_workers) {
+    CoordinatorProcess::Options options;
+    options.data_dir = dir_.File("coordinator");
+    options.local_workers = local_workers;
+    options.extra_args = {"--heartbeat-timeout", "6",           "--data-root",
+                          "/usr/share/datasets", "--data-root", files_.path()};
+    coordinator_ = CoordinatorProcess::Start(options);
+    ASSERT_NE(coordinator_, nullptr);
+  }
+
+  CommandResult Stoke(std::vector<std::string> args) {
+    args.insert(args.begin(), {STOKE_CLI_BINARY, "--address", coordinator_->address()});
+    return RunCommand(args);
+  }
+
+  std::string Write(const std::string& name, const std::string& text) {
+    std::ofstream(files_.File(name)) << text;
+    return files_.File(name);
+  }
+
+  TempDir dir_;
+  TempDir files_;
+  std::unique_ptr<CoordinatorProcess> coordinator_;
+};
+
+TEST_F(EngineTest, FashionMnistExampleReachesEightyFivePercentThroughTheCli) {
+  StartCoordinator("cpu:1");  // one worker with both cores
+  CommandResult run =
+      Stoke({"submit", std::string(STOKE_SOURCE_DIR) + "/examples/fashion-mnist.yaml", "--watch"});
+  ASSERT_EQ(run.exit_code, 0) << run.out << run.err << coordinator_->Log();
+  const std::string id = run.out.substr(0, run.out.find('\n'));
+  auto job = coordinator_->client().GetJob(id);
+  ASSERT_TRUE(job.ok());
+  ASSERT_TRUE(job->has_latest_eval());
+  EXPECT_EQ(job->latest_eval().eval().samples(), 10000u) << "the whole test split";
+  EXPECT_GE(job->latest_eval().eval().accuracy(), 0.85) << run.out;
+  // The watch showed evaluations and training progress as they happened.
+  EXPECT_NE(run.out.find("eval at step 300: loss"), std::string::npos) << run.out;
+  EXPECT_NE(run.out.find("accuracy"), std::string::npos) << run.out;
+}
+
+TEST_F(EngineTest, GptLearnsATokenFileMadeWithStokeTokenize) {
+  StartCoordinator("cpu:1");
+  CommandResult tokenize = RunCommand(
+      {STOKE_CLI_BINARY, "tokenize", "/usr/share/common-licenses/GPL-3", files_.File("gpl.bin")});
+  ASSERT_EQ(tokenize.exit_code, 0) << tokenize.err;
+  EXPECT_NE(tokenize.out.find("byte-level tokens"), std::string::npos);
+  // Relative paths in a job file are taken from the file's folder.
+  const std::string job = Write("gpt.yaml", R"(name: tiny-gpt
+model:
+  gpt: {layers: 1, heads: 2, width: 64}
+data:
+  tokens: {train_path: gpl.bin, context: 32}
+optimizer: {adamw: {}, lr: 0.005, warmup_steps: 10, schedule: cosine, grad_clip_norm: 1.0}
+training: {steps: 500, batch_size: 32}
+eval: {interval_steps: 250, batches: 8}
+metrics: {interval_steps: 25}
+)");
+  CommandResult run = Stoke({"submit", job, "--watch"});
+  ASSERT_EQ(run.exit_code, 0) << run.out << run.err << coordinator_->Log();
+  const std::string id = run.out.substr(0, run.out.find('\n'));
+  auto result = coordinator_->client().GetJob(id);
+  ASSERT_TRUE(result.ok());
+  // Uniform guessing over 256 bytes is a perplexity of 256; English text is far easier.
+  EXPECT_LT(result->latest_eval().eval().perplexity(), 16) << run.out;
+  EXPECT_GT(result->latest_eval().eval().perplexity(), 1);
+}
+
+TEST_F(EngineTest, KilledWorkerResumesFromItsCheckpointAndFinishes) {
+  StartCoordinator("cpu:2");
+  const std::string job = Write("long.yaml", R"(name: resumable
+model: {mlp: {hidden: [256]}}
+data: {synthetic: {features: 64}}
+training: {steps: 6000, batch_size: 64}
+metrics: {interval_steps: 100}
+checkpoint: {interval_steps: 500, keep: 2}
+)");
+  CommandResult submit = Stoke({"submit", job});
+  ASSERT_EQ(submit.exit_code, 0) << submit.err;
+  const std::string id = submit.out.substr(0, submit.out.find('\n'));
+  auto& client = coordinator_->client();
+  ASSERT_TRUE(
+      WaitFor([&] { return client.GetJob(id)->latest_metrics().step() >= 1200; }, seconds(120)))
+      << coordinator_->Log();
+  const std::string worker = client.GetJob(id)->placement(0).worker_id();
+  pid_t pid = 0;
+  const auto cluster = client.GetCluster();
+  ASSERT_TRUE(cluster.ok());
+  for (const auto& w : cluster->workers()) {
+    if (w.id() == worker) pid = static_cast<pid_t>(w.pid());
+  }
+  ASSERT_GT(pid, 0);
+  ASSERT_EQ(kill(pid, SIGKILL), 0);
+
+  ASSERT_TRUE(
+      WaitFor([&] { return client.GetJob(id)->state() == v1::JOB_STATE_SUCCEEDED; }, seconds(180)))
+      << v1::JobState_Name(client.GetJob(id)->state()) << "\n"
+      << coordinator_->Log();
+  auto finished = client.GetJob(id);
+  EXPECT_EQ(finished->restarts(), 1u);
+  EXPECT_EQ(finished->attempt(), 2u);
+  EXPECT_EQ(finished->latest_metrics().step(), 6000u);
+
+  // The second attempt picked up from a checkpoint: the step counter went back by no more
+  // than the checkpoint interval, and the log says where it resumed.
+  std::vector<uint64_t> steps;
+  std::string resumed_line;
+  auto status = client.WatchJob(id, {}, [&](const v1::JobEvent& e) {
+    if (e.has_metrics() && !e.metrics().has_eval()) steps.push_back(e.metrics().step());
+    if (e.has_log() && e.log().text().rfind("resumed from checkpoint", 0) == 0)
+      resumed_line = e.log().text();
+    return true;
+  });
+  ASSERT_TRUE(status.ok()) << status;
+  ASSERT_FALSE(steps.empty());
+  for (size_t i = 1; i < steps.size(); ++i) {
+    EXPECT_GE(steps[i] + 500, steps[i - 1])
+        << "went back from " << steps[i - 1] << " to " << steps[i];
+  }
+  std::smatch match;
+  ASSERT_TRUE(std::regex_search(resumed_line, match, std::regex("step (\\d+)"))) << resumed_line;
+  EXPECT_GE(std::stoull(match[1]), 1000u);
+
+  // The newest two checkpoints remain, and the final model can be exported.
+  CommandResult checkpoints = Stoke({"checkpoints", id});
+  EXPECT_EQ(checkpoints.exit_code, 0);
+  EXPECT_NE(checkpoints.out.find("\n5500 "), std::string::npos) << checkpoints.out;
+  EXPECT_NE(checkpoints.out.find("\n6000 "), std::string::npos) << checkpoints.out;
+  CommandResult exported = Stoke({"export", id, files_.File("model.pt")});
+  ASSERT_EQ(exported.exit_code, 0) << exported.err;
+  EXPECT_NE(exported.out.find("at step 6000"), std::string::npos) << exported.out;
+  std::ifstream model(files_.File("model.pt"), std::ios::binary);
+  char magic[2] = {};
+  model.read(magic, 2);
+  EXPECT_EQ(std::string(magic, 2), "PK") << "a LibTorch archive is a zip file";
+}
+
+TEST_F(EngineTest, BadDataIsRefusedAtSubmitNamingFieldAndFile) {
+  StartCoordinator("0");
+  std::string missing = Write("missing.yaml",
+                              "model: {cnn: {}}\ndata: {mnist: {path: nowhere}}\n"
+                              "training: {steps: 10}\n");
+  CommandResult result = Stoke({"submit", missing});
+  EXPECT_EQ(result.exit_code, 2);
+  EXPECT_NE(result.err.find("spec.data.mnist.path: " + files_.File("nowhere")), std::string::npos)
+      << result.err;
+  std::string outside = Write("outside.yaml",
+                              "model: {cnn: {}}\ndata: {mnist: {path: /etc}}\n"
+                              "training: {steps: 10}\n");
+  result = Stoke({"submit", outside});
+  EXPECT_EQ(result.exit_code, 2);
+  EXPECT_NE(result.err.find("outside the coordinator's data roots"), std::string::npos)
+      << result.err;
+  std::string too_big =
+      Write("big.yaml",
+            "model: {cnn: {}}\ndata: {mnist: {path: /usr/share/datasets/fashion-mnist}}\n"
+            "training: {steps: 10, batch_size: 100000}\n");
+  result = Stoke({"submit", too_big});
+  EXPECT_EQ(result.exit_code, 2);
+  EXPECT_NE(
+      result.err.find("training.batch_size: 100000 is larger than the 60000 training samples"),
+      std::string::npos)
+      << result.err;
+  // Nothing was queued.
+  EXPECT_EQ(coordinator_->client().ListJobs({})->jobs_size(), 0);
+}
+
+}  // namespace
+}  // namespace stoke::testing

@@ -116,10 +116,14 @@ TEST_F(ClusterTest, JobTrainsAndStreamsItsProgressInOrder) {
   std::vector<v1::JobState> states;
   std::vector<uint64_t> steps;
   std::vector<double> losses;
+  int evaluations = 0;
   for (size_t i = 0; i < events.size(); ++i) {
     EXPECT_EQ(events[i].seq(), i + 1) << "events must be numbered without gaps";
     if (events[i].has_state_change()) states.push_back(events[i].state_change().state());
-    if (events[i].has_metrics()) {
+    if (events[i].has_metrics() && events[i].metrics().has_eval()) {
+      ++evaluations;
+      EXPECT_EQ(events[i].metrics().step(), 200u);
+    } else if (events[i].has_metrics()) {
       steps.push_back(events[i].metrics().step());
       losses.push_back(events[i].metrics().loss());
       EXPECT_GT(events[i].metrics().samples_per_second(), 0);
@@ -128,6 +132,7 @@ TEST_F(ClusterTest, JobTrainsAndStreamsItsProgressInOrder) {
   EXPECT_EQ(states, (std::vector<v1::JobState>{v1::JOB_STATE_PENDING, v1::JOB_STATE_SCHEDULED,
                                                v1::JOB_STATE_RUNNING, v1::JOB_STATE_SUCCEEDED}));
   ASSERT_EQ(steps.size(), 20u);
+  EXPECT_EQ(evaluations, 1) << "one evaluation, at the end";
   for (size_t i = 0; i < steps.size(); ++i) EXPECT_EQ(steps[i], 10 * (i + 1));
   EXPECT_LT(losses.back(), losses.front()) << "the model should learn";
   auto job = client().GetJob(id);

@@ -5,6 +5,7 @@
 
 #include <atomic>
 
+#include "tests/support/recording_observer.h"
 #include "worker/engine/devices.h"
 #include "worker/engine/trainer.h"
 
@@ -18,14 +19,7 @@ class GpuTest : public ::testing::Test {
   }
 };
 
-class Recorder final : public TrainingObserver {
- public:
-  void OnStarted() override {}
-  void OnMetrics(const MetricSample& s) override { samples.push_back(s); }
-  void OnLog(const std::string& line) override { logs.push_back(line); }
-  std::vector<MetricSample> samples;
-  std::vector<std::string> logs;
-};
+using Recorder = stoke::testing::RecordingObserver;
 
 TEST_F(GpuTest, DescribesTheDevice) {
   auto devices = ListCudaDevices();

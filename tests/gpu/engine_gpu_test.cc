@@ -7,12 +7,12 @@
 
 #include <atomic>
 #include <cstdlib>
-#include <filesystem>
 #include <fstream>
 #include <iostream>
 
 #include "tests/support/recording_observer.h"
 #include "tests/support/temp_dir.h"
+#include "worker/common/files.h"
 #include "worker/data/formats/token_file.h"
 #include "worker/engine/trainer.h"
 
@@ -35,7 +35,7 @@ std::string FashionMnist() {
 }
 
 TEST_F(EngineGpuTest, FashionMnistWithGpuAugmentationLearnsAndKeepsTheGpuFed) {
-  if (!std::filesystem::exists(FashionMnist())) GTEST_SKIP() << "no Fashion-MNIST at " << FashionMnist();
+  if (!files::Exists(FashionMnist())) GTEST_SKIP() << "no Fashion-MNIST at " << FashionMnist();
   TrainTask task;
   task.name = "fashion-mnist-gpu";
   CnnConfig cnn;
@@ -70,7 +70,7 @@ TEST_F(EngineGpuTest, GptLearnsATokenFileInBf16) {
   // Text with structure to learn: the carried GPL if there is one, else a generated one.
   std::string text = dir.File("text.txt");
   const char* carried = std::getenv("STOKE_TEXT_FILE");
-  if (carried && std::filesystem::exists(carried)) {
+  if (carried && files::Exists(carried)) {
     text = carried;
   } else {
     std::ofstream out(text);

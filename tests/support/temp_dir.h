@@ -1,22 +1,23 @@
-// A directory under $TMPDIR that exists for one test and is removed after it.
+// A directory under $TMPDIR that exists for one test and is removed after it. POSIX
+// calls, not std::filesystem, so that tests linked with the torch wheel can use it (see
+// worker/common/files.h).
 #pragma once
 
 #include <cstdlib>
-#include <filesystem>
 #include <string>
+
+#include "worker/common/files.h"
 
 namespace stoke::testing {
 
 class TempDir {
  public:
   TempDir() {
-    std::string pattern = (std::filesystem::temp_directory_path() / "stoke-test-XXXXXX").string();
+    const char* tmp = std::getenv("TMPDIR");
+    std::string pattern = std::string(tmp && *tmp ? tmp : "/tmp") + "/stoke-test-XXXXXX";
     path_ = mkdtemp(pattern.data());
   }
-  ~TempDir() {
-    std::error_code ec;
-    std::filesystem::remove_all(path_, ec);
-  }
+  ~TempDir() { files::RemoveTree(path_); }
   TempDir(const TempDir&) = delete;
   TempDir& operator=(const TempDir&) = delete;
 

@@ -3,12 +3,13 @@
 // end on files written into a temp dir.
 #include <gtest/gtest.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
+#include <unistd.h>
 #include <torch/torch.h>
 
 #include <algorithm>
 #include <atomic>
 #include <chrono>
-#include <filesystem>
 #include <functional>
 #include <future>
 #include <memory>
@@ -21,6 +22,7 @@
 
 #include "tests/support/data_files.h"
 #include "tests/support/temp_dir.h"
+#include "worker/common/files.h"
 #include "worker/data/batch_prep.h"
 #include "worker/data/dataset.h"
 #include "worker/data/epoch_sampler.h"
@@ -625,14 +627,14 @@ void ExpectSameImages(const data::ImageSet& a, const data::ImageSet& b) {
 TEST(MnistFormat, PlainAndGzippedFoldersReadTheSame) {
   TempDir dir;
   const std::string plain = dir.File("plain"), gzipped = dir.File("gz");
-  std::filesystem::create_directory(plain);
-  std::filesystem::create_directory(gzipped);
+  mkdir(plain.c_str(), 0755);
+  mkdir(gzipped.c_str(), 0755);
   // 7 rows of 5: height and width must not be swapped.
   const data::ImageSet train = testing::PatternImages(30, 7, 5, 10);
   const data::ImageSet test = testing::PatternImages(12, 7, 5, 10, /*salt=*/3);
   testing::WriteMnistFolder(plain, train, test, /*gzip=*/false);
   testing::WriteMnistFolder(gzipped, train, test, /*gzip=*/true);
-  ASSERT_FALSE(std::filesystem::exists(gzipped + "/" + testing::kMnistTrainImages));
+  ASSERT_FALSE(files::Exists(gzipped + "/" + testing::kMnistTrainImages));
   auto a = data::ReadMnistFolder(plain);
   auto b = data::ReadMnistFolder(gzipped);
   ASSERT_TRUE(a.ok()) << a.status();
@@ -668,11 +670,13 @@ TEST(MnistFormat, ErrorsNameTheFileAndTheProblem) {
   using testing::WriteBytes;
   const std::vector<MnistFolderCase> cases = {
       {"missing", testing::kMnistTestLabels, "no t10k-labels-idx1-ubyte",
-       [](const std::string& f) { std::filesystem::remove(f + "/" + testing::kMnistTestLabels); }},
+       [](const std::string& f) { std::remove((f + "/" + testing::kMnistTestLabels).c_str()); }},
       {"truncated", testing::kMnistTrainImages, "truncated",
        [](const std::string& f) {
          const std::string path = f + "/" + testing::kMnistTrainImages;
-         std::filesystem::resize_file(path, std::filesystem::file_size(path) - 5);
+         struct stat st;
+         ASSERT_EQ(stat(path.c_str(), &st), 0);
+         ASSERT_EQ(truncate(path.c_str(), st.st_size - 5), 0);
        }},
       {"truncated header", testing::kMnistTrainLabels, "truncated",
        [](const std::string& f) {
@@ -794,7 +798,7 @@ TEST(Cifar10Format, RefusesPartialRecordsLabelsAboveNineAndMissingFiles) {
     TempDir dir;
     testing::WriteCifarFolder(dir.path(), 2, 2);
     if (c.name == "missing") {
-      std::filesystem::remove(dir.File(c.file));
+      std::remove(dir.File(c.file).c_str());
     } else {
       testing::WriteBytes(dir.File(c.file), c.content);
     }
@@ -935,7 +939,7 @@ TEST(OpenData, ABrokenFolderIsRefusedNamingTheFile) {
   TempDir dir;
   testing::WriteMnistFolder(dir.path(), testing::PatternImages(20, 4, 4, 10),
                             testing::PatternImages(30, 4, 4, 10));
-  std::filesystem::remove(dir.File(testing::kMnistTrainImages));
+  std::remove(dir.File(testing::kMnistTrainImages).c_str());
   try {
     OpenData(ImageTask(dir.path()), torch::kCPU, 0);
     ADD_FAILURE() << "a folder without training images was accepted";

@@ -6,10 +6,10 @@
 
 #include <algorithm>
 #include <atomic>
-#include <filesystem>
 #include <vector>
 
 #include "tests/support/temp_dir.h"
+#include "worker/common/files.h"
 
 namespace stoke::worker {
 namespace {
@@ -201,11 +201,7 @@ TEST(Trainer, ResumedTrainingContinuesTheSameLossCurve) {
     EXPECT_EQ(original.learning_rate, resumed.learning_rate) << "step " << resumed.step;
   }
   // Only the newest two checkpoints are kept.
-  std::vector<std::string> kept;
-  for (const auto& entry :
-       std::filesystem::directory_iterator(resumed_dir.path() + "/checkpoints")) {
-    kept.push_back(entry.path().filename().string());
-  }
+  std::vector<std::string> kept = files::ListDirectory(resumed_dir.path() + "/checkpoints");
   std::sort(kept.begin(), kept.end());
   EXPECT_EQ(kept, (std::vector<std::string>{"step-60", "step-90"}));
 }

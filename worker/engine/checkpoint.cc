@@ -4,25 +4,22 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <filesystem>
 #include <mutex>
 #include <stdexcept>
 
+#include "worker/common/files.h"
 #include "worker/engine/torch_device.h"
 
 #if STOKE_WITH_CUDA
 #include <ATen/cuda/CUDAGeneratorImpl.h>
 #endif
 
-namespace fs = std::filesystem;
-
 namespace stoke::worker {
 namespace {
 
 constexpr char kPrefix[] = "step-";
 
-std::optional<uint64_t> StepOf(const fs::path& path) {
-  const std::string name = path.filename().string();
+std::optional<uint64_t> StepOf(const std::string& name) {
   if (name.rfind(kPrefix, 0) != 0) return std::nullopt;
   const std::string digits = name.substr(sizeof(kPrefix) - 1);
   if (digits.empty() || digits.find_first_not_of("0123456789") != std::string::npos) {
@@ -54,10 +51,10 @@ void SetGeneratorState(at::Generator generator, const torch::Tensor& state) {
 
 std::vector<CheckpointInfo> Checkpointer::List() const {
   std::vector<CheckpointInfo> found;
-  std::error_code ec;
-  for (const auto& entry : fs::directory_iterator(dir_, ec)) {
-    auto step = StepOf(entry.path());
-    if (step && fs::exists(entry.path() / "state.pt")) found.push_back({*step, entry.path().string()});
+  for (const auto& name : files::ListDirectory(dir_)) {
+    auto step = StepOf(name);
+    const std::string path = dir_ + "/" + name;
+    if (step && files::Exists(path + "/state.pt")) found.push_back({*step, path});
   }
   std::sort(found.begin(), found.end(),
             [](const CheckpointInfo& a, const CheckpointInfo& b) { return a.step < b.step; });
@@ -72,56 +69,57 @@ std::optional<CheckpointInfo> Checkpointer::Latest() const {
 
 void Checkpointer::Save(uint64_t step, Network& net, const torch::optim::Optimizer& optimizer,
                         const DeviceRef& device) const {
-  const fs::path final_dir = fs::path(dir_) / (kPrefix + std::to_string(step));
-  const fs::path tmp_dir = fs::path(dir_) / (".tmp-" + std::to_string(step) + "-" + std::to_string(getpid()));
-  std::error_code ec;
-  fs::create_directories(tmp_dir, ec);
-  if (ec) throw std::runtime_error("cannot write checkpoints to " + dir_ + ": " + ec.message());
+  const std::string final_dir = dir_ + "/" + kPrefix + std::to_string(step);
+  const std::string tmp_name = ".tmp-" + std::to_string(step) + "-" + std::to_string(getpid());
+  const std::string tmp_dir = dir_ + "/" + tmp_name;
+  std::string error;
+  if (!files::MakeDirectories(tmp_dir, &error)) {
+    throw std::runtime_error("cannot write checkpoints: " + error);
+  }
   try {
     torch::serialize::OutputArchive model;
     net.save(model);
-    model.save_to((tmp_dir / "model.pt").string());
+    model.save_to(tmp_dir + "/model.pt");
     torch::serialize::OutputArchive opt;
     optimizer.save(opt);
-    opt.save_to((tmp_dir / "optimizer.pt").string());
+    opt.save_to(tmp_dir + "/optimizer.pt");
     torch::serialize::OutputArchive state;
     state.write("step", torch::tensor(static_cast<int64_t>(step)));
     state.write("cpu_rng", GeneratorState(at::detail::getDefaultCPUGenerator()));
-    if (device.kind == DeviceKind::kCuda) state.write("cuda_rng", GeneratorState(CudaGenerator(device)));
+    if (device.kind == DeviceKind::kCuda) {
+      state.write("cuda_rng", GeneratorState(CudaGenerator(device)));
+    }
     // state.pt last: its presence marks the checkpoint complete.
-    state.save_to((tmp_dir / "state.pt").string());
+    state.save_to(tmp_dir + "/state.pt");
   } catch (const std::exception& e) {
-    fs::remove_all(tmp_dir, ec);
-    throw std::runtime_error("cannot write checkpoint " + final_dir.string() + ": " + e.what());
+    files::RemoveTree(tmp_dir);
+    throw std::runtime_error("cannot write checkpoint " + final_dir + ": " + e.what());
   }
-  fs::remove_all(final_dir, ec);  // a stale one of the same step, from an earlier attempt
-  fs::rename(tmp_dir, final_dir, ec);
-  if (ec) {
-    fs::remove_all(tmp_dir, ec);
-    throw std::runtime_error("cannot rename checkpoint into " + final_dir.string() + ": " + ec.message());
+  files::RemoveTree(final_dir);  // a stale one of the same step, from an earlier attempt
+  if (!files::Rename(tmp_dir, final_dir, &error)) {
+    files::RemoveTree(tmp_dir);
+    throw std::runtime_error("cannot rename checkpoint into " + final_dir + ": " + error);
   }
   auto all = List();
-  for (size_t i = 0; i + keep_ < all.size(); ++i) fs::remove_all(all[i].path, ec);
+  for (size_t i = 0; i + keep_ < all.size(); ++i) files::RemoveTree(all[i].path);
   // Leftovers of writers that died mid-checkpoint.
-  for (const auto& entry : fs::directory_iterator(dir_, ec)) {
-    if (entry.path().filename().string().rfind(".tmp-", 0) == 0 && entry.path() != tmp_dir) {
-      fs::remove_all(entry.path(), ec);
-    }
+  for (const auto& name : files::ListDirectory(dir_)) {
+    if (name.rfind(".tmp-", 0) == 0) files::RemoveTree(dir_ + "/" + name);
   }
 }
 
 uint64_t Checkpointer::Restore(const CheckpointInfo& checkpoint, Network& net,
                                torch::optim::Optimizer& optimizer, const DeviceRef& device) const {
-  const fs::path dir(checkpoint.path);
+  const std::string& dir = checkpoint.path;
   const torch::Device target = ToTorchDevice(device);
   torch::serialize::InputArchive model;
-  model.load_from((dir / "model.pt").string(), target);
+  model.load_from(dir + "/model.pt", target);
   net.load(model);
   torch::serialize::InputArchive opt;
-  opt.load_from((dir / "optimizer.pt").string(), target);
+  opt.load_from(dir + "/optimizer.pt", target);
   optimizer.load(opt);
   torch::serialize::InputArchive state;
-  state.load_from((dir / "state.pt").string());
+  state.load_from(dir + "/state.pt");
   torch::Tensor step, cpu_rng, cuda_rng;
   state.read("step", step);
   state.read("cpu_rng", cpu_rng);

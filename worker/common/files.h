@@ -1,0 +1,25 @@
+// Small file-system helpers over POSIX calls. The worker cannot use std::filesystem: the
+// torch wheel's libtorch_cpu.so exports its own, older copy of those functions (142
+// std::filesystem symbols), calls from our code can bind to it, and its layouts differ
+// from the compiler's — it crashed on the GPU machines. Torch-free and dependency-free.
+#pragma once
+
+#include <string>
+#include <vector>
+
+namespace stoke::files {
+
+bool Exists(const std::string& path);
+bool IsDirectory(const std::string& path);
+// Creates the directory and its missing parents; false (with *error set) on failure.
+bool MakeDirectories(const std::string& path, std::string* error);
+// Names of the entries of a directory (not "." or ".."), or empty if it cannot be read.
+std::vector<std::string> ListDirectory(const std::string& path);
+// Removes a file or a whole tree; true if nothing is left there.
+bool RemoveTree(const std::string& path);
+// rename(2): atomic within one file system.
+bool Rename(const std::string& from, const std::string& to, std::string* error);
+// Bytes of the regular files directly in a directory.
+unsigned long long DirectorySize(const std::string& path);
+
+}  // namespace stoke::files

@@ -102,7 +102,7 @@ TEST_F(EngineGpuTest, GptLearnsATokenFileInBf16) {
   TrainOutcome outcome = RunTraining(task, kGpu, observer, cancel);
   ASSERT_EQ(outcome.kind, TrainOutcome::Kind::kSucceeded) << outcome.message;
   ASSERT_EQ(observer.evals.size(), 1u);
-  EXPECT_LT(observer.evals[0].eval->perplexity, 8) << "byte-level text, 256 symbols";
+  EXPECT_LT(observer.evals[0].eval->perplexity, 12) << "byte-level text: 256 when guessing";
   std::cout << "gpt on cuda: eval perplexity " << observer.evals[0].eval->perplexity << ", "
             << observer.samples.back().samples_per_second << " samples/s\n";
 }

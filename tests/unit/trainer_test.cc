@@ -3,6 +3,7 @@
 #include "worker/engine/trainer.h"
 
 #include <gtest/gtest.h>
+#include <torch/script.h>
 
 #include <algorithm>
 #include <atomic>
@@ -204,6 +205,42 @@ TEST(Trainer, ResumedTrainingContinuesTheSameLossCurve) {
   std::vector<std::string> kept = files::ListDirectory(resumed_dir.path() + "/checkpoints");
   std::sort(kept.begin(), kept.end());
   EXPECT_EQ(kept, (std::vector<std::string>{"step-60", "step-90"}));
+}
+
+}  // namespace
+}  // namespace stoke::worker
+
+namespace stoke::worker {
+namespace {
+
+TEST(Trainer, TrainsAUsersTorchScriptModelOnDataShapedForIt) {
+  stoke::testing::TempDir dir;
+  // A user's model, made without Python: a linear regression from 8 inputs to 3 outputs.
+  torch::jit::Module user("Regression");
+  user.register_parameter("w", torch::zeros({8, 3}), false);
+  user.define(R"(
+def forward(self, x):
+  return x.mm(self.w)
+)");
+  user.save(dir.File("model.pt"));
+
+  TrainTask task = SmallTask(200);
+  TorchScriptConfig model;
+  model.path = dir.File("model.pt");
+  model.loss = LossKind::kMse;
+  model.input_shape = {8};
+  model.target_shape = {3};
+  task.model = model;
+  task.optimizer.lr = 0.05;
+  RecordingObserver observer;
+  std::atomic<bool> cancel{false};
+  TrainOutcome outcome = RunTraining(task, kCpu, observer, cancel);
+  ASSERT_EQ(outcome.kind, TrainOutcome::Kind::kSucceeded) << outcome.message;
+  ASSERT_FALSE(observer.samples.empty());
+  EXPECT_LT(observer.samples.back().loss, 0.05 * observer.samples.front().loss)
+      << "first " << observer.samples.front().loss << ", last " << observer.samples.back().loss;
+  ASSERT_EQ(observer.evals.size(), 1u);
+  EXPECT_EQ(observer.evals[0].eval->accuracy, 0) << "no accuracy for a regression";
 }
 
 }  // namespace

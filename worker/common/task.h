@@ -82,6 +82,10 @@ struct SyntheticDataConfig {
   std::vector<int64_t> image_shape;  // [C, H, W]: images instead of vectors
   int64_t vocab_size = 0;            // with context: token sequences instead
   int64_t context = 0;
+  // For TorchScript models: inputs of any shape per sample, labelled by a fixed random
+  // linear map (class indices, or regression targets of regression_shape when set).
+  std::vector<int64_t> input_shape;
+  std::optional<std::vector<int64_t>> regression_shape;
 };
 
 struct MnistDataConfig {

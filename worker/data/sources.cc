@@ -23,13 +23,15 @@ T OrThrow(absl::StatusOr<T> value) {
   return *std::move(value);
 }
 
-BatchLoader::Options LoaderOptions(const TrainTask& task, torch::Device device, int64_t start_batch) {
+BatchLoader::Options LoaderOptions(const TrainTask& task, torch::Device device,
+                                   int64_t start_batch) {
   BatchLoader::Options o;
   o.batch_size = task.training.batch_size;
   // By default one loader thread per core, at most 8; a CPU worker's loaders compete with
   // its compute threads, so they get no more than those.
   const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-  const int budget = device.is_cuda() ? cores : std::max(1, static_cast<int>(torch::get_num_threads()));
+  const int budget =
+      device.is_cuda() ? cores : std::max(1, static_cast<int>(torch::get_num_threads()));
   o.threads = task.data.loader.threads > 0 ? task.data.loader.threads : std::min(budget, 8);
   o.prefetch = std::max(1, task.data.loader.prefetch);
   o.pin_memory = task.data.loader.pin_memory;
@@ -47,12 +49,13 @@ DataPipeline OpenImages(const TrainTask& task, data::ImageSplits splits, torch::
   auto train = std::make_shared<ImageDataset>(std::move(splits.train));
   auto test = std::make_shared<ImageDataset>(std::move(splits.test));
   // Both splits are normalized with the training split's statistics.
-  BatchPrep prep = BatchPrep::ForImages(task.data.augment, train->ChannelMean(),
-                                        train->ChannelStd(), device);
+  BatchPrep prep =
+      BatchPrep::ForImages(task.data.augment, train->ChannelMean(), train->ChannelStd(), device);
   DataPipeline pipeline;
   pipeline.eval = std::make_unique<DatasetEval>(test, prep, task.training.batch_size,
                                                 task.eval.batches, device);
-  pipeline.train = std::make_unique<BatchLoader>(train, prep, LoaderOptions(task, device, start_batch));
+  pipeline.train =
+      std::make_unique<BatchLoader>(train, prep, LoaderOptions(task, device, start_batch));
   return pipeline;
 }
 
@@ -79,12 +82,12 @@ DataPipeline OpenTokens(const TrainTask& task, const TokenDataConfig& config, to
     }
   }
   auto train = std::make_shared<TokenDataset>(train_file, 0, train_end, config.context,
-                                               config.vocab_size, task.training.seed);
+                                              config.vocab_size, task.training.seed);
   auto val = std::make_shared<TokenDataset>(val_file, val_begin, val_file->size(), config.context,
                                             config.vocab_size, task.training.seed);
   DataPipeline pipeline;
-  pipeline.eval = std::make_unique<DatasetEval>(val, BatchPrep::ForTokens(),
-                                                task.training.batch_size, task.eval.batches, device);
+  pipeline.eval = std::make_unique<DatasetEval>(
+      val, BatchPrep::ForTokens(), task.training.batch_size, task.eval.batches, device);
   pipeline.train = std::make_unique<BatchLoader>(train, BatchPrep::ForTokens(),
                                                  LoaderOptions(task, device, start_batch));
   return pipeline;
@@ -94,7 +97,15 @@ DataPipeline OpenTokens(const TrainTask& task, const TokenDataConfig& config, to
 
 DataPipeline OpenData(const TrainTask& task, torch::Device device, int64_t start_batch) {
   const auto& source = task.data.source;
-  if (const auto* synthetic = std::get_if<SyntheticDataConfig>(&source)) {
+  if (const auto* given = std::get_if<SyntheticDataConfig>(&source)) {
+    SyntheticDataConfig shaped = *given;
+    // A TorchScript model says what it takes; synthetic data follows.
+    if (const auto* ts = std::get_if<TorchScriptConfig>(&task.model)) {
+      if (!ts->input_shape.empty()) shaped.input_shape = ts->input_shape;
+      if (ts->loss == LossKind::kMse) shaped.regression_shape = ts->target_shape;
+      if (ts->num_classes > 0) shaped.num_classes = ts->num_classes;
+    }
+    const SyntheticDataConfig* synthetic = &shaped;
     DataPipeline pipeline;
     // The same rule (seeded by the job's seed) labels training and held-out samples;
     // the held-out ones are drawn once, before training starts.

@@ -1,5 +1,6 @@
 #include "worker/data/synthetic.h"
 
+#include <c10/util/accumulate.h>
 #include <torch/torch.h>
 
 namespace stoke::worker {
@@ -10,18 +11,30 @@ SyntheticSource::SyntheticSource(const SyntheticDataConfig& config, torch::Devic
   // The rule comes from its own generator so that it depends on the seed alone, not on
   // how much randomness model initialisation drew before it.
   auto generator = at::detail::createCPUGenerator(seed ^ 0x5deece66dULL);
+  const auto f32 = torch::TensorOptions().dtype(torch::kFloat32);
   if (config.vocab_size > 0) {
     token_step_ = 1 + torch::randint(std::max<int64_t>(1, config.vocab_size - 1), {1}, generator,
                                      torch::TensorOptions().dtype(torch::kLong))
                           .item<int64_t>();
-  } else if (config.image_shape.empty()) {
-    teacher_ = torch::randn({config.features, config.num_classes}, generator,
-                            torch::TensorOptions().dtype(torch::kFloat32))
+  } else if (!config.input_shape.empty()) {
+    int64_t outputs = config.num_classes;
+    if (config.regression_shape) {
+      outputs = 1;
+      for (int64_t d : *config.regression_shape) outputs *= d;
+    }
+    teacher_ = torch::randn({c10::multiply_integers(config.input_shape), outputs}, generator, f32)
                    .to(device);
+  } else if (config.image_shape.empty()) {
+    teacher_ = torch::randn({config.features, config.num_classes}, generator, f32).to(device);
   }
 }
 
 DataShape SyntheticSource::Shape() const {
+  if (!config_.input_shape.empty()) {
+    return DataShape{
+        config_.input_shape.size() == 3 ? DataShape::Kind::kImage : DataShape::Kind::kVector,
+        config_.input_shape, config_.regression_shape ? 0 : config_.num_classes, 0};
+  }
   if (config_.vocab_size > 0) {
     return DataShape{DataShape::Kind::kTokens, {config_.context}, 0, config_.vocab_size};
   }
@@ -43,11 +56,25 @@ Batch SyntheticSource::Next() {
             .remainder(config_.vocab_size);
     batch.inputs = sequence.narrow(1, 0, config_.context);
     batch.targets = sequence.narrow(1, 1, config_.context);
+  } else if (!config_.input_shape.empty()) {
+    std::vector<int64_t> shape = {batch_size_};
+    shape.insert(shape.end(), config_.input_shape.begin(), config_.input_shape.end());
+    batch.inputs = torch::randn(shape, on_device);
+    torch::Tensor projected = batch.inputs.flatten(1).matmul(teacher_);
+    if (config_.regression_shape) {
+      std::vector<int64_t> target = {batch_size_};
+      target.insert(target.end(), config_.regression_shape->begin(),
+                    config_.regression_shape->end());
+      batch.targets = projected.reshape(target);
+    } else {
+      batch.targets = projected.argmax(1);
+    }
   } else if (!config_.image_shape.empty()) {
     std::vector<int64_t> shape = {batch_size_};
     shape.insert(shape.end(), config_.image_shape.begin(), config_.image_shape.end());
     batch.inputs = torch::randn(shape, on_device);
-    batch.targets = torch::randint(config_.num_classes, {batch_size_}, on_device.dtype(torch::kLong));
+    batch.targets =
+        torch::randint(config_.num_classes, {batch_size_}, on_device.dtype(torch::kLong));
   } else {
     batch.inputs = torch::randn({batch_size_, config_.features}, on_device);
     batch.targets = batch.inputs.matmul(teacher_).argmax(1);

@@ -227,14 +227,18 @@ class SpecReader {
     return type->FindValueByName(EnumPrefix(type) + upper);
   }
 
+  // The prefix every value of the enum shares, up to an underscore: "RESNET_STEM_" for
+  // RESNET_STEM_AUTO, RESNET_STEM_SMALL, ... (proto style names values so).
   static std::string EnumPrefix(const EnumDescriptor* type) {
-    // DeviceKind -> DEVICE_KIND_
-    std::string prefix;
-    for (char c : type->name()) {
-      if (absl::ascii_isupper(c) && !prefix.empty()) prefix += '_';
-      prefix += absl::ascii_toupper(c);
+    std::string prefix = type->value(0)->name();
+    for (int i = 1; i < type->value_count(); ++i) {
+      const std::string& name = type->value(i)->name();
+      size_t n = 0;
+      while (n < prefix.size() && n < name.size() && prefix[n] == name[n]) ++n;
+      prefix.resize(n);
     }
-    return prefix + "_";
+    const auto underscore = prefix.rfind('_');
+    return underscore == std::string::npos ? "" : prefix.substr(0, underscore + 1);
   }
 
   static std::string EnumChoices(const EnumDescriptor* type) {

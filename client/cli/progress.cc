@@ -56,8 +56,10 @@ std::string ProgressView::ProgressText(bool with_bar) const {
 std::string ProgressView::EvalText(const v1::MetricSample& sample) {
   const v1::EvalResult& e = sample.eval();
   std::string text = absl::StrFormat("eval at step %d: loss %.4f", sample.step(), e.loss());
-  if (e.accuracy() > 0) absl::StrAppend(&text, absl::StrFormat(", accuracy %.2f%%", 100 * e.accuracy()));
-  if (e.perplexity() > 0) absl::StrAppend(&text, absl::StrFormat(", perplexity %.2f", e.perplexity()));
+  if (e.accuracy() > 0)
+    absl::StrAppend(&text, absl::StrFormat(", accuracy %.2f%%", 100 * e.accuracy()));
+  if (e.perplexity() > 0)
+    absl::StrAppend(&text, absl::StrFormat(", perplexity %.2f", e.perplexity()));
   absl::StrAppend(&text, " on ", e.samples(), " held-out samples");
   return text;
 }

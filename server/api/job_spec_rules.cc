@@ -41,13 +41,15 @@ absl::Status ValidateData(const v1::DataSpec& data) {
         return Invalid("data.synthetic.image_shape", "must be [channels, height, width]");
       }
       for (uint32_t d : s.image_shape()) {
-        if (d == 0 || d > 4096) return Invalid("data.synthetic.image_shape", "sizes from 1 to 4096");
+        if (d == 0 || d > 4096)
+          return Invalid("data.synthetic.image_shape", "sizes from 1 to 4096");
       }
       if (s.vocab_size() > kMaxVocab) {
         return Invalid("data.synthetic.vocab_size", absl::StrCat("at most ", kMaxVocab));
       }
       if (s.vocab_size() > 0 && s.image_shape_size() > 0) {
-        return Invalid("data.synthetic.vocab_size", "set either image_shape or vocab_size, not both");
+        return Invalid("data.synthetic.vocab_size",
+                       "set either image_shape or vocab_size, not both");
       }
       if (s.context() > 0 && s.vocab_size() == 0) {
         return Invalid("data.synthetic.context", "needs vocab_size (token sequences)");
@@ -62,7 +64,8 @@ absl::Status ValidateData(const v1::DataSpec& data) {
         return Invalid("data.tokens.vocab_size",
                        absl::StrCat("at most ", kMaxVocab, " (token ids are uint16)"));
       }
-      if (data.tokens().context() > 1u << 16) return Invalid("data.tokens.context", "at most 65536");
+      if (data.tokens().context() > 1u << 16)
+        return Invalid("data.tokens.context", "at most 65536");
       break;
     default:
       return Invalid("data", "required: set one of synthetic, mnist, cifar10, tokens");
@@ -92,7 +95,8 @@ absl::Status ValidateModel(const v1::ModelSpec& model) {
       const auto& cnn = model.cnn();
       for (int i = 0; i < cnn.channels_size(); ++i) {
         if (cnn.channels(i) == 0 || cnn.channels(i) > 65536) {
-          return Invalid(absl::StrCat("model.cnn.channels[", i, "]"), "must be between 1 and 65536");
+          return Invalid(absl::StrCat("model.cnn.channels[", i, "]"),
+                         "must be between 1 and 65536");
         }
       }
       if (cnn.channels_size() > 8) return Invalid("model.cnn.channels", "at most 8 stages");
@@ -115,7 +119,8 @@ absl::Status ValidateModel(const v1::ModelSpec& model) {
       if (gpt.layers() > 512) return Invalid("model.gpt.layers", "at most 512");
       if (width > 65536) return Invalid("model.gpt.width", "at most 65536");
       if (width % heads != 0) {
-        return Invalid("model.gpt.heads", absl::StrCat(heads, " does not divide the width ", width));
+        return Invalid("model.gpt.heads",
+                       absl::StrCat(heads, " does not divide the width ", width));
       }
       if (!(gpt.dropout() >= 0.0f && gpt.dropout() < 1.0f)) {
         return Invalid("model.gpt.dropout", "must be in [0, 1)");
@@ -191,9 +196,9 @@ int64_t Product(const std::vector<int64_t>& dims) {
 
 absl::Status MatchClasses(absl::string_view field, uint32_t configured, const DataFacts& data) {
   if (configured != 0 && configured != data.num_classes) {
-    return Invalid(field, absl::StrCat(configured, " does not match the ", data.num_classes,
-                                       " classes of ", data.source,
-                                       " (leave it out to take it from the data)"));
+    return Invalid(
+        field, absl::StrCat(configured, " does not match the ", data.num_classes, " classes of ",
+                            data.source, " (leave it out to take it from the data)"));
   }
   return absl::OkStatus();
 }
@@ -226,7 +231,9 @@ absl::Status ValidateAgainstData(const v1::JobSpec& spec, const DataFacts& data)
   const bool images = data.kind == DataFacts::Kind::kImage;
   switch (model.kind_case()) {
     case v1::ModelSpec::kMlp: {
-      if (tokens) return Invalid("model.mlp", absl::StrCat("cannot take the token data of ", data.source, "; use model.gpt"));
+      if (tokens)
+        return Invalid("model.mlp", absl::StrCat("cannot take the token data of ", data.source,
+                                                 "; use model.gpt"));
       const int64_t inputs = Product(data.sample);
       if (model.mlp().input_dim() != 0 && model.mlp().input_dim() != inputs) {
         return Invalid("model.mlp.input_dim",
@@ -234,41 +241,54 @@ absl::Status ValidateAgainstData(const v1::JobSpec& spec, const DataFacts& data)
                                     " input values of ", data.source,
                                     " (leave it out to take it from the data)"));
       }
-      if (auto s = MatchClasses("model.mlp.num_classes", model.mlp().num_classes(), data); !s.ok()) return s;
+      if (auto s = MatchClasses("model.mlp.num_classes", model.mlp().num_classes(), data); !s.ok())
+        return s;
       break;
     }
     case v1::ModelSpec::kCnn:
-      if (!images) return Invalid("model.cnn", absl::StrCat("needs images; ", data.source, " holds none"));
-      if (auto s = MatchClasses("model.cnn.num_classes", model.cnn().num_classes(), data); !s.ok()) return s;
+      if (!images)
+        return Invalid("model.cnn", absl::StrCat("needs images; ", data.source, " holds none"));
+      if (auto s = MatchClasses("model.cnn.num_classes", model.cnn().num_classes(), data); !s.ok())
+        return s;
       break;
     case v1::ModelSpec::kResnet:
-      if (!images) return Invalid("model.resnet", absl::StrCat("needs images; ", data.source, " holds none"));
-      if (auto s = MatchClasses("model.resnet.num_classes", model.resnet().num_classes(), data); !s.ok()) return s;
+      if (!images)
+        return Invalid("model.resnet", absl::StrCat("needs images; ", data.source, " holds none"));
+      if (auto s = MatchClasses("model.resnet.num_classes", model.resnet().num_classes(), data);
+          !s.ok())
+        return s;
       break;
     case v1::ModelSpec::kGpt: {
       if (!tokens) {
-        return Invalid("model.gpt", absl::StrCat("needs token data (data.tokens, or data.synthetic with "
-                                                 "vocab_size); ", data.source, " holds none"));
+        return Invalid("model.gpt",
+                       absl::StrCat("needs token data (data.tokens, or data.synthetic with "
+                                    "vocab_size); ",
+                                    data.source, " holds none"));
       }
       const auto& gpt = model.gpt();
       if (gpt.vocab_size() != 0 && gpt.vocab_size() < data.vocab_size) {
-        return Invalid("model.gpt.vocab_size", absl::StrCat(gpt.vocab_size(), " is below the data's vocabulary of ", data.vocab_size));
+        return Invalid(
+            "model.gpt.vocab_size",
+            absl::StrCat(gpt.vocab_size(), " is below the data's vocabulary of ", data.vocab_size));
       }
       if (gpt.context() != 0 && gpt.context() < data.sample[0]) {
-        return Invalid("model.gpt.context", absl::StrCat(gpt.context(), " is shorter than the data's context of ", data.sample[0]));
+        return Invalid(
+            "model.gpt.context",
+            absl::StrCat(gpt.context(), " is shorter than the data's context of ", data.sample[0]));
       }
       break;
     }
     default:
       break;
   }
-  const uint32_t batch = spec.training().batch_size() ? spec.training().batch_size() : kDefaultBatchSize;
+  const uint32_t batch =
+      spec.training().batch_size() ? spec.training().batch_size() : kDefaultBatchSize;
   const int64_t per_rank = data.train_samples / std::max<uint32_t>(1, spec.resources().gpus());
   if (batch > per_rank) {
-    return Invalid("training.batch_size",
-                   absl::StrCat(batch, " is larger than the ", per_rank, " training samples ",
-                                spec.resources().gpus() > 1 ? "each rank gets from " : "in ",
-                                data.source));
+    return Invalid(
+        "training.batch_size",
+        absl::StrCat(batch, " is larger than the ", per_rank, " training samples ",
+                     spec.resources().gpus() > 1 ? "each rank gets from " : "in ", data.source));
   }
   return absl::OkStatus();
 }
@@ -276,7 +296,8 @@ absl::Status ValidateAgainstData(const v1::JobSpec& spec, const DataFacts& data)
 void ApplyJobSpecDefaults(v1::JobSpec& spec, const DataFacts& data) {
   if (spec.data().has_synthetic()) {
     auto* s = spec.mutable_data()->mutable_synthetic();
-    if (!s->samples_per_epoch()) s->set_samples_per_epoch(static_cast<uint64_t>(data.train_samples));
+    if (!s->samples_per_epoch())
+      s->set_samples_per_epoch(static_cast<uint64_t>(data.train_samples));
     if (data.kind == DataFacts::Kind::kTokens) {
       if (!s->context()) s->set_context(static_cast<uint32_t>(data.sample[0]));
     } else {
@@ -295,7 +316,8 @@ void ApplyJobSpecDefaults(v1::JobSpec& spec, const DataFacts& data) {
   if (!loader->prefetch()) loader->set_prefetch(4);
   if (!loader->has_pin_memory()) loader->set_pin_memory(true);
   if (!loader->has_shuffle()) loader->set_shuffle(true);
-  if (!spec.data().augment().has_normalize()) spec.mutable_data()->mutable_augment()->set_normalize(true);
+  if (!spec.data().augment().has_normalize())
+    spec.mutable_data()->mutable_augment()->set_normalize(true);
 
   auto* model = spec.mutable_model();
   const uint32_t classes = static_cast<uint32_t>(data.num_classes);

@@ -74,7 +74,8 @@ TEST_F(EngineGpuTest, GptLearnsATokenFileInBf16) {
     text = carried;
   } else {
     std::ofstream out(text);
-    for (int i = 0; i < 4000; ++i) out << "the quick brown fox " << i % 97 << " jumps over the lazy dog\n";
+    for (int i = 0; i < 4000; ++i)
+      out << "the quick brown fox " << i % 97 << " jumps over the lazy dog\n";
   }
   ASSERT_TRUE(data::TokenizeBytes(text, dir.File("tokens.bin")).ok());
   TrainTask task;

@@ -118,8 +118,8 @@ TEST(JobSpecFile, BrokenSyntaxAndMissingFilesAreNamed) {
 }
 
 TEST(JobSpecFile, TheExamplesInTheRepositoryParse) {
-  for (const char* name : {"mlp-synthetic.yaml", "fashion-mnist.yaml", "gpt-bytes.yaml",
-                           "resnet-cifar10.yaml"}) {
+  for (const char* name :
+       {"mlp-synthetic.yaml", "fashion-mnist.yaml", "gpt-bytes.yaml", "resnet-cifar10.yaml"}) {
     auto spec = LoadJobSpecFile(std::string(STOKE_SOURCE_DIR) + "/examples/" + name);
     EXPECT_TRUE(spec.ok()) << name << ": " << spec.status();
   }

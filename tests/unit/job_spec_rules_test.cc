@@ -42,7 +42,8 @@ TEST(JobSpecRules, EachBadFieldIsNamed) {
       {"model", [](v1::JobSpec& s) { s.clear_model(); }},
       {"model.cnn", [](v1::JobSpec& s) { s.mutable_model()->mutable_cnn(); }},
       {"model.gpt", [](v1::JobSpec& s) { s.mutable_model()->mutable_gpt(); }},
-      {"model.resnet.depth", [](v1::JobSpec& s) { s.mutable_model()->mutable_resnet()->set_depth(20); }},
+      {"model.resnet.depth",
+       [](v1::JobSpec& s) { s.mutable_model()->mutable_resnet()->set_depth(20); }},
       {"model.gpt.heads",
        [](v1::JobSpec& s) {
          s.mutable_model()->mutable_gpt()->set_width(100);

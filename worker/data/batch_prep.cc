@@ -4,7 +4,8 @@
 
 namespace stoke::worker {
 
-BatchPrep BatchPrep::ForImages(const AugmentConfig& augment, const std::vector<double>& channel_mean,
+BatchPrep BatchPrep::ForImages(const AugmentConfig& augment,
+                               const std::vector<double>& channel_mean,
                                const std::vector<double>& channel_std, torch::Device device) {
   BatchPrep prep;
   prep.kind_ = Kind::kImages;

@@ -41,7 +41,8 @@ DataShape ImageDataset::Shape() const {
 }
 
 torch::Tensor ImageDataset::NewInputs(int64_t n, bool pinned) const {
-  return torch::empty({n, images_.channels, images_.height, images_.width}, Host(torch::kUInt8, pinned));
+  return torch::empty({n, images_.channels, images_.height, images_.width},
+                      Host(torch::kUInt8, pinned));
 }
 
 torch::Tensor ImageDataset::NewTargets(int64_t n, bool pinned) const {
@@ -56,9 +57,13 @@ void ImageDataset::Fill(int64_t index, int64_t /*epoch*/, int64_t row, torch::Te
   targets.data_ptr<int64_t>()[row] = images_.labels[static_cast<size_t>(index)];
 }
 
-TokenDataset::TokenDataset(std::shared_ptr<const data::TokenFile> file, int64_t begin,
-                           int64_t end, int64_t context, int64_t vocab_size, uint64_t seed)
-    : file_(std::move(file)), begin_(begin), context_(context), vocab_size_(vocab_size), seed_(seed) {
+TokenDataset::TokenDataset(std::shared_ptr<const data::TokenFile> file, int64_t begin, int64_t end,
+                           int64_t context, int64_t vocab_size, uint64_t seed)
+    : file_(std::move(file)),
+      begin_(begin),
+      context_(context),
+      vocab_size_(vocab_size),
+      seed_(seed) {
   // Room for the per-epoch shift (< context) and the one-token lookahead of the target.
   windows_ = (end - begin - context) / context;
   if (windows_ < 1) {
@@ -83,7 +88,8 @@ torch::Tensor TokenDataset::NewTargets(int64_t n, bool pinned) const {
 void TokenDataset::Fill(int64_t index, int64_t epoch, int64_t row, torch::Tensor& inputs,
                         torch::Tensor& targets) const {
   // A cheap integer hash of (seed, epoch) picks the epoch's shift.
-  uint64_t h = seed_ * 0x9E3779B97F4A7C15ull ^ static_cast<uint64_t>(epoch + 1) * 0xBF58476D1CE4E5B9ull;
+  uint64_t h =
+      seed_ * 0x9E3779B97F4A7C15ull ^ static_cast<uint64_t>(epoch + 1) * 0xBF58476D1CE4E5B9ull;
   h ^= h >> 31;
   const int64_t shift = static_cast<int64_t>(h % static_cast<uint64_t>(context_));
   const uint16_t* src = file_->tokens() + begin_ + index * context_ + shift;

@@ -34,7 +34,8 @@ class EventFence final : public CopyFence {
 class CudaCopier final : public DeviceCopier {
  public:
   explicit CudaCopier(torch::Device device)
-      : device_(device), copy_stream_(c10::cuda::getStreamFromPool(/*isHighPriority=*/true, device.index())) {}
+      : device_(device),
+        copy_stream_(c10::cuda::getStreamFromPool(/*isHighPriority=*/true, device.index())) {}
 
   Copied Copy(const torch::Tensor& inputs, const torch::Tensor& targets) override {
     const c10::cuda::CUDAStream compute = c10::cuda::getCurrentCUDAStream(device_.index());

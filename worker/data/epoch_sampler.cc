@@ -24,10 +24,10 @@ EpochSampler::EpochSampler(int64_t dataset_size, int64_t batch_size, uint64_t se
   per_rank_ = size_ / world_size_;
   batches_per_epoch_ = per_rank_ / batch_size_;
   if (batches_per_epoch_ == 0) {
-    throw std::invalid_argument(
-        "training.batch_size: " + std::to_string(batch_size_) + " is larger than the " +
-        std::to_string(per_rank_) + " training samples each of the " + std::to_string(world_size_) +
-        " ranks gets");
+    throw std::invalid_argument("training.batch_size: " + std::to_string(batch_size_) +
+                                " is larger than the " + std::to_string(per_rank_) +
+                                " training samples each of the " + std::to_string(world_size_) +
+                                " ranks gets");
   }
 }
 

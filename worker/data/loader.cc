@@ -9,8 +9,8 @@ BatchLoader::BatchLoader(std::shared_ptr<const Dataset> dataset, BatchPrep prep,
     : dataset_(std::move(dataset)),
       prep_(std::move(prep)),
       options_(options),
-      sampler_(dataset_->size(), options.batch_size, options.seed, options.rank,
-               options.world_size, options.shuffle),
+      sampler_(dataset_->size(), options.batch_size, options.seed, options.rank, options.world_size,
+               options.shuffle),
       copier_(DeviceCopier::Create(options.device)),
       num_threads_(std::max(1, options.threads)),
       next_(options.start_batch),
@@ -78,7 +78,8 @@ Batch BatchLoader::Next() {
     std::unique_lock<std::mutex> lock(mu_);
     const auto began = std::chrono::steady_clock::now();
     cv_.wait(lock, [&] { return error_ || (slot.ready && slot.batch == batch); });
-    wait_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - began).count();
+    wait_seconds_ +=
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - began).count();
     if (error_) std::rethrow_exception(error_);
   }
   DeviceCopier::Copied copied = copier_->Copy(slot.inputs, slot.targets);

@@ -25,7 +25,8 @@ EvalResult Evaluate(Network& net, EvalSet& eval, DataShape::Kind data_kind, bool
     // MSE), so that a short last batch counts for no more than its share.
     const int64_t terms =
         net.loss() == LossKind::kMse ? batch.inputs.size(0) : batch.targets.numel();
-    torch::Tensor loss = ComputeLoss(outputs, batch.targets, net.loss()) * static_cast<double>(terms);
+    torch::Tensor loss =
+        ComputeLoss(outputs, batch.targets, net.loss()) * static_cast<double>(terms);
     loss_sum = loss_sum.defined() ? loss_sum + loss : loss;
     loss_terms += terms;
     samples += batch.inputs.size(0);

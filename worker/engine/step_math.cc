@@ -6,7 +6,8 @@
 
 namespace stoke::worker {
 
-torch::Tensor ComputeLoss(const torch::Tensor& outputs, const torch::Tensor& targets, LossKind kind) {
+torch::Tensor ComputeLoss(const torch::Tensor& outputs, const torch::Tensor& targets,
+                          LossKind kind) {
   if (kind == LossKind::kMse) {
     return torch::mse_loss(outputs.to(torch::kFloat32), targets.to(torch::kFloat32));
   }

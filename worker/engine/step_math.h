@@ -14,7 +14,8 @@ namespace stoke::worker {
 
 // Classifiers: [B, C] outputs against [B] class indices; language models: [B, T, V]
 // against [B, T]; both cross-entropy, computed in fp32. MSE compares like shapes.
-torch::Tensor ComputeLoss(const torch::Tensor& outputs, const torch::Tensor& targets, LossKind kind);
+torch::Tensor ComputeLoss(const torch::Tensor& outputs, const torch::Tensor& targets,
+                          LossKind kind);
 
 // The learning rate for optimizer step `step` (1-based) of `total_steps`: linear warmup,
 // then constant or cosine decay to lr x min_lr_ratio.

@@ -140,7 +140,8 @@ TrainOutcome RunTraining(const TrainTask& task, const DeviceRef& device_ref,
         // Gradients of the micro-batches add up to those of their mean loss.
         (t.grad_accum_steps > 1 ? loss / static_cast<double>(t.grad_accum_steps) : loss).backward();
       }
-      if (task.optimizer.grad_clip_norm > 0) ClipGradNorm(parameters, task.optimizer.grad_clip_norm);
+      if (task.optimizer.grad_clip_norm > 0)
+        ClipGradNorm(parameters, task.optimizer.grad_clip_norm);
       optimizer->step();
       // set_to_none: the next backward writes fresh gradients instead of adding to zeros.
       for (const auto& p : parameters) p.mutable_grad().reset();

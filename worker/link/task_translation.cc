@@ -135,7 +135,8 @@ OptimizerConfig OptimizerFrom(const v1::OptimizerSpec& spec) {
     c.kind = a;
   }
   c.warmup_steps = spec.warmup_steps();
-  c.schedule = spec.schedule() == v1::LR_SCHEDULE_COSINE ? LrSchedule::kCosine : LrSchedule::kConstant;
+  c.schedule =
+      spec.schedule() == v1::LR_SCHEDULE_COSINE ? LrSchedule::kCosine : LrSchedule::kConstant;
   if (spec.has_min_lr_ratio()) c.min_lr_ratio = spec.min_lr_ratio();
   c.grad_clip_norm = spec.grad_clip_norm();
   return c;

@@ -317,7 +317,8 @@ void WorkerAgent::Stop() {
   close_requested_ = true;
   outbox_->Wake();
   std::unique_lock<std::mutex> lock(stop_mu_);
-  if (!stop_cv_.wait_for(lock, std::chrono::seconds(5), [this] { return active_context_ == nullptr; })) {
+  if (!stop_cv_.wait_for(lock, std::chrono::seconds(5),
+                         [this] { return active_context_ == nullptr; })) {
     active_context_->TryCancel();  // the coordinator did not answer: give up on it
   }
   stop_cv_.notify_all();

@@ -23,7 +23,8 @@ absl::StatusOr<std::string> FindFile(const std::string& folder, const std::strin
     if (IsFile(candidate)) return candidate;
   }
   return absl::NotFoundError(
-      absl::StrCat(folder, ": no ", name, " (or ", name, ".gz) in it; an MNIST-format folder holds "
+      absl::StrCat(folder, ": no ", name, " (or ", name,
+                   ".gz) in it; an MNIST-format folder holds "
                    "train-images-idx3-ubyte, train-labels-idx1-ubyte, t10k-images-idx3-ubyte and "
                    "t10k-labels-idx1-ubyte"));
 }

@@ -16,7 +16,8 @@ namespace stoke::data {
 
 absl::StatusOr<std::shared_ptr<const TokenFile>> TokenFile::Open(const std::string& path) {
   int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return absl::NotFoundError(absl::StrCat(path, ": cannot open: ", std::strerror(errno)));
+  if (fd < 0)
+    return absl::NotFoundError(absl::StrCat(path, ": cannot open: ", std::strerror(errno)));
   struct stat st;
   if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
     close(fd);
@@ -25,7 +26,8 @@ absl::StatusOr<std::shared_ptr<const TokenFile>> TokenFile::Open(const std::stri
   const size_t bytes = static_cast<size_t>(st.st_size);
   if (bytes < 4) {
     close(fd);
-    return absl::InvalidArgumentError(absl::StrCat(path, ": holds ", bytes / 2, " tokens; too few"));
+    return absl::InvalidArgumentError(
+        absl::StrCat(path, ": holds ", bytes / 2, " tokens; too few"));
   }
   if (bytes % 2 != 0) {
     close(fd);
@@ -54,10 +56,12 @@ int64_t TokenFile::FirstOutOfVocabulary(int64_t vocab_size, int64_t* id) const {
 
 absl::StatusOr<int64_t> TokenizeBytes(const std::string& text_path, const std::string& token_path) {
   std::ifstream in(text_path, std::ios::binary);
-  if (!in) return absl::NotFoundError(absl::StrCat(text_path, ": cannot open: ", std::strerror(errno)));
+  if (!in)
+    return absl::NotFoundError(absl::StrCat(text_path, ": cannot open: ", std::strerror(errno)));
   std::ofstream out(token_path, std::ios::binary | std::ios::trunc);
   if (!out) {
-    return absl::UnavailableError(absl::StrCat(token_path, ": cannot write: ", std::strerror(errno)));
+    return absl::UnavailableError(
+        absl::StrCat(token_path, ": cannot write: ", std::strerror(errno)));
   }
   std::vector<char> buffer(1 << 20);
   std::vector<uint16_t> tokens;

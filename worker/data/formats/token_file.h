@@ -25,8 +25,11 @@ class TokenFile {
 
  private:
   TokenFile(std::string path, void* map, size_t bytes)
-      : path_(std::move(path)), map_(map), bytes_(bytes),
-        tokens_(static_cast<const uint16_t*>(map)), size_(static_cast<int64_t>(bytes / 2)) {}
+      : path_(std::move(path)),
+        map_(map),
+        bytes_(bytes),
+        tokens_(static_cast<const uint16_t*>(map)),
+        size_(static_cast<int64_t>(bytes / 2)) {}
 
   std::string path_;
   void* map_;

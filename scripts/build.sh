@@ -11,5 +11,11 @@ fi
 jobs=$(( $(nproc) ))
 mem_gib=$(( $(awk '/MemAvailable/ {print $2}' /proc/meminfo) / 1048576 ))
 [ "$mem_gib" -lt $(( jobs * 2 )) ] && jobs=$(( mem_gib / 2 > 0 ? mem_gib / 2 : 1 ))
-ninja -C build -j "$jobs" | grep -v '^\[' || true
+# Progress lines are noise; compiler output and a failed build are not.
+if ! ninja -C build -j "$jobs" > build/last-build.log 2>&1; then
+  grep -v '^\[' build/last-build.log >&2
+  echo "build failed (full log: build/last-build.log)" >&2
+  exit 1
+fi
+grep -v '^\[' build/last-build.log | grep -v '^ninja: ' || true
 test -x build/bin/stoke-coordinator && test -x build/bin/stoke-worker && test -x build/bin/stoke

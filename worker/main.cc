@@ -62,6 +62,10 @@ int main(int argc, char** argv) {
                  "cpu, cpu:N or cuda:N (default: cuda:0 if present, else cpu)");
   app.add_option("--id", worker_id, "Worker id, unique in the cluster (default: HOST/DEVICE)");
   app.add_flag("--local", local, "Launched by the coordinator on its own host");
+  std::string advertise_address;
+  app.add_option("--advertise-address", advertise_address,
+                 "Address other ranks of a job reach this worker at (default: the address "
+                 "the coordinator sees it connect from)");
   app.add_option("--threads", threads, "Intra-op CPU threads (default: all cores)");
   app.add_flag("--list-devices", list_devices, "Print the CUDA devices this process sees and exit");
   app.add_option("--log-level", log_level, "trace, debug, info, warn or error")
@@ -92,6 +96,7 @@ int main(int argc, char** argv) {
     options.device = DescribeDevice(device);
     options.worker_id = worker_id.empty() ? options.host + "/" + device.Label() : worker_id;
     options.local = local;
+    options.advertise_address = advertise_address;
 
     WorkerAgent agent(options, [device](const TrainTask& task, TrainingObserver& observer,
                                         const std::atomic<bool>& cancel) {

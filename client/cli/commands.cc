@@ -32,12 +32,14 @@ std::string Progress(const v1::Job& job) {
   return absl::StrFormat("%d/%d", m.step(), m.total_steps());
 }
 
+// One line per rank: which worker, on which host, on which device.
 std::string Placement(const v1::Job& job) {
   std::vector<std::string> where;
   for (const auto& p : job.placement()) {
-    where.push_back(absl::StrCat(p.worker_id(), " (rank ", p.rank(), ")"));
+    where.push_back(absl::StrCat("rank ", p.rank(), ": ", p.worker_id(), " on ", p.host(), " ",
+                                 DeviceLabel(p.device())));
   }
-  return where.empty() ? "-" : absl::StrJoin(where, ", ");
+  return where.empty() ? "-" : absl::StrJoin(where, "\n             ");
 }
 
 int ExitForFinalState(v1::JobState state) {
@@ -179,12 +181,21 @@ int StatusCommand(CliContext& cli, const std::string& id) {
   std::printf("  devices    %u, priority %d\n", spec.resources().gpus(),
               spec.resources().priority());
   std::printf("  placement  %s\n", Placement(*job).c_str());
+  if (job->placement_size() > 1 && !job->rendezvous_address().empty()) {
+    std::printf("  rendezvous %s\n", job->rendezvous_address().c_str());
+  }
   if (m.total_steps() > 0) {
     std::printf("  progress   step %llu/%llu, loss %.4f, %s samples/s, %s elapsed\n",
                 static_cast<unsigned long long>(m.step()),
                 static_cast<unsigned long long>(m.total_steps()), m.loss(),
                 FormatRate(m.samples_per_second()).c_str(),
                 FormatClock(m.elapsed_seconds()).c_str());
+    std::printf("  step time  %.1f ms, waiting for data %.1f%%", m.step_seconds() * 1e3,
+                m.data_wait_ratio() * 100);
+    if (job->placement_size() > 1) {
+      std::printf(", waiting for gradient all-reduce %.1f%%", m.comm_wait_ratio() * 100);
+    }
+    std::printf("\n");
   }
   return kExitOk;
 }

@@ -12,6 +12,8 @@ constexpr uint32_t kMaxBatchSize = 1u << 20;
 constexpr uint32_t kMaxAccumSteps = 4096;
 constexpr uint32_t kMaxDevices = 4096;
 constexpr uint32_t kMaxRestarts = 100;
+constexpr uint32_t kMaxCollectiveTimeoutSeconds = 3600;
+constexpr uint32_t kMaxBucketMb = 1024;
 constexpr uint32_t kMaxLayerWidth = 1u << 20;
 constexpr uint32_t kMaxVocab = 1u << 16;  // token files hold uint16 ids
 constexpr size_t kMaxNameLength = 200;
@@ -222,6 +224,13 @@ absl::Status ValidateJobSpec(const v1::JobSpec& spec) {
   if (spec.max_restarts() > kMaxRestarts) {
     return Invalid("max_restarts", absl::StrCat("at most ", kMaxRestarts));
   }
+  if (spec.distributed().timeout_seconds() > kMaxCollectiveTimeoutSeconds) {
+    return Invalid("distributed.timeout_seconds",
+                   absl::StrCat("at most ", kMaxCollectiveTimeoutSeconds, " (one hour)"));
+  }
+  if (spec.distributed().bucket_mb() > kMaxBucketMb) {
+    return Invalid("distributed.bucket_mb", absl::StrCat("at most ", kMaxBucketMb));
+  }
   return absl::OkStatus();
 }
 
@@ -380,6 +389,11 @@ void ApplyJobSpecDefaults(v1::JobSpec& spec, const DataFacts& data) {
   if (!spec.checkpoint().interval_steps()) spec.mutable_checkpoint()->set_interval_steps(1000);
   if (!spec.checkpoint().keep()) spec.mutable_checkpoint()->set_keep(3);
   if (!spec.has_max_restarts()) spec.set_max_restarts(3);
+  if (r->gpus() > 1) {
+    auto* d = spec.mutable_distributed();
+    if (!d->timeout_seconds()) d->set_timeout_seconds(60);
+    if (!d->bucket_mb()) d->set_bucket_mb(25);
+  }
 }
 
 }  // namespace stoke::server

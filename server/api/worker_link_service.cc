@@ -13,6 +13,17 @@ namespace {
 
 class WorkerStream;
 
+// "ipv4:10.0.0.7:51234" -> "10.0.0.7"; "ipv6:[fe80::1]:51234" -> "fe80::1". Other kinds
+// of peer (unix sockets) are on this host.
+std::string PeerHost(const std::string& peer) {
+  if (peer.rfind("ipv4:", 0) == 0) return peer.substr(5, peer.rfind(':') - 5);
+  if (peer.rfind("ipv6:[", 0) == 0) {
+    const auto close = peer.find(']');
+    if (close != std::string::npos) return peer.substr(6, close - 6);
+  }
+  return "127.0.0.1";
+}
+
 // What the core holds: outlives the stream, and goes quiet once the stream is gone.
 class StreamConnection final : public WorkerConnection {
  public:
@@ -89,7 +100,7 @@ class WorkerStream final
                                 "the first message on a worker link must be register"));
         return false;
       }
-      auto s = core_.AttachWorker(message.register_(), connection_);
+      auto s = core_.AttachWorker(message.register_(), PeerHost(peer_), connection_);
       if (!s.ok()) {
         spdlog::warn("worker registration from {} refused: {}", peer_, s.ToString());
         FinishOnce(ToGrpcStatus(s));

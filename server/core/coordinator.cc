@@ -158,6 +158,7 @@ absl::StatusOr<std::vector<CheckpointFiles>> Coordinator::ListCheckpoints(const 
 // ----------------------------------------------------------------------------- workers
 
 absl::Status Coordinator::AttachWorker(const v1::RegisterWorker& registration,
+                                       const std::string& address,
                                        std::shared_ptr<WorkerConnection> connection) {
   if (registration.worker_id().empty()) {
     return absl::InvalidArgumentError("register.worker_id: must not be empty");
@@ -173,6 +174,8 @@ absl::Status Coordinator::AttachWorker(const v1::RegisterWorker& registration,
   info.set_local(registration.local());
   info.set_pid(registration.pid());
   info.set_version(registration.version());
+  info.set_address(registration.advertise_address().empty() ? address
+                                                             : registration.advertise_address());
   auto replaced = workers_.Attach(std::move(info), connection, clock_.Now());
   if (replaced) {
     replaced->connection->Close("replaced by a new registration of the same worker");
@@ -431,10 +434,16 @@ void Coordinator::StartJob(const PlannedStart& start) {
   const v1::Job* job = jobs_.FindActive(start.job_id);
   std::vector<std::string> where;
   for (const auto& id : start.worker_ids) where.push_back(id);
+  // Ranks meet at rank 0's worker, on a port no other live job holds.
+  const std::string rendezvous =
+      start.worker_ids.size() > 1
+          ? RendezvousAddress(workers_.Find(start.worker_ids.front())->info.address())
+          : std::string();
   auto s =
       jobs_.Transition(start.job_id, v1::JOB_STATE_SCHEDULED,
                        absl::StrCat("scheduled on ", absl::StrJoin(where, ", ")), [&](v1::Job& j) {
                          j.set_attempt(j.attempt() + 1);
+                         j.set_rendezvous_address(rendezvous);
                          j.clear_placement();
                          for (size_t rank = 0; rank < start.worker_ids.size(); ++rank) {
                            const WorkerEntry* worker = workers_.Find(start.worker_ids[rank]);
@@ -465,8 +474,29 @@ void Coordinator::StartJob(const PlannedStart& start) {
     a->set_rank(static_cast<uint32_t>(rank));
     a->set_world_size(static_cast<uint32_t>(start.worker_ids.size()));
     a->set_job_dir(absl::StrCat(options_.jobs_dir, "/", job->id()));
+    a->set_rendezvous_address(job->rendezvous_address());
+    a->set_advertise_address(worker->info.address());
     worker->connection->Send(message);
   }
+}
+
+std::string Coordinator::RendezvousAddress(const std::string& host) {
+  std::set<std::string> taken;
+  for (const v1::Job* job : jobs_.Active()) {
+    if (IsLive(job->state()) && !job->rendezvous_address().empty()) {
+      taken.insert(job->rendezvous_address());
+    }
+  }
+  const int span = options_.last_rendezvous_port - options_.first_rendezvous_port + 1;
+  // IPv6 literals need brackets before the port.
+  const std::string prefix = host.find(':') != std::string::npos ? absl::StrCat("[", host, "]") : host;
+  std::string candidate;
+  for (int i = 0; i < span; ++i) {
+    const int port = options_.first_rendezvous_port + (next_rendezvous_port_++ % span);
+    candidate = absl::StrCat(prefix, ":", port);
+    if (!taken.count(candidate)) break;
+  }
+  return candidate;
 }
 
 v1::Job Coordinator::WithWaitingReason(v1::Job job) const {

@@ -42,6 +42,10 @@ class Coordinator {
     // Period of the background pass over timeouts and the queue; zero runs no
     // background thread (tests call Tick themselves).
     absl::Duration tick_interval = absl::Seconds(1);
+    // Ports handed out, in turn, for the rendezvous of jobs of several ranks (served by
+    // rank 0's worker). A port that turns out taken there fails that attempt only.
+    uint16_t first_rendezvous_port = 29400;
+    uint16_t last_rendezvous_port = 29999;
   };
 
   static absl::StatusOr<std::unique_ptr<Coordinator>> Create(Options options, JobStore& store,
@@ -67,7 +71,8 @@ class Coordinator {
   absl::StatusOr<std::vector<CheckpointFiles>> ListCheckpoints(const std::string& id);
 
   // --- The worker link. ---
-  absl::Status AttachWorker(const v1::RegisterWorker& registration,
+  // `address`: where the worker connected from, as the coordinator saw it.
+  absl::Status AttachWorker(const v1::RegisterWorker& registration, const std::string& address,
                             std::shared_ptr<WorkerConnection> connection);
   void DetachWorker(const std::string& worker_id, const WorkerConnection* connection,
                     const std::string& reason);
@@ -98,6 +103,8 @@ class Coordinator {
   void Schedule();
   void StartJob(const PlannedStart& start);
   v1::Job WithWaitingReason(v1::Job job) const;
+  // host:port for a new attempt's rendezvous on `host`, avoiding ports live jobs hold.
+  std::string RendezvousAddress(const std::string& host);
   void TickLoop();
 
   const Options options_;
@@ -114,6 +121,7 @@ class Coordinator {
   // Why each queued job is still waiting (from the last scheduling pass).
   std::map<std::string, std::string> waiting_;
   bool shutting_down_ = false;
+  uint16_t next_rendezvous_port_ = 0;
 
   std::mutex tick_mu_;
   std::condition_variable tick_cv_;

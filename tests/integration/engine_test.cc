@@ -7,6 +7,7 @@
 
 #include <fstream>
 #include <regex>
+#include <set>
 
 #include "tests/support/coordinator_process.h"
 #include "tests/support/subprocess.h"
@@ -155,6 +156,75 @@ checkpoint: {interval_steps: 500, keep: 2}
   char magic[2] = {};
   model.read(magic, 2);
   EXPECT_EQ(std::string(magic, 2), "PK") << "a LibTorch archive is a zip file";
+}
+
+TEST_F(EngineTest, TwoRankJobRestartsWholeWhenOneRankIsKilledAndFinishes) {
+  StartCoordinator("cpu:2");
+  const std::string job = Write("pair.yaml", R"(name: pair
+model: {mlp: {hidden: [128]}}
+data: {synthetic: {features: 64}}
+training: {steps: 3000, batch_size: 32}
+resources: {gpus: 2}
+metrics: {interval_steps: 100}
+checkpoint: {interval_steps: 300, keep: 2}
+distributed: {timeout_seconds: 10}
+)");
+  CommandResult submit = Stoke({"submit", job});
+  ASSERT_EQ(submit.exit_code, 0) << submit.err;
+  const std::string id = submit.out.substr(0, submit.out.find('\n'));
+  auto& client = coordinator_->client();
+  ASSERT_TRUE(
+      WaitFor([&] { return client.GetJob(id)->latest_metrics().step() >= 700; }, seconds(120)))
+      << coordinator_->Log();
+
+  // `stoke status` says where each rank runs and where they meet.
+  CommandResult status = Stoke({"status", id});
+  ASSERT_EQ(status.exit_code, 0) << status.err;
+  EXPECT_NE(status.out.find("rank 0: "), std::string::npos) << status.out;
+  EXPECT_NE(status.out.find("rank 1: "), std::string::npos) << status.out;
+  EXPECT_NE(status.out.find("rendezvous 127.0.0.1:"), std::string::npos) << status.out;
+  EXPECT_NE(status.out.find("waiting for gradient all-reduce"), std::string::npos) << status.out;
+
+  // Kill the worker of rank 1 (not the one serving the rendezvous).
+  auto running = client.GetJob(id);
+  std::string rank1_worker;
+  for (const auto& p : running->placement()) {
+    if (p.rank() == 1) rank1_worker = p.worker_id();
+  }
+  pid_t pid = 0;
+  const auto cluster = client.GetCluster();
+  ASSERT_TRUE(cluster.ok());
+  for (const auto& w : cluster->workers()) {
+    if (w.id() == rank1_worker) pid = static_cast<pid_t>(w.pid());
+  }
+  ASSERT_GT(pid, 0);
+  ASSERT_EQ(kill(pid, SIGKILL), 0);
+
+  ASSERT_TRUE(
+      WaitFor([&] { return client.GetJob(id)->state() == v1::JOB_STATE_SUCCEEDED; }, seconds(240)))
+      << v1::JobState_Name(client.GetJob(id)->state()) << ": " << client.GetJob(id)->message()
+      << "\n"
+      << coordinator_->Log();
+  auto finished = client.GetJob(id);
+  EXPECT_EQ(finished->restarts(), 1u) << "one restart for the whole gang";
+  EXPECT_EQ(finished->attempt(), 2u);
+  EXPECT_EQ(finished->latest_metrics().step(), 3000u);
+  EXPECT_EQ(finished->placement_size(), 2);
+
+  // Both ranks of the second attempt resumed from rank 0's checkpoint and met again.
+  int resumed = 0;
+  int joined = 0;
+  std::set<uint32_t> ranks_reporting;
+  auto watch = client.WatchJob(id, {}, [&](const v1::JobEvent& e) {
+    if (e.has_log() && e.log().text().rfind("resumed from checkpoint at step ", 0) == 0) ++resumed;
+    if (e.has_log() && e.log().text().find(" of 2 joined at ") != std::string::npos) ++joined;
+    if (e.has_metrics()) ranks_reporting.insert(e.metrics().rank());
+    return true;
+  });
+  ASSERT_TRUE(watch.ok()) << watch;
+  EXPECT_EQ(resumed, 2) << "each rank of attempt 2 loads the checkpoint";
+  EXPECT_EQ(joined, 4) << "two ranks joined in each of two attempts";
+  EXPECT_EQ(ranks_reporting, (std::set<uint32_t>{0, 1}));
 }
 
 TEST_F(EngineTest, BadDataIsRefusedAtSubmitNamingFieldAndFile) {

@@ -61,7 +61,7 @@ class CoordinatorTest : public ::testing::Test {
     reg.set_worker_id(id);
     reg.set_host("host");
     reg.mutable_device()->set_type(v1::DEVICE_TYPE_CPU);
-    EXPECT_TRUE(core_->AttachWorker(reg, connection).ok());
+    EXPECT_TRUE(core_->AttachWorker(reg, "10.0.0." + std::to_string(++attached_), connection).ok());
     return connection;
   }
 
@@ -114,6 +114,7 @@ class CoordinatorTest : public ::testing::Test {
   std::unique_ptr<SqliteJobStore> store_;
   std::unique_ptr<EventHub> hub_;
   std::unique_ptr<Coordinator> core_;
+  int attached_ = 0;  // workers attached so far: worker N connects from 10.0.0.N
 };
 
 TEST_F(CoordinatorTest, JobRunsOnAnIdleWorkerToSuccess) {
@@ -151,11 +152,47 @@ TEST_F(CoordinatorTest, GangWaitsForAllItsDevicesThenGetsRanks) {
   ASSERT_EQ(w2->Assignments().size(), 1u);
   EXPECT_EQ(w1->Assignments()[1].world_size(), 2u);
   EXPECT_NE(w1->Assignments()[1].rank(), w2->Assignments()[0].rank());
+  // Both ranks meet at rank 0's address; each is told its own address to listen on.
+  const v1::Assignment a1 = w1->Assignments()[1];
+  const v1::Assignment a2 = w2->Assignments()[0];
+  const v1::Assignment& rank0 = a1.rank() == 0 ? a1 : a2;
+  const v1::Assignment& rank1 = a1.rank() == 1 ? a1 : a2;
+  EXPECT_EQ(rank0.rendezvous_address(), rank1.rendezvous_address());
+  EXPECT_EQ(rank0.rendezvous_address().rfind(rank0.advertise_address() + ":294", 0), 0u)
+      << rank0.rendezvous_address() << " vs " << rank0.advertise_address();
+  EXPECT_NE(rank0.advertise_address(), rank1.advertise_address());
+  EXPECT_EQ(job.rendezvous_address(), rank0.rendezvous_address());
   // RUNNING only once every rank has started.
   Started("w1", gang, 1);
   EXPECT_EQ(GetJob(gang).state(), v1::JOB_STATE_SCHEDULED);
   Started("w2", gang, 1);
   EXPECT_EQ(GetJob(gang).state(), v1::JOB_STATE_RUNNING);
+}
+
+TEST_F(CoordinatorTest, FailedRankStopsTheWholeGangAndTheNextAttemptMeetsElsewhere) {
+  auto w1 = Attach("w1");
+  auto w2 = Attach("w2");
+  std::string gang = Submit(2, /*max_restarts=*/2);
+  ASSERT_EQ(w1->Assignments().size(), 1u);
+  ASSERT_EQ(w2->Assignments().size(), 1u);
+  const std::string first_rendezvous = GetJob(gang).rendezvous_address();
+  Started("w1", gang, 1);
+  Started("w2", gang, 1);
+  Finished("w2", gang, 1, v1::TASK_OUTCOME_FAILED);
+  // The surviving rank is told to stop, and its device stays taken until it has.
+  ASSERT_EQ(w1->Cancels().size(), 1u);
+  EXPECT_EQ(w1->Cancels()[0].attempt(), 1u);
+  EXPECT_EQ(GetJob(gang).state(), v1::JOB_STATE_RESTARTING);
+  EXPECT_EQ(GetJob(gang).restarts(), 1u);
+  EXPECT_EQ(w2->Assignments().size(), 1u);
+  Finished("w1", gang, 1, v1::TASK_OUTCOME_CANCELLED);
+  // Both devices are free: attempt 2 starts on both, with a fresh rendezvous port (the
+  // old one may still be in TIME_WAIT on rank 0's host).
+  ASSERT_EQ(w1->Assignments().size(), 2u);
+  ASSERT_EQ(w2->Assignments().size(), 2u);
+  EXPECT_EQ(w1->Assignments()[1].attempt(), 2u);
+  EXPECT_NE(GetJob(gang).rendezvous_address(), first_rendezvous);
+  EXPECT_EQ(GetJob(gang).restarts(), 1u);
 }
 
 TEST_F(CoordinatorTest, SilentWorkerIsPresumedDeadAndItsJobRequeued) {

@@ -96,6 +96,9 @@ TEST(JobSpecRules, EachBadFieldIsNamed) {
        [](v1::JobSpec& s) { s.mutable_optimizer()->mutable_sgd()->set_nesterov(true); }},
       {"resources.gpus", [](v1::JobSpec& s) { s.mutable_resources()->set_gpus(100000); }},
       {"max_restarts", [](v1::JobSpec& s) { s.set_max_restarts(1000); }},
+      {"distributed.timeout_seconds",
+       [](v1::JobSpec& s) { s.mutable_distributed()->set_timeout_seconds(86400); }},
+      {"distributed.bucket_mb", [](v1::JobSpec& s) { s.mutable_distributed()->set_bucket_mb(4096); }},
       {"name", [](v1::JobSpec& s) { s.set_name(std::string(300, 'x')); }},
   };
   for (const auto& c : cases) {
@@ -137,6 +140,13 @@ TEST(JobSpecRules, DefaultsFillEverythingLeftOut) {
   EXPECT_EQ(no_retry.max_restarts(), 0u);
   EXPECT_EQ(no_retry.training().batch_size(), 8u);
   EXPECT_TRUE(Check(no_retry).ok());
+  // Jobs of several ranks get the collective timeout and bucket size written down.
+  EXPECT_FALSE(spec.has_distributed());
+  v1::JobSpec gang = ValidSpec();
+  gang.mutable_resources()->set_gpus(2);
+  gang = Completed(gang);
+  EXPECT_EQ(gang.distributed().timeout_seconds(), 60u);
+  EXPECT_EQ(gang.distributed().bucket_mb(), 25u);
 }
 
 }  // namespace

@@ -169,13 +169,24 @@ struct CheckpointConfig {
   uint32_t keep = 3;
 };
 
+// How the ranks of a job of several devices meet and reduce their gradients.
+struct DistributedConfig {
+  std::string rendezvous_address;  // host:port of rank 0's store
+  std::string advertise_address;   // this rank's own address; empty: any
+  uint32_t timeout_seconds = 60;   // for the rendezvous and every collective
+  int64_t bucket_bytes = 25ll << 20;
+  // The first bucket (the last layers' gradients, ready first) is small, so that
+  // communication starts early in backward.
+  int64_t first_bucket_bytes = 1ll << 20;
+};
+
 // One rank of one attempt of a job.
 struct TrainTask {
   std::string job_id;
   uint32_t attempt = 0;
   int rank = 0;
   int world_size = 1;
-  std::string rendezvous_address;
+  DistributedConfig distributed;
   std::string job_dir;
   std::string name;
   ModelConfig model;
@@ -202,6 +213,8 @@ struct MetricSample {
   double learning_rate = 0;
   double elapsed_seconds = 0;
   double data_wait_ratio = 0;
+  double comm_wait_ratio = 0;  // several ranks: device time waiting on unhidden all-reduces
+  double step_seconds = 0;     // mean optimizer step time over the window (this rank)
   std::optional<EvalResult> eval;
 };
 

@@ -26,7 +26,7 @@ void MetricWindow::AddLoss(const torch::Tensor& loss) {
 }
 
 void MetricWindow::EndWindow(uint64_t step, uint32_t epoch, double learning_rate,
-                             double data_wait_seconds) {
+                             double data_wait_seconds, double comm_wait_seconds) {
   if (terms_ == 0 || step <= last_window_step_) return;
   Pending pending;
   torch::Tensor mean = loss_sum_ / static_cast<double>(terms_);
@@ -48,6 +48,7 @@ void MetricWindow::EndWindow(uint64_t step, uint32_t epoch, double learning_rate
   const double wall = std::chrono::duration<double>(now - last_window_end_).count();
   last_window_end_ = now;
   pending.data_wait_ratio = wall > 0 ? std::min(1.0, data_wait_seconds / wall) : 0;
+  pending.comm_wait_seconds = comm_wait_seconds;
   pending_.push_back(std::move(pending));
   terms_ = 0;
   last_window_step_ = step;
@@ -64,6 +65,8 @@ std::optional<MetricSample> MetricWindow::Complete(Pending& pending) {
   const double seconds = pending.marker->SecondsSince(*start_marker_);
   sample.samples_per_second =
       seconds > 0 ? static_cast<double>(pending.steps_in_window * samples_per_step_) / seconds : 0;
+  sample.step_seconds = seconds / static_cast<double>(pending.steps_in_window);
+  sample.comm_wait_ratio = seconds > 0 ? std::min(1.0, pending.comm_wait_seconds / seconds) : 0;
   sample.elapsed_seconds = pending.marker->SecondsSince(*origin_marker_);
   start_marker_ = std::move(pending.marker);
   return sample;

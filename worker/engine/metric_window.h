@@ -31,8 +31,10 @@ class MetricWindow {
   // loss is the mean of its terms.
   void AddLoss(const torch::Tensor& loss);
   // Closes the window that ends at optimizer step `step` and starts the next.
-  // data_wait_seconds: how long the loop waited for batches during the window.
-  void EndWindow(uint64_t step, uint32_t epoch, double learning_rate, double data_wait_seconds);
+  // data_wait_seconds: how long the loop waited for batches during the window (host
+  // time); comm_wait_seconds: how long the device waited for gradient reductions.
+  void EndWindow(uint64_t step, uint32_t epoch, double learning_rate, double data_wait_seconds,
+                 double comm_wait_seconds = 0);
   // The oldest closed window whose values have reached the host, if any.
   std::optional<MetricSample> Poll();
   // Waits for every closed window (end of training only).
@@ -47,6 +49,7 @@ class MetricWindow {
     uint32_t epoch;
     double learning_rate;
     double data_wait_ratio;
+    double comm_wait_seconds;
   };
   std::optional<MetricSample> Complete(Pending& pending);
 

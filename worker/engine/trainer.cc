@@ -9,6 +9,8 @@
 #include <stdexcept>
 
 #include "worker/data/sources.h"
+#include "worker/dist/communicator.h"
+#include "worker/dist/gradient_reducer.h"
 #include "worker/engine/checkpoint.h"
 #include "worker/engine/devices.h"
 #include "worker/engine/evaluator.h"
@@ -82,6 +84,12 @@ uint64_t TotalSteps(const TrainTask& task, int64_t batches_per_epoch) {
 
 TrainOutcome RunTraining(const TrainTask& task, const DeviceRef& device_ref,
                          TrainingObserver& observer, const std::atomic<bool>& cancel) {
+  return RunTraining(task, device_ref, observer, cancel, TrainingProbe{});
+}
+
+TrainOutcome RunTraining(const TrainTask& task, const DeviceRef& device_ref,
+                         TrainingObserver& observer, const std::atomic<bool>& cancel,
+                         const TrainingProbe& probe) {
   uint64_t step = 0;
   try {
     const torch::Device device = ToTorchDevice(device_ref);
@@ -112,8 +120,29 @@ TrainOutcome RunTraining(const TrainTask& task, const DeviceRef& device_ref,
     uint64_t first_step = 1;
     observer.OnLog(Describe(task, *net, info, bf16, total_steps));
     if (resume_from) {
+      // Every rank loads the checkpoint rank 0 wrote.
       first_step = checkpoints.Restore(*resume_from, *net, *optimizer, device_ref) + 1;
       observer.OnLog("resumed from checkpoint at step " + std::to_string(first_step - 1));
+    }
+    std::unique_ptr<Communicator> communicator;
+    std::unique_ptr<GradientReducer> reducer;
+    if (task.world_size > 1) {
+      communicator = Communicator::Connect(task, device);
+      // Rank 0's weights and buffers (BatchNorm statistics) for all, as DDP starts.
+      std::vector<torch::Tensor> state = net->parameters();
+      for (const auto& b : net->buffers()) state.push_back(b);
+      communicator->Broadcast(state, /*root=*/0);
+      reducer = std::make_unique<GradientReducer>(parameters, *communicator,
+                                                  task.distributed.bucket_bytes,
+                                                  task.distributed.first_bucket_bytes);
+      // Each rank draws its own random numbers from here on (synthetic batches, dropout,
+      // augmentation); a resumed attempt draws afresh.
+      torch::manual_seed(t.seed + 0x9E3779B97F4A7C15ull * static_cast<uint64_t>(task.rank + 1) +
+                         first_step);
+      observer.OnLog("rank " + std::to_string(task.rank) + " of " +
+                     std::to_string(task.world_size) + " joined at " +
+                     task.distributed.rendezvous_address + "; gradients in " +
+                     std::to_string(reducer->bucket_count()) + " buckets");
     }
     MetricWindow metrics(device, samples_per_step, total_steps, first_step - 1);
     const uint32_t interval = std::max<uint32_t>(1, t.metrics_interval_steps);
@@ -137,9 +166,12 @@ TrainOutcome RunTraining(const TrainTask& task, const DeviceRef& device_ref,
           loss = ComputeLoss(outputs, batch.targets, net->loss());
         }
         metrics.AddLoss(loss);
+        // Gradients are reduced across ranks on the last micro-step only.
+        if (reducer && micro + 1 == t.grad_accum_steps) reducer->Arm();
         // Gradients of the micro-batches add up to those of their mean loss.
         (t.grad_accum_steps > 1 ? loss / static_cast<double>(t.grad_accum_steps) : loss).backward();
       }
+      if (reducer) reducer->Finish();
       if (task.optimizer.grad_clip_norm > 0)
         ClipGradNorm(parameters, task.optimizer.grad_clip_norm);
       optimizer->step();
@@ -148,7 +180,8 @@ TrainOutcome RunTraining(const TrainTask& task, const DeviceRef& device_ref,
 
       const uint32_t epoch = static_cast<uint32_t>((step - 1) / steps_per_epoch);
       if (step % interval == 0 || step == total_steps) {
-        metrics.EndWindow(step, epoch, lr, data.train->TakeWaitSeconds());
+        metrics.EndWindow(step, epoch, lr, data.train->TakeWaitSeconds(),
+                          reducer ? reducer->TakeExposedSeconds() : 0.0);
       }
       while (auto sample = metrics.Poll()) {
         if (auto diverged = Report(*sample, observer)) return *diverged;
@@ -170,8 +203,11 @@ TrainOutcome RunTraining(const TrainTask& task, const DeviceRef& device_ref,
     while (auto sample = metrics.PollBlocking()) {
       if (auto diverged = Report(*sample, observer)) return *diverged;
     }
+    if (probe.on_finished) probe.on_finished(parameters);
     return {TrainOutcome::Kind::kSucceeded, "finished " + std::to_string(total_steps) + " steps",
             true};
+  } catch (const CollectiveTimeout& e) {
+    return {TrainOutcome::Kind::kFailed, "at step " + std::to_string(step) + ": " + e.what(), true};
   } catch (const c10::OutOfMemoryError& e) {
     return {TrainOutcome::Kind::kFailed,
             "out of device memory at step " + std::to_string(step) +

@@ -5,16 +5,30 @@
 #pragma once
 
 #include <atomic>
+#include <functional>
+#include <vector>
 
 #include "worker/common/task.h"
 
+namespace at {
+class Tensor;
+}
+
 namespace stoke::worker {
+
+// What tests and benchmarks may look at as training ends.
+struct TrainingProbe {
+  // Called with the model's parameters (on the device) after the last step.
+  std::function<void(const std::vector<at::Tensor>&)> on_finished;
+};
 
 // Returns how the training ended. `cancel` is checked before every step. Errors from
 // LibTorch (a bad shape, an out-of-memory) end as a failed outcome naming the step. With
 // a job_dir, it resumes from the newest checkpoint there and writes new ones.
 TrainOutcome RunTraining(const TrainTask& task, const DeviceRef& device, TrainingObserver& observer,
                          const std::atomic<bool>& cancel);
+TrainOutcome RunTraining(const TrainTask& task, const DeviceRef& device, TrainingObserver& observer,
+                         const std::atomic<bool>& cancel, const TrainingProbe& probe);
 
 // Optimizer steps the task will run: its steps, or its epochs over data that gives each
 // rank `batches_per_epoch` batches.

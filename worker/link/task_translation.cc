@@ -161,9 +161,16 @@ absl::StatusOr<TrainTask> TaskFromAssignment(const v1::Assignment& a) {
   task.attempt = a.attempt();
   task.rank = static_cast<int>(a.rank());
   task.world_size = static_cast<int>(std::max<uint32_t>(1, a.world_size()));
-  task.rendezvous_address = a.rendezvous_address();
-  task.job_dir = a.job_dir();
   const v1::JobSpec& spec = a.spec();
+  task.distributed.rendezvous_address = a.rendezvous_address();
+  task.distributed.advertise_address = a.advertise_address();
+  if (spec.distributed().timeout_seconds() > 0) {
+    task.distributed.timeout_seconds = spec.distributed().timeout_seconds();
+  }
+  if (spec.distributed().bucket_mb() > 0) {
+    task.distributed.bucket_bytes = static_cast<int64_t>(spec.distributed().bucket_mb()) << 20;
+  }
+  task.job_dir = a.job_dir();
   task.name = spec.name();
   auto model = ModelFrom(spec.model());
   if (!model.ok()) return model.status();
@@ -192,10 +199,10 @@ absl::StatusOr<TrainTask> TaskFromAssignment(const v1::Assignment& a) {
   if (task.training.batch_size <= 0) {
     return absl::InvalidArgumentError("training.batch_size: must be set");
   }
-  if (task.world_size > 1) {
-    return absl::UnimplementedError(
-        absl::StrCat("resources.gpus: ", task.world_size,
-                     " devices asked for, but this worker runs single-device jobs only so far"));
+  if (task.world_size > 1 && task.distributed.rendezvous_address.empty()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("assignment of rank ", task.rank, " of ", task.world_size,
+                     " came without a rendezvous address"));
   }
   return task;
 }
@@ -210,6 +217,8 @@ v1::MetricSample ToProto(const MetricSample& s) {
   out.set_learning_rate(s.learning_rate);
   out.set_elapsed_seconds(s.elapsed_seconds);
   out.set_data_wait_ratio(s.data_wait_ratio);
+  out.set_comm_wait_ratio(s.comm_wait_ratio);
+  out.set_step_seconds(s.step_seconds);
   if (s.eval) {
     auto* eval = out.mutable_eval();
     eval->set_loss(s.eval->loss);

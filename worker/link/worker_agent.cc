@@ -130,6 +130,7 @@ WorkerAgent::WorkerAgent(Options options, TrainFunction train)
 WorkerAgent::~WorkerAgent() {
   Stop();
   StopTask();
+  if (cancel_watchdog_.joinable()) cancel_watchdog_.join();
 }
 
 void WorkerAgent::Run() {
@@ -178,6 +179,7 @@ void WorkerAgent::Serve(v1::WorkerLink::Stub& stub) {
   reg->set_pid(static_cast<uint32_t>(getpid()));
   reg->set_version(STOKE_VERSION);
   reg->set_local(options_.local);
+  reg->set_advertise_address(options_.advertise_address);
   v1::CoordinatorMessage reply;
   if (!stream->Write(hello) || !stream->Read(&reply) || !reply.has_registered()) {
     grpc::Status status = stream->Finish();
@@ -264,6 +266,7 @@ void WorkerAgent::StartTask(const v1::Assignment& assignment) {
   task_attempt_ = assignment.attempt();
   task_cancel_ = false;
   task_running_ = true;
+  task_world_size_ = static_cast<int>(std::max<uint32_t>(1, assignment.world_size()));
   task_thread_ = std::thread([this, assignment] {
     v1::WorkerMessage done;
     auto* finished = done.mutable_finished();
@@ -285,7 +288,11 @@ void WorkerAgent::StartTask(const v1::Assignment& assignment) {
       finished->set_retryable(outcome.retryable);
     }
     // Free before the coordinator hears of it, or its next assignment would find us busy.
-    task_running_ = false;
+    {
+      std::lock_guard<std::mutex> lock(task_mu_);
+      task_running_ = false;
+    }
+    task_done_cv_.notify_all();
     outbox_->Push(std::move(done));
   });
 }
@@ -295,7 +302,28 @@ void WorkerAgent::CancelTask(const v1::CancelTask& cancel) {
   if (task_running_ && task_job_ == cancel.job_id() && task_attempt_ == cancel.attempt()) {
     spdlog::info("job {}: cancel requested ({})", cancel.job_id(), cancel.reason());
     task_cancel_ = true;
+    if (task_world_size_ > 1 && watchdog_done_) {
+      if (cancel_watchdog_.joinable()) cancel_watchdog_.join();  // it has returned
+      watchdog_done_ = false;
+      cancel_watchdog_ = std::thread(&WorkerAgent::WatchCancel, this, cancel.job_id(),
+                                     cancel.attempt());
+    }
   }
+}
+
+void WorkerAgent::WatchCancel(std::string job_id, uint32_t attempt) {
+  std::unique_lock<std::mutex> lock(task_mu_);
+  const bool ended = task_done_cv_.wait_for(lock, options_.cancel_grace, [&] {
+    return !task_running_ || task_job_ != job_id || task_attempt_ != attempt;
+  });
+  if (!ended) {
+    spdlog::critical("job {} attempt {}: cancelled {} ms ago but still inside a collective; "
+                     "exiting so that the device is freed",
+                     job_id, attempt, options_.cancel_grace.count());
+    spdlog::shutdown();
+    std::_Exit(75);
+  }
+  watchdog_done_ = true;  // under task_mu_, as the thread's last act
 }
 
 void WorkerAgent::StopTask() {

@@ -32,10 +32,15 @@ class WorkerAgent {
     std::string host;
     DeviceInfo device;
     bool local = false;
+    std::string advertise_address;  // empty: as the coordinator sees us
     // Metric samples held while the link is slow; older ones are dropped beyond this.
     size_t max_queued_samples = 10'000;
     // Reports are batched over this period.
     std::chrono::milliseconds flush_interval{200};
+    // A cancelled rank of a job of several ranks can be stuck inside a collective whose
+    // peer is gone. Past this grace the process exits (code 75) rather than hold its
+    // device until the collective times out; its supervisor starts it again.
+    std::chrono::milliseconds cancel_grace{15'000};
   };
 
   WorkerAgent(Options options, TrainFunction train);
@@ -56,6 +61,8 @@ class WorkerAgent {
   void StartTask(const v1::Assignment& assignment);
   void CancelTask(const v1::CancelTask& cancel);
   void StopTask();
+  // Exits the process if the task being cancelled has not ended within cancel_grace.
+  void WatchCancel(std::string job_id, uint32_t attempt);
   void SendLoop(Stream& stream, grpc::ClientContext& context);
 
   const Options options_;
@@ -75,6 +82,10 @@ class WorkerAgent {
   uint32_t task_attempt_ = 0;
   std::atomic<bool> task_cancel_{false};
   std::atomic<bool> task_running_{false};
+  int task_world_size_ = 1;
+  std::condition_variable task_done_cv_;  // with task_mu_
+  std::thread cancel_watchdog_;
+  bool watchdog_done_ = true;  // guarded by task_mu_
   std::chrono::milliseconds heartbeat_interval_{2000};
 };
 

@@ -16,7 +16,8 @@ MlpImpl::MlpImpl(const MlpConfig& config) : config_(config) {
 }
 
 torch::Tensor MlpImpl::forward(const torch::Tensor& inputs) {
-  torch::Tensor x = inputs;
+  // Images [B, C, H, W] are taken as vectors of all their pixels.
+  torch::Tensor x = inputs.dim() > 2 ? inputs.flatten(1) : inputs;
   const size_t last = layers_->size() - 1;
   for (size_t i = 0; i < layers_->size(); ++i) {
     x = layers_[i]->as<torch::nn::Linear>()->forward(x);

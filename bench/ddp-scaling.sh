@@ -1,0 +1,122 @@
+#!/usr/bin/env bash
+# Multi-GPU scaling of Stoke against Python torchrun + DDP, on one GPU host, in one go:
+# builds Stoke (build-gpu/), starts a coordinator with one worker per GPU, and for each
+# model trains a gang-scheduled job on 1, 2, 4, ... GPUs (same per-GPU batch, synthetic
+# data), then runs bench/python/ddp_train.py under torchrun on the same GPUs. Prints a
+# Markdown table (also $OUT/ddp-scaling.md). From the repo root on the GPU machine:
+#   source .gpu-deps/setup-device.sh && bench/ddp-scaling.sh
+# Environment: MODELS (default "gpt2-small resnet50"), GPU_COUNTS (default 1 2 4 8 up to
+# the GPUs present), STEPS (Stoke steps per job; default 240, the first 2 windows of 20
+# are warm-up and dropped).
+set -uo pipefail
+out="${OUT:-$PWD/bench-out}"
+mkdir -p "$out"
+here="$(cd "$(dirname "$0")" && pwd)"
+gpus_present=$(nvidia-smi -L | wc -l)
+models="${MODELS:-gpt2-small resnet50}"
+steps="${STEPS:-240}"
+counts="${GPU_COUNTS:-}"
+if [ -z "$counts" ]; then
+  for n in 1 2 4 8; do [ "$n" -le "$gpus_present" ] && counts="$counts $n"; done
+fi
+torch_version=$(python3 -c 'import torch; print(torch.__version__)')
+gpu_name=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)
+
+if [ ! -x build-gpu/bin/stoke-coordinator ]; then
+  cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DSTOKE_WERROR=OFF \
+    -DSTOKE_BUILD_TESTS=OFF > "$out/bench-build.log" 2>&1 &&
+    ninja -C build-gpu stoke-coordinator stoke-worker stoke >> "$out/bench-build.log" 2>&1 ||
+    { tail -40 "$out/bench-build.log"; exit 1; }
+fi
+bin=build-gpu/bin
+
+data=$(mktemp -d)
+$bin/stoke-coordinator --address 127.0.0.1:0 --data-dir "$data" --local-workers auto \
+  > "$out/bench-coordinator.log" 2>&1 &
+coord=$!
+trap 'kill -TERM $coord 2>/dev/null; wait $coord 2>/dev/null' EXIT
+for _ in $(seq 1 120); do [ -f "$data/coordinator.address" ] && break; sleep 0.5; done
+export STOKE_ADDRESS=$(cat "$data/coordinator.address")
+for _ in $(seq 1 240); do
+  [ "$($bin/stoke cluster -o json 2>/dev/null | grep -o DEVICE_TYPE_CUDA | wc -l)" -ge "$gpus_present" ] && break
+  sleep 0.5
+done
+
+spec() {  # model gpus -> a job file
+  local model=$1 gpus=$2
+  case $model in
+    gpt2-small)
+      echo "name: $model-x$gpus
+model: {gpt: {layers: 12, heads: 12, width: 768}}
+data: {synthetic: {vocab_size: 50304, context: 1024, samples_per_epoch: 100000000}}
+optimizer: {adamw: {}, lr: 6.0e-4}
+training: {steps: $steps, batch_size: ${GPT_BATCH:-16}, precision: bf16}" ;;
+    resnet50)
+      echo "name: $model-x$gpus
+model: {resnet: {depth: 50}}
+data: {synthetic: {image_shape: [3, 224, 224], num_classes: 1000, samples_per_epoch: 100000000}}
+optimizer: {adamw: {}, lr: 1.0e-3}
+training: {steps: $steps, batch_size: ${RESNET_BATCH:-256}, precision: bf16}" ;;
+  esac
+  echo "resources: {gpus: $gpus}
+metrics: {interval_steps: 20}
+eval: {batches: 1}
+checkpoint: {interval_steps: 100000, keep: 1}"
+}
+
+batch_of() { [ "$1" = gpt2-small ] && echo "${GPT_BATCH:-16}" || echo "${RESNET_BATCH:-256}"; }
+
+results="$out/ddp-results.jsonl"
+: > "$results"
+for model in $models; do
+  for gpus in $counts; do
+    spec "$model" "$gpus" > "$out/$model-x$gpus.yaml"
+    id=$($bin/stoke submit "$out/$model-x$gpus.yaml" | head -1)
+    $bin/stoke watch "$id" > "$out/stoke-$model-x$gpus.log" 2>&1
+    $bin/stoke -o json watch "$id" > "$out/stoke-$model-x$gpus.events.jsonl"
+    python3 - "$out/stoke-$model-x$gpus.events.jsonl" "$model" "$gpus" "$(batch_of "$model")" \
+      >> "$results" <<'PY'
+import json, statistics, sys
+path, model, gpus, batch = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
+rates, comm, state = [], [], "?"
+for line in open(path):
+    e = json.loads(line)
+    m = e.get("metrics")
+    if m and "eval" not in m and int(m.get("rank", 0)) == 0:
+        rates.append(m.get("samples_per_second", 0)); comm.append(m.get("comm_wait_ratio", 0))
+    if "state_change" in e:
+        state = e["state_change"]["state"]
+rates, comm = rates[2:-1] or rates, comm[2:-1] or comm  # drop warm-up and the partial last
+print(json.dumps({"runtime": "stoke", "model": model, "gpus": gpus, "batch_per_gpu": batch,
+                  "samples_per_second": statistics.median(rates) if rates else 0,
+                  "comm_wait_ratio": statistics.median(comm) if comm else 0, "state": state}))
+PY
+    tail -1 "$results"
+    (cd "$here/python" && python3 -m torch.distributed.run --standalone --nproc-per-node "$gpus" \
+      ddp_train.py --model "$model" --batch "$(batch_of "$model")") \
+      > "$out/python-$model-x$gpus.log" 2>&1
+    grep '^{' "$out/python-$model-x$gpus.log" | tail -1 >> "$results"
+    tail -1 "$results"
+  done
+done
+
+python3 - "$results" "$gpu_name" "$torch_version" <<'PY' | tee "$out/ddp-scaling.md"
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
+get = lambda rt, m, g: next((r for r in rows if r["runtime"] == rt and r["model"] == m and r["gpus"] == g), None)
+print(f"GPU: {sys.argv[2]}, torch {sys.argv[3]}\n")
+print("| model | GPUs | batch/GPU | Stoke samples/s | scaling eff. | comm not hidden | torchrun DDP samples/s | DDP scaling eff. | Stoke / DDP |")
+print("|---|---|---|---|---|---|---|---|---|")
+for m in dict.fromkeys(r["model"] for r in rows):
+    s1, p1 = get("stoke", m, 1), get("python-ddp", m, 1)
+    for g in sorted({r["gpus"] for r in rows if r["model"] == m}):
+        s, p = get("stoke", m, g), get("python-ddp", m, g)
+        sr = s["samples_per_second"] if s else 0
+        pr = p["samples_per_second"] if p else 0
+        eff = lambda r, r1: f"{100 * r / (g * r1):.1f}%" if r and r1 else "-"
+        print(f"| {m} | {g} | {(s or p or {}).get('batch_per_gpu', '-')} | {sr:,.0f} | "
+              f"{eff(sr, s1 and s1['samples_per_second'])} | "
+              f"{100 * s['comm_wait_ratio']:.1f}% | " if s else f"| {m} | {g} | - | - | - | - | ", end="")
+        print(f"{pr:,.0f} | {eff(pr, p1 and p1['samples_per_second'])} | "
+              f"{(sr / pr if pr else 0):.2f}x |")
+PY

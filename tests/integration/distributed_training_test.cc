@@ -1,0 +1,214 @@
+// Several ranks training one model through c10d (Gloo on CPUs), each a real process
+// (stoke_rank_runner) meeting the others over loopback TCP: they end with identical
+// parameters that match one process training on the same global batch, and a rank that
+// stops answering is reported as a timed-out collective instead of hanging the others.
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <torch/torch.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "tests/support/data_files.h"
+#include "tests/support/temp_dir.h"
+#include "tests/support/wait.h"
+
+namespace stoke::testing {
+namespace {
+
+using std::chrono::seconds;
+
+// A loopback port that was free a moment ago. (Not the one in coordinator_process.h: that
+// header brings protobuf, which must not meet torch's headers in one file.)
+int FreePort() {
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
+  socklen_t len = sizeof(addr);
+  getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
+  close(fd);
+  return ntohs(addr.sin_port);
+}
+
+// A rank runner started in the background, its output going to a log file.
+class RankProcess {
+ public:
+  RankProcess(const std::vector<std::string>& args, const std::string& log) : log_(log) {
+    std::vector<std::string> argv = {STOKE_RANK_RUNNER_BINARY};
+    argv.insert(argv.end(), args.begin(), args.end());
+    pid_ = fork();
+    if (pid_ == 0) {
+      const int fd = open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+      dup2(fd, STDOUT_FILENO);
+      dup2(fd, STDERR_FILENO);
+      std::vector<char*> cargs;
+      for (auto& a : argv) cargs.push_back(a.data());
+      cargs.push_back(nullptr);
+      execv(cargs[0], cargs.data());
+      _exit(127);
+    }
+  }
+  ~RankProcess() {
+    if (pid_ > 0 && exit_code_ < 0) {
+      kill(pid_, SIGKILL);
+      Wait();
+    }
+  }
+  // The exit code, or 128 + signal.
+  int Wait() {
+    if (exit_code_ >= 0) return exit_code_;
+    int status = 0;
+    waitpid(pid_, &status, 0);
+    exit_code_ = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+    return exit_code_;
+  }
+  void Signal(int signal) { kill(pid_, signal); }
+  std::string Log() const {
+    std::ifstream in(log_);
+    std::stringstream text;
+    text << in.rdbuf();
+    return text.str();
+  }
+
+ private:
+  std::string log_;
+  pid_t pid_ = -1;
+  int exit_code_ = -1;
+};
+
+class DistributedTrainingTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    data_ = dir_.File("data");
+    ASSERT_EQ(mkdir(data_.c_str(), 0755), 0);
+    // 96 training images: 12 global batches of 8 per epoch, so a run crosses epochs.
+    WriteMnistFolder(data_, PatternImages(96, 8, 8, 10), PatternImages(20, 8, 8, 10, 3));
+  }
+
+  // Runs `world` ranks with per-rank batch `batch` to the end; returns each rank's final
+  // parameters. Fails the test if any rank fails.
+  std::vector<std::vector<torch::Tensor>> Train(int world, int64_t batch, int steps, int accum) {
+    const std::string rendezvous = "127.0.0.1:" + std::to_string(FreePort());
+    std::vector<std::unique_ptr<RankProcess>> ranks;
+    for (int r = 0; r < world; ++r) {
+      const std::string tag = std::to_string(world) + "-" + std::to_string(r);
+      ranks.push_back(std::make_unique<RankProcess>(
+          std::vector<std::string>{
+              "rank=" + std::to_string(r), "world=" + std::to_string(world),
+              "rendezvous=" + rendezvous, "data=" + data_, "batch=" + std::to_string(batch),
+              "steps=" + std::to_string(steps), "accum=" + std::to_string(accum),
+              "out=" + dir_.File("params-" + tag + ".pt")},
+          dir_.File("rank-" + tag + ".log")));
+    }
+    std::vector<std::vector<torch::Tensor>> parameters(static_cast<size_t>(world));
+    for (int r = 0; r < world; ++r) {
+      const std::string tag = std::to_string(world) + "-" + std::to_string(r);
+      EXPECT_EQ(ranks[static_cast<size_t>(r)]->Wait(), 0)
+          << "rank " << r << " of " << world << ":\n"
+          << ranks[static_cast<size_t>(r)]->Log();
+      if (::testing::Test::HasFailure()) return {};
+      torch::load(parameters[static_cast<size_t>(r)], dir_.File("params-" + tag + ".pt"));
+      logs_.push_back(ranks[static_cast<size_t>(r)]->Log());
+    }
+    return parameters;
+  }
+
+  static void ExpectIdentical(const std::vector<torch::Tensor>& a,
+                              const std::vector<torch::Tensor>& b, const std::string& what) {
+    ASSERT_EQ(a.size(), b.size());
+    for (size_t i = 0; i < a.size(); ++i) {
+      EXPECT_TRUE(torch::equal(a[i], b[i])) << what << ": parameter " << i << " differs by up to "
+                                            << (a[i] - b[i]).abs().max().item<float>();
+    }
+  }
+
+  static void ExpectClose(const std::vector<torch::Tensor>& a, const std::vector<torch::Tensor>& b,
+                          const std::string& what) {
+    ASSERT_EQ(a.size(), b.size());
+    for (size_t i = 0; i < a.size(); ++i) {
+      EXPECT_TRUE(torch::allclose(a[i], b[i], /*rtol=*/1e-4, /*atol=*/1e-5))
+          << what << ": parameter " << i << " differs by up to "
+          << (a[i] - b[i]).abs().max().item<float>();
+    }
+  }
+
+  TempDir dir_;
+  std::string data_;
+  std::vector<std::string> logs_;
+};
+
+TEST_F(DistributedTrainingTest, TwoRanksEndIdenticalAndMatchOneProcessOnTheGlobalBatch) {
+  constexpr int kSteps = 30;  // two and a half epochs
+  auto single = Train(1, 16, kSteps, 1);
+  ASSERT_EQ(single.size(), 1u);
+  auto pair = Train(2, 8, kSteps, 1);
+  ASSERT_EQ(pair.size(), 2u);
+  ExpectIdentical(pair[0], pair[1], "rank 0 vs rank 1");
+  ExpectClose(pair[0], single[0], "2 ranks x 8 vs 1 process x 16");
+  // Training moved the weights: the comparison is not between two untouched models.
+  auto untouched = Train(1, 16, 1, 1);
+  ASSERT_EQ(untouched.size(), 1u);
+  EXPECT_FALSE(torch::allclose(untouched[0][0], single[0][0], 1e-3, 1e-3));
+  EXPECT_NE(logs_[1].find("gradients in"), std::string::npos) << logs_[1];
+}
+
+TEST_F(DistributedTrainingTest, ThreeRanksWithAccumulationMatchOneProcess) {
+  constexpr int kSteps = 12;
+  auto single = Train(1, 12, kSteps, 2);
+  ASSERT_EQ(single.size(), 1u);
+  auto three = Train(3, 4, kSteps, 2);
+  ASSERT_EQ(three.size(), 3u);
+  ExpectIdentical(three[0], three[1], "rank 0 vs rank 1");
+  ExpectIdentical(three[0], three[2], "rank 0 vs rank 2");
+  ExpectClose(three[0], single[0], "3 ranks x 4 x 2 micro-steps vs 1 process x 12 x 2");
+}
+
+TEST_F(DistributedTrainingTest, ARankThatStopsAnsweringIsReportedAsATimedOutCollective) {
+  const std::string rendezvous = "127.0.0.1:" + std::to_string(FreePort());
+  auto rank = [&](int r) {
+    return std::make_unique<RankProcess>(
+        std::vector<std::string>{"rank=" + std::to_string(r), "world=2",
+                                 "rendezvous=" + rendezvous, "data=" + data_, "batch=8",
+                                 "steps=100000000", "timeout=3"},
+        dir_.File("hang-" + std::to_string(r) + ".log"));
+  };
+  auto rank0 = rank(0);
+  auto rank1 = rank(1);
+  ASSERT_TRUE(WaitFor([&] { return rank1->Log().find("step 20 ") != std::string::npos; },
+                      seconds(60)))
+      << rank0->Log() << rank1->Log();
+  rank1->Signal(SIGSTOP);  // alive, connected, silent: the worst kind of peer
+  const auto stopped_at = std::chrono::steady_clock::now();
+  EXPECT_EQ(rank0->Wait(), 1) << rank0->Log();
+  const double waited =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - stopped_at).count();
+  EXPECT_LT(waited, 20) << "rank 0 hung for " << waited << " s";
+  EXPECT_NE(rank0->Log().find("did not complete within 3 s"), std::string::npos) << rank0->Log();
+  rank1->Signal(SIGKILL);
+}
+
+TEST_F(DistributedTrainingTest, ARankAloneGivesUpOnTheRendezvousNamingIt) {
+  const std::string rendezvous = "127.0.0.1:" + std::to_string(FreePort());
+  RankProcess lonely({"rank=0", "world=2", "rendezvous=" + rendezvous, "data=" + data_,
+                      "timeout=2"},
+                     dir_.File("lonely.log"));
+  EXPECT_EQ(lonely.Wait(), 1);
+  EXPECT_NE(lonely.Log().find("could not meet the others at " + rendezvous), std::string::npos)
+      << lonely.Log();
+}
+
+}  // namespace
+}  // namespace stoke::testing

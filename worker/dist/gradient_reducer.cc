@@ -1,0 +1,147 @@
+#include "worker/dist/gradient_reducer.h"
+
+#include <torch/torch.h>
+
+#include <stdexcept>
+
+#include "worker/engine/device_timer.h"
+
+namespace stoke::worker {
+
+GradientReducer::GradientReducer(std::vector<torch::Tensor> parameters, Communicator& communicator,
+                                 int64_t bucket_bytes, int64_t first_bucket_bytes)
+    : parameters_(std::move(parameters)), communicator_(communicator) {
+  slots_.resize(parameters_.size());
+  // Reverse registration order: the output layers' gradients come first in backward.
+  std::vector<std::vector<size_t>> groups;
+  int64_t group_bytes = 0;
+  for (size_t i = parameters_.size(); i-- > 0;) {
+    const torch::Tensor& p = parameters_[i];
+    if (!p.requires_grad()) continue;
+    // The first bucket (index 0) is the small one.
+    const int64_t limit = groups.size() == 1 ? first_bucket_bytes : bucket_bytes;
+    const bool same_kind =
+        !groups.empty() && parameters_[groups.back().front()].scalar_type() == p.scalar_type() &&
+        parameters_[groups.back().front()].device() == p.device();
+    if (!same_kind || group_bytes >= limit) {
+      groups.emplace_back();
+      group_bytes = 0;
+    }
+    groups.back().push_back(i);
+    group_bytes += p.numel() * static_cast<int64_t>(p.element_size());
+  }
+  for (const auto& group : groups) {
+    Bucket& bucket = buckets_.emplace_back();
+    int64_t elements = 0;
+    for (size_t i : group) {
+      slots_[i].bucket = buckets_.size() - 1;
+      slots_[i].offset = elements;
+      elements += parameters_[i].numel();
+    }
+    bucket.flat = torch::zeros({elements}, parameters_[group.front()].options().requires_grad(false));
+    bucket.parameters = group;
+  }
+  for (size_t i = 0; i < parameters_.size(); ++i) {
+    if (!parameters_[i].requires_grad()) continue;
+    // The hook captures an index, not the parameter: a parameter holding a hook that
+    // holds the parameter would never be freed.
+    // A hook that returns nothing leaves the gradient as it is.
+    hook_ids_.push_back(parameters_[i].register_hook(
+        [this, i](const torch::Tensor& grad) { OnGradient(i, grad); }));
+  }
+}
+
+GradientReducer::~GradientReducer() {
+  size_t hook = 0;
+  for (auto& p : parameters_) {
+    if (p.requires_grad()) p.remove_hook(hook_ids_[hook++]);
+  }
+}
+
+torch::Tensor GradientReducer::SlotView(size_t parameter) const {
+  const Slot& slot = slots_[parameter];
+  const torch::Tensor& p = parameters_[parameter];
+  return buckets_[slot.bucket].flat.narrow(0, slot.offset, p.numel()).view(p.sizes());
+}
+
+void GradientReducer::Arm() {
+  if (armed_) throw std::logic_error("GradientReducer armed twice without Finish");
+  armed_ = true;
+  next_launch_ = 0;
+  for (auto& slot : slots_) slot.ready = false;
+  for (auto& bucket : buckets_) {
+    bucket.waiting = bucket.parameters.size();
+    bucket.reduction.reset();
+  }
+}
+
+void GradientReducer::OnGradient(size_t parameter, const torch::Tensor& grad) {
+  if (!armed_) return;  // an earlier micro-step: autograd accumulates into .grad
+  Slot& slot = slots_[parameter];
+  if (slot.ready) return;  // already in (a parameter reached twice is summed by autograd)
+  torch::NoGradGuard no_grad;
+  torch::Tensor view = SlotView(parameter);
+  const torch::Tensor& earlier = parameters_[parameter].grad();
+  if (earlier.defined()) {
+    torch::add_out(view, earlier, grad);
+  } else {
+    view.copy_(grad);
+  }
+  slot.ready = true;
+  if (--buckets_[slot.bucket].waiting == 0) LaunchReadyBuckets();
+}
+
+void GradientReducer::LaunchReadyBuckets() {
+  while (next_launch_ < buckets_.size() && buckets_[next_launch_].waiting == 0) {
+    Launch(buckets_[next_launch_++]);
+  }
+}
+
+void GradientReducer::Launch(Bucket& bucket) {
+  // Dividing first gives the mean after the sum, and keeps bf16/fp16 sums in range.
+  bucket.flat.div_(communicator_.world_size());
+  bucket.reduction = communicator_.AllReduceSum(bucket.flat);
+}
+
+void GradientReducer::Finish() {
+  if (!armed_) throw std::logic_error("GradientReducer::Finish without Arm");
+  torch::NoGradGuard no_grad;
+  for (size_t i = 0; i < parameters_.size(); ++i) {
+    Slot& slot = slots_[i];
+    if (!parameters_[i].requires_grad() || slot.ready) continue;
+    // No gradient this micro-step: reduce what earlier micro-steps left, or zeros.
+    const torch::Tensor& earlier = parameters_[i].grad();
+    torch::Tensor view = SlotView(i);
+    if (earlier.defined()) {
+      view.copy_(earlier);
+    } else {
+      view.zero_();
+    }
+    slot.ready = true;
+    --buckets_[slot.bucket].waiting;
+  }
+  LaunchReadyBuckets();
+  const torch::Device device = parameters_.empty() ? torch::kCPU : parameters_.front().device();
+  ExposedWait wait;
+  wait.begin = DeviceTimer::Record(device);
+  for (auto& bucket : buckets_) bucket.reduction->Wait();
+  wait.end = DeviceTimer::Record(device);
+  exposed_.push_back(std::move(wait));
+  for (size_t i = 0; i < parameters_.size(); ++i) {
+    if (parameters_[i].requires_grad()) parameters_[i].mutable_grad() = SlotView(i);
+  }
+  armed_ = false;
+}
+
+double GradientReducer::TakeExposedSeconds() {
+  double seconds = 0;
+  size_t done = 0;
+  while (done < exposed_.size() && exposed_[done].end->Ready()) {
+    seconds += exposed_[done].end->SecondsSince(*exposed_[done].begin);
+    ++done;
+  }
+  exposed_.erase(exposed_.begin(), exposed_.begin() + static_cast<std::ptrdiff_t>(done));
+  return seconds;
+}
+
+}  // namespace stoke::worker

@@ -1,0 +1,78 @@
+// What DistributedDataParallel does to gradients, over our Communicator: parameters are
+// grouped into buckets (in reverse order of registration, roughly the order backward
+// produces their gradients; the first bucket small, the rest about 25 MB). A hook on
+// each parameter copies its gradient into its bucket as backward produces it; a bucket
+// whose gradients are all in is divided by the world size and all-reduced at once, in
+// bucket order (every rank must issue collectives in the same order), while backward
+// goes on with earlier layers. After backward, Finish waits for the reductions and points
+// each parameter's .grad at its slice of the reduced bucket.
+//
+// Only the last micro-step of an accumulated step is reduced (Arm before its backward);
+// earlier micro-steps accumulate locally in .grad as usual, and the hook folds that sum
+// in. Parameters that got no gradient this step (unused in the forward) are filled with
+// what they have (or zeros) at Finish, so every rank still reduces every bucket.
+#pragma once
+
+#include <torch/types.h>
+
+#include <memory>
+#include <vector>
+
+#include "worker/dist/communicator.h"
+
+namespace stoke::worker {
+
+class DeviceTimer;
+
+class GradientReducer {
+ public:
+  GradientReducer(std::vector<torch::Tensor> parameters, Communicator& communicator,
+                  int64_t bucket_bytes, int64_t first_bucket_bytes);
+  ~GradientReducer();
+  GradientReducer(const GradientReducer&) = delete;
+  GradientReducer& operator=(const GradientReducer&) = delete;
+
+  // The next backward completes an optimizer step: reduce its gradients as they come.
+  void Arm();
+  // After that backward: launches what is left, makes the device wait for every
+  // reduction, and sets each parameter's .grad to the mean over all ranks.
+  void Finish();
+  // Device seconds spent waiting in Finish for reductions backward had not hidden, since
+  // the last call (only marks the device has passed are counted; never blocks).
+  double TakeExposedSeconds();
+
+  size_t bucket_count() const { return buckets_.size(); }
+
+ private:
+  struct Slot {
+    size_t bucket = 0;
+    int64_t offset = 0;  // elements into the bucket
+    bool ready = false;
+  };
+  struct Bucket {
+    torch::Tensor flat;
+    std::vector<size_t> parameters;
+    size_t waiting = 0;  // gradients not yet in
+    std::unique_ptr<PendingCollective> reduction;
+  };
+
+  torch::Tensor SlotView(size_t parameter) const;
+  void OnGradient(size_t parameter, const torch::Tensor& grad);
+  void LaunchReadyBuckets();
+  void Launch(Bucket& bucket);
+
+  std::vector<torch::Tensor> parameters_;
+  Communicator& communicator_;
+  std::vector<Slot> slots_;
+  std::vector<Bucket> buckets_;
+  std::vector<unsigned> hook_ids_;
+  bool armed_ = false;
+  size_t next_launch_ = 0;
+  struct ExposedWait {
+    std::unique_ptr<DeviceTimer> begin;
+    std::unique_ptr<DeviceTimer> end;
+  };
+  std::vector<ExposedWait> exposed_;
+};
+
+}  // namespace stoke::worker

@@ -25,6 +25,7 @@ gpu_name=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)
 if [ ! -x build-gpu/bin/stoke-coordinator ]; then
   cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DSTOKE_WERROR=OFF \
     -DSTOKE_BUILD_TESTS=OFF > "$out/bench-build.log" 2>&1 &&
+    grep "Stoke:" "$out/bench-build.log" &&
     ninja -C build-gpu stoke-coordinator stoke-worker stoke >> "$out/bench-build.log" 2>&1 ||
     { tail -40 "$out/bench-build.log"; exit 1; }
 fi
@@ -72,7 +73,11 @@ for model in $models; do
   for gpus in $counts; do
     spec "$model" "$gpus" > "$out/$model-x$gpus.yaml"
     id=$($bin/stoke submit "$out/$model-x$gpus.yaml" | head -1)
-    $bin/stoke watch "$id" > "$out/stoke-$model-x$gpus.log" 2>&1
+    # A run that hangs must not take the whole session's GPU time with it.
+    if ! timeout "${JOB_TIMEOUT:-150}" $bin/stoke watch "$id" > "$out/stoke-$model-x$gpus.log" 2>&1; then
+      $bin/stoke cancel "$id" --reason "benchmark timeout" > /dev/null 2>&1
+      sleep 3
+    fi
     $bin/stoke -o json watch "$id" > "$out/stoke-$model-x$gpus.events.jsonl"
     python3 - "$out/stoke-$model-x$gpus.events.jsonl" "$model" "$gpus" "$(batch_of "$model")" \
       >> "$results" <<'PY'
@@ -92,8 +97,9 @@ print(json.dumps({"runtime": "stoke", "model": model, "gpus": gpus, "batch_per_g
                   "comm_wait_ratio": statistics.median(comm) if comm else 0, "state": state}))
 PY
     tail -1 "$results"
-    (cd "$here/python" && python3 -m torch.distributed.run --standalone --nproc-per-node "$gpus" \
-      ddp_train.py --model "$model" --batch "$(batch_of "$model")") \
+    (cd "$here/python" && timeout "${JOB_TIMEOUT:-150}" python3 -m torch.distributed.run \
+      --standalone --nproc-per-node "$gpus" \
+      ddp_train.py --model "$model" --batch "$(batch_of "$model")" ${PY_ARGS:-}) \
       > "$out/python-$model-x$gpus.log" 2>&1
     grep '^{' "$out/python-$model-x$gpus.log" | tail -1 >> "$results"
     tail -1 "$results"

@@ -7,7 +7,8 @@
 #   source .gpu-deps/setup-device.sh && bench/ddp-scaling.sh
 # Environment: MODELS (default "gpt2-small resnet50"), GPU_COUNTS (default 1 2 4 8 up to
 # the GPUs present), STEPS (Stoke steps per job; default 240, the first 2 windows of 20
-# are warm-up and dropped).
+# are warm-up and dropped), SKIP_PYTHON=1 (Stoke only), SNAPSHOT_AFTER (seconds into each
+# job to save `stoke top --once` and /metrics).
 set -uo pipefail
 out="${OUT:-$PWD/bench-out}"
 mkdir -p "$out"
@@ -73,6 +74,11 @@ for model in $models; do
   for gpus in $counts; do
     spec "$model" "$gpus" > "$out/$model-x$gpus.yaml"
     id=$($bin/stoke submit "$out/$model-x$gpus.yaml" | head -1)
+    # Telemetry while it trains: what `stoke top` and /metrics show.
+    (sleep "${SNAPSHOT_AFTER:-20}"
+     $bin/stoke top --once > "$out/top-$model-x$gpus.txt" 2>&1
+     python3 -c 'import sys, urllib.request; print(urllib.request.urlopen("http://" + sys.argv[1] + "/metrics").read().decode())' \
+       "$(cat "$data/metrics.address")" > "$out/metrics-$model-x$gpus.txt" 2>&1) &
     # A run that hangs must not take the whole session's GPU time with it.
     if ! timeout "${JOB_TIMEOUT:-150}" $bin/stoke watch "$id" > "$out/stoke-$model-x$gpus.log" 2>&1; then
       $bin/stoke cancel "$id" --reason "benchmark timeout" > /dev/null 2>&1
@@ -97,6 +103,7 @@ print(json.dumps({"runtime": "stoke", "model": model, "gpus": gpus, "batch_per_g
                   "comm_wait_ratio": statistics.median(comm) if comm else 0, "state": state}))
 PY
     tail -1 "$results"
+    [ "${SKIP_PYTHON:-0}" = 1 ] && continue
     (cd "$here/python" && timeout "${JOB_TIMEOUT:-150}" python3 -m torch.distributed.run \
       --standalone --nproc-per-node "$gpus" \
       ddp_train.py --model "$model" --batch "$(batch_of "$model")" ${PY_ARGS:-}) \

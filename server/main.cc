@@ -73,6 +73,10 @@ int main(int argc, char** argv) {
   app.add_option("--local-workers", local_workers,
                  "Workers to launch here: auto (one per GPU, else 2 CPU workers), N, cpu:N, or 0")
       ->capture_default_str();
+  int metrics_retention_s = 600;
+  app.add_option("--metrics-retention", metrics_retention_s,
+                 "Seconds a finished job's series stay on /metrics")
+      ->capture_default_str();
   app.add_option("--metrics-address", metrics_address,
                  "Prometheus /metrics listen address (empty turns it off)")
       ->capture_default_str();
@@ -124,19 +128,14 @@ int main(int argc, char** argv) {
   if (data_roots.empty()) data_roots = {"/usr/share/datasets", data_dir + "/datasets"};
   DataRoots roots(data_roots);
   spdlog::info("jobs may read data under: {}", fmt::join(roots.roots(), ", "));
-  CoordinatorService coordinator_service(**core, hub, executor, std::move(roots));
-  WorkerLinkService worker_link_service(**core, executor);
-  auto server = GrpcServer::Start({address}, {&coordinator_service, &worker_link_service});
-  if (!server.ok()) return Fail(server.status());
-  spdlog::info("stoke-coordinator {} listening on {}, data in {}", STOKE_VERSION,
-               (*server)->address(), data_dir);
-  // Tools and tests that start us on port 0 read the real address here.
-  std::ofstream(data_dir + "/coordinator.address") << (*server)->address() << "\n";
-
+  // Before the gRPC server, which reports every call to it.
   std::unique_ptr<CoordinatorMetrics> metrics;
   if (!metrics_address.empty()) {
     Coordinator* c = core->get();
-    auto started = CoordinatorMetrics::Start(metrics_address, [c] {
+    CoordinatorMetrics::Options metrics_options;
+    metrics_options.address = metrics_address;
+    metrics_options.finished_job_retention = absl::Seconds(metrics_retention_s);
+    auto started = CoordinatorMetrics::Start(metrics_options, [c] {
       return MetricsSnapshot{c->GetCluster(), c->ActiveJobs()};
     });
     if (!started.ok()) return Fail(started.status());
@@ -144,6 +143,18 @@ int main(int argc, char** argv) {
     spdlog::info("Prometheus metrics on http://{}/metrics", metrics->address());
     std::ofstream(data_dir + "/metrics.address") << metrics->address() << "\n";
   }
+  CoordinatorService coordinator_service(**core, hub, executor, std::move(roots));
+  WorkerLinkService worker_link_service(**core, executor);
+  GrpcServer::Options server_options;
+  server_options.address = address;
+  server_options.observer = metrics.get();
+  auto server = GrpcServer::Start(server_options, {&coordinator_service, &worker_link_service});
+  if (!server.ok()) return Fail(server.status());
+  spdlog::info("stoke-coordinator {} listening on {}, data in {}", STOKE_VERSION,
+               (*server)->address(), data_dir);
+  // Tools and tests that start us on port 0 read the real address here.
+  std::ofstream(data_dir + "/coordinator.address") << (*server)->address() << "\n";
+
 
   std::unique_ptr<LocalWorkerSupervisor> supervisor;
   auto plan = PlanLocalWorkers(local_workers, worker_binary);

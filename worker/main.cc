@@ -13,6 +13,7 @@
 #include "worker/engine/devices.h"
 #include "worker/engine/trainer.h"
 #include "worker/link/worker_agent.h"
+#include "worker/telemetry/device_sampler.h"
 
 using namespace stoke::worker;
 
@@ -97,6 +98,12 @@ int main(int argc, char** argv) {
     options.worker_id = worker_id.empty() ? options.host + "/" + device.Label() : worker_id;
     options.local = local;
     options.advertise_address = advertise_address;
+    // Sampled on its own thread, never from the training loop.
+    DeviceSampler sampler(options.device, std::chrono::seconds(1));
+    if (!sampler.unavailable_reason().empty()) {
+      spdlog::warn("no device readings: {}", sampler.unavailable_reason());
+    }
+    options.device_stats = [&sampler] { return sampler.Latest(); };
 
     WorkerAgent agent(options, [device](const TrainTask& task, TrainingObserver& observer,
                                         const std::atomic<bool>& cancel) {

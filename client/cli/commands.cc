@@ -95,6 +95,7 @@ int WatchCommand(CliContext& cli, const std::string& id, uint64_t from_seq) {
   std::optional<v1::JobState> final_state;
   WatchOptions options;
   options.from_seq = from_seq;
+  auto next_device_poll = std::chrono::steady_clock::now();
   auto status = cli.client.WatchJob(
       id, options,
       [&](const v1::JobEvent& event) {
@@ -108,6 +109,15 @@ int WatchCommand(CliContext& cli, const std::string& id, uint64_t from_seq) {
             }
           }
         } else {
+          // The job's devices, from the workers' readings, every few seconds.
+          if (event.has_metrics() && std::chrono::steady_clock::now() >= next_device_poll) {
+            next_device_poll = std::chrono::steady_clock::now() + std::chrono::seconds(2);
+            auto job = cli.client.GetJob(id);
+            auto cluster = cli.client.GetCluster();
+            if (job.ok() && cluster.ok()) {
+              view.SetDeviceSummary(ProgressView::DeviceSummary(*job, *cluster));
+            }
+          }
           view.OnEvent(event);
         }
         return true;

@@ -32,6 +32,8 @@ int ListCommand(CliContext& cli, const std::vector<std::string>& states, uint32_
 int StatusCommand(CliContext& cli, const std::string& id);
 int CancelCommand(CliContext& cli, const std::string& id, const std::string& reason);
 int ClusterCommand(CliContext& cli);
+// Devices and unfinished jobs, refreshed every `interval_seconds` (or once).
+int TopCommand(CliContext& cli, bool once, double interval_seconds);
 int LogsCommand(CliContext& cli, const std::string& id, bool follow);
 int CheckpointsCommand(CliContext& cli, const std::string& id);
 int ExportCommand(CliContext& cli, const std::string& id, const std::string& path, uint64_t step);

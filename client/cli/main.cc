@@ -49,6 +49,14 @@ int main(int argc, char** argv) {
 
   auto* cluster = app.add_subcommand("cluster", "Show the workers, their devices and jobs");
 
+  bool once = false;
+  double interval = 2.0;
+  auto* top = app.add_subcommand("top", "Every device and unfinished job at a glance, live");
+  top->add_flag("--once", once, "Print once and exit");
+  top->add_option("-n,--interval", interval, "Seconds between refreshes")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+
   auto* logs = app.add_subcommand("logs", "Print a job's log lines");
   logs->add_option("id", id, "Job id")->required();
   logs->add_flag("-f,--follow", follow, "Keep printing until the job finishes");
@@ -85,6 +93,7 @@ int main(int argc, char** argv) {
   if (*status) return StatusCommand(cli, id);
   if (*cancel) return CancelCommand(cli, id, reason);
   if (*cluster) return ClusterCommand(cli);
+  if (*top) return TopCommand(cli, once, interval);
   if (*logs) return LogsCommand(cli, id, follow);
   if (*checkpoints) return CheckpointsCommand(cli, id);
   if (*export_cmd) return ExportCommand(cli, id, out_path, step);

@@ -46,11 +46,40 @@ std::string ProgressView::ProgressText(bool with_bar) const {
     eta = Eta(origin, m);
   }
   absl::StrAppend(&text, "  ETA ", eta ? FormatClock(*eta) : "?");
+  if (m.mfu() > 0) absl::StrAppend(&text, absl::StrFormat("  MFU %.0f%%", 100 * m.mfu()));
   // Worth a user's attention only when the data pipeline is holding training back.
   if (m.data_wait_ratio() >= 0.05) {
     absl::StrAppend(&text, absl::StrFormat("  data wait %.0f%%", 100 * m.data_wait_ratio()));
   }
+  if (m.comm_wait_ratio() >= 0.05) {
+    absl::StrAppend(&text, absl::StrFormat("  all-reduce wait %.0f%%", 100 * m.comm_wait_ratio()));
+  }
+  if (!device_summary_.empty()) absl::StrAppend(&text, "  ", device_summary_);
+  for (int d : m.diagnoses()) {
+    std::string name = v1::Diagnosis_Name(static_cast<v1::Diagnosis>(d)).substr(10);
+    for (auto& c : name) c = c == '_' ? '-' : static_cast<char>(std::tolower(c));
+    absl::StrAppend(&text, "  [", name, "]");
+  }
   return text;
+}
+
+std::string ProgressView::DeviceSummary(const v1::Job& job, const v1::Cluster& cluster) {
+  double utilization = 0;
+  uint64_t memory = 0;
+  int devices = 0;
+  bool gpu = false;
+  for (const auto& p : job.placement()) {
+    for (const auto& w : cluster.workers()) {
+      if (w.id() != p.worker_id() || !w.has_device_stats()) continue;
+      utilization += w.device_stats().utilization();
+      memory += w.device_stats().memory_used_bytes();
+      gpu = gpu || w.device().type() == v1::DEVICE_TYPE_CUDA;
+      ++devices;
+    }
+  }
+  if (devices == 0) return "";
+  return absl::StrFormat("%s %.0f%%, %s", gpu ? "gpu" : "cpu", 100 * utilization / devices,
+                         FormatBytes(memory));
 }
 
 std::string ProgressView::EvalText(const v1::MetricSample& sample) {

@@ -7,6 +7,7 @@
 #include <optional>
 #include <string>
 
+#include "stoke/v1/coordinator.pb.h"
 #include "stoke/v1/job.pb.h"
 
 namespace stoke::client {
@@ -18,6 +19,11 @@ class ProgressView {
 
   void OnEvent(const v1::JobEvent& event);
   void OnReconnect(const std::string& why);
+  // What the job's devices are doing ("gpu 97%, 61.2 GiB"), shown on the live line.
+  void SetDeviceSummary(std::string summary) { device_summary_ = std::move(summary); }
+  // "gpu 97%, 61.2 GiB" (GPUs) or "cpu 48%, 1.2 GiB" for the job's workers' readings,
+  // mean utilization and summed memory; empty when none has reported.
+  static std::string DeviceSummary(const v1::Job& job, const v1::Cluster& cluster);
   // Ends the live line, if any.
   void Close();
 
@@ -41,6 +47,7 @@ class ProgressView {
   std::optional<v1::MetricSample> latest_;
   bool line_drawn_ = false;
   std::optional<v1::JobState> final_state_;
+  std::string device_summary_;
 };
 
 }  // namespace stoke::client

@@ -2,6 +2,8 @@
 // health service and server reflection, so grpcurl and health probes work unchanged.
 #pragma once
 
+#include "server/api/rpc_observer.h"
+
 #include <grpcpp/grpcpp.h>
 
 #include <memory>
@@ -18,6 +20,8 @@ class GrpcServer {
     // host:port; port 0 picks a free one (see address()).
     std::string address = "127.0.0.1:50051";
     int max_message_bytes = 16 * 1024 * 1024;
+    // Told of every call (for /metrics); may be null. Must outlive the server.
+    RpcObserver* observer = nullptr;
   };
 
   static absl::StatusOr<std::unique_ptr<GrpcServer>> Start(

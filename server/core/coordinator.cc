@@ -217,6 +217,13 @@ void Coordinator::HandleWorkerMessage(const std::string& worker_id,
     case v1::WorkerMessage::kHeartbeat: {
       std::lock_guard<std::mutex> lock(mu_);
       workers_.Touch(worker_id, clock_.Now());
+      if (message.heartbeat().has_device_stats()) {
+        if (WorkerEntry* worker = workers_.Find(worker_id)) {
+          v1::DeviceStats& stats = *worker->info.mutable_device_stats();
+          stats = message.heartbeat().device_stats();
+          *stats.mutable_time() = ToProto(clock_.Now());
+        }
+      }
       break;
     }
     case v1::WorkerMessage::kStarted:
@@ -270,7 +277,17 @@ void Coordinator::OnTaskReport(const std::string& worker_id, const v1::TaskRepor
     spdlog::warn("worker {} dropped {} metric samples of job {} (link too slow)", worker_id,
                  report.dropped_samples(), report.job_id());
   }
-  auto s = jobs_.AppendReport(report.job_id(), report, worker->info.rank());
+  // Diagnoses join each training sample before it is stored and streamed.
+  v1::TaskReport diagnosed = report;
+  auto& diagnostician = diagnosticians_[{report.job_id(), worker->info.rank()}];
+  const std::optional<v1::DeviceStats> device =
+      worker->info.has_device_stats() ? std::make_optional(worker->info.device_stats())
+                                      : std::nullopt;
+  for (auto& sample : *diagnosed.mutable_metrics()) {
+    if (sample.has_eval()) continue;
+    for (v1::Diagnosis d : diagnostician.Diagnose(sample, device)) sample.add_diagnoses(d);
+  }
+  auto s = jobs_.AppendReport(report.job_id(), diagnosed, worker->info.rank());
   // Losing a batch of metrics (store full, say) must not stop training.
   if (!s.ok()) spdlog::error("job {}: metrics not stored: {}", report.job_id(), s.ToString());
 }
@@ -303,6 +320,7 @@ void Coordinator::OnTaskFinished(const std::string& worker_id, const v1::TaskFin
         spdlog::info("job {} succeeded", job_id);
         started_ranks_.erase(job_id);
         succeeded_ranks_.erase(job_id);
+        ForgetDiagnoses(job_id);
       }
       break;
     }
@@ -376,7 +394,14 @@ void Coordinator::FailAttempt(const std::string& job_id, uint32_t attempt, const
   succeeded_ranks_.erase(job_id);
 }
 
+void Coordinator::ForgetDiagnoses(const std::string& job_id) {
+  diagnosticians_.erase(diagnosticians_.lower_bound({job_id, 0}),
+                        diagnosticians_.upper_bound({job_id, UINT32_MAX}));
+}
+
 void Coordinator::StopGang(const std::string& job_id, const std::string& reason) {
+  // A new attempt starts its histories afresh; a finished job needs them no more.
+  ForgetDiagnoses(job_id);
   for (const auto& worker_id : workers_.WorkersOf(job_id)) {
     WorkerEntry* worker = workers_.Find(worker_id);
     if (!worker || worker->info.state() != v1::WORKER_STATE_BUSY) continue;

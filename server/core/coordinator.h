@@ -18,6 +18,7 @@
 #include "absl/time/time.h"
 #include "server/core/checkpoint_files.h"
 #include "server/core/clock.h"
+#include "server/core/diagnosis.h"
 #include "server/core/event_hub.h"
 #include "server/core/job_book.h"
 #include "server/core/scheduler.h"
@@ -103,6 +104,7 @@ class Coordinator {
   void Schedule();
   void StartJob(const PlannedStart& start);
   v1::Job WithWaitingReason(v1::Job job) const;
+  void ForgetDiagnoses(const std::string& job_id);
   // host:port for a new attempt's rendezvous on `host`, avoiding ports live jobs hold.
   std::string RendezvousAddress(const std::string& host);
   void TickLoop();
@@ -118,6 +120,8 @@ class Coordinator {
   // Ranks of the current attempt that have started / succeeded, by job.
   std::map<std::string, std::set<uint32_t>> started_ranks_;
   std::map<std::string, std::set<uint32_t>> succeeded_ranks_;
+  // Per (job, rank): the history its diagnoses are drawn from.
+  std::map<std::pair<std::string, uint32_t>, RankDiagnostician> diagnosticians_;
   // Why each queued job is still waiting (from the last scheduling pass).
   std::map<std::string, std::string> waiting_;
   bool shutting_down_ = false;

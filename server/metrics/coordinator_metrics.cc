@@ -1,6 +1,6 @@
 #include "server/metrics/coordinator_metrics.h"
 
-#include <prometheus/gauge.h>
+#include <prometheus/text_serializer.h>
 
 #include <set>
 
@@ -14,59 +14,174 @@ std::string Lower(const std::string& enum_name, const std::string& prefix) {
   return absl::AsciiStrToLower(enum_name.substr(prefix.size()));
 }
 
+bool Running(const v1::Job& job) { return job.state() == v1::JOB_STATE_RUNNING; }
+
+// The per-job gauges, all labelled {job}. `live`: only meaningful while the job runs
+// (throughput); 0 otherwise, so a finished job's last rate does not linger.
+struct JobGaugeDef {
+  const char* name;
+  const char* help;
+  bool live;
+  double (*value)(const v1::Job&);
+};
+
+const v1::MetricSample& M(const v1::Job& j) { return j.latest_metrics(); }
+
+constexpr JobGaugeDef kJobGauges[] = {
+    {"stoke_job_samples_per_second", "Training throughput over the latest window, all ranks",
+     true, [](const v1::Job& j) { return M(j).samples_per_second(); }},
+    {"stoke_job_tokens_per_second", "Language models: tokens trained per second, all ranks", true,
+     [](const v1::Job& j) { return M(j).tokens_per_second(); }},
+    {"stoke_job_model_flops_per_second",
+     "Model FLOP/s achieved per device (PaLM count: 6 per weight per token plus attention)", true,
+     [](const v1::Job& j) { return M(j).achieved_flops(); }},
+    {"stoke_job_mfu_ratio", "Model FLOP/s over the device's dense bf16 peak, 0 to 1 (0: unknown)",
+     true, [](const v1::Job& j) { return M(j).mfu(); }},
+    {"stoke_job_step_seconds", "Mean optimizer step time over the latest window, rank 0", true,
+     [](const v1::Job& j) { return M(j).step_seconds(); }},
+    {"stoke_job_data_wait_ratio", "Share of step time waiting for the next batch, 0 to 1", true,
+     [](const v1::Job& j) { return M(j).data_wait_ratio(); }},
+    {"stoke_job_comm_wait_ratio",
+     "Share of step time waiting for gradient all-reduces backward did not hide, 0 to 1", true,
+     [](const v1::Job& j) { return M(j).comm_wait_ratio(); }},
+    {"stoke_job_compute_ratio", "Share of step time neither waiting for data nor for all-reduces",
+     true,
+     [](const v1::Job& j) {
+       return M(j).step_seconds() > 0
+                  ? std::max(0.0, 1.0 - M(j).data_wait_ratio() - M(j).comm_wait_ratio())
+                  : 0.0;
+     }},
+    {"stoke_job_loss", "Mean training loss over the latest window", false,
+     [](const v1::Job& j) { return M(j).loss(); }},
+    {"stoke_job_learning_rate", "Learning rate at the end of the latest window", false,
+     [](const v1::Job& j) { return M(j).learning_rate(); }},
+    {"stoke_job_progress_ratio", "Steps done over total steps, 0 to 1", false,
+     [](const v1::Job& j) {
+       return M(j).total_steps() ? static_cast<double>(M(j).step()) / M(j).total_steps() : 0.0;
+     }},
+    {"stoke_job_devices", "Devices the job holds", true,
+     [](const v1::Job& j) { return static_cast<double>(j.placement_size()); }},
+    {"stoke_job_restarts", "Attempts re-queued after a failure", false,
+     [](const v1::Job& j) { return static_cast<double>(j.restarts()); }},
+    {"stoke_job_memory_allocated_bytes", "Bytes held by tensors on rank 0's GPU", false,
+     [](const v1::Job& j) { return static_cast<double>(M(j).memory_allocated_bytes()); }},
+    {"stoke_job_memory_reserved_bytes", "Bytes the caching allocator holds on rank 0's GPU", false,
+     [](const v1::Job& j) { return static_cast<double>(M(j).memory_reserved_bytes()); }},
+    {"stoke_job_memory_peak_bytes", "Most bytes ever held by tensors on rank 0's GPU", false,
+     [](const v1::Job& j) { return static_cast<double>(M(j).memory_peak_bytes()); }},
+    {"stoke_job_allocator_retries",
+     "Allocations the caching allocator retried after freeing its cache (fragmentation)", false,
+     [](const v1::Job& j) { return static_cast<double>(M(j).allocator_retries()); }},
+    {"stoke_job_eval_loss", "Loss on the held-out split at the latest evaluation", false,
+     [](const v1::Job& j) { return j.latest_eval().eval().loss(); }},
+    {"stoke_job_eval_accuracy_ratio", "Classifiers: accuracy at the latest evaluation, 0 to 1",
+     false, [](const v1::Job& j) { return j.latest_eval().eval().accuracy(); }},
+    {"stoke_job_eval_perplexity", "Language models: perplexity at the latest evaluation", false,
+     [](const v1::Job& j) { return j.latest_eval().eval().perplexity(); }},
+};
+
+constexpr v1::Diagnosis kDiagnoses[] = {v1::DIAGNOSIS_INPUT_BOUND, v1::DIAGNOSIS_LAUNCH_BOUND,
+                                        v1::DIAGNOSIS_MEMORY_GROWING};
+
+struct DeviceGaugeDef {
+  const char* name;
+  const char* help;
+  std::optional<double> (*value)(const v1::DeviceStats&);
+};
+
+constexpr DeviceGaugeDef kDeviceGauges[] = {
+    {"stoke_device_utilization_ratio",
+     "Share of time a kernel ran (GPUs) or of the machine's cores busy (CPU workers), 0 to 1",
+     [](const v1::DeviceStats& s) -> std::optional<double> { return s.utilization(); }},
+    {"stoke_device_memory_used_bytes", "Device memory in use (CPU workers: resident memory)",
+     [](const v1::DeviceStats& s) -> std::optional<double> {
+       return static_cast<double>(s.memory_used_bytes());
+     }},
+    {"stoke_device_memory_total_bytes", "Device memory (CPU workers: the machine's)",
+     [](const v1::DeviceStats& s) -> std::optional<double> {
+       return static_cast<double>(s.memory_total_bytes());
+     }},
+    {"stoke_device_sm_clock_hertz", "SM clock (CPU workers: the cores' mean clock)",
+     [](const v1::DeviceStats& s) -> std::optional<double> {
+       return s.has_sm_clock_hz() ? std::optional<double>(s.sm_clock_hz()) : std::nullopt;
+     }},
+    {"stoke_device_power_watts", "Board power draw (GPUs)",
+     [](const v1::DeviceStats& s) -> std::optional<double> {
+       return s.has_power_watts() ? std::optional<double>(s.power_watts()) : std::nullopt;
+     }},
+    {"stoke_device_temperature_celsius", "GPU temperature",
+     [](const v1::DeviceStats& s) -> std::optional<double> {
+       return s.has_temperature_celsius() ? std::optional<double>(s.temperature_celsius())
+                                          : std::nullopt;
+     }},
+};
+
+std::string DeviceLabel(const v1::Device& d) {
+  return absl::StrCat(d.type() == v1::DEVICE_TYPE_CUDA ? "cuda:" : "cpu:", d.index());
+}
+
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<CoordinatorMetrics>> CoordinatorMetrics::Start(
-    const std::string& address, SnapshotFn snapshot) {
+    const Options& options, SnapshotFn snapshot) {
   std::unique_ptr<prometheus::Exposer> exposer;
-  try {
-    exposer = std::make_unique<prometheus::Exposer>(address);
-  } catch (const std::exception& e) {
-    return absl::UnavailableError(
-        absl::StrCat("--metrics-address ", address, ": cannot listen: ", e.what()));
+  if (!options.address.empty()) {
+    try {
+      exposer = std::make_unique<prometheus::Exposer>(options.address);
+    } catch (const std::exception& e) {
+      return absl::UnavailableError(
+          absl::StrCat("--metrics-address ", options.address, ": cannot listen: ", e.what()));
+    }
   }
   auto metrics = std::unique_ptr<CoordinatorMetrics>(
-      new CoordinatorMetrics(std::move(exposer), std::move(snapshot)));
-  auto ports = metrics->exposer_->GetListeningPorts();
-  if (ports.empty())
-    return absl::UnavailableError(absl::StrCat("--metrics-address ", address, ": not listening"));
-  metrics->address_ = absl::StrCat(address.substr(0, address.rfind(':')), ":", ports.front());
+      new CoordinatorMetrics(options, std::move(exposer), std::move(snapshot)));
+  if (metrics->exposer_) {
+    auto ports = metrics->exposer_->GetListeningPorts();
+    if (ports.empty()) {
+      return absl::UnavailableError(
+          absl::StrCat("--metrics-address ", options.address, ": not listening"));
+    }
+    metrics->address_ =
+        absl::StrCat(options.address.substr(0, options.address.rfind(':')), ":", ports.front());
+  }
   return metrics;
 }
 
-CoordinatorMetrics::CoordinatorMetrics(std::unique_ptr<prometheus::Exposer> exposer,
+CoordinatorMetrics::GaugeFamily& CoordinatorMetrics::Gauge(const std::string& name,
+                                                           const std::string& help) {
+  return prometheus::BuildGauge().Name(name).Help(help).Register(*registry_);
+}
+
+CoordinatorMetrics::CoordinatorMetrics(const Options& options,
+                                       std::unique_ptr<prometheus::Exposer> exposer,
                                        SnapshotFn snapshot)
-    : exposer_(std::move(exposer)),
+    : options_(options),
+      exposer_(std::move(exposer)),
       registry_(std::make_shared<prometheus::Registry>()),
-      snapshot_(std::move(snapshot)),
-      jobs_(prometheus::BuildGauge()
-                .Name("stoke_jobs")
-                .Help("Unfinished jobs by state")
-                .Register(*registry_)),
-      queue_length_(prometheus::BuildGauge()
-                        .Name("stoke_queue_length")
-                        .Help("Jobs waiting for devices (pending or restarting)")
-                        .Register(*registry_)),
-      workers_(prometheus::BuildGauge()
-                   .Name("stoke_workers")
-                   .Help("Attached workers by state")
-                   .Register(*registry_)),
-      job_samples_per_second_(prometheus::BuildGauge()
-                                  .Name("stoke_job_samples_per_second")
-                                  .Help("Training throughput of a running job, all ranks")
-                                  .Register(*registry_)),
-      job_loss_(prometheus::BuildGauge()
-                    .Name("stoke_job_loss")
-                    .Help("Mean training loss over the job's latest metrics window")
-                    .Register(*registry_)),
-      job_progress_(prometheus::BuildGauge()
-                        .Name("stoke_job_progress_ratio")
-                        .Help("Steps done over total steps, 0 to 1")
-                        .Register(*registry_)),
-      job_devices_(prometheus::BuildGauge()
-                       .Name("stoke_job_devices")
-                       .Help("Devices the job holds")
-                       .Register(*registry_)) {
+      snapshot_(std::move(snapshot)) {
+  jobs_ = &Gauge("stoke_jobs", "Unfinished jobs by state");
+  queue_length_ = &Gauge("stoke_queue_length", "Jobs waiting for devices (pending or restarting)");
+  workers_ = &Gauge("stoke_workers", "Attached workers by state");
+  for (const JobGaugeDef& def : kJobGauges) job_families_.push_back(&Gauge(def.name, def.help));
+  job_diagnosis_ = &Gauge("stoke_job_diagnosis",
+                          "1 while the coordinator diagnoses the job so (input_bound: waits for "
+                          "data; launch_bound: GPU busy at low FLOP/s; memory_growing)");
+  job_device_ = &Gauge("stoke_job_device_info",
+                       "1 for each device a running job holds (join on host and gpu)");
+  for (const DeviceGaugeDef& def : kDeviceGauges) {
+    device_families_[def.name] = &Gauge(def.name, def.help);
+  }
+  rpc_requests_ = &prometheus::BuildCounter()
+                       .Name("stoke_rpc_requests_total")
+                       .Help("gRPC calls answered, by method and status code")
+                       .Register(*registry_);
+  rpc_duration_ = &prometheus::BuildHistogram()
+                       .Name("stoke_rpc_duration_seconds")
+                       .Help("Time from receiving a unary gRPC call to answering it")
+                       .Register(*registry_);
+  rpc_open_streams_ = &Gauge("stoke_rpc_open_streams",
+                             "Streaming calls open now (WatchJob: watchers; Attach: workers)");
+
   // Every state is always present (0 when empty), so dashboards never show gaps.
   for (int s = v1::JOB_STATE_PENDING; s <= v1::JOB_STATE_RESTARTING; ++s) {
     auto state = static_cast<v1::JobState>(s);
@@ -74,14 +189,14 @@ CoordinatorMetrics::CoordinatorMetrics(std::unique_ptr<prometheus::Exposer> expo
         state == v1::JOB_STATE_CANCELLED) {
       continue;
     }
-    jobs_by_state_[s] = &jobs_.Add({{"state", Lower(v1::JobState_Name(state), "JOB_STATE_")}});
+    jobs_by_state_[s] = &jobs_->Add({{"state", Lower(v1::JobState_Name(state), "JOB_STATE_")}});
   }
   for (int s = v1::WORKER_STATE_IDLE; s <= v1::WORKER_STATE_DRAINING; ++s) {
-    workers_by_state_[s] = &workers_.Add(
+    workers_by_state_[s] = &workers_->Add(
         {{"state", Lower(v1::WorkerState_Name(static_cast<v1::WorkerState>(s)), "WORKER_STATE_")}});
   }
-  queue_length_.Add({});
-  exposer_->RegisterCollectable(registry_);
+  queue_length_->Add({});
+  if (exposer_) exposer_->RegisterCollectable(registry_);
   if (snapshot_) refresher_ = std::thread([this] { RefreshLoop(); });
 }
 
@@ -98,12 +213,16 @@ void CoordinatorMetrics::RefreshLoop() {
   std::unique_lock<std::mutex> lock(stop_mu_);
   do {
     lock.unlock();
-    Refresh(snapshot_());
+    Refresh(snapshot_(), absl::Now());
     lock.lock();
   } while (!stop_cv_.wait_for(lock, std::chrono::seconds(1), [this] { return stopping_; }));
 }
 
-void CoordinatorMetrics::Refresh(const MetricsSnapshot& snapshot) {
+std::string CoordinatorMetrics::Exposition() const {
+  return prometheus::TextSerializer().Serialize(registry_->Collect());
+}
+
+void CoordinatorMetrics::Refresh(const MetricsSnapshot& snapshot, absl::Time now) {
   std::lock_guard<std::mutex> lock(mu_);
   std::map<int, int> job_counts;
   int queued = 0;
@@ -112,43 +231,146 @@ void CoordinatorMetrics::Refresh(const MetricsSnapshot& snapshot) {
     if (job.state() == v1::JOB_STATE_PENDING || job.state() == v1::JOB_STATE_RESTARTING) ++queued;
   }
   for (auto& [state, gauge] : jobs_by_state_) gauge->Set(job_counts[state]);
-  queue_length_.Add({}).Set(queued);
-
+  queue_length_->Add({}).Set(queued);
   std::map<int, int> worker_counts;
   for (const auto& w : snapshot.cluster.workers()) ++worker_counts[w.state()];
   for (auto& [state, gauge] : workers_by_state_) gauge->Set(worker_counts[state]);
+  RefreshJobs(snapshot.active_jobs, now);
+  RefreshDevices(snapshot.cluster);
+}
 
+void CoordinatorMetrics::SetJob(JobSeries& series, const v1::Job& job, bool finished) {
+  const bool live = !finished && Running(job);
+  for (size_t i = 0; i < std::size(kJobGauges); ++i) {
+    series.gauges[i]->Set(kJobGauges[i].live && !live ? 0.0 : kJobGauges[i].value(job));
+  }
+  std::set<int> now(job.latest_metrics().diagnoses().begin(),
+                    job.latest_metrics().diagnoses().end());
+  for (size_t i = 0; i < std::size(kDiagnoses); ++i) {
+    series.diagnoses[i]->Set(live && now.count(kDiagnoses[i]) ? 1 : 0);
+  }
+  // Which devices it holds: present while it runs, gone when it stops.
+  std::set<std::string> held;
+  if (!finished) {
+    for (const auto& p : job.placement()) {
+      held.insert(p.worker_id());
+      if (series.placements.count(p.worker_id())) continue;
+      series.placements[p.worker_id()] = &job_device_->Add(
+          {{"job", job.id()}, {"host", p.host()}, {"gpu", DeviceLabel(p.device())},
+           {"uuid", p.device().uuid()}, {"rank", std::to_string(p.rank())}});
+      series.placements[p.worker_id()]->Set(1);
+    }
+  }
+  for (auto it = series.placements.begin(); it != series.placements.end();) {
+    if (held.count(it->first)) {
+      ++it;
+    } else {
+      job_device_->Remove(it->second);
+      it = series.placements.erase(it);
+    }
+  }
+}
+
+void CoordinatorMetrics::RemoveJob(JobSeries& series) {
+  for (size_t i = 0; i < series.gauges.size(); ++i) job_families_[i]->Remove(series.gauges[i]);
+  for (auto* gauge : series.diagnoses) job_diagnosis_->Remove(gauge);
+  for (auto& [worker, gauge] : series.placements) job_device_->Remove(gauge);
+}
+
+void CoordinatorMetrics::RefreshJobs(const std::vector<v1::Job>& active, absl::Time now) {
   std::set<std::string> live;
-  for (const auto& job : snapshot.active_jobs) {
+  for (const auto& job : active) {
     live.insert(job.id());
     auto it = job_series_.find(job.id());
     if (it == job_series_.end()) {
+      JobSeries series;
       const prometheus::Labels labels{{"job", job.id()}};
-      it = job_series_
-               .emplace(job.id(),
-                        JobSeries{&job_samples_per_second_.Add(labels), &job_loss_.Add(labels),
-                                  &job_progress_.Add(labels), &job_devices_.Add(labels)})
-               .first;
+      for (auto* family : job_families_) series.gauges.push_back(&family->Add(labels));
+      for (v1::Diagnosis d : kDiagnoses) {
+        series.diagnoses.push_back(&job_diagnosis_->Add(
+            {{"job", job.id()}, {"diagnosis", Lower(v1::Diagnosis_Name(d), "DIAGNOSIS_")}}));
+      }
+      it = job_series_.emplace(job.id(), std::move(series)).first;
     }
-    const auto& m = job.latest_metrics();
-    const bool running = job.state() == v1::JOB_STATE_RUNNING;
-    it->second.samples_per_second->Set(running ? m.samples_per_second() : 0);
-    it->second.loss->Set(m.loss());
-    it->second.progress->Set(m.total_steps() ? static_cast<double>(m.step()) / m.total_steps() : 0);
-    it->second.devices->Set(job.placement_size());
+    it->second.last = job;
+    it->second.finished_at.reset();
+    SetJob(it->second, job, /*finished=*/false);
   }
-  // A finished job's series go, so label sets stay bounded however many jobs have run.
+  // Finished jobs keep their last values for the retention, then go, so label sets
+  // stay bounded however many jobs have run.
   for (auto it = job_series_.begin(); it != job_series_.end();) {
+    JobSeries& series = it->second;
     if (live.count(it->first)) {
       ++it;
       continue;
     }
-    job_samples_per_second_.Remove(it->second.samples_per_second);
-    job_loss_.Remove(it->second.loss);
-    job_progress_.Remove(it->second.progress);
-    job_devices_.Remove(it->second.devices);
-    it = job_series_.erase(it);
+    if (!series.finished_at) {
+      series.finished_at = now;
+      SetJob(series, series.last, /*finished=*/true);
+    }
+    if (now - *series.finished_at >= options_.finished_job_retention) {
+      RemoveJob(series);
+      it = job_series_.erase(it);
+    } else {
+      ++it;
+    }
   }
+}
+
+void CoordinatorMetrics::RefreshDevices(const v1::Cluster& cluster) {
+  std::set<std::string> attached;
+  for (const auto& w : cluster.workers()) {
+    if (!w.has_device_stats()) continue;
+    attached.insert(w.id());
+    DeviceSeries& series = device_series_[w.id()];
+    if (series.labels.empty()) {
+      series.labels = {{"host", w.host()},
+                       {"gpu", DeviceLabel(w.device())},
+                       {"uuid", w.device().uuid()},
+                       {"name", w.device().name()}};
+    }
+    for (const DeviceGaugeDef& def : kDeviceGauges) {
+      const std::optional<double> value = def.value(w.device_stats());
+      auto found = series.gauges.find(def.name);
+      if (!value) {
+        if (found != series.gauges.end()) {
+          device_families_[def.name]->Remove(found->second);
+          series.gauges.erase(found);
+        }
+        continue;
+      }
+      if (found == series.gauges.end()) {
+        found = series.gauges.emplace(def.name, &device_families_[def.name]->Add(series.labels))
+                    .first;
+      }
+      found->second->Set(*value);
+    }
+  }
+  for (auto it = device_series_.begin(); it != device_series_.end();) {
+    if (attached.count(it->first)) {
+      ++it;
+      continue;
+    }
+    for (auto& [name, gauge] : it->second.gauges) device_families_[name]->Remove(gauge);
+    it = device_series_.erase(it);
+  }
+}
+
+void CoordinatorMetrics::OnUnaryFinished(const std::string& method, const std::string& code,
+                                         double seconds) {
+  rpc_requests_->Add({{"method", method}, {"code", code}}).Increment();
+  static const prometheus::Histogram::BucketBoundaries kBuckets = {
+      0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5};
+  rpc_duration_->Add({{"method", method}}, kBuckets).Observe(seconds);
+}
+
+void CoordinatorMetrics::OnStreamOpened(const std::string& method) {
+  rpc_open_streams_->Add({{"method", method}}).Increment();
+}
+
+void CoordinatorMetrics::OnStreamFinished(const std::string& method, const std::string& code) {
+  rpc_requests_->Add({{"method", method}, {"code", code}}).Increment();
+  rpc_open_streams_->Add({{"method", method}}).Decrement();
 }
 
 }  // namespace stoke::server

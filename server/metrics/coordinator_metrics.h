@@ -1,12 +1,16 @@
 // The coordinator's Prometheus endpoint: /metrics on --metrics-address. Families are
 // built once; a background thread refreshes them each second from a snapshot of the core,
-// so scrapes and training never wait on each other. Label sets stay small: job series
-// exist only while the job is unfinished.
+// so scrapes and training never wait on each other. Labels stay few and bounded: `job`
+// series live while the job runs and for a retention after it finishes, device series
+// while their worker is attached, RPC series per method and status code. Every metric is
+// listed, with its unit, in README.md.
 #pragma once
 
+#include <prometheus/counter.h>
 #include <prometheus/exposer.h>
 #include <prometheus/family.h>
 #include <prometheus/gauge.h>
+#include <prometheus/histogram.h>
 #include <prometheus/registry.h>
 
 #include <condition_variable>
@@ -14,11 +18,14 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "server/api/rpc_observer.h"
 #include "stoke/v1/coordinator.pb.h"
 
 namespace stoke::server {
@@ -28,47 +35,84 @@ struct MetricsSnapshot {
   std::vector<v1::Job> active_jobs;
 };
 
-class CoordinatorMetrics {
+class CoordinatorMetrics final : public RpcObserver {
  public:
   using SnapshotFn = std::function<MetricsSnapshot()>;
+  struct Options {
+    // host:port; port 0 picks one. Empty: no HTTP listener (tests read Exposition()).
+    std::string address;
+    // How long a finished job's series stay (its last values, throughput at 0).
+    absl::Duration finished_job_retention = absl::Minutes(10);
+  };
 
-  // Listens on `address` (host:port; port 0 picks one) and refreshes from `snapshot`.
-  static absl::StatusOr<std::unique_ptr<CoordinatorMetrics>> Start(const std::string& address,
+  // Listens (if an address is given) and, with a snapshot function, refreshes from it
+  // every second.
+  static absl::StatusOr<std::unique_ptr<CoordinatorMetrics>> Start(const Options& options,
                                                                    SnapshotFn snapshot);
-  ~CoordinatorMetrics();
+  ~CoordinatorMetrics() override;
 
   // host:port actually bound.
   const std::string& address() const { return address_; }
-  // Applies one snapshot (the refresher calls this every second; tests call it directly).
-  void Refresh(const MetricsSnapshot& snapshot);
+  // Applies one snapshot taken at `now` (the refresher does this every second).
+  void Refresh(const MetricsSnapshot& snapshot, absl::Time now);
+  // Everything registered, in Prometheus text format (what /metrics serves).
+  std::string Exposition() const;
+
+  // RpcObserver: gRPC's threads call these.
+  void OnUnaryFinished(const std::string& method, const std::string& code,
+                       double seconds) override;
+  void OnStreamOpened(const std::string& method) override;
+  void OnStreamFinished(const std::string& method, const std::string& code) override;
 
  private:
-  CoordinatorMetrics(std::unique_ptr<prometheus::Exposer> exposer, SnapshotFn snapshot);
-  void RefreshLoop();
+  using GaugeFamily = prometheus::Family<prometheus::Gauge>;
+  struct JobSeries {
+    std::vector<prometheus::Gauge*> gauges;     // one per job gauge family, in order
+    std::vector<prometheus::Gauge*> diagnoses;  // one per diagnosis
+    std::map<std::string, prometheus::Gauge*> placements;  // by worker id
+    v1::Job last;
+    std::optional<absl::Time> finished_at;
+  };
+  struct DeviceSeries {
+    prometheus::Labels labels;
+    std::map<std::string, prometheus::Gauge*> gauges;  // by family name, added when reported
+  };
 
+  CoordinatorMetrics(const Options& options, std::unique_ptr<prometheus::Exposer> exposer,
+                     SnapshotFn snapshot);
+  void RefreshLoop();
+  void RefreshJobs(const std::vector<v1::Job>& active, absl::Time now);
+  void RefreshDevices(const v1::Cluster& cluster);
+  void SetJob(JobSeries& series, const v1::Job& job, bool finished);
+  void RemoveJob(JobSeries& series);
+  GaugeFamily& Gauge(const std::string& name, const std::string& help);
+
+  const Options options_;
   std::unique_ptr<prometheus::Exposer> exposer_;
   std::shared_ptr<prometheus::Registry> registry_;
   std::string address_;
   SnapshotFn snapshot_;
 
-  prometheus::Family<prometheus::Gauge>& jobs_;
-  prometheus::Family<prometheus::Gauge>& queue_length_;
-  prometheus::Family<prometheus::Gauge>& workers_;
-  prometheus::Family<prometheus::Gauge>& job_samples_per_second_;
-  prometheus::Family<prometheus::Gauge>& job_loss_;
-  prometheus::Family<prometheus::Gauge>& job_progress_;
-  prometheus::Family<prometheus::Gauge>& job_devices_;
+  // Cluster and scheduler.
+  GaugeFamily* jobs_ = nullptr;
+  GaugeFamily* queue_length_ = nullptr;
+  GaugeFamily* workers_ = nullptr;
+  // Jobs: one family per entry of the job gauge table (coordinator_metrics.cc).
+  std::vector<GaugeFamily*> job_families_;
+  GaugeFamily* job_diagnosis_ = nullptr;
+  GaugeFamily* job_device_ = nullptr;
+  // Devices: by name (stoke_device_*).
+  std::map<std::string, GaugeFamily*> device_families_;
+  // API.
+  prometheus::Family<prometheus::Counter>* rpc_requests_ = nullptr;
+  prometheus::Family<prometheus::Histogram>* rpc_duration_ = nullptr;
+  GaugeFamily* rpc_open_streams_ = nullptr;
 
-  std::mutex mu_;  // guards the cached children below
+  mutable std::mutex mu_;  // guards everything below and the families' children
   std::map<int, prometheus::Gauge*> jobs_by_state_;
   std::map<int, prometheus::Gauge*> workers_by_state_;
-  struct JobSeries {
-    prometheus::Gauge* samples_per_second;
-    prometheus::Gauge* loss;
-    prometheus::Gauge* progress;
-    prometheus::Gauge* devices;
-  };
   std::map<std::string, JobSeries> job_series_;
+  std::map<std::string, DeviceSeries> device_series_;  // by worker id
 
   std::mutex stop_mu_;
   std::condition_variable stop_cv_;

@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cstdlib>
 #include <fstream>
 #include <sstream>
 #include <string>
@@ -46,8 +47,12 @@ int FreePort() {
 // A rank runner started in the background, its output going to a log file.
 class RankProcess {
  public:
-  RankProcess(const std::vector<std::string>& args, const std::string& log) : log_(log) {
-    std::vector<std::string> argv = {STOKE_RANK_RUNNER_BINARY};
+  // `prefix`: a command that runs the runner (`ip netns exec NAME`), or nothing.
+  RankProcess(const std::vector<std::string>& args, const std::string& log,
+              const std::vector<std::string>& prefix = {})
+      : log_(log) {
+    std::vector<std::string> argv = prefix;
+    argv.push_back(STOKE_RANK_RUNNER_BINARY);
     argv.insert(argv.end(), args.begin(), args.end());
     pid_ = fork();
     if (pid_ == 0) {
@@ -57,7 +62,7 @@ class RankProcess {
       std::vector<char*> cargs;
       for (auto& a : argv) cargs.push_back(a.data());
       cargs.push_back(nullptr);
-      execv(cargs[0], cargs.data());
+      execvp(cargs[0], cargs.data());
       _exit(127);
     }
   }
@@ -208,6 +213,75 @@ TEST_F(DistributedTrainingTest, ARankAloneGivesUpOnTheRendezvousNamingIt) {
   EXPECT_EQ(lonely.Wait(), 1);
   EXPECT_NE(lonely.Log().find("could not meet the others at " + rendezvous), std::string::npos)
       << lonely.Log();
+}
+
+// Two network namespaces ("hosts") joined by one veth pair, 10.77.N.1 and 10.77.N.2 on
+// its ends and nothing else but their own loopback: a rank in one reaches the other only
+// through that link, by its address. Needs CAP_NET_ADMIN (root); Valid() says if made.
+class TwoHosts {
+ public:
+  TwoHosts() {
+    const std::string id = std::to_string(getpid() % 100000);
+    a_ = "stoke-a-" + id;
+    b_ = "stoke-b-" + id;
+    subnet_ = "10.77." + std::to_string(getpid() % 250) + ".";
+    const std::vector<std::string> steps = {
+        "ip netns add " + a_,
+        "ip netns add " + b_,
+        "ip link add va" + id + " netns " + a_ + " type veth peer name vb" + id + " netns " + b_,
+        "ip -n " + a_ + " addr add " + subnet_ + "1/24 dev va" + id,
+        "ip -n " + b_ + " addr add " + subnet_ + "2/24 dev vb" + id,
+        "ip -n " + a_ + " link set va" + id + " up",
+        "ip -n " + b_ + " link set vb" + id + " up",
+        "ip -n " + a_ + " link set lo up",
+        "ip -n " + b_ + " link set lo up",
+    };
+    for (const auto& step : steps) {
+      if (std::system((step + " 2>/dev/null").c_str()) != 0) {
+        why_not_ = "`" + step + "` failed (network namespaces need root)";
+        return;
+      }
+    }
+    valid_ = true;
+  }
+  ~TwoHosts() {
+    (void)std::system(("ip netns del " + a_ + " 2>/dev/null").c_str());
+    (void)std::system(("ip netns del " + b_ + " 2>/dev/null").c_str());
+  }
+  bool Valid() const { return valid_; }
+  const std::string& why_not() const { return why_not_; }
+  std::vector<std::string> On(int host) const {
+    return {"ip", "netns", "exec", host == 0 ? a_ : b_};
+  }
+  std::string Address(int host) const { return subnet_ + (host == 0 ? "1" : "2"); }
+
+ private:
+  std::string a_, b_, subnet_, why_not_;
+  bool valid_ = false;
+};
+
+TEST_F(DistributedTrainingTest, RanksOnTwoHostsMeetAtRankZerosAddressAndAgree) {
+  TwoHosts hosts;
+  if (!hosts.Valid()) GTEST_SKIP() << hosts.why_not();
+  // The ranks cannot reach each other over loopback: 127.0.0.1 is each host's own.
+  const std::string rendezvous = hosts.Address(0) + ":29400";
+  std::vector<std::unique_ptr<RankProcess>> ranks;
+  for (int r = 0; r < 2; ++r) {
+    ranks.push_back(std::make_unique<RankProcess>(
+        std::vector<std::string>{"rank=" + std::to_string(r), "world=2", "rendezvous=" + rendezvous,
+                                 "listen=" + hosts.Address(r), "data=" + data_, "batch=8",
+                                 "steps=20", "timeout=20",
+                                 "out=" + dir_.File("host-" + std::to_string(r) + ".pt")},
+        dir_.File("host-" + std::to_string(r) + ".log"), hosts.On(r)));
+  }
+  std::vector<std::vector<torch::Tensor>> parameters(2);
+  for (int r = 0; r < 2; ++r) {
+    ASSERT_EQ(ranks[static_cast<size_t>(r)]->Wait(), 0) << ranks[static_cast<size_t>(r)]->Log();
+    torch::load(parameters[static_cast<size_t>(r)], dir_.File("host-" + std::to_string(r) + ".pt"));
+  }
+  ExpectIdentical(parameters[0], parameters[1], "host a vs host b");
+  EXPECT_NE(ranks[1]->Log().find("rank 1 of 2 joined at " + rendezvous), std::string::npos)
+      << ranks[1]->Log();
 }
 
 }  // namespace

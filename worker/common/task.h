@@ -215,6 +215,15 @@ struct MetricSample {
   double data_wait_ratio = 0;
   double comm_wait_ratio = 0;  // several ranks: device time waiting on unhidden all-reduces
   double step_seconds = 0;     // mean optimizer step time over the window (this rank)
+  double tokens_per_second = 0;  // language models: samples/s x context
+  double achieved_flops = 0;     // model FLOP/s on this rank's device (PaLM's count)
+  double mfu = 0;                // achieved_flops / the device's dense bf16 peak; 0: unknown
+  // CUDA caching allocator: bytes held by tensors now, reserved from the driver, the most
+  // ever held, and how often it had to free its cache to satisfy an allocation.
+  uint64_t memory_allocated_bytes = 0;
+  uint64_t memory_reserved_bytes = 0;
+  uint64_t memory_peak_bytes = 0;
+  uint64_t allocator_retries = 0;
   std::optional<EvalResult> eval;
 };
 

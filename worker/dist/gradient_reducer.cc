@@ -61,7 +61,10 @@ GradientReducer::~GradientReducer() {
 torch::Tensor GradientReducer::SlotView(size_t parameter) const {
   const Slot& slot = slots_[parameter];
   const torch::Tensor& p = parameters_[parameter];
-  return buckets_[slot.bucket].flat.narrow(0, slot.offset, p.numel()).view(p.sizes());
+  torch::Tensor flat = buckets_[slot.bucket].flat.narrow(0, slot.offset, p.numel());
+  // The gradient takes its parameter's layout (channels_last weights are dense but not
+  // contiguous), so that the optimizer's elementwise kernels see matching strides.
+  return p.is_contiguous() ? flat.view(p.sizes()) : flat.as_strided(p.sizes(), p.strides());
 }
 
 void GradientReducer::Arm() {

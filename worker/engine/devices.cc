@@ -10,6 +10,7 @@
 
 #if STOKE_WITH_CUDA
 #include <ATen/cuda/CUDAContext.h>
+#include <c10/cuda/CUDACachingAllocator.h>
 #include <c10/cuda/CUDAFunctions.h>
 #endif
 
@@ -94,6 +95,40 @@ bool SupportsBf16(const DeviceRef& device) {
 #else
   return false;
 #endif
+}
+
+AllocatorStats ReadAllocatorStats(const DeviceRef& device) {
+  AllocatorStats out;
+#if STOKE_WITH_CUDA
+  if (device.kind != DeviceKind::kCuda) return out;
+  const auto stats = c10::cuda::CUDACachingAllocator::getDeviceStats(
+      static_cast<c10::DeviceIndex>(device.index));
+  // Index 0 of each StatArray is the aggregate over small and large pools.
+  out.allocated_bytes = static_cast<uint64_t>(stats.allocated_bytes[0].current);
+  out.reserved_bytes = static_cast<uint64_t>(stats.reserved_bytes[0].current);
+  out.peak_allocated_bytes = static_cast<uint64_t>(stats.allocated_bytes[0].peak);
+  out.retries = static_cast<uint64_t>(stats.num_alloc_retries);
+#else
+  (void)device;
+#endif
+  return out;
+}
+
+double PeakBf16Flops(const DeviceInfo& device) {
+  if (device.device.kind != DeviceKind::kCuda) return 0;
+  // Datasheet dense (not sparse) bf16 tensor-core rates, SXM parts.
+  struct Peak {
+    const char* name;
+    double flops;
+  };
+  static constexpr Peak kPeaks[] = {
+      {"H200", 989e12}, {"H100", 989e12}, {"A100", 312e12}, {"L40S", 362e12},
+      {"L40", 181e12},  {"L4", 121e12},   {"A10", 125e12},
+  };
+  for (const Peak& peak : kPeaks) {
+    if (device.name.find(peak.name) != std::string::npos) return peak.flops;
+  }
+  return 0;
 }
 
 }  // namespace stoke::worker

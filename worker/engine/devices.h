@@ -2,6 +2,7 @@
 // torch headers, so the worker's main (which also sees the gRPC side) can include it.
 #pragma once
 
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -21,6 +22,19 @@ void MakeCurrent(const DeviceRef& device);
 
 // bf16 matrix products run natively here (Ampere or newer, or any CPU).
 bool SupportsBf16(const DeviceRef& device);
+
+// The CUDA caching allocator's counters for a device (zeros on CPU). Host-side
+// bookkeeping: reading it never waits for the GPU.
+struct AllocatorStats {
+  uint64_t allocated_bytes = 0;
+  uint64_t reserved_bytes = 0;
+  uint64_t peak_allocated_bytes = 0;
+  uint64_t retries = 0;
+};
+AllocatorStats ReadAllocatorStats(const DeviceRef& device);
+
+// Dense bf16 tensor-core peak FLOP/s from the datasheet, for MFU; 0 when unknown.
+double PeakBf16Flops(const DeviceInfo& device);
 
 // Intra-op threads for CPU work; 0 leaves LibTorch's default (all cores).
 void SetCpuThreads(int threads);

@@ -68,6 +68,12 @@ std::optional<MetricSample> MetricWindow::Complete(Pending& pending) {
   sample.step_seconds = seconds / static_cast<double>(pending.steps_in_window);
   sample.comm_wait_ratio = seconds > 0 ? std::min(1.0, pending.comm_wait_seconds / seconds) : 0;
   sample.elapsed_seconds = pending.marker->SecondsSince(*origin_marker_);
+  sample.tokens_per_second =
+      sample.samples_per_second * static_cast<double>(facts_.tokens_per_sample);
+  sample.achieved_flops = sample.samples_per_second * static_cast<double>(facts_.flops_per_sample) /
+                          std::max(1, facts_.world_size);
+  sample.mfu = facts_.peak_flops > 0 ? sample.achieved_flops / facts_.peak_flops : 0;
+  if (annotate_) annotate_(sample);
   start_marker_ = std::move(pending.marker);
   return sample;
 }

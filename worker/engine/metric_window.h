@@ -10,6 +10,7 @@
 
 #include <chrono>
 #include <deque>
+#include <functional>
 #include <memory>
 #include <optional>
 
@@ -25,6 +26,19 @@ class MetricWindow {
   // ranks). first_step_done: the step training resumes after (0 for a fresh start).
   MetricWindow(torch::Device device, int64_t samples_per_step, uint64_t total_steps,
                uint64_t first_step_done = 0);
+
+  // What turns throughput into model FLOP/s, MFU and tokens/s. world_size: ranks sharing
+  // samples_per_step; peak_flops: the device's (0: MFU unknown).
+  struct ModelFacts {
+    int64_t flops_per_sample = 0;
+    int64_t tokens_per_sample = 0;
+    int world_size = 1;
+    double peak_flops = 0;
+  };
+  void SetModelFacts(const ModelFacts& facts) { facts_ = facts; }
+  // Called as each sample completes, for what the host reads without waiting (allocator
+  // counters).
+  void SetAnnotator(std::function<void(MetricSample&)> annotate) { annotate_ = std::move(annotate); }
   ~MetricWindow();
 
   // Adds one loss term (a 0-d tensor on the device): one per micro-batch. The window's
@@ -54,6 +68,8 @@ class MetricWindow {
   std::optional<MetricSample> Complete(Pending& pending);
 
   torch::Device device_;
+  ModelFacts facts_;
+  std::function<void(MetricSample&)> annotate_;
   int64_t samples_per_step_;
   uint64_t total_steps_;
   torch::Tensor loss_sum_;

@@ -219,6 +219,13 @@ v1::MetricSample ToProto(const MetricSample& s) {
   out.set_data_wait_ratio(s.data_wait_ratio);
   out.set_comm_wait_ratio(s.comm_wait_ratio);
   out.set_step_seconds(s.step_seconds);
+  out.set_tokens_per_second(s.tokens_per_second);
+  out.set_achieved_flops(s.achieved_flops);
+  out.set_mfu(s.mfu);
+  out.set_memory_allocated_bytes(s.memory_allocated_bytes);
+  out.set_memory_reserved_bytes(s.memory_reserved_bytes);
+  out.set_memory_peak_bytes(s.memory_peak_bytes);
+  out.set_allocator_retries(s.allocator_retries);
   if (s.eval) {
     auto* eval = out.mutable_eval();
     eval->set_loss(s.eval->loss);
@@ -236,6 +243,18 @@ v1::Device ToProto(const DeviceInfo& info) {
   out.set_name(info.name);
   out.set_uuid(info.uuid);
   out.set_memory_total_bytes(info.memory_total_bytes);
+  return out;
+}
+
+v1::DeviceStats ToProto(const DeviceStats& stats) {
+  v1::DeviceStats out;
+  out.set_utilization(stats.utilization);
+  out.set_memory_used_bytes(stats.memory_used_bytes);
+  out.set_memory_total_bytes(stats.memory_total_bytes);
+  if (stats.sm_clock_hz) out.set_sm_clock_hz(*stats.sm_clock_hz);
+  if (stats.power_watts) out.set_power_watts(*stats.power_watts);
+  if (stats.temperature_celsius) out.set_temperature_celsius(*stats.temperature_celsius);
+  out.set_source(stats.source);
   return out;
 }
 

@@ -4,6 +4,7 @@
 #include "absl/status/statusor.h"
 #include "stoke/v1/worker_link.pb.h"
 #include "worker/common/task.h"
+#include "worker/telemetry/device_sampler.h"
 
 namespace stoke::worker {
 
@@ -12,6 +13,7 @@ absl::StatusOr<TrainTask> TaskFromAssignment(const v1::Assignment& assignment);
 
 v1::MetricSample ToProto(const MetricSample& sample);
 v1::Device ToProto(const DeviceInfo& info);
+v1::DeviceStats ToProto(const DeviceStats& stats);
 v1::TaskOutcome ToProto(TrainOutcome::Kind kind);
 
 }  // namespace stoke::worker

@@ -196,7 +196,7 @@ void WorkerAgent::Serve(v1::WorkerLink::Stub& stub) {
 
   std::atomic<bool> connected{true};
   std::thread sender([&] {
-    auto last_write = std::chrono::steady_clock::now();
+    auto last_heartbeat = std::chrono::steady_clock::now();
     while (connected) {
       // Read before taking: Stop() sets it only once everything it had to say is queued.
       const bool closing = close_requested_;
@@ -206,21 +206,24 @@ void WorkerAgent::Serve(v1::WorkerLink::Stub& stub) {
           context.TryCancel();  // ends the Read below too
           return;
         }
-        last_write = std::chrono::steady_clock::now();
       }
       if (closing && batch.empty()) {
         // Half-close: the coordinator reads all we sent, then ends the stream.
         stream->WritesDone();
         return;
       }
-      if (std::chrono::steady_clock::now() - last_write >= heartbeat_interval_) {
+      // Every interval, even while reports flow: heartbeats carry the device's readings.
+      if (std::chrono::steady_clock::now() - last_heartbeat >= heartbeat_interval_) {
         v1::WorkerMessage beat;
-        beat.mutable_heartbeat();
+        auto* heartbeat = beat.mutable_heartbeat();
+        if (options_.device_stats) {
+          if (auto stats = options_.device_stats()) *heartbeat->mutable_device_stats() = ToProto(*stats);
+        }
         if (!stream->Write(beat)) {
           context.TryCancel();
           return;
         }
-        last_write = std::chrono::steady_clock::now();
+        last_heartbeat = std::chrono::steady_clock::now();
       }
     }
   });
@@ -327,9 +330,14 @@ void WorkerAgent::WatchCancel(std::string job_id, uint32_t attempt) {
 }
 
 void WorkerAgent::StopTask() {
-  std::lock_guard<std::mutex> lock(task_mu_);
-  task_cancel_ = true;
-  if (task_thread_.joinable()) task_thread_.join();
+  std::thread running;
+  {
+    std::lock_guard<std::mutex> lock(task_mu_);
+    task_cancel_ = true;
+    running = std::move(task_thread_);
+  }
+  // Joined without the lock: the task takes it to mark itself finished.
+  if (running.joinable()) running.join();
 }
 
 void WorkerAgent::Stop() {

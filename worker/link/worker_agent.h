@@ -18,6 +18,7 @@
 
 #include "stoke/v1/worker_link.grpc.pb.h"
 #include "worker/common/task.h"
+#include "worker/telemetry/device_sampler.h"
 
 namespace stoke::worker {
 
@@ -41,6 +42,8 @@ class WorkerAgent {
     // peer is gone. Past this grace the process exits (code 75) rather than hold its
     // device until the collective times out; its supervisor starts it again.
     std::chrono::milliseconds cancel_grace{15'000};
+    // The device's newest reading, sent with every heartbeat; unset or empty: none.
+    std::function<std::optional<DeviceStats>()> device_stats;
   };
 
   WorkerAgent(Options options, TrainFunction train);

@@ -16,6 +16,7 @@ class CnnImpl : public Network {
   CnnImpl(const CnnConfig& config, const std::vector<int64_t>& image, int64_t num_classes);
   torch::Tensor forward(const torch::Tensor& inputs) override;
   int64_t TrainingFlopsPerSample() const override { return flops_; }
+  bool PrefersChannelsLast() const override { return true; }
 
  private:
   CnnConfig config_;

@@ -31,6 +31,9 @@ class Network : public torch::nn::Module {
   // for achieved TFLOP/s and MFU.
   virtual int64_t TrainingFlopsPerSample() const = 0;
   virtual LossKind loss() const { return LossKind::kCrossEntropy; }
+  // Convolutional models run faster on GPUs with activations and weights in NHWC
+  // ("channels last") order, which cuDNN's tensor-core kernels use natively.
+  virtual bool PrefersChannelsLast() const { return false; }
 
   int64_t ParameterCount() {
     int64_t n = 0;

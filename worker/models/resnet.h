@@ -52,6 +52,7 @@ class ResNetImpl : public Network {
   ResNetImpl(const ResNetConfig& config, const std::vector<int64_t>& image, int64_t num_classes);
   torch::Tensor forward(const torch::Tensor& inputs) override;
   int64_t TrainingFlopsPerSample() const override { return flops_; }
+  bool PrefersChannelsLast() const override { return true; }
 
   bool small_stem() const { return small_stem_; }
 

@@ -1,0 +1,137 @@
+#!/usr/bin/env python3
+"""Writes Stoke's Grafana dashboards (cluster-overview.json, job.json, gpu.json) from the
+panel lists below, so that all three share one layout and datasource variable. Run it after
+editing a panel: `python3 dashboards/generate.py`. Every expression here is evaluated
+against a real Prometheus by tests/integration/prometheus_test.cc."""
+import json
+import os
+
+DS = {"type": "prometheus", "uid": "${datasource}"}
+
+
+def datasource_var():
+    return {"name": "datasource", "label": "Prometheus", "type": "datasource",
+            "query": "prometheus", "current": {}, "hide": 0, "refresh": 1}
+
+
+def query_var(name, label, query):
+    return {"name": name, "label": label, "type": "query", "datasource": DS,
+            "query": {"query": query, "refId": "StandardVariableQuery"},
+            "definition": query, "refresh": 2, "includeAll": True, "multi": True,
+            "allValue": ".+", "current": {}, "hide": 0, "sort": 1}
+
+
+def panel(pid, kind, title, exprs, x, y, w=12, h=8, unit="short", legend=None):
+    targets = []
+    for i, expr in enumerate(exprs if isinstance(exprs, list) else [exprs]):
+        target = {"refId": chr(ord("A") + i), "expr": expr, "datasource": DS}
+        if legend:
+            target["legendFormat"] = legend[i] if isinstance(legend, list) else legend
+        targets.append(target)
+    p = {"id": pid, "type": kind, "title": title, "datasource": DS,
+         "gridPos": {"x": x, "y": y, "w": w, "h": h},
+         "fieldConfig": {"defaults": {"unit": unit}, "overrides": []}, "targets": targets}
+    if kind == "stat":
+        p["options"] = {"reduceOptions": {"calcs": ["lastNotNull"]}}
+    else:
+        p["options"] = {"legend": {"displayMode": "list", "placement": "bottom"}}
+    return p
+
+
+def dashboard(title, uid, variables, panels):
+    return {"title": title, "uid": uid, "tags": ["stoke"], "timezone": "browser",
+            "schemaVersion": 38, "version": 2, "refresh": "5s",
+            "time": {"from": "now-1h", "to": "now"},
+            "templating": {"list": [datasource_var()] + variables}, "panels": panels}
+
+
+CLUSTER = dashboard("Stoke — cluster overview", "stoke-cluster", [], [
+    panel(1, "stat", "Devices busy", 'sum(stoke_workers{state="busy"})', 0, 0, 6, 4),
+    panel(2, "stat", "Devices idle", 'sum(stoke_workers{state="idle"})', 6, 0, 6, 4),
+    panel(3, "stat", "Jobs running", 'sum(stoke_jobs{state="running"})', 12, 0, 6, 4),
+    panel(4, "stat", "Queue length", "stoke_queue_length", 18, 0, 6, 4),
+    panel(5, "timeseries", "Jobs by state", "sum by (state) (stoke_jobs)", 0, 4,
+          legend="{{state}}"),
+    panel(6, "timeseries", "Workers by state", "sum by (state) (stoke_workers)", 12, 4,
+          legend="{{state}}"),
+    panel(7, "timeseries", "Device utilization", "stoke_device_utilization_ratio", 0, 12,
+          unit="percentunit", legend="{{host}} {{gpu}}"),
+    panel(8, "timeseries", "Device memory used", "stoke_device_memory_used_bytes", 12, 12,
+          unit="bytes", legend="{{host}} {{gpu}}"),
+    panel(9, "timeseries", "Throughput by job (samples/s)", "stoke_job_samples_per_second",
+          0, 20, legend="job {{job}}"),
+    panel(10, "timeseries", "Training loss by job", "stoke_job_loss", 12, 20,
+          legend="job {{job}}"),
+    panel(11, "timeseries", "Progress by job", "stoke_job_progress_ratio", 0, 28,
+          unit="percentunit", legend="job {{job}}"),
+    panel(12, "timeseries", "API latency p99 by method",
+          "histogram_quantile(0.99, sum by (le, method) "
+          "(rate(stoke_rpc_duration_seconds_bucket[1m])))", 12, 28, unit="s",
+          legend="{{method}}"),
+])
+
+J = 'job=~"$job"'
+JOB = dashboard("Stoke — job", "stoke-job",
+                [query_var("job", "Job", "label_values(stoke_job_progress_ratio, job)")], [
+    panel(1, "stat", "Progress", f"stoke_job_progress_ratio{{{J}}}", 0, 0, 6, 4,
+          unit="percentunit"),
+    panel(2, "stat", "Samples/s", f"stoke_job_samples_per_second{{{J}}}", 6, 0, 6, 4),
+    panel(3, "stat", "MFU", f"stoke_job_mfu_ratio{{{J}}}", 12, 0, 6, 4, unit="percentunit"),
+    panel(4, "stat", "Devices", f"stoke_job_devices{{{J}}}", 18, 0, 6, 4),
+    panel(5, "timeseries", "Throughput", [f"stoke_job_samples_per_second{{{J}}}",
+                                          f"stoke_job_tokens_per_second{{{J}}}"], 0, 4,
+          legend=["samples/s {{job}}", "tokens/s {{job}}"]),
+    panel(6, "timeseries", "Loss", [f"stoke_job_loss{{{J}}}", f"stoke_job_eval_loss{{{J}}}"],
+          12, 4, legend=["train {{job}}", "eval {{job}}"]),
+    panel(7, "timeseries", "Step time split",
+          [f"stoke_job_compute_ratio{{{J}}}", f"stoke_job_data_wait_ratio{{{J}}}",
+           f"stoke_job_comm_wait_ratio{{{J}}}"], 0, 12, unit="percentunit",
+          legend=["compute {{job}}", "waiting for data {{job}}",
+                  "waiting for all-reduce {{job}}"]),
+    panel(8, "timeseries", "Step time", f"stoke_job_step_seconds{{{J}}}", 12, 12, unit="s",
+          legend="{{job}}"),
+    panel(9, "timeseries", "Model FLOP/s and MFU",
+          [f"stoke_job_model_flops_per_second{{{J}}}", f"stoke_job_mfu_ratio{{{J}}}"], 0, 20,
+          legend=["FLOP/s {{job}}", "MFU {{job}}"]),
+    panel(10, "timeseries", "Tensor memory (rank 0)",
+          [f"stoke_job_memory_allocated_bytes{{{J}}}", f"stoke_job_memory_reserved_bytes{{{J}}}",
+           f"stoke_job_memory_peak_bytes{{{J}}}"], 12, 20, unit="bytes",
+          legend=["allocated {{job}}", "reserved {{job}}", "peak {{job}}"]),
+    panel(11, "timeseries", "Learning rate", f"stoke_job_learning_rate{{{J}}}", 0, 28,
+          legend="{{job}}"),
+    panel(12, "timeseries", "Diagnoses", f"stoke_job_diagnosis{{{J}}}", 12, 28,
+          legend="{{job}} {{diagnosis}}"),
+    panel(13, "timeseries", "Its devices' utilization",
+          f"stoke_device_utilization_ratio * on (host, gpu) group_left (job) "
+          f"stoke_job_device_info{{{J}}}", 0, 36, unit="percentunit",
+          legend="{{job}} {{host}} {{gpu}}"),
+    panel(14, "timeseries", "Its devices' memory",
+          f"stoke_device_memory_used_bytes * on (host, gpu) group_left (job) "
+          f"stoke_job_device_info{{{J}}}", 12, 36, unit="bytes",
+          legend="{{job}} {{host}} {{gpu}}"),
+])
+
+G = 'host=~"$host", gpu=~"$gpu"'
+GPU = dashboard("Stoke — devices", "stoke-gpu",
+                [query_var("host", "Host", "label_values(stoke_device_utilization_ratio, host)"),
+                 query_var("gpu", "Device", 'label_values(stoke_device_utilization_ratio{host=~"$host"}, gpu)')], [
+    panel(1, "timeseries", "Utilization", f"stoke_device_utilization_ratio{{{G}}}", 0, 0,
+          unit="percentunit", legend="{{host}} {{gpu}}"),
+    panel(2, "timeseries", "Memory used", f"stoke_device_memory_used_bytes{{{G}}}", 12, 0,
+          unit="bytes", legend="{{host}} {{gpu}}"),
+    panel(3, "timeseries", "Memory used share",
+          f"stoke_device_memory_used_bytes{{{G}}} / stoke_device_memory_total_bytes{{{G}}}",
+          0, 8, unit="percentunit", legend="{{host}} {{gpu}}"),
+    panel(4, "timeseries", "SM clock", f"stoke_device_sm_clock_hertz{{{G}}}", 12, 8,
+          unit="hertz", legend="{{host}} {{gpu}}"),
+    panel(5, "timeseries", "Power", f"stoke_device_power_watts{{{G}}}", 0, 16, unit="watt",
+          legend="{{host}} {{gpu}}"),
+    panel(6, "timeseries", "Temperature", f"stoke_device_temperature_celsius{{{G}}}", 12, 16,
+          unit="celsius", legend="{{host}} {{gpu}}"),
+])
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+for name, board in [("cluster-overview", CLUSTER), ("job", JOB), ("gpu", GPU)]:
+    with open(os.path.join(HERE, name + ".json"), "w") as f:
+        json.dump(board, f, indent=2, ensure_ascii=False)
+        f.write("\n")

@@ -1,0 +1,212 @@
+// /metrics as Prometheus reads it, for a known state of the cluster: exact sample lines,
+// series that follow jobs and devices, finished jobs kept for the retention and then
+// dropped, so that label sets stay bounded however many jobs run.
+#include "server/metrics/coordinator_metrics.h"
+
+#include <gtest/gtest.h>
+
+#include <sstream>
+
+namespace stoke::server {
+namespace {
+
+const absl::Time kT0 = absl::FromUnixSeconds(1'800'000'000);
+
+v1::Job RunningJob(const std::string& id) {
+  v1::Job job;
+  job.set_id(id);
+  job.set_state(v1::JOB_STATE_RUNNING);
+  job.set_restarts(1);
+  auto* p = job.add_placement();
+  p->set_rank(0);
+  p->set_worker_id("gpu-host/cuda:1");
+  p->set_host("gpu-host");
+  p->mutable_device()->set_type(v1::DEVICE_TYPE_CUDA);
+  p->mutable_device()->set_index(1);
+  p->mutable_device()->set_uuid("GPU-1234");
+  auto* m = job.mutable_latest_metrics();
+  m->set_step(250);
+  m->set_total_steps(1000);
+  m->set_loss(0.5);
+  m->set_samples_per_second(1200);
+  m->set_tokens_per_second(1200 * 1024);
+  m->set_achieved_flops(4e14);
+  m->set_mfu(0.4);
+  m->set_step_seconds(0.25);
+  m->set_data_wait_ratio(0.125);
+  m->set_comm_wait_ratio(0.125);
+  m->set_learning_rate(0.001);
+  m->set_memory_allocated_bytes(1000);
+  m->add_diagnoses(v1::DIAGNOSIS_INPUT_BOUND);
+  job.mutable_latest_eval()->mutable_eval()->set_accuracy(0.875);
+  return job;
+}
+
+v1::Worker GpuWorker() {
+  v1::Worker w;
+  w.set_id("gpu-host/cuda:1");
+  w.set_host("gpu-host");
+  w.set_state(v1::WORKER_STATE_BUSY);
+  w.mutable_device()->set_type(v1::DEVICE_TYPE_CUDA);
+  w.mutable_device()->set_index(1);
+  w.mutable_device()->set_uuid("GPU-1234");
+  w.mutable_device()->set_name("NVIDIA H200");
+  auto* s = w.mutable_device_stats();
+  s->set_utilization(0.97);
+  s->set_memory_used_bytes(2048);
+  s->set_memory_total_bytes(4096);
+  s->set_sm_clock_hz(1.98e9);
+  s->set_power_watts(650.5);
+  s->set_temperature_celsius(61);
+  s->set_source("nvml");
+  return w;
+}
+
+v1::Worker CpuWorker() {
+  v1::Worker w;
+  w.set_id("cpu-host/cpu:0");
+  w.set_host("cpu-host");
+  w.set_state(v1::WORKER_STATE_IDLE);
+  auto* s = w.mutable_device_stats();
+  s->set_utilization(0.5);
+  s->set_memory_used_bytes(100);
+  s->set_memory_total_bytes(1000);
+  s->set_source("procfs");
+  return w;
+}
+
+std::unique_ptr<CoordinatorMetrics> Metrics(absl::Duration retention = absl::Minutes(10)) {
+  CoordinatorMetrics::Options options;
+  options.finished_job_retention = retention;
+  return *CoordinatorMetrics::Start(options, nullptr);
+}
+
+// Sample lines (no comments) that start with `prefix`.
+std::vector<std::string> Lines(const std::string& exposition, const std::string& prefix) {
+  std::vector<std::string> out;
+  std::istringstream in(exposition);
+  std::string line;
+  while (std::getline(in, line)) {
+    if (!line.empty() && line[0] != '#' && line.rfind(prefix, 0) == 0) out.push_back(line);
+  }
+  return out;
+}
+
+bool Has(const std::string& exposition, const std::string& line) {
+  return !Lines(exposition, line).empty() &&
+         Lines(exposition, line).front().size() == line.size();
+}
+
+TEST(CoordinatorMetrics, ExpositionOfAKnownState) {
+  auto metrics = Metrics();
+  MetricsSnapshot snapshot;
+  *snapshot.cluster.add_workers() = GpuWorker();
+  *snapshot.cluster.add_workers() = CpuWorker();
+  snapshot.active_jobs.push_back(RunningJob("7"));
+  v1::Job queued;
+  queued.set_id("8");
+  queued.set_state(v1::JOB_STATE_PENDING);
+  snapshot.active_jobs.push_back(queued);
+  metrics->Refresh(snapshot, kT0);
+  const std::string text = metrics->Exposition();
+
+  for (const char* line : {
+           "stoke_jobs{state=\"running\"} 1",
+           "stoke_jobs{state=\"pending\"} 1",
+           "stoke_jobs{state=\"restarting\"} 0",
+           "stoke_queue_length 1",
+           "stoke_workers{state=\"busy\"} 1",
+           "stoke_workers{state=\"idle\"} 1",
+           "stoke_job_samples_per_second{job=\"7\"} 1200",
+           "stoke_job_tokens_per_second{job=\"7\"} 1228800",
+           "stoke_job_model_flops_per_second{job=\"7\"} 400000000000000",
+           "stoke_job_mfu_ratio{job=\"7\"} 0.4",
+           "stoke_job_step_seconds{job=\"7\"} 0.25",
+           "stoke_job_compute_ratio{job=\"7\"} 0.75",
+           "stoke_job_progress_ratio{job=\"7\"} 0.25",
+           "stoke_job_restarts{job=\"7\"} 1",
+           "stoke_job_eval_accuracy_ratio{job=\"7\"} 0.875",
+           "stoke_job_diagnosis{diagnosis=\"input_bound\",job=\"7\"} 1",
+           "stoke_job_diagnosis{diagnosis=\"launch_bound\",job=\"7\"} 0",
+           "stoke_job_device_info{gpu=\"cuda:1\",host=\"gpu-host\",job=\"7\",rank=\"0\","
+           "uuid=\"GPU-1234\"} 1",
+           "stoke_device_utilization_ratio{gpu=\"cuda:1\",host=\"gpu-host\",name=\"NVIDIA "
+           "H200\",uuid=\"GPU-1234\"} 0.97",
+           "stoke_device_power_watts{gpu=\"cuda:1\",host=\"gpu-host\",name=\"NVIDIA "
+           "H200\",uuid=\"GPU-1234\"} 650.5",
+           "stoke_device_sm_clock_hertz{gpu=\"cuda:1\",host=\"gpu-host\",name=\"NVIDIA "
+           "H200\",uuid=\"GPU-1234\"} 1980000000",
+           "stoke_device_memory_used_bytes{gpu=\"cpu:0\",host=\"cpu-host\",name=\"\",uuid=\"\"} "
+           "100",
+       }) {
+    EXPECT_TRUE(Has(text, line)) << "missing: " << line << "\n" << text;
+  }
+  // The queued job has series but no throughput; the CPU worker reports no power.
+  EXPECT_TRUE(Has(text, "stoke_job_samples_per_second{job=\"8\"} 0")) << text;
+  EXPECT_EQ(Lines(text, "stoke_device_power_watts{gpu=\"cpu:0\"").size(), 0u) << text;
+}
+
+TEST(CoordinatorMetrics, RpcCallsAreCountedTimedAndStreamsTracked) {
+  auto metrics = Metrics();
+  metrics->OnUnaryFinished("/stoke.v1.Coordinator/SubmitJob", "OK", 0.002);
+  metrics->OnUnaryFinished("/stoke.v1.Coordinator/SubmitJob", "OK", 0.003);
+  metrics->OnUnaryFinished("/stoke.v1.Coordinator/SubmitJob", "INVALID_ARGUMENT", 0.0001);
+  metrics->OnStreamOpened("/stoke.v1.Coordinator/WatchJob");
+  metrics->OnStreamOpened("/stoke.v1.Coordinator/WatchJob");
+  metrics->OnStreamFinished("/stoke.v1.Coordinator/WatchJob", "CANCELLED");
+  const std::string text = metrics->Exposition();
+  EXPECT_TRUE(Has(text, "stoke_rpc_requests_total{code=\"OK\",method=\"/stoke.v1.Coordinator/"
+                        "SubmitJob\"} 2"))
+      << text;
+  EXPECT_TRUE(Has(text, "stoke_rpc_requests_total{code=\"INVALID_ARGUMENT\",method=\"/stoke.v1."
+                        "Coordinator/SubmitJob\"} 1"))
+      << text;
+  EXPECT_TRUE(Has(text, "stoke_rpc_duration_seconds_count{method=\"/stoke.v1.Coordinator/"
+                        "SubmitJob\"} 3"))
+      << text;
+  EXPECT_TRUE(Has(text, "stoke_rpc_duration_seconds_bucket{method=\"/stoke.v1.Coordinator/"
+                        "SubmitJob\",le=\"0.0025\"} 2"))
+      << text;
+  EXPECT_TRUE(
+      Has(text, "stoke_rpc_open_streams{method=\"/stoke.v1.Coordinator/WatchJob\"} 1"))
+      << text;
+}
+
+TEST(CoordinatorMetrics, FinishedJobsStayForTheRetentionThenGo) {
+  auto metrics = Metrics(absl::Minutes(5));
+  MetricsSnapshot running;
+  *running.cluster.add_workers() = GpuWorker();
+  running.active_jobs.push_back(RunningJob("7"));
+  metrics->Refresh(running, kT0);
+  MetricsSnapshot done;  // the job finished: no longer active, its worker idle
+  *done.cluster.add_workers() = GpuWorker();
+  metrics->Refresh(done, kT0 + absl::Seconds(1));
+  std::string text = metrics->Exposition();
+  EXPECT_TRUE(Has(text, "stoke_job_progress_ratio{job=\"7\"} 0.25")) << "kept: " << text;
+  EXPECT_TRUE(Has(text, "stoke_job_samples_per_second{job=\"7\"} 0")) << "not running: " << text;
+  EXPECT_TRUE(Has(text, "stoke_job_diagnosis{diagnosis=\"input_bound\",job=\"7\"} 0")) << text;
+  EXPECT_TRUE(Lines(text, "stoke_job_device_info{").empty()) << "holds no device: " << text;
+  metrics->Refresh(done, kT0 + absl::Minutes(6));
+  text = metrics->Exposition();
+  EXPECT_TRUE(Lines(text, "stoke_job_").empty()) << text;
+}
+
+TEST(CoordinatorMetrics, LabelSetsStayBoundedAfterAThousandJobs) {
+  auto metrics = Metrics(absl::Minutes(5));
+  size_t most_lines = 0;
+  for (int i = 0; i < 1000; ++i) {
+    // One job runs at a time, a minute each; each finishes as the next starts.
+    MetricsSnapshot snapshot;
+    *snapshot.cluster.add_workers() = GpuWorker();
+    snapshot.active_jobs.push_back(RunningJob(std::to_string(i)));
+    metrics->Refresh(snapshot, kT0 + absl::Minutes(i));
+    most_lines = std::max(most_lines, Lines(metrics->Exposition(), "stoke_job_").size());
+  }
+  // The running job and those finished within the retention: at most 6 jobs' series.
+  const size_t per_job = Lines(metrics->Exposition(), "stoke_job_samples_per_second{").size();
+  EXPECT_EQ(per_job, 6u);
+  EXPECT_LE(most_lines, 6u * 30u);
+}
+
+}  // namespace
+}  // namespace stoke::server

@@ -98,6 +98,13 @@ int main(int argc, char** argv) {
     options.worker_id = worker_id.empty() ? options.host + "/" + device.Label() : worker_id;
     options.local = local;
     options.advertise_address = advertise_address;
+    // Blocked before any thread starts, so that every thread inherits the mask and only
+    // the stopper below receives them.
+    sigset_t stop_signals;
+    sigemptyset(&stop_signals);
+    sigaddset(&stop_signals, SIGINT);
+    sigaddset(&stop_signals, SIGTERM);
+    pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
     // Sampled on its own thread, never from the training loop.
     DeviceSampler sampler(options.device, std::chrono::seconds(1));
     if (!sampler.unavailable_reason().empty()) {
@@ -110,11 +117,6 @@ int main(int argc, char** argv) {
       return RunTraining(task, device, observer, cancel);
     });
 
-    sigset_t stop_signals;
-    sigemptyset(&stop_signals);
-    sigaddset(&stop_signals, SIGINT);
-    sigaddset(&stop_signals, SIGTERM);
-    pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
     signal(SIGPIPE, SIG_IGN);
     std::thread stopper([&] {
       int sig = 0;

@@ -140,6 +140,34 @@ TEST_F(CliTest, ReadCommandsWorkAndSpeakJson) {
   EXPECT_NE(logs.out.find("-- SUCCEEDED"), std::string::npos) << logs.out;
 }
 
+TEST_F(CliTest, TopShowsEveryDeviceAndTheRunningJob) {
+  std::string file = WriteFile("top.yaml",
+                               "name: topped\nmodel: {mlp: {hidden: [16]}}\n"
+                               "data: {synthetic: {features: 8}}\n"
+                               "training: {steps: 100000000, batch_size: 16}\n"
+                               "metrics: {interval_steps: 20}\n");
+  CommandResult submit = Stoke({"submit", file});
+  ASSERT_EQ(submit.exit_code, 0);
+  std::string id = submit.out.substr(0, submit.out.find('\n'));
+  CommandResult top;
+  // Device readings arrive with heartbeats, step time with the first samples.
+  ASSERT_TRUE(WaitFor(
+      [&] {
+        top = Stoke({"top", "--once"});
+        return top.exit_code == 0 && top.out.find(" RUNNING ") != std::string::npos &&
+               top.out.find(" MHz") != std::string::npos;
+      },
+      std::chrono::seconds(30)))
+      << top.out << top.err;
+  // A device row per worker (cpu:0 and cpu:1), with utilization and memory; the job row.
+  EXPECT_NE(top.out.find("cpu:0"), std::string::npos) << top.out;
+  EXPECT_NE(top.out.find("cpu:1"), std::string::npos) << top.out;
+  EXPECT_NE(top.out.find(id + "/0"), std::string::npos) << "the device holding the job" << top.out;
+  EXPECT_NE(top.out.find("topped"), std::string::npos) << top.out;
+  EXPECT_NE(top.out.find(" ms "), std::string::npos) << "step time" << top.out;
+  ASSERT_EQ(Stoke({"cancel", id}).exit_code, 0);
+}
+
 TEST_F(CliTest, CancelAndItsExitCodes) {
   std::string file = WriteFile("long.yaml",
                                "model: {mlp: {hidden: [16]}}\ndata: {synthetic: {features: 8}}\n"

@@ -7,6 +7,7 @@
 #include <CLI/CLI.hpp>
 #include <cstdio>
 #include <cstdlib>
+#include <memory>
 #include <thread>
 
 #include "worker/common/task.h"
@@ -63,6 +64,11 @@ int main(int argc, char** argv) {
                  "cpu, cpu:N or cuda:N (default: cuda:0 if present, else cpu)");
   app.add_option("--id", worker_id, "Worker id, unique in the cluster (default: HOST/DEVICE)");
   app.add_flag("--local", local, "Launched by the coordinator on its own host");
+  double sample_seconds = 1.0;
+  app.add_option("--device-sampling", sample_seconds,
+                 "Seconds between device readings (NVML or /proc); 0 turns them off")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
   std::string advertise_address;
   app.add_option("--advertise-address", advertise_address,
                  "Address other ranks of a job reach this worker at (default: the address "
@@ -106,11 +112,15 @@ int main(int argc, char** argv) {
     sigaddset(&stop_signals, SIGTERM);
     pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
     // Sampled on its own thread, never from the training loop.
-    DeviceSampler sampler(options.device, std::chrono::seconds(1));
-    if (!sampler.unavailable_reason().empty()) {
-      spdlog::warn("no device readings: {}", sampler.unavailable_reason());
+    std::unique_ptr<DeviceSampler> sampler;
+    if (sample_seconds > 0) {
+      sampler = std::make_unique<DeviceSampler>(
+          options.device, std::chrono::milliseconds(static_cast<int64_t>(sample_seconds * 1000)));
+      if (!sampler->unavailable_reason().empty()) {
+        spdlog::warn("no device readings: {}", sampler->unavailable_reason());
+      }
+      options.device_stats = [&sampler] { return sampler->Latest(); };
     }
-    options.device_stats = [&sampler] { return sampler.Latest(); };
 
     WorkerAgent agent(options, [device](const TrainTask& task, TrainingObserver& observer,
                                         const std::atomic<bool>& cancel) {

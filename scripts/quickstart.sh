@@ -10,7 +10,8 @@ data_dir="${STOKE_DATA_DIR:-$root/.stoke}"
 stoke="$root/build/bin/stoke"
 
 echo "==> building (installs missing Debian packages on the first run)"
-./scripts/build.sh
+# The three programs only; ./scripts/test.sh builds the tests.
+STOKE_BUILD_TARGETS="stoke-coordinator stoke-worker stoke" ./scripts/build.sh
 
 if "$stoke" cluster >/dev/null 2>&1; then
   echo "==> using the coordinator already running at $STOKE_ADDRESS"

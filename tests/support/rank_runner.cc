@@ -2,7 +2,8 @@
 // it but without a coordinator: the distributed tests start several of these and compare
 // what they end with. Arguments are key=value pairs:
 //   rank, world, rendezvous (host:port), data (an MNIST-format folder), batch, steps,
-//   accum, lr, timeout (seconds), out (file for the final parameters), job_dir.
+//   accum, lr, timeout (seconds), out (file for the final parameters), job_dir,
+//   device (cpu or cuda:N; default cpu), precision (fp32 or bf16; default fp32).
 // Prints one line per metric sample ("step N loss L") and the outcome; exits 0 when the
 // training succeeded.
 #include <torch/torch.h>
@@ -78,7 +79,7 @@ int main(int argc, char** argv) {
   task.training.steps = std::stoull(get("steps", "10"));
   task.training.batch_size = std::stoll(get("batch", "8"));
   task.training.grad_accum_steps = std::stoll(get("accum", "1"));
-  task.training.precision = Precision::kFp32;
+  task.training.precision = get("precision", "fp32") == "bf16" ? Precision::kBf16 : Precision::kFp32;
   task.training.seed = 7;
   task.training.metrics_interval_steps = 1;
   task.eval.batches = 1;
@@ -94,7 +95,12 @@ int main(int argc, char** argv) {
   };
   PrintingObserver observer;
   std::atomic<bool> cancel{false};
-  const TrainOutcome outcome = RunTraining(task, DeviceRef{}, observer, cancel, probe);
+  DeviceRef device;
+  const std::string device_text = get("device", "cpu");
+  if (device_text.rfind("cuda:", 0) == 0) {
+    device = DeviceRef{DeviceKind::kCuda, std::stoi(device_text.substr(5))};
+  }
+  const TrainOutcome outcome = RunTraining(task, device, observer, cancel, probe);
   std::printf("outcome %s\n", outcome.message.c_str());
   return outcome.kind == TrainOutcome::Kind::kSucceeded ? 0 : 1;
 }

@@ -9,6 +9,7 @@
 #include <atomic>
 #include <vector>
 
+#include "tests/support/data_files.h"
 #include "tests/support/temp_dir.h"
 #include "worker/common/files.h"
 
@@ -241,6 +242,65 @@ def forward(self, x):
       << "first " << observer.samples.front().loss << ", last " << observer.samples.back().loss;
   ASSERT_EQ(observer.evals.size(), 1u);
   EXPECT_EQ(observer.evals[0].eval->accuracy, 0) << "no accuracy for a regression";
+}
+
+}  // namespace
+}  // namespace stoke::worker
+
+namespace stoke::worker {
+namespace {
+
+// Final parameters of a small MLP trained on an MNIST-format folder through the loader,
+// whose sampler fixes which samples each (micro-)batch holds.
+std::vector<torch::Tensor> TrainOnImages(const std::string& folder, int64_t batch,
+                                         int64_t accum, uint64_t steps) {
+  TrainTask task;
+  task.job_id = "accum";
+  task.name = "accum";
+  MlpConfig mlp;
+  mlp.hidden = {32};
+  task.model = mlp;
+  task.data.source = MnistDataConfig{folder};
+  task.data.loader.threads = 1;
+  OptimizerConfig optimizer;
+  optimizer.kind = SgdConfig{0.9, false};
+  optimizer.lr = 0.05;
+  task.optimizer = optimizer;
+  task.training.steps = steps;
+  task.training.batch_size = batch;
+  task.training.grad_accum_steps = accum;
+  task.training.precision = Precision::kFp32;
+  task.training.seed = 3;
+  task.eval.batches = 1;
+  std::vector<torch::Tensor> out;
+  TrainingProbe probe;
+  probe.on_finished = [&](const std::vector<torch::Tensor>& parameters) {
+    for (const auto& p : parameters) out.push_back(p.detach().clone());
+  };
+  RecordingObserver observer;
+  std::atomic<bool> cancel{false};
+  EXPECT_EQ(RunTraining(task, kCpu, observer, cancel, probe).kind, TrainOutcome::Kind::kSucceeded);
+  return out;
+}
+
+TEST(Trainer, FourAccumulatedMicroBatchesMatchOneBatchFourTimesAsLarge) {
+  stoke::testing::TempDir dir;
+  const std::string folder = dir.File("images");
+  std::string error;
+  ASSERT_TRUE(files::MakeDirectories(folder, &error)) << error;
+  stoke::testing::WriteMnistFolder(folder, stoke::testing::PatternImages(96, 8, 8, 10),
+                                   stoke::testing::PatternImages(16, 8, 8, 10, 5));
+  // 9 steps of 16 samples: one and a half epochs of 96, so the reshuffle is crossed too.
+  const auto whole = TrainOnImages(folder, 16, 1, 9);
+  const auto accumulated = TrainOnImages(folder, 4, 4, 9);
+  const auto untouched = TrainOnImages(folder, 16, 1, 1);
+  ASSERT_EQ(whole.size(), accumulated.size());
+  for (size_t i = 0; i < whole.size(); ++i) {
+    EXPECT_TRUE(torch::allclose(whole[i], accumulated[i], 1e-4, 1e-5))
+        << "parameter " << i << " differs by " << (whole[i] - accumulated[i]).abs().max().item<float>();
+  }
+  // And the comparison is not between two models training left alone.
+  EXPECT_FALSE(torch::allclose(whole[0], untouched[0], 1e-3, 1e-3));
 }
 
 }  // namespace

@@ -157,6 +157,9 @@ absl::Status ValidateOptimizer(const v1::OptimizerSpec& opt) {
     if (a.has_eps() && !(a.eps() > 0 && std::isfinite(a.eps()))) {
       return Invalid("optimizer.adamw.eps", "must be a positive number");
     }
+    if (!v1::AdamWImplementation_IsValid(a.implementation())) {
+      return Invalid("optimizer.adamw.implementation", "unknown value");
+    }
   }
   if (opt.has_sgd()) {
     if (!(opt.sgd().momentum() >= 0 && opt.sgd().momentum() < 1)) {
@@ -373,6 +376,9 @@ void ApplyJobSpecDefaults(v1::JobSpec& spec, const DataFacts& data) {
     if (!a->has_beta1()) a->set_beta1(0.9);
     if (!a->has_beta2()) a->set_beta2(0.999);
     if (!a->has_eps()) a->set_eps(1e-8);
+    if (a->implementation() == v1::ADAM_W_IMPLEMENTATION_UNSPECIFIED) {
+      a->set_implementation(v1::ADAM_W_IMPLEMENTATION_AUTO);
+    }
   }
   if (opt->schedule() == v1::LR_SCHEDULE_UNSPECIFIED) opt->set_schedule(v1::LR_SCHEDULE_CONSTANT);
   if (!opt->has_min_lr_ratio()) opt->set_min_lr_ratio(0.1);

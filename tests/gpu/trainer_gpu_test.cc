@@ -60,3 +60,47 @@ TEST_F(GpuTest, TrainsInBf16AndLearns) {
 
 }  // namespace
 }  // namespace stoke::worker
+
+#include <torch/torch.h>
+
+#include "worker/engine/multi_tensor_adamw.h"
+
+namespace stoke::worker {
+namespace {
+
+// The fused and foreach AdamW routes on CUDA against LibTorch's per-parameter AdamW.
+TEST_F(GpuTest, FusedAndForeachAdamWMatchLibTorchsOnCuda) {
+  auto make = [] {
+    torch::manual_seed(5);
+    std::vector<torch::Tensor> params;
+    for (int64_t n : {4096, 17, 1024 * 3, 1}) {
+      params.push_back(torch::randn({n}, torch::kCUDA).requires_grad_());
+    }
+    return params;
+  };
+  const auto options = torch::optim::AdamWOptions(3e-3).weight_decay(0.05);
+  for (AdamWRoute route : {AdamWRoute::kFused, AdamWRoute::kForeach}) {
+    auto ours = make();
+    MultiTensorAdamW optimizer(ours, options, route);
+    auto baseline = make();
+    torch::optim::AdamW baseline_optimizer(baseline, options);
+    for (int step = 1; step <= 5; ++step) {
+      torch::manual_seed(50 + step);
+      for (size_t i = 0; i < ours.size(); ++i) {
+        torch::Tensor g = torch::randn_like(ours[i]);
+        ours[i].mutable_grad() = g.clone();
+        baseline[i].mutable_grad() = g.clone();
+      }
+      optimizer.step();
+      baseline_optimizer.step();
+    }
+    for (size_t i = 0; i < ours.size(); ++i) {
+      EXPECT_TRUE(torch::allclose(ours[i], baseline[i], 1e-5, 1e-6))
+          << (route == AdamWRoute::kFused ? "fused" : "foreach") << ", parameter " << i << ": "
+          << (ours[i] - baseline[i]).abs().max().item<float>();
+    }
+  }
+}
+
+}  // namespace
+}  // namespace stoke::worker

@@ -123,10 +123,18 @@ struct DataConfig {
   AugmentConfig augment;
 };
 
+enum class AdamWRoute {
+  kAuto,          // foreach for now (fused once verified on a GPU)
+  kFused,         // at::_fused_adamw_ (foreach where unavailable)
+  kForeach,       // ATen's _foreach_* ops
+  kPerParameter,  // LibTorch's optim::AdamW loop (the reference)
+};
+
 struct AdamWConfig {
   double beta1 = 0.9;
   double beta2 = 0.999;
   double eps = 1e-8;
+  AdamWRoute route = AdamWRoute::kAuto;
 };
 
 struct SgdConfig {

@@ -15,6 +15,7 @@
 #include "worker/engine/devices.h"
 #include "worker/engine/evaluator.h"
 #include "worker/engine/metric_window.h"
+#include "worker/engine/multi_tensor_adamw.h"
 #include "worker/engine/optimizers.h"
 #include "worker/engine/step_math.h"
 #include "worker/engine/torch_compat.h"
@@ -56,8 +57,23 @@ void ToChannelsLast(Network& net) {
   }
 }
 
+// "AdamW (fused)", "SGD".
+std::string OptimizerName(const torch::optim::Optimizer& optimizer, torch::Device device) {
+  if (const auto* adamw = dynamic_cast<const MultiTensorAdamW*>(&optimizer)) {
+    switch (adamw->RouteFor(device)) {
+      case AdamWRoute::kFused:
+        return "AdamW (fused)";
+      case AdamWRoute::kForeach:
+        return "AdamW (foreach)";
+      default:
+        return "AdamW (per parameter)";
+    }
+  }
+  return "SGD";
+}
+
 std::string Describe(const TrainTask& task, Network& net, const DeviceInfo& device, bool bf16,
-                     uint64_t total_steps) {
+                     uint64_t total_steps, const std::string& optimizer) {
   std::ostringstream out;
   out << "training " << task.name << " on " << device.device.Label() << " (" << device.name
       << "): " << net.ParameterCount() << " parameters, batch " << task.training.batch_size;
@@ -66,7 +82,7 @@ std::string Describe(const TrainTask& task, Network& net, const DeviceInfo& devi
   }
   out << ", " << (bf16 ? "bf16 autocast" : "fp32");
   if (device.device.kind == DeviceKind::kCuda && net.PrefersChannelsLast()) out << ", channels_last";
-  out << ", " << total_steps << " steps";
+  out << ", " << optimizer << ", " << total_steps << " steps";
   return out.str();
 }
 
@@ -141,7 +157,8 @@ TrainOutcome RunTraining(const TrainTask& task, const DeviceRef& device_ref,
     const int64_t samples_per_step = t.batch_size * t.grad_accum_steps * task.world_size;
 
     uint64_t first_step = 1;
-    observer.OnLog(Describe(task, *net, info, bf16, total_steps));
+    observer.OnLog(
+        Describe(task, *net, info, bf16, total_steps, OptimizerName(*optimizer, device)));
     if (resume_from) {
       // Every rank loads the checkpoint rank 0 wrote.
       first_step = checkpoints.Restore(*resume_from, *net, *optimizer, device_ref) + 1;

@@ -132,6 +132,19 @@ OptimizerConfig OptimizerFrom(const v1::OptimizerSpec& spec) {
     if (spec.adamw().has_beta1()) a.beta1 = spec.adamw().beta1();
     if (spec.adamw().has_beta2()) a.beta2 = spec.adamw().beta2();
     if (spec.adamw().has_eps()) a.eps = spec.adamw().eps();
+    switch (spec.adamw().implementation()) {
+      case v1::ADAM_W_IMPLEMENTATION_FUSED:
+        a.route = AdamWRoute::kFused;
+        break;
+      case v1::ADAM_W_IMPLEMENTATION_FOREACH:
+        a.route = AdamWRoute::kForeach;
+        break;
+      case v1::ADAM_W_IMPLEMENTATION_PER_PARAMETER:
+        a.route = AdamWRoute::kPerParameter;
+        break;
+      default:
+        a.route = AdamWRoute::kAuto;
+    }
     c.kind = a;
   }
   c.warmup_steps = spec.warmup_steps();

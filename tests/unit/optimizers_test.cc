@@ -1,0 +1,79 @@
+// The multi-tensor AdamW against LibTorch's own, step for step: same parameters, same
+// state, checkpoints that load into either.
+#include "worker/engine/multi_tensor_adamw.h"
+
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include <sstream>
+
+namespace stoke::worker {
+namespace {
+
+std::vector<torch::Tensor> Parameters() {
+  torch::manual_seed(11);
+  return {torch::randn({8, 4}).requires_grad_(), torch::randn({4}).requires_grad_(),
+          torch::randn({2, 3, 3, 3}).contiguous(at::MemoryFormat::ChannelsLast).requires_grad_(),
+          torch::randn({5}).requires_grad_()};
+}
+
+torch::optim::AdamWOptions Options() {
+  return torch::optim::AdamWOptions(0.01).betas({0.9, 0.99}).eps(1e-6).weight_decay(0.1);
+}
+
+// Gives every parameter but the last (which skips steps 2 and 3, as an unused parameter
+// would) a gradient drawn for `step`, then steps.
+void Step(torch::optim::Optimizer& optimizer, std::vector<torch::Tensor>& params, int step) {
+  torch::manual_seed(100 + step);
+  for (size_t i = 0; i < params.size(); ++i) {
+    torch::Tensor g = torch::randn_like(params[i]);
+    const bool skipped = i + 1 == params.size() && (step == 2 || step == 3);
+    params[i].mutable_grad() = skipped ? torch::Tensor() : g;
+  }
+  optimizer.step();
+}
+
+TEST(MultiTensorAdamW, MatchesLibTorchsAdamWStepForStep) {
+  auto reference = Parameters();
+  auto ours = Parameters();
+  torch::optim::AdamW reference_optimizer(reference, Options());
+  MultiTensorAdamW optimizer(ours, Options(), AdamWRoute::kForeach);
+  EXPECT_EQ(optimizer.RouteFor(torch::kCPU), AdamWRoute::kForeach);
+  for (int step = 1; step <= 6; ++step) {
+    Step(reference_optimizer, reference, step);
+    Step(optimizer, ours, step);
+    for (size_t i = 0; i < ours.size(); ++i) {
+      EXPECT_TRUE(torch::allclose(ours[i], reference[i], 1e-6, 1e-7))
+          << "step " << step << ", parameter " << i << " differs by "
+          << (ours[i] - reference[i]).abs().max().item<float>();
+    }
+  }
+  // The update moved the parameters (the comparison is not of two idle optimizers).
+  EXPECT_FALSE(torch::allclose(ours[0], Parameters()[0], 1e-3, 1e-3));
+}
+
+TEST(MultiTensorAdamW, CheckpointsLoadIntoLibTorchsAdamWAndContinueAlike) {
+  auto ours = Parameters();
+  MultiTensorAdamW optimizer(ours, Options(), AdamWRoute::kAuto);
+  for (int step = 1; step <= 3; ++step) Step(optimizer, ours, step);
+  std::stringstream saved;
+  torch::save(optimizer, saved);
+
+  auto reference = Parameters();
+  for (size_t i = 0; i < ours.size(); ++i) {
+    torch::NoGradGuard no_grad;
+    reference[i].copy_(ours[i]);
+  }
+  torch::optim::AdamW reference_optimizer(reference, Options());
+  torch::load(reference_optimizer, saved);
+  for (int step = 4; step <= 5; ++step) {
+    Step(reference_optimizer, reference, step);
+    Step(optimizer, ours, step);
+  }
+  for (size_t i = 0; i < ours.size(); ++i) {
+    EXPECT_TRUE(torch::allclose(ours[i], reference[i], 1e-6, 1e-7)) << "parameter " << i;
+  }
+}
+
+}  // namespace
+}  // namespace stoke::worker

@@ -1,8 +1,14 @@
 // Many watchers on one running job: 199 stoke clients each following WatchJob and one
 // stream that never reads. Every reading watcher sees every metric sample once, in
-// order, and the job trains about as fast as it does unwatched.
+// order, and the job trains about as fast as it does unwatched. The worker trains on a
+// core of its own while the coordinator and the watchers share the other: what is
+// measured is whether serving watchers holds the job back, not whether two programs
+// on one core share it.
 #include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
+
+#include <sched.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
@@ -44,12 +50,21 @@ double MedianThroughput(client::Client& client, const std::string& id) {
 }
 
 TEST(Watchers, TwoHundredWatchersOneStalledSeeEverySampleWithoutSlowingTheJob) {
+  if (sysconf(_SC_NPROCESSORS_ONLN) < 2) GTEST_SKIP() << "needs two cores";
+  // This thread, the coordinator and the watcher threads on core 1; the worker on core 0.
+  cpu_set_t core1;
+  CPU_ZERO(&core1);
+  CPU_SET(1, &core1);
+  ASSERT_EQ(sched_setaffinity(0, sizeof(core1), &core1), 0);
   TempDir dir;
   CoordinatorProcess::Options options;
   options.data_dir = dir.path();
-  options.local_workers = "cpu:1";
+  options.local_workers = "0";
   auto coordinator = CoordinatorProcess::Start(options);
   ASSERT_NE(coordinator, nullptr);
+  WorkerProcess worker(coordinator->address(), "trainer", dir.File("worker.log"), /*cpu=*/0);
+  ASSERT_TRUE(WaitFor([&] { return coordinator->client().GetCluster()->workers_size() == 1; },
+                      seconds(30)));
   auto& client = coordinator->client();
   auto finished = [&](const std::string& id) {
     auto job = client.GetJob(id);
@@ -127,12 +142,11 @@ TEST(Watchers, TwoHundredWatchersOneStalledSeeEverySampleWithoutSlowingTheJob) {
     }
   }
 
-  // On this shared 2-core machine the watchers' own threads compete with training, so
-  // "within noise" is taken as 25%; the figures go to the log for the record.
+  // Within noise: run-to-run spread of this job on this VM is a few percent.
   const double with_watchers = MedianThroughput(client, id);
   std::cout << "median samples/s unwatched " << unwatched << ", with 200 watchers "
             << with_watchers << " (" << 100 * with_watchers / unwatched << "%)\n";
-  EXPECT_GT(with_watchers, 0.75 * unwatched);
+  EXPECT_GT(with_watchers, 0.90 * unwatched);
   stalled_context.TryCancel();
 }
 

@@ -1,5 +1,7 @@
 #include "tests/support/coordinator_process.h"
 
+#include <sched.h>
+
 #include <arpa/inet.h>
 #include <fcntl.h>
 #include <gtest/gtest.h>
@@ -124,7 +126,7 @@ int FreePort() {
 }
 
 WorkerProcess::WorkerProcess(const std::string& coordinator, const std::string& id,
-                             const std::string& log) {
+                             const std::string& log, int cpu) {
   std::vector<std::string> args = {STOKE_WORKER_BINARY,
                                    "--coordinator",
                                    coordinator,
@@ -139,6 +141,12 @@ WorkerProcess::WorkerProcess(const std::string& coordinator, const std::string& 
   argv.push_back(nullptr);
   pid_ = fork();
   if (pid_ == 0) {
+    if (cpu >= 0) {
+      cpu_set_t set;
+      CPU_ZERO(&set);
+      CPU_SET(cpu, &set);
+      sched_setaffinity(0, sizeof(set), &set);
+    }
     int fd = open(log.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
     dup2(fd, STDOUT_FILENO);
     dup2(fd, STDERR_FILENO);

@@ -56,7 +56,9 @@ int FreePort();
 // A stoke-worker started by the test (as on a remote host), stopped when destroyed.
 class WorkerProcess {
  public:
-  WorkerProcess(const std::string& coordinator, const std::string& id, const std::string& log);
+  // `cpu` >= 0: the worker runs on that core only.
+  WorkerProcess(const std::string& coordinator, const std::string& id, const std::string& log,
+                int cpu = -1);
   ~WorkerProcess();
   void Kill(int signal);
   pid_t pid() const { return pid_; }

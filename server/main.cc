@@ -26,6 +26,15 @@ using namespace stoke::server;
 
 namespace {
 
+// Tools and scripts poll for these files: they must never see one half written.
+void WriteAtomically(const std::string& path, const std::string& text) {
+  const std::string tmp = path + ".tmp";
+  std::ofstream(tmp) << text;
+  std::error_code ec;
+  fs::rename(tmp, path, ec);
+}
+
+
 std::string DefaultDataDir() {
   if (const char* env = std::getenv("STOKE_DATA_DIR")) return env;
   if (const char* home = std::getenv("HOME")) return std::string(home) + "/.stoke";
@@ -141,7 +150,7 @@ int main(int argc, char** argv) {
     if (!started.ok()) return Fail(started.status());
     metrics = *std::move(started);
     spdlog::info("Prometheus metrics on http://{}/metrics", metrics->address());
-    std::ofstream(data_dir + "/metrics.address") << metrics->address() << "\n";
+    WriteAtomically(data_dir + "/metrics.address", metrics->address() + "\n");
   }
   CoordinatorService coordinator_service(**core, hub, executor, std::move(roots));
   WorkerLinkService worker_link_service(**core, executor);
@@ -153,7 +162,7 @@ int main(int argc, char** argv) {
   spdlog::info("stoke-coordinator {} listening on {}, data in {}", STOKE_VERSION,
                (*server)->address(), data_dir);
   // Tools and tests that start us on port 0 read the real address here.
-  std::ofstream(data_dir + "/coordinator.address") << (*server)->address() << "\n";
+  WriteAtomically(data_dir + "/coordinator.address", (*server)->address() + "\n");
 
 
   std::unique_ptr<LocalWorkerSupervisor> supervisor;

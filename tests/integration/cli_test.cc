@@ -14,15 +14,17 @@ namespace {
 
 class CliTest : public ::testing::Test {
  protected:
-  static void SetUpTestSuite() {
-    dir_ = new TempDir();
-    coordinator_ = CoordinatorProcess::Start({dir_->path()}).release();
-  }
+  // One coordinator for the suite, started by the first test: a failure to start then
+  // fails that test (from SetUpTestSuite, gtest would only skip the tests).
+  static void SetUpTestSuite() { dir_ = new TempDir(); }
   static void TearDownTestSuite() {
     delete coordinator_;
     delete dir_;
   }
-  void SetUp() override { ASSERT_NE(coordinator_, nullptr); }
+  void SetUp() override {
+    if (!coordinator_) coordinator_ = CoordinatorProcess::Start({dir_->path()}).release();
+    ASSERT_NE(coordinator_, nullptr);
+  }
 
   CommandResult Stoke(std::vector<std::string> args) {
     args.insert(args.begin(), {STOKE_CLI_BINARY, "--address", coordinator_->address()});

@@ -60,11 +60,16 @@ std::unique_ptr<CoordinatorProcess> CoordinatorProcess::Start(const Options& opt
     _exit(127);
   }
   process->pid_ = pid;
-  if (!WaitFor([&] { return std::filesystem::exists(address_file); }, std::chrono::seconds(60))) {
+  // The coordinator renames the file into place whole; read until it says something.
+  if (!WaitFor(
+          [&] {
+            std::ifstream in(address_file);
+            return static_cast<bool>(in >> process->address_) && !process->address_.empty();
+          },
+          std::chrono::seconds(60))) {
     ADD_FAILURE() << "the coordinator did not start; its log:\n" << process->Log();
     return nullptr;
   }
-  std::ifstream(address_file) >> process->address_;
   process->client_ = client::Client::Connect({process->address_});
   int expected = 0;
   if (options.local_workers.rfind("cpu:", 0) == 0)

@@ -34,7 +34,6 @@ void WriteAtomically(const std::string& path, const std::string& text) {
   fs::rename(tmp, path, ec);
 }
 
-
 std::string DefaultDataDir() {
   if (const char* env = std::getenv("STOKE_DATA_DIR")) return env;
   if (const char* home = std::getenv("HOME")) return std::string(home) + "/.stoke";
@@ -163,7 +162,6 @@ int main(int argc, char** argv) {
                (*server)->address(), data_dir);
   // Tools and tests that start us on port 0 read the real address here.
   WriteAtomically(data_dir + "/coordinator.address", (*server)->address() + "\n");
-
 
   std::unique_ptr<LocalWorkerSupervisor> supervisor;
   auto plan = PlanLocalWorkers(local_workers, worker_binary);

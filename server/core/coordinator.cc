@@ -175,7 +175,7 @@ absl::Status Coordinator::AttachWorker(const v1::RegisterWorker& registration,
   info.set_pid(registration.pid());
   info.set_version(registration.version());
   info.set_address(registration.advertise_address().empty() ? address
-                                                             : registration.advertise_address());
+                                                            : registration.advertise_address());
   auto replaced = workers_.Attach(std::move(info), connection, clock_.Now());
   if (replaced) {
     replaced->connection->Close("replaced by a new registration of the same worker");
@@ -514,7 +514,8 @@ std::string Coordinator::RendezvousAddress(const std::string& host) {
   }
   const int span = options_.last_rendezvous_port - options_.first_rendezvous_port + 1;
   // IPv6 literals need brackets before the port.
-  const std::string prefix = host.find(':') != std::string::npos ? absl::StrCat("[", host, "]") : host;
+  const std::string prefix =
+      host.find(':') != std::string::npos ? absl::StrCat("[", host, "]") : host;
   std::string candidate;
   for (int i = 0; i < span; ++i) {
     const int port = options_.first_rendezvous_port + (next_rendezvous_port_++ % span);

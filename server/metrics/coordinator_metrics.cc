@@ -28,8 +28,8 @@ struct JobGaugeDef {
 const v1::MetricSample& M(const v1::Job& j) { return j.latest_metrics(); }
 
 constexpr JobGaugeDef kJobGauges[] = {
-    {"stoke_job_samples_per_second", "Training throughput over the latest window, all ranks",
-     true, [](const v1::Job& j) { return M(j).samples_per_second(); }},
+    {"stoke_job_samples_per_second", "Training throughput over the latest window, all ranks", true,
+     [](const v1::Job& j) { return M(j).samples_per_second(); }},
     {"stoke_job_tokens_per_second", "Language models: tokens trained per second, all ranks", true,
      [](const v1::Job& j) { return M(j).tokens_per_second(); }},
     {"stoke_job_model_flops_per_second",
@@ -255,9 +255,11 @@ void CoordinatorMetrics::SetJob(JobSeries& series, const v1::Job& job, bool fini
     for (const auto& p : job.placement()) {
       held.insert(p.worker_id());
       if (series.placements.count(p.worker_id())) continue;
-      series.placements[p.worker_id()] = &job_device_->Add(
-          {{"job", job.id()}, {"host", p.host()}, {"gpu", DeviceLabel(p.device())},
-           {"uuid", p.device().uuid()}, {"rank", std::to_string(p.rank())}});
+      series.placements[p.worker_id()] = &job_device_->Add({{"job", job.id()},
+                                                            {"host", p.host()},
+                                                            {"gpu", DeviceLabel(p.device())},
+                                                            {"uuid", p.device().uuid()},
+                                                            {"rank", std::to_string(p.rank())}});
       series.placements[p.worker_id()]->Set(1);
     }
   }
@@ -340,8 +342,8 @@ void CoordinatorMetrics::RefreshDevices(const v1::Cluster& cluster) {
         continue;
       }
       if (found == series.gauges.end()) {
-        found = series.gauges.emplace(def.name, &device_families_[def.name]->Add(series.labels))
-                    .first;
+        found =
+            series.gauges.emplace(def.name, &device_families_[def.name]->Add(series.labels)).first;
       }
       found->second->Set(*value);
     }

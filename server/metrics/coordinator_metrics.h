@@ -59,16 +59,15 @@ class CoordinatorMetrics final : public RpcObserver {
   std::string Exposition() const;
 
   // RpcObserver: gRPC's threads call these.
-  void OnUnaryFinished(const std::string& method, const std::string& code,
-                       double seconds) override;
+  void OnUnaryFinished(const std::string& method, const std::string& code, double seconds) override;
   void OnStreamOpened(const std::string& method) override;
   void OnStreamFinished(const std::string& method, const std::string& code) override;
 
  private:
   using GaugeFamily = prometheus::Family<prometheus::Gauge>;
   struct JobSeries {
-    std::vector<prometheus::Gauge*> gauges;     // one per job gauge family, in order
-    std::vector<prometheus::Gauge*> diagnoses;  // one per diagnosis
+    std::vector<prometheus::Gauge*> gauges;                // one per job gauge family, in order
+    std::vector<prometheus::Gauge*> diagnoses;             // one per diagnosis
     std::map<std::string, prometheus::Gauge*> placements;  // by worker id
     v1::Job last;
     std::optional<absl::Time> finished_at;

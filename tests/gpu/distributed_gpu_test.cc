@@ -53,9 +53,9 @@ TEST(DistributedGpu, TwoRanksOnTwoGpusEndIdenticalAndCloseToOneProcess) {
     args.insert(args.end(), common.begin(), common.end());
     return args;
   };
-  const pid_t single = Spawn(with({"rank=0", "world=1", "batch=16", "device=cuda:0",
-                                   "out=" + dir.File("single.pt")}),
-                             dir.File("single.log"));
+  const pid_t single = Spawn(
+      with({"rank=0", "world=1", "batch=16", "device=cuda:0", "out=" + dir.File("single.pt")}),
+      dir.File("single.log"));
   ASSERT_EQ(Wait(single), 0);
   const std::string rendezvous = "127.0.0.1:" + std::to_string(29500 + getpid() % 400);
   std::vector<pid_t> ranks;

@@ -4,10 +4,10 @@
 // stops answering is reported as a timed-out collective instead of hanging the others.
 #include <arpa/inet.h>
 #include <fcntl.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
 #include <gtest/gtest.h>
+#include <netinet/in.h>
 #include <signal.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <torch/torch.h>
@@ -185,15 +185,14 @@ TEST_F(DistributedTrainingTest, ARankThatStopsAnsweringIsReportedAsATimedOutColl
   const std::string rendezvous = "127.0.0.1:" + std::to_string(FreePort());
   auto rank = [&](int r) {
     return std::make_unique<RankProcess>(
-        std::vector<std::string>{"rank=" + std::to_string(r), "world=2",
-                                 "rendezvous=" + rendezvous, "data=" + data_, "batch=8",
-                                 "steps=100000000", "timeout=3"},
+        std::vector<std::string>{"rank=" + std::to_string(r), "world=2", "rendezvous=" + rendezvous,
+                                 "data=" + data_, "batch=8", "steps=100000000", "timeout=3"},
         dir_.File("hang-" + std::to_string(r) + ".log"));
   };
   auto rank0 = rank(0);
   auto rank1 = rank(1);
-  ASSERT_TRUE(WaitFor([&] { return rank1->Log().find("step 20 ") != std::string::npos; },
-                      seconds(60)))
+  ASSERT_TRUE(
+      WaitFor([&] { return rank1->Log().find("step 20 ") != std::string::npos; }, seconds(60)))
       << rank0->Log() << rank1->Log();
   rank1->Signal(SIGSTOP);  // alive, connected, silent: the worst kind of peer
   const auto stopped_at = std::chrono::steady_clock::now();
@@ -207,9 +206,9 @@ TEST_F(DistributedTrainingTest, ARankThatStopsAnsweringIsReportedAsATimedOutColl
 
 TEST_F(DistributedTrainingTest, ARankAloneGivesUpOnTheRendezvousNamingIt) {
   const std::string rendezvous = "127.0.0.1:" + std::to_string(FreePort());
-  RankProcess lonely({"rank=0", "world=2", "rendezvous=" + rendezvous, "data=" + data_,
-                      "timeout=2"},
-                     dir_.File("lonely.log"));
+  RankProcess lonely(
+      {"rank=0", "world=2", "rendezvous=" + rendezvous, "data=" + data_, "timeout=2"},
+      dir_.File("lonely.log"));
   EXPECT_EQ(lonely.Wait(), 1);
   EXPECT_NE(lonely.Log().find("could not meet the others at " + rendezvous), std::string::npos)
       << lonely.Log();

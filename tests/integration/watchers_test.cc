@@ -39,7 +39,8 @@ v1::JobSpec Spec(const std::string& name) {
 double MedianThroughput(client::Client& client, const std::string& id) {
   std::vector<double> rates;
   auto s = client.WatchJob(id, {}, [&](const v1::JobEvent& e) {
-    if (e.has_metrics() && !e.metrics().has_eval()) rates.push_back(e.metrics().samples_per_second());
+    if (e.has_metrics() && !e.metrics().has_eval())
+      rates.push_back(e.metrics().samples_per_second());
     return true;
   });
   EXPECT_TRUE(s.ok()) << s;
@@ -131,8 +132,8 @@ TEST(Watchers, TwoHundredWatchersOneStalledSeeEverySampleWithoutSlowingTheJob) {
   ASSERT_EQ(expected_steps.size(), 200u);
   EXPECT_EQ(connected.load(), kWatchers);
   for (int i = 0; i < kWatchers; ++i) {
-    ASSERT_TRUE(results[static_cast<size_t>(i)].ok()) << "watcher " << i << ": "
-                                                      << results[static_cast<size_t>(i)];
+    ASSERT_TRUE(results[static_cast<size_t>(i)].ok())
+        << "watcher " << i << ": " << results[static_cast<size_t>(i)];
     EXPECT_EQ(steps[static_cast<size_t>(i)], expected_steps) << "watcher " << i;
     const auto& s = seqs[static_cast<size_t>(i)];
     ASSERT_FALSE(s.empty());
@@ -144,8 +145,8 @@ TEST(Watchers, TwoHundredWatchersOneStalledSeeEverySampleWithoutSlowingTheJob) {
 
   // Within noise: run-to-run spread of this job on this VM is a few percent.
   const double with_watchers = MedianThroughput(client, id);
-  std::cout << "median samples/s unwatched " << unwatched << ", with 200 watchers "
-            << with_watchers << " (" << 100 * with_watchers / unwatched << "%)\n";
+  std::cout << "median samples/s unwatched " << unwatched << ", with 200 watchers " << with_watchers
+            << " (" << 100 * with_watchers / unwatched << "%)\n";
   EXPECT_GT(with_watchers, 0.90 * unwatched);
   stalled_context.TryCancel();
 }

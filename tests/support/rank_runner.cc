@@ -21,7 +21,10 @@ using namespace stoke::worker;
 
 class PrintingObserver final : public TrainingObserver {
  public:
-  void OnStarted() override { std::printf("started\n"); std::fflush(stdout); }
+  void OnStarted() override {
+    std::printf("started\n");
+    std::fflush(stdout);
+  }
   void OnMetrics(const MetricSample& s) override {
     if (s.eval) return;
     std::printf("step %llu loss %.6f comm_wait %.4f\n", static_cast<unsigned long long>(s.step),
@@ -79,7 +82,8 @@ int main(int argc, char** argv) {
   task.training.steps = std::stoull(get("steps", "10"));
   task.training.batch_size = std::stoll(get("batch", "8"));
   task.training.grad_accum_steps = std::stoll(get("accum", "1"));
-  task.training.precision = get("precision", "fp32") == "bf16" ? Precision::kBf16 : Precision::kFp32;
+  task.training.precision =
+      get("precision", "fp32") == "bf16" ? Precision::kBf16 : Precision::kFp32;
   task.training.seed = 7;
   task.training.metrics_interval_steps = 1;
   task.eval.batches = 1;

@@ -93,8 +93,7 @@ std::vector<std::string> Lines(const std::string& exposition, const std::string&
 }
 
 bool Has(const std::string& exposition, const std::string& line) {
-  return !Lines(exposition, line).empty() &&
-         Lines(exposition, line).front().size() == line.size();
+  return !Lines(exposition, line).empty() && Lines(exposition, line).front().size() == line.size();
 }
 
 TEST(CoordinatorMetrics, ExpositionOfAKnownState) {
@@ -155,20 +154,23 @@ TEST(CoordinatorMetrics, RpcCallsAreCountedTimedAndStreamsTracked) {
   metrics->OnStreamOpened("/stoke.v1.Coordinator/WatchJob");
   metrics->OnStreamFinished("/stoke.v1.Coordinator/WatchJob", "CANCELLED");
   const std::string text = metrics->Exposition();
-  EXPECT_TRUE(Has(text, "stoke_rpc_requests_total{code=\"OK\",method=\"/stoke.v1.Coordinator/"
-                        "SubmitJob\"} 2"))
+  EXPECT_TRUE(Has(text,
+                  "stoke_rpc_requests_total{code=\"OK\",method=\"/stoke.v1.Coordinator/"
+                  "SubmitJob\"} 2"))
       << text;
-  EXPECT_TRUE(Has(text, "stoke_rpc_requests_total{code=\"INVALID_ARGUMENT\",method=\"/stoke.v1."
-                        "Coordinator/SubmitJob\"} 1"))
+  EXPECT_TRUE(Has(text,
+                  "stoke_rpc_requests_total{code=\"INVALID_ARGUMENT\",method=\"/stoke.v1."
+                  "Coordinator/SubmitJob\"} 1"))
       << text;
-  EXPECT_TRUE(Has(text, "stoke_rpc_duration_seconds_count{method=\"/stoke.v1.Coordinator/"
-                        "SubmitJob\"} 3"))
+  EXPECT_TRUE(Has(text,
+                  "stoke_rpc_duration_seconds_count{method=\"/stoke.v1.Coordinator/"
+                  "SubmitJob\"} 3"))
       << text;
-  EXPECT_TRUE(Has(text, "stoke_rpc_duration_seconds_bucket{method=\"/stoke.v1.Coordinator/"
-                        "SubmitJob\",le=\"0.0025\"} 2"))
+  EXPECT_TRUE(Has(text,
+                  "stoke_rpc_duration_seconds_bucket{method=\"/stoke.v1.Coordinator/"
+                  "SubmitJob\",le=\"0.0025\"} 2"))
       << text;
-  EXPECT_TRUE(
-      Has(text, "stoke_rpc_open_streams{method=\"/stoke.v1.Coordinator/WatchJob\"} 1"))
+  EXPECT_TRUE(Has(text, "stoke_rpc_open_streams{method=\"/stoke.v1.Coordinator/WatchJob\"} 1"))
       << text;
 }
 

@@ -40,7 +40,8 @@ TEST(Diagnosis, LaunchBoundWhenTheGpuIsBusyButAchievesLittle) {
   EXPECT_FALSE(Contains(rank.Diagnose(Sample(0, 0.45, 0), Gpu(0.98)), v1::DIAGNOSIS_LAUNCH_BOUND));
   EXPECT_FALSE(Contains(rank.Diagnose(Sample(0, 0.03, 0), Gpu(0.40)), v1::DIAGNOSIS_LAUNCH_BOUND));
   EXPECT_FALSE(Contains(rank.Diagnose(Sample(0, 0.0, 0), Gpu(0.98)), v1::DIAGNOSIS_LAUNCH_BOUND));
-  EXPECT_FALSE(Contains(rank.Diagnose(Sample(0, 0.03, 0), std::nullopt), v1::DIAGNOSIS_LAUNCH_BOUND));
+  EXPECT_FALSE(
+      Contains(rank.Diagnose(Sample(0, 0.03, 0), std::nullopt), v1::DIAGNOSIS_LAUNCH_BOUND));
 }
 
 TEST(Diagnosis, MemoryGrowingAfterFiveRisesInARowAndNotAfterAPlateau) {

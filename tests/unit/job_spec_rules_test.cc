@@ -98,7 +98,8 @@ TEST(JobSpecRules, EachBadFieldIsNamed) {
       {"max_restarts", [](v1::JobSpec& s) { s.set_max_restarts(1000); }},
       {"distributed.timeout_seconds",
        [](v1::JobSpec& s) { s.mutable_distributed()->set_timeout_seconds(86400); }},
-      {"distributed.bucket_mb", [](v1::JobSpec& s) { s.mutable_distributed()->set_bucket_mb(4096); }},
+      {"distributed.bucket_mb",
+       [](v1::JobSpec& s) { s.mutable_distributed()->set_bucket_mb(4096); }},
       {"name", [](v1::JobSpec& s) { s.set_name(std::string(300, 'x')); }},
   };
   for (const auto& c : cases) {

@@ -252,8 +252,8 @@ namespace {
 
 // Final parameters of a small MLP trained on an MNIST-format folder through the loader,
 // whose sampler fixes which samples each (micro-)batch holds.
-std::vector<torch::Tensor> TrainOnImages(const std::string& folder, int64_t batch,
-                                         int64_t accum, uint64_t steps) {
+std::vector<torch::Tensor> TrainOnImages(const std::string& folder, int64_t batch, int64_t accum,
+                                         uint64_t steps) {
   TrainTask task;
   task.job_id = "accum";
   task.name = "accum";
@@ -297,7 +297,8 @@ TEST(Trainer, FourAccumulatedMicroBatchesMatchOneBatchFourTimesAsLarge) {
   ASSERT_EQ(whole.size(), accumulated.size());
   for (size_t i = 0; i < whole.size(); ++i) {
     EXPECT_TRUE(torch::allclose(whole[i], accumulated[i], 1e-4, 1e-5))
-        << "parameter " << i << " differs by " << (whole[i] - accumulated[i]).abs().max().item<float>();
+        << "parameter " << i << " differs by "
+        << (whole[i] - accumulated[i]).abs().max().item<float>();
   }
   // And the comparison is not between two models training left alone.
   EXPECT_FALSE(torch::allclose(whole[0], untouched[0], 1e-3, 1e-3));

@@ -221,8 +221,8 @@ struct MetricSample {
   double learning_rate = 0;
   double elapsed_seconds = 0;
   double data_wait_ratio = 0;
-  double comm_wait_ratio = 0;  // several ranks: device time waiting on unhidden all-reduces
-  double step_seconds = 0;     // mean optimizer step time over the window (this rank)
+  double comm_wait_ratio = 0;    // several ranks: device time waiting on unhidden all-reduces
+  double step_seconds = 0;       // mean optimizer step time over the window (this rank)
   double tokens_per_second = 0;  // language models: samples/s x context
   double achieved_flops = 0;     // model FLOP/s on this rank's device (PaLM's count)
   double mfu = 0;                // achieved_flops / the device's dense bf16 peak; 0: unknown

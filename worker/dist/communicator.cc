@@ -1,8 +1,8 @@
 #include "worker/dist/communicator.h"
 
+#include <torch/torch.h>
 #include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
-#include <torch/torch.h>
 
 #include <stdexcept>
 
@@ -66,8 +66,8 @@ class C10dPending final : public PendingCollective {
 template <typename Group>
 class C10dCommunicator final : public Communicator {
  public:
-  C10dCommunicator(c10::intrusive_ptr<c10d::Store> store, c10::intrusive_ptr<Group> group,
-                   int rank, int world_size, std::chrono::milliseconds timeout)
+  C10dCommunicator(c10::intrusive_ptr<c10d::Store> store, c10::intrusive_ptr<Group> group, int rank,
+                   int world_size, std::chrono::milliseconds timeout)
       : store_(std::move(store)),
         group_(std::move(group)),
         rank_(rank),
@@ -174,7 +174,8 @@ bool Communicator::Supported(torch::Device device, std::string* why_not) {
 #if STOKE_WITH_NCCL
     return true;
 #else
-    *why_not = "this stoke-worker was built without NCCL, so it cannot run GPU jobs of several ranks";
+    *why_not =
+        "this stoke-worker was built without NCCL, so it cannot run GPU jobs of several ranks";
     return false;
 #endif
   }
@@ -195,8 +196,8 @@ std::unique_ptr<Communicator> Communicator::Connect(const TrainTask& task, torch
 #if STOKE_WITH_NCCL
     auto options = c10d::ProcessGroupNCCL::Options::create();
     options->timeout = timeout;
-    auto group = c10::make_intrusive<c10d::ProcessGroupNCCL>(store, task.rank, task.world_size,
-                                                             options);
+    auto group =
+        c10::make_intrusive<c10d::ProcessGroupNCCL>(store, task.rank, task.world_size, options);
     return std::make_unique<C10dCommunicator<c10d::ProcessGroupNCCL>>(
         store, std::move(group), task.rank, task.world_size, timeout);
 #endif
@@ -210,8 +211,8 @@ std::unique_ptr<Communicator> Communicator::Connect(const TrainTask& task, torch
     // Gloo's group constructor connects every pair of ranks; a missing rank shows here.
     c10::intrusive_ptr<c10d::ProcessGroupGloo> group;
     try {
-      group = c10::make_intrusive<c10d::ProcessGroupGloo>(store, task.rank, task.world_size,
-                                                          options);
+      group =
+          c10::make_intrusive<c10d::ProcessGroupGloo>(store, task.rank, task.world_size, options);
     } catch (const std::exception& e) {
       FailedToMeet(task, timeout, Describe(e));
     }

@@ -20,9 +20,9 @@ GradientReducer::GradientReducer(std::vector<torch::Tensor> parameters, Communic
     if (!p.requires_grad()) continue;
     // The first bucket (index 0) is the small one.
     const int64_t limit = groups.size() == 1 ? first_bucket_bytes : bucket_bytes;
-    const bool same_kind =
-        !groups.empty() && parameters_[groups.back().front()].scalar_type() == p.scalar_type() &&
-        parameters_[groups.back().front()].device() == p.device();
+    const bool same_kind = !groups.empty() &&
+                           parameters_[groups.back().front()].scalar_type() == p.scalar_type() &&
+                           parameters_[groups.back().front()].device() == p.device();
     if (!same_kind || group_bytes >= limit) {
       groups.emplace_back();
       group_bytes = 0;
@@ -38,7 +38,8 @@ GradientReducer::GradientReducer(std::vector<torch::Tensor> parameters, Communic
       slots_[i].offset = elements;
       elements += parameters_[i].numel();
     }
-    bucket.flat = torch::zeros({elements}, parameters_[group.front()].options().requires_grad(false));
+    bucket.flat =
+        torch::zeros({elements}, parameters_[group.front()].options().requires_grad(false));
     bucket.parameters = group;
   }
   for (size_t i = 0; i < parameters_.size(); ++i) {

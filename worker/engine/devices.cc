@@ -101,8 +101,8 @@ AllocatorStats ReadAllocatorStats(const DeviceRef& device) {
   AllocatorStats out;
 #if STOKE_WITH_CUDA
   if (device.kind != DeviceKind::kCuda) return out;
-  const auto stats = c10::cuda::CUDACachingAllocator::getDeviceStats(
-      static_cast<c10::DeviceIndex>(device.index));
+  const auto stats =
+      c10::cuda::CUDACachingAllocator::getDeviceStats(static_cast<c10::DeviceIndex>(device.index));
   // Index 0 of each StatArray is the aggregate over small and large pools.
   out.allocated_bytes = static_cast<uint64_t>(stats.allocated_bytes[0].current);
   out.reserved_bytes = static_cast<uint64_t>(stats.reserved_bytes[0].current);

@@ -38,7 +38,9 @@ class MetricWindow {
   void SetModelFacts(const ModelFacts& facts) { facts_ = facts; }
   // Called as each sample completes, for what the host reads without waiting (allocator
   // counters).
-  void SetAnnotator(std::function<void(MetricSample&)> annotate) { annotate_ = std::move(annotate); }
+  void SetAnnotator(std::function<void(MetricSample&)> annotate) {
+    annotate_ = std::move(annotate);
+  }
   ~MetricWindow();
 
   // Adds one loss term (a 0-d tensor on the device): one per micro-batch. The window's

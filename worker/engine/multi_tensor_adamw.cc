@@ -100,8 +100,9 @@ torch::Tensor MultiTensorAdamW::step(LossClosure closure) {
 #if STOKE_TORCH_AT_LEAST(2, 0) && STOKE_WITH_CUDA
         // The kernel reads each parameter's step count from the device, already
         // incremented (as torch.optim does); one scalar serves the whole batch.
-        const torch::Tensor steps = torch::full(
-            {}, static_cast<double>(step), torch::TensorOptions().dtype(torch::kFloat32).device(device));
+        const torch::Tensor steps =
+            torch::full({}, static_cast<double>(step),
+                        torch::TensorOptions().dtype(torch::kFloat32).device(device));
         const std::vector<torch::Tensor> step_list(b.params.size(), steps);
         at::_fused_adamw_(b.params, b.grads, b.exp_avgs, b.exp_avg_sqs, /*max_exp_avg_sqs=*/{},
                           step_list, lr, beta1, beta2, options.weight_decay(), options.eps(),

@@ -81,7 +81,8 @@ std::string Describe(const TrainTask& task, Network& net, const DeviceInfo& devi
     out << " x " << task.training.grad_accum_steps << " accumulated";
   }
   out << ", " << (bf16 ? "bf16 autocast" : "fp32");
-  if (device.device.kind == DeviceKind::kCuda && net.PrefersChannelsLast()) out << ", channels_last";
+  if (device.device.kind == DeviceKind::kCuda && net.PrefersChannelsLast())
+    out << ", channels_last";
   out << ", " << optimizer << ", " << total_steps << " steps";
   return out.str();
 }

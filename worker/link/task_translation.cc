@@ -213,9 +213,9 @@ absl::StatusOr<TrainTask> TaskFromAssignment(const v1::Assignment& a) {
     return absl::InvalidArgumentError("training.batch_size: must be set");
   }
   if (task.world_size > 1 && task.distributed.rendezvous_address.empty()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("assignment of rank ", task.rank, " of ", task.world_size,
-                     " came without a rendezvous address"));
+    return absl::InvalidArgumentError(absl::StrCat("assignment of rank ", task.rank, " of ",
+                                                   task.world_size,
+                                                   " came without a rendezvous address"));
   }
   return task;
 }

@@ -217,7 +217,8 @@ void WorkerAgent::Serve(v1::WorkerLink::Stub& stub) {
         v1::WorkerMessage beat;
         auto* heartbeat = beat.mutable_heartbeat();
         if (options_.device_stats) {
-          if (auto stats = options_.device_stats()) *heartbeat->mutable_device_stats() = ToProto(*stats);
+          if (auto stats = options_.device_stats())
+            *heartbeat->mutable_device_stats() = ToProto(*stats);
         }
         if (!stream->Write(beat)) {
           context.TryCancel();
@@ -308,8 +309,8 @@ void WorkerAgent::CancelTask(const v1::CancelTask& cancel) {
     if (task_world_size_ > 1 && watchdog_done_) {
       if (cancel_watchdog_.joinable()) cancel_watchdog_.join();  // it has returned
       watchdog_done_ = false;
-      cancel_watchdog_ = std::thread(&WorkerAgent::WatchCancel, this, cancel.job_id(),
-                                     cancel.attempt());
+      cancel_watchdog_ =
+          std::thread(&WorkerAgent::WatchCancel, this, cancel.job_id(), cancel.attempt());
     }
   }
 }
@@ -320,9 +321,10 @@ void WorkerAgent::WatchCancel(std::string job_id, uint32_t attempt) {
     return !task_running_ || task_job_ != job_id || task_attempt_ != attempt;
   });
   if (!ended) {
-    spdlog::critical("job {} attempt {}: cancelled {} ms ago but still inside a collective; "
-                     "exiting so that the device is freed",
-                     job_id, attempt, options_.cancel_grace.count());
+    spdlog::critical(
+        "job {} attempt {}: cancelled {} ms ago but still inside a collective; "
+        "exiting so that the device is freed",
+        job_id, attempt, options_.cancel_grace.count());
     spdlog::shutdown();
     std::_Exit(75);
   }

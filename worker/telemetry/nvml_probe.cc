@@ -57,11 +57,12 @@ const NvmlApi* LoadNvml(std::string* why) {
     api.memory = reinterpret_cast<int (*)(NvmlDevice, NvmlMemory*)>(sym("nvmlDeviceGetMemoryInfo"));
     api.clock =
         reinterpret_cast<int (*)(NvmlDevice, int, unsigned int*)>(sym("nvmlDeviceGetClockInfo"));
-    api.power = reinterpret_cast<int (*)(NvmlDevice, unsigned int*)>(sym("nvmlDeviceGetPowerUsage"));
-    api.temperature = reinterpret_cast<int (*)(NvmlDevice, int, unsigned int*)>(
-        sym("nvmlDeviceGetTemperature"));
-    if (!api.init || !api.error_string || !api.handle_by_uuid || !api.utilization ||
-        !api.memory || !api.clock || !api.power || !api.temperature) {
+    api.power =
+        reinterpret_cast<int (*)(NvmlDevice, unsigned int*)>(sym("nvmlDeviceGetPowerUsage"));
+    api.temperature =
+        reinterpret_cast<int (*)(NvmlDevice, int, unsigned int*)>(sym("nvmlDeviceGetTemperature"));
+    if (!api.init || !api.error_string || !api.handle_by_uuid || !api.utilization || !api.memory ||
+        !api.clock || !api.power || !api.temperature) {
       failure = "NVML lacks a function Stoke needs";
       return;
     }

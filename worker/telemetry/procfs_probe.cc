@@ -4,8 +4,8 @@
 
 #include <algorithm>
 #include <chrono>
-#include <iterator>
 #include <fstream>
+#include <iterator>
 #include <sstream>
 
 #include "worker/telemetry/device_sampler.h"

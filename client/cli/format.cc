@@ -3,6 +3,7 @@
 #include <google/protobuf/util/json_util.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cstdio>
 #include <ctime>
 
@@ -19,6 +20,13 @@ std::string ShortStateName(v1::JobState state) {
 std::string ShortWorkerState(v1::WorkerState state) {
   std::string name = v1::WorkerState_Name(state);
   return name.rfind("WORKER_STATE_", 0) == 0 ? name.substr(13) : name;
+}
+
+std::string DiagnosisName(int diagnosis) {
+  std::string name = v1::Diagnosis_Name(static_cast<v1::Diagnosis>(diagnosis));
+  if (name.rfind("DIAGNOSIS_", 0) == 0) name = name.substr(10);
+  for (auto& c : name) c = c == '_' ? '-' : static_cast<char>(std::tolower(c));
+  return name;
 }
 
 std::string DeviceLabel(const v1::Device& device) {

@@ -14,6 +14,8 @@ namespace stoke::client {
 // "RUNNING" for JOB_STATE_RUNNING.
 std::string ShortStateName(v1::JobState state);
 std::string ShortWorkerState(v1::WorkerState state);
+// "input-bound" for DIAGNOSIS_INPUT_BOUND (an int: repeated enum fields hold ints).
+std::string DiagnosisName(int diagnosis);
 // "cuda:0", "cpu:1".
 std::string DeviceLabel(const v1::Device& device);
 // "1:02:03", "4:05", "0:07".

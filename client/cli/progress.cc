@@ -55,11 +55,7 @@ std::string ProgressView::ProgressText(bool with_bar) const {
     absl::StrAppend(&text, absl::StrFormat("  all-reduce wait %.0f%%", 100 * m.comm_wait_ratio()));
   }
   if (!device_summary_.empty()) absl::StrAppend(&text, "  ", device_summary_);
-  for (int d : m.diagnoses()) {
-    std::string name = v1::Diagnosis_Name(static_cast<v1::Diagnosis>(d)).substr(10);
-    for (auto& c : name) c = c == '_' ? '-' : static_cast<char>(std::tolower(c));
-    absl::StrAppend(&text, "  [", name, "]");
-  }
+  for (int d : m.diagnoses()) absl::StrAppend(&text, "  [", DiagnosisName(d), "]");
   return text;
 }
 

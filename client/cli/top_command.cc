@@ -22,11 +22,7 @@ std::string Percent(double ratio) { return absl::StrFormat("%.0f%%", ratio * 100
 
 std::string DiagnosisList(const v1::MetricSample& m) {
   std::vector<std::string> names;
-  for (int d : m.diagnoses()) {
-    std::string name = v1::Diagnosis_Name(static_cast<v1::Diagnosis>(d)).substr(10);  // DIAGNOSIS_
-    for (auto& c : name) c = c == '_' ? '-' : static_cast<char>(std::tolower(c));
-    names.push_back(name);
-  }
+  for (int d : m.diagnoses()) names.push_back(DiagnosisName(d));
   return names.empty() ? "-" : absl::StrJoin(names, ",");
 }
 

@@ -3,41 +3,24 @@
 // batches together. Skips without two CUDA devices.
 #include <gtest/gtest.h>
 #include <sys/stat.h>
-#include <sys/wait.h>
 #include <torch/cuda.h>
 #include <torch/torch.h>
-#include <unistd.h>
 
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "tests/support/data_files.h"
+#include "tests/support/subprocess.h"
 #include "tests/support/temp_dir.h"
 
 namespace stoke::testing {
 namespace {
 
-// Runs the rank runner with `args`; returns its exit code.
-pid_t Spawn(const std::vector<std::string>& args, const std::string& log) {
-  pid_t pid = fork();
-  if (pid == 0) {
-    freopen(log.c_str(), "w", stdout);
-    freopen(log.c_str(), "a", stderr);
-    std::vector<std::string> argv = {STOKE_RANK_RUNNER_BINARY};
-    argv.insert(argv.end(), args.begin(), args.end());
-    std::vector<char*> cargs;
-    for (auto& a : argv) cargs.push_back(a.data());
-    cargs.push_back(nullptr);
-    execv(cargs[0], cargs.data());
-    _exit(127);
-  }
-  return pid;
-}
-
-int Wait(pid_t pid) {
-  int status = 0;
-  waitpid(pid, &status, 0);
-  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+std::unique_ptr<BackgroundProcess> StartRank(std::vector<std::string> args,
+                                             const std::string& log) {
+  args.insert(args.begin(), STOKE_RANK_RUNNER_BINARY);
+  return std::make_unique<BackgroundProcess>(args, BackgroundProcess::Options{log});
 }
 
 TEST(DistributedGpu, TwoRanksOnTwoGpusEndIdenticalAndCloseToOneProcess) {
@@ -53,19 +36,19 @@ TEST(DistributedGpu, TwoRanksOnTwoGpusEndIdenticalAndCloseToOneProcess) {
     args.insert(args.end(), common.begin(), common.end());
     return args;
   };
-  const pid_t single = Spawn(
+  auto single = StartRank(
       with({"rank=0", "world=1", "batch=16", "device=cuda:0", "out=" + dir.File("single.pt")}),
       dir.File("single.log"));
-  ASSERT_EQ(Wait(single), 0);
-  const std::string rendezvous = "127.0.0.1:" + std::to_string(29500 + getpid() % 400);
-  std::vector<pid_t> ranks;
+  ASSERT_EQ(single->Wait(), 0) << single->Log();
+  const std::string rendezvous = "127.0.0.1:" + std::to_string(FreePort());
+  std::vector<std::unique_ptr<BackgroundProcess>> ranks;
   for (int r = 0; r < 2; ++r) {
-    ranks.push_back(Spawn(with({"rank=" + std::to_string(r), "world=2", "batch=8",
-                                "rendezvous=" + rendezvous, "device=cuda:" + std::to_string(r),
-                                "out=" + dir.File("rank" + std::to_string(r) + ".pt")}),
-                          dir.File("rank" + std::to_string(r) + ".log")));
+    ranks.push_back(StartRank(with({"rank=" + std::to_string(r), "world=2", "batch=8",
+                                    "rendezvous=" + rendezvous, "device=cuda:" + std::to_string(r),
+                                    "out=" + dir.File("rank" + std::to_string(r) + ".pt")}),
+                              dir.File("rank" + std::to_string(r) + ".log")));
   }
-  for (pid_t pid : ranks) ASSERT_EQ(Wait(pid), 0);
+  for (auto& rank : ranks) ASSERT_EQ(rank->Wait(), 0) << rank->Log();
   std::vector<torch::Tensor> a, b, one;
   torch::load(a, dir.File("rank0.pt"));
   torch::load(b, dir.File("rank1.pt"));

@@ -2,26 +2,21 @@
 // (stoke_rank_runner) meeting the others over loopback TCP: they end with identical
 // parameters that match one process training on the same global batch, and a rank that
 // stops answering is reported as a timed-out collective instead of hanging the others.
-#include <arpa/inet.h>
-#include <fcntl.h>
 #include <gtest/gtest.h>
-#include <netinet/in.h>
 #include <signal.h>
-#include <sys/socket.h>
 #include <sys/stat.h>
-#include <sys/wait.h>
 #include <torch/torch.h>
 #include <unistd.h>
 
 #include <chrono>
 #include <cstdlib>
-#include <fstream>
-#include <sstream>
+#include <memory>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "tests/support/data_files.h"
+#include "tests/support/subprocess.h"
 #include "tests/support/temp_dir.h"
 #include "tests/support/wait.h"
 
@@ -30,69 +25,16 @@ namespace {
 
 using std::chrono::seconds;
 
-// A loopback port that was free a moment ago. (Not the one in coordinator_process.h: that
-// header brings protobuf, which must not meet torch's headers in one file.)
-int FreePort() {
-  const int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
-  socklen_t len = sizeof(addr);
-  getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
-  close(fd);
-  return ntohs(addr.sin_port);
+// A rank runner in the background; `prefix` runs it through another command
+// (`ip netns exec NAME`).
+std::unique_ptr<BackgroundProcess> StartRank(const std::vector<std::string>& args,
+                                             const std::string& log,
+                                             const std::vector<std::string>& prefix = {}) {
+  std::vector<std::string> argv = prefix;
+  argv.push_back(STOKE_RANK_RUNNER_BINARY);
+  argv.insert(argv.end(), args.begin(), args.end());
+  return std::make_unique<BackgroundProcess>(argv, BackgroundProcess::Options{log});
 }
-
-// A rank runner started in the background, its output going to a log file.
-class RankProcess {
- public:
-  // `prefix`: a command that runs the runner (`ip netns exec NAME`), or nothing.
-  RankProcess(const std::vector<std::string>& args, const std::string& log,
-              const std::vector<std::string>& prefix = {})
-      : log_(log) {
-    std::vector<std::string> argv = prefix;
-    argv.push_back(STOKE_RANK_RUNNER_BINARY);
-    argv.insert(argv.end(), args.begin(), args.end());
-    pid_ = fork();
-    if (pid_ == 0) {
-      const int fd = open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-      dup2(fd, STDOUT_FILENO);
-      dup2(fd, STDERR_FILENO);
-      std::vector<char*> cargs;
-      for (auto& a : argv) cargs.push_back(a.data());
-      cargs.push_back(nullptr);
-      execvp(cargs[0], cargs.data());
-      _exit(127);
-    }
-  }
-  ~RankProcess() {
-    if (pid_ > 0 && exit_code_ < 0) {
-      kill(pid_, SIGKILL);
-      Wait();
-    }
-  }
-  // The exit code, or 128 + signal.
-  int Wait() {
-    if (exit_code_ >= 0) return exit_code_;
-    int status = 0;
-    waitpid(pid_, &status, 0);
-    exit_code_ = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-    return exit_code_;
-  }
-  void Signal(int signal) { kill(pid_, signal); }
-  std::string Log() const {
-    std::ifstream in(log_);
-    std::stringstream text;
-    text << in.rdbuf();
-    return text.str();
-  }
-
- private:
-  std::string log_;
-  pid_t pid_ = -1;
-  int exit_code_ = -1;
-};
 
 class DistributedTrainingTest : public ::testing::Test {
  protected:
@@ -107,10 +49,10 @@ class DistributedTrainingTest : public ::testing::Test {
   // parameters. Fails the test if any rank fails.
   std::vector<std::vector<torch::Tensor>> Train(int world, int64_t batch, int steps, int accum) {
     const std::string rendezvous = "127.0.0.1:" + std::to_string(FreePort());
-    std::vector<std::unique_ptr<RankProcess>> ranks;
+    std::vector<std::unique_ptr<BackgroundProcess>> ranks;
     for (int r = 0; r < world; ++r) {
       const std::string tag = std::to_string(world) + "-" + std::to_string(r);
-      ranks.push_back(std::make_unique<RankProcess>(
+      ranks.push_back(StartRank(
           std::vector<std::string>{
               "rank=" + std::to_string(r), "world=" + std::to_string(world),
               "rendezvous=" + rendezvous, "data=" + data_, "batch=" + std::to_string(batch),
@@ -184,7 +126,7 @@ TEST_F(DistributedTrainingTest, ThreeRanksWithAccumulationMatchOneProcess) {
 TEST_F(DistributedTrainingTest, ARankThatStopsAnsweringIsReportedAsATimedOutCollective) {
   const std::string rendezvous = "127.0.0.1:" + std::to_string(FreePort());
   auto rank = [&](int r) {
-    return std::make_unique<RankProcess>(
+    return StartRank(
         std::vector<std::string>{"rank=" + std::to_string(r), "world=2", "rendezvous=" + rendezvous,
                                  "data=" + data_, "batch=8", "steps=100000000", "timeout=3"},
         dir_.File("hang-" + std::to_string(r) + ".log"));
@@ -206,12 +148,12 @@ TEST_F(DistributedTrainingTest, ARankThatStopsAnsweringIsReportedAsATimedOutColl
 
 TEST_F(DistributedTrainingTest, ARankAloneGivesUpOnTheRendezvousNamingIt) {
   const std::string rendezvous = "127.0.0.1:" + std::to_string(FreePort());
-  RankProcess lonely(
-      {"rank=0", "world=2", "rendezvous=" + rendezvous, "data=" + data_, "timeout=2"},
-      dir_.File("lonely.log"));
-  EXPECT_EQ(lonely.Wait(), 1);
-  EXPECT_NE(lonely.Log().find("could not meet the others at " + rendezvous), std::string::npos)
-      << lonely.Log();
+  auto lonely =
+      StartRank({"rank=0", "world=2", "rendezvous=" + rendezvous, "data=" + data_, "timeout=2"},
+                dir_.File("lonely.log"));
+  EXPECT_EQ(lonely->Wait(), 1);
+  EXPECT_NE(lonely->Log().find("could not meet the others at " + rendezvous), std::string::npos)
+      << lonely->Log();
 }
 
 // Two network namespaces ("hosts") joined by one veth pair, 10.77.N.1 and 10.77.N.2 on
@@ -264,14 +206,14 @@ TEST_F(DistributedTrainingTest, RanksOnTwoHostsMeetAtRankZerosAddressAndAgree) {
   if (!hosts.Valid()) GTEST_SKIP() << hosts.why_not();
   // The ranks cannot reach each other over loopback: 127.0.0.1 is each host's own.
   const std::string rendezvous = hosts.Address(0) + ":29400";
-  std::vector<std::unique_ptr<RankProcess>> ranks;
+  std::vector<std::unique_ptr<BackgroundProcess>> ranks;
   for (int r = 0; r < 2; ++r) {
-    ranks.push_back(std::make_unique<RankProcess>(
-        std::vector<std::string>{"rank=" + std::to_string(r), "world=2", "rendezvous=" + rendezvous,
-                                 "listen=" + hosts.Address(r), "data=" + data_, "batch=8",
-                                 "steps=20", "timeout=20",
-                                 "out=" + dir_.File("host-" + std::to_string(r) + ".pt")},
-        dir_.File("host-" + std::to_string(r) + ".log"), hosts.On(r)));
+    ranks.push_back(
+        StartRank(std::vector<std::string>{"rank=" + std::to_string(r), "world=2",
+                                           "rendezvous=" + rendezvous, "listen=" + hosts.Address(r),
+                                           "data=" + data_, "batch=8", "steps=20", "timeout=20",
+                                           "out=" + dir_.File("host-" + std::to_string(r) + ".pt")},
+                  dir_.File("host-" + std::to_string(r) + ".log"), hosts.On(r)));
   }
   std::vector<std::vector<torch::Tensor>> parameters(2);
   for (int r = 0; r < 2; ++r) {

@@ -36,6 +36,25 @@ class EngineTest : public ::testing::Test {
     return RunCommand(args);
   }
 
+  // SIGKILL to the worker process that runs `rank` of the job, as a crash would.
+  void KillWorkerOfRank(const std::string& job_id, uint32_t rank) {
+    auto& client = coordinator_->client();
+    auto job = client.GetJob(job_id);
+    ASSERT_TRUE(job.ok()) << job.status();
+    std::string worker;
+    for (const auto& p : job->placement()) {
+      if (p.rank() == rank) worker = p.worker_id();
+    }
+    const auto cluster = client.GetCluster();
+    ASSERT_TRUE(cluster.ok());
+    pid_t pid = 0;
+    for (const auto& w : cluster->workers()) {
+      if (w.id() == worker) pid = static_cast<pid_t>(w.pid());
+    }
+    ASSERT_GT(pid, 0) << "no worker runs rank " << rank << " of job " << job_id;
+    ASSERT_EQ(kill(pid, SIGKILL), 0);
+  }
+
   std::string Write(const std::string& name, const std::string& text) {
     std::ofstream(files_.File(name)) << text;
     return files_.File(name);
@@ -105,15 +124,7 @@ checkpoint: {interval_steps: 500, keep: 2}
   ASSERT_TRUE(
       WaitFor([&] { return client.GetJob(id)->latest_metrics().step() >= 1200; }, seconds(120)))
       << coordinator_->Log();
-  const std::string worker = client.GetJob(id)->placement(0).worker_id();
-  pid_t pid = 0;
-  const auto cluster = client.GetCluster();
-  ASSERT_TRUE(cluster.ok());
-  for (const auto& w : cluster->workers()) {
-    if (w.id() == worker) pid = static_cast<pid_t>(w.pid());
-  }
-  ASSERT_GT(pid, 0);
-  ASSERT_EQ(kill(pid, SIGKILL), 0);
+  ASSERT_NO_FATAL_FAILURE(KillWorkerOfRank(id, 0));
 
   ASSERT_TRUE(
       WaitFor([&] { return client.GetJob(id)->state() == v1::JOB_STATE_SUCCEEDED; }, seconds(180)))
@@ -186,19 +197,7 @@ distributed: {timeout_seconds: 10}
   EXPECT_NE(status.out.find("waiting for gradient all-reduce"), std::string::npos) << status.out;
 
   // Kill the worker of rank 1 (not the one serving the rendezvous).
-  auto running = client.GetJob(id);
-  std::string rank1_worker;
-  for (const auto& p : running->placement()) {
-    if (p.rank() == 1) rank1_worker = p.worker_id();
-  }
-  pid_t pid = 0;
-  const auto cluster = client.GetCluster();
-  ASSERT_TRUE(cluster.ok());
-  for (const auto& w : cluster->workers()) {
-    if (w.id() == rank1_worker) pid = static_cast<pid_t>(w.pid());
-  }
-  ASSERT_GT(pid, 0);
-  ASSERT_EQ(kill(pid, SIGKILL), 0);
+  ASSERT_NO_FATAL_FAILURE(KillWorkerOfRank(id, 1));
 
   ASSERT_TRUE(
       WaitFor([&] { return client.GetJob(id)->state() == v1::JOB_STATE_SUCCEEDED; }, seconds(240)))

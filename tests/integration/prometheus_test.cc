@@ -4,8 +4,6 @@
 // HTTP API and must return data.
 #include <gtest/gtest.h>
 #include <signal.h>
-#include <sys/wait.h>
-#include <unistd.h>
 
 #include <filesystem>
 #include <fstream>
@@ -46,22 +44,15 @@ class PrometheusServer {
                           << "scrape_configs:\n  - job_name: stoke\n    honor_labels: true\n"
                           << "    static_configs:\n"
                           << "      - targets: ['" << target << "']\n";
-    pid_ = fork();
-    if (pid_ == 0) {
-      const std::string log = dir + "/prometheus.log";
-      freopen(log.c_str(), "w", stdout);
-      freopen(log.c_str(), "a", stderr);
-      execlp("prometheus", "prometheus", ("--config.file=" + config).c_str(),
-             ("--storage.tsdb.path=" + dir + "/tsdb").c_str(),
-             ("--web.listen-address=" + address_).c_str(), static_cast<char*>(nullptr));
-      _exit(127);
-    }
+    process_ = std::make_unique<BackgroundProcess>(
+        std::vector<std::string>{"prometheus", "--config.file=" + config,
+                                 "--storage.tsdb.path=" + dir + "/tsdb",
+                                 "--web.listen-address=" + address_},
+        BackgroundProcess::Options{dir + "/prometheus.log"});
   }
   ~PrometheusServer() {
-    if (pid_ > 0) {
-      kill(pid_, SIGTERM);
-      waitpid(pid_, nullptr, 0);
-    }
+    process_->Signal(SIGTERM);
+    process_->Wait();
   }
   const std::string& address() const { return address_; }
   // The JSON answer to an instant query.
@@ -72,7 +63,7 @@ class PrometheusServer {
 
  private:
   std::string address_;
-  pid_t pid_ = -1;
+  std::unique_ptr<BackgroundProcess> process_;
 };
 
 // Grafana's variables, as a user with "All" selected would have them.

@@ -1,7 +1,5 @@
 #include "tests/support/coordinator_process.h"
 
-#include <sched.h>
-
 #include <arpa/inet.h>
 #include <fcntl.h>
 #include <gtest/gtest.h>
@@ -118,59 +116,15 @@ int CoordinatorProcess::Stop() {
   return -1;
 }
 
-int FreePort() {
-  int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
-  socklen_t len = sizeof(addr);
-  getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
-  close(fd);
-  return ntohs(addr.sin_port);
-}
-
 WorkerProcess::WorkerProcess(const std::string& coordinator, const std::string& id,
-                             const std::string& log, int cpu) {
-  std::vector<std::string> args = {STOKE_WORKER_BINARY,
-                                   "--coordinator",
-                                   coordinator,
-                                   "--device",
-                                   "cpu",
-                                   "--id",
-                                   id,
-                                   "--threads",
-                                   "1"};
-  std::vector<char*> argv;
-  for (auto& a : args) argv.push_back(a.data());
-  argv.push_back(nullptr);
-  pid_ = fork();
-  if (pid_ == 0) {
-    if (cpu >= 0) {
-      cpu_set_t set;
-      CPU_ZERO(&set);
-      CPU_SET(cpu, &set);
-      sched_setaffinity(0, sizeof(set), &set);
-    }
-    int fd = open(log.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
-    dup2(fd, STDOUT_FILENO);
-    dup2(fd, STDERR_FILENO);
-    execv(argv[0], argv.data());
-    _exit(127);
-  }
-}
-
-WorkerProcess::~WorkerProcess() {
-  if (pid_ <= 0) return;
-  kill(pid_, SIGKILL);
-  waitpid(pid_, nullptr, 0);
-}
+                             const std::string& log, int cpu)
+    : process_({STOKE_WORKER_BINARY, "--coordinator", coordinator, "--device", "cpu", "--id", id,
+                "--threads", "1"},
+               {log, cpu}) {}
 
 void WorkerProcess::Kill(int signal) {
-  if (pid_ <= 0) return;
-  kill(pid_, signal);
-  waitpid(pid_, nullptr, 0);
-  pid_ = -1;
+  process_.Signal(signal);
+  process_.Wait();
 }
 
 std::string CoordinatorProcess::Log() const {

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "client/lib/client.h"
+#include "tests/support/subprocess.h"
 
 namespace stoke::testing {
 
@@ -50,21 +51,18 @@ class CoordinatorProcess {
 // True while a process with this pid exists (and is not a zombie of ours).
 bool ProcessAlive(pid_t pid);
 
-// A loopback port that was free a moment ago.
-int FreePort();
-
 // A stoke-worker started by the test (as on a remote host), stopped when destroyed.
 class WorkerProcess {
  public:
   // `cpu` >= 0: the worker runs on that core only.
   WorkerProcess(const std::string& coordinator, const std::string& id, const std::string& log,
                 int cpu = -1);
-  ~WorkerProcess();
+  // Sends `signal` and waits for it to end.
   void Kill(int signal);
-  pid_t pid() const { return pid_; }
+  pid_t pid() const { return process_.pid(); }
 
  private:
-  pid_t pid_ = -1;
+  BackgroundProcess process_;
 };
 
 }  // namespace stoke::testing

@@ -117,3 +117,45 @@ class ResNet(nn.Module):
         for block in self.blocks:
             x = block(x)
         return self.classifier(torch.flatten(F.adaptive_avg_pool2d(x, 1), 1))
+
+
+class Mlp(nn.Module):
+    """worker/models/mlp.cc MlpImpl with GELU and no dropout: a Linear per hidden width,
+    then one to the classes; images are taken as vectors of all their pixels. LibTorch's
+    Linear initialises as Python's does."""
+
+    def __init__(self, input_dim, hidden, num_classes):
+        super().__init__()
+        widths = [input_dim, *hidden, num_classes]
+        self.layers = nn.ModuleList(nn.Linear(i, o) for i, o in zip(widths, widths[1:]))
+
+    def forward(self, inputs):
+        x = inputs.flatten(1) if inputs.dim() > 2 else inputs
+        for i, layer in enumerate(self.layers):
+            x = layer(x)
+            if i != len(self.layers) - 1:
+                x = F.gelu(x)
+        return x
+
+
+class Cnn(nn.Module):
+    """worker/models/cnn.cc CnnImpl with no dropout: per stage a 3x3 convolution (no
+    bias), batch norm, ReLU and a 2x2 max-pool; then a hidden Linear with ReLU and one to
+    the classes. `image` is (channels, height, width)."""
+
+    def __init__(self, channels, hidden, image, num_classes):
+        super().__init__()
+        c, h, w = image
+        self.convs, self.norms = nn.ModuleList(), nn.ModuleList()
+        for out in channels:
+            self.convs.append(nn.Conv2d(c, out, 3, padding=1, bias=False))
+            self.norms.append(nn.BatchNorm2d(out))
+            c, h, w = out, h // 2, w // 2
+        self.hidden = nn.Linear(c * h * w, hidden)
+        self.out = nn.Linear(hidden, num_classes)
+
+    def forward(self, inputs):
+        x = inputs
+        for conv, norm in zip(self.convs, self.norms):
+            x = F.max_pool2d(F.relu(norm(conv(x))), 2)
+        return self.out(F.relu(self.hidden(x.flatten(1))))

@@ -84,6 +84,15 @@ class SpecReader {
     if (field->cpp_type() == FieldDescriptor::CPPTYPE_MESSAGE) {
       return Fill(node, *reflection->MutableMessage(&message, field), path);
     }
+    // `batch_size: auto`: a number the worker chooses is the sibling bool `<name>_auto`.
+    if (node.IsScalar() && absl::AsciiStrToLower(node.Scalar()) == "auto") {
+      const FieldDescriptor* chooser =
+          message.GetDescriptor()->FindFieldByName(field->name() + "_auto");
+      if (chooser != nullptr && chooser->cpp_type() == FieldDescriptor::CPPTYPE_BOOL) {
+        reflection->SetBool(&message, chooser, true);
+        return absl::OkStatus();
+      }
+    }
     return StoreScalar(node, message, field, path);
   }
 

@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <numeric>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 
@@ -192,6 +193,40 @@ absl::Status ValidateTraining(const v1::TrainingSpec& t) {
   if (!v1::Precision_IsValid(t.precision())) {
     return Invalid("training.precision", "unknown value");
   }
+  if (t.batch_size_auto() && t.batch_size() != 0) {
+    return Invalid("training.batch_size", "set a number or auto, not both");
+  }
+  if (t.effective_batch_size() > uint64_t{kMaxBatchSize} * kMaxAccumSteps) {
+    return Invalid("training.effective_batch_size",
+                   absl::StrCat("at most ", uint64_t{kMaxBatchSize} * kMaxAccumSteps));
+  }
+  if (t.effective_batch_size() != 0 && !t.batch_size_auto()) {
+    return Invalid("training.effective_batch_size",
+                   "needs batch_size: auto (with a fixed batch, set grad_accum_steps)");
+  }
+  if (t.effective_batch_size() != 0 && t.grad_accum_steps() > 1) {
+    return Invalid("training.grad_accum_steps",
+                   "is chosen from effective_batch_size; set only one of them");
+  }
+  const std::pair<const char*, v1::Switch> switches[] = {
+      {"training.cuda_graph", t.cuda_graph()},
+      {"training.activation_checkpointing", t.activation_checkpointing()},
+      {"training.tf32", t.tf32()},
+      {"training.channels_last", t.channels_last()},
+      {"training.cudnn_benchmark", t.cudnn_benchmark()},
+  };
+  for (const auto& [field, value] : switches) {
+    if (!v1::Switch_IsValid(value)) return Invalid(field, "unknown value");
+  }
+  if (t.has_loss_scale()) {
+    if (t.precision() != v1::PRECISION_FP16) {
+      return Invalid("training.loss_scale", "applies to precision fp16 only");
+    }
+    const double initial = t.loss_scale().initial();
+    if (!(initial >= 0) || !std::isfinite(initial)) {
+      return Invalid("training.loss_scale.initial", "must be a positive finite number");
+    }
+  }
   return absl::OkStatus();
 }
 
@@ -293,8 +328,9 @@ absl::Status ValidateAgainstData(const v1::JobSpec& spec, const DataFacts& data)
     default:
       break;
   }
-  const uint32_t batch =
-      spec.training().batch_size() ? spec.training().batch_size() : kDefaultBatchSize;
+  const uint32_t batch = spec.training().batch_size_auto() ? 1
+                         : spec.training().batch_size()   ? spec.training().batch_size()
+                                                          : kDefaultBatchSize;
   const int64_t per_rank = data.train_samples / std::max<uint32_t>(1, spec.resources().gpus());
   if (batch > per_rank) {
     return Invalid(
@@ -384,7 +420,7 @@ void ApplyJobSpecDefaults(v1::JobSpec& spec, const DataFacts& data) {
   if (!opt->has_min_lr_ratio()) opt->set_min_lr_ratio(0.1);
 
   auto* t = spec.mutable_training();
-  if (!t->batch_size()) t->set_batch_size(kDefaultBatchSize);
+  if (!t->batch_size() && !t->batch_size_auto()) t->set_batch_size(kDefaultBatchSize);
   if (!t->grad_accum_steps()) t->set_grad_accum_steps(1);
   if (t->precision() == v1::PRECISION_UNSPECIFIED) t->set_precision(v1::PRECISION_AUTO);
   if (!t->seed()) t->set_seed(1);

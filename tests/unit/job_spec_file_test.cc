@@ -58,6 +58,45 @@ max_restarts: 0
   EXPECT_EQ(spec->max_restarts(), 0u);
 }
 
+TEST(JobSpecFile, SpeedSwitchesAndAnAutomaticBatchSize) {
+  auto spec = ParseJobSpec(R"(
+model:
+  mlp: {hidden: [64]}
+data:
+  synthetic: {features: 32}
+training:
+  steps: 100
+  batch_size: auto
+  effective_batch_size: 4096
+  precision: fp16
+  loss_scale: {initial: 1024, growth_interval: 100}
+  cuda_graph: off
+  activation_checkpointing: on
+  tf32: off
+)",
+                           "job.yaml");
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  const auto& t = spec->training();
+  EXPECT_TRUE(t.batch_size_auto());
+  EXPECT_EQ(t.batch_size(), 0u);
+  EXPECT_EQ(t.effective_batch_size(), 4096u);
+  EXPECT_EQ(t.precision(), v1::PRECISION_FP16);
+  EXPECT_DOUBLE_EQ(t.loss_scale().initial(), 1024);
+  EXPECT_EQ(t.cuda_graph(), v1::SWITCH_OFF);
+  EXPECT_EQ(t.activation_checkpointing(), v1::SWITCH_ON);
+  EXPECT_EQ(t.tf32(), v1::SWITCH_OFF);
+  EXPECT_EQ(t.channels_last(), v1::SWITCH_DEFAULT);
+
+  // "auto" only where the field has an automatic choice.
+  auto bad = ParseJobSpec("training: {steps: auto}\n", "job.yaml");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("training.steps"), std::string::npos) << bad.status();
+  bad = ParseJobSpec("training: {cuda_graph: sometimes}\n", "job.yaml");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("training.cuda_graph"), std::string::npos)
+      << bad.status();
+}
+
 TEST(JobSpecFile, JsonWorksTooWithEitherNameStyle) {
   auto spec = ParseJobSpec(
       R"({"model": {"mlp": {}}, "data": {"synthetic": {}}, "training": {"steps": 10, "batchSize": 16,
@@ -91,7 +130,7 @@ TEST(JobSpecFile, IllTypedValuesAreNamed) {
             "job.yaml:2: optimizer.lr: expected a number, got \"fast\"");
   EXPECT_EQ(
       ErrorOf("training:\n  precision: fp8\n"),
-      "job.yaml:2: training.precision: unknown value \"fp8\"; expected one of auto, fp32, bf16");
+      "job.yaml:2: training.precision: unknown value \"fp8\"; expected one of auto, fp32, bf16, fp16");
   EXPECT_EQ(ErrorOf("model:\n  mlp:\n    hidden: 64\n"),
             "job.yaml:3: model.mlp.hidden: expected a list, got \"64\"");
   EXPECT_EQ(ErrorOf("model:\n  mlp:\n    hidden: [64, wide]\n"),

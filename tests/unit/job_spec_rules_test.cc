@@ -75,6 +75,28 @@ TEST(JobSpecRules, EachBadFieldIsNamed) {
        [](v1::JobSpec& s) { s.mutable_training()->set_grad_accum_steps(100000); }},
       {"training.precision",
        [](v1::JobSpec& s) { s.mutable_training()->set_precision(static_cast<v1::Precision>(42)); }},
+      {"training.batch_size",
+       [](v1::JobSpec& s) {
+         s.mutable_training()->set_batch_size(64);
+         s.mutable_training()->set_batch_size_auto(true);
+       }},
+      {"training.effective_batch_size",
+       [](v1::JobSpec& s) { s.mutable_training()->set_effective_batch_size(1024); }},
+      {"training.grad_accum_steps",
+       [](v1::JobSpec& s) {
+         s.mutable_training()->set_batch_size_auto(true);
+         s.mutable_training()->set_effective_batch_size(1024);
+         s.mutable_training()->set_grad_accum_steps(4);
+       }},
+      {"training.cuda_graph",
+       [](v1::JobSpec& s) { s.mutable_training()->set_cuda_graph(static_cast<v1::Switch>(9)); }},
+      {"training.loss_scale",
+       [](v1::JobSpec& s) { s.mutable_training()->mutable_loss_scale()->set_initial(1024); }},
+      {"training.loss_scale.initial",
+       [](v1::JobSpec& s) {
+         s.mutable_training()->set_precision(v1::PRECISION_FP16);
+         s.mutable_training()->mutable_loss_scale()->set_initial(-1);
+       }},
       {"model.mlp.hidden[1]",
        [](v1::JobSpec& s) { s.mutable_model()->mutable_mlp()->add_hidden(0); }},
       {"model.mlp.dropout",

@@ -124,7 +124,7 @@ struct DataConfig {
 };
 
 enum class AdamWRoute {
-  kAuto,          // foreach for now (fused once verified on a GPU)
+  kAuto,          // fused on CUDA (torch >= 2.2), foreach elsewhere
   kFused,         // at::_fused_adamw_ (foreach where unavailable)
   kForeach,       // ATen's _foreach_* ops
   kPerParameter,  // LibTorch's optim::AdamW loop (the reference)
@@ -154,7 +154,22 @@ struct OptimizerConfig {
   double grad_clip_norm = 0.0;  // 0: off
 };
 
-enum class Precision { kAuto, kFp32, kBf16 };
+enum class Precision { kAuto, kFp32, kBf16, kFp16 };
+
+// A performance switch; kDefault is what the engine picks for the model and device.
+enum class Toggle { kDefault, kOn, kOff };
+
+inline bool Resolve(Toggle toggle, bool default_value) {
+  return toggle == Toggle::kDefault ? default_value : toggle == Toggle::kOn;
+}
+
+// fp16's dynamic loss scale (PyTorch's GradScaler defaults).
+struct LossScaleConfig {
+  double initial = 65536.0;
+  uint32_t growth_interval = 2000;
+  double growth_factor = 2.0;
+  double backoff_factor = 0.5;
+};
 
 struct TrainingConfig {
   // Exactly one of steps and epochs is non-zero.
@@ -165,6 +180,17 @@ struct TrainingConfig {
   int64_t grad_accum_steps = 1;
   uint64_t seed = 1;
   uint32_t metrics_interval_steps = 50;
+  // Search for the largest batch that fits the device instead of batch_size; with
+  // effective_batch_size, accumulate micro-batches to reach that many samples per step
+  // across all ranks.
+  bool batch_size_auto = false;
+  int64_t effective_batch_size = 0;
+  Toggle cuda_graph = Toggle::kDefault;                // default: on for CUDA
+  Toggle activation_checkpointing = Toggle::kDefault;  // default: off
+  Toggle tf32 = Toggle::kDefault;                      // default: on
+  Toggle channels_last = Toggle::kDefault;             // default: on for CNNs on CUDA
+  Toggle cudnn_benchmark = Toggle::kDefault;           // default: on
+  LossScaleConfig loss_scale;                          // fp16 only
 };
 
 struct EvalConfig {
@@ -232,6 +258,8 @@ struct MetricSample {
   uint64_t memory_reserved_bytes = 0;
   uint64_t memory_peak_bytes = 0;
   uint64_t allocator_retries = 0;
+  uint64_t skipped_steps = 0;  // fp16: steps skipped for overflowing gradients, so far
+  double loss_scale = 0;       // fp16: the loss scale now
   std::optional<EvalResult> eval;
 };
 

@@ -114,6 +114,14 @@ AllocatorStats ReadAllocatorStats(const DeviceRef& device) {
   return out;
 }
 
+void ReleaseCachedMemory(const DeviceRef& device) {
+#if STOKE_WITH_CUDA
+  if (device.kind == DeviceKind::kCuda) c10::cuda::CUDACachingAllocator::emptyCache();
+#else
+  (void)device;
+#endif
+}
+
 double PeakBf16Flops(const DeviceInfo& device) {
   if (device.device.kind != DeviceKind::kCuda) return 0;
   // Datasheet dense (not sparse) bf16 tensor-core rates, SXM parts.

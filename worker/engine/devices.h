@@ -32,6 +32,8 @@ struct AllocatorStats {
   uint64_t retries = 0;
 };
 AllocatorStats ReadAllocatorStats(const DeviceRef& device);
+// Returns the CUDA caching allocator's unused blocks to the driver (no-op on CPU).
+void ReleaseCachedMemory(const DeviceRef& device);
 
 // Dense bf16 tensor-core peak FLOP/s from the datasheet, for MFU; 0 when unknown.
 double PeakBf16Flops(const DeviceInfo& device);

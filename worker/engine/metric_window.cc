@@ -37,6 +37,17 @@ void MetricWindow::EndWindow(uint64_t step, uint32_t epoch, double learning_rate
   } else {
     pending.host_loss = mean;
   }
+  if (skipped_steps_.defined()) {
+    const torch::Tensor state = torch::stack(
+        {skipped_steps_.reshape({}).to(torch::kFloat64), loss_scale_.reshape({}).to(torch::kFloat64)});
+    if (device_.is_cuda()) {
+      pending.host_scale_state =
+          torch::empty({2}, torch::TensorOptions().dtype(torch::kFloat64).pinned_memory(true));
+      pending.host_scale_state.copy_(state, /*non_blocking=*/true);
+    } else {
+      pending.host_scale_state = state;
+    }
+  }
   loss_sum_.zero_();
   pending.marker = DeviceTimer::Record(device_);
   pending.step = step;
@@ -73,6 +84,11 @@ std::optional<MetricSample> MetricWindow::Complete(Pending& pending) {
   sample.achieved_flops = sample.samples_per_second * static_cast<double>(facts_.flops_per_sample) /
                           std::max(1, facts_.world_size);
   sample.mfu = facts_.peak_flops > 0 ? sample.achieved_flops / facts_.peak_flops : 0;
+  if (pending.host_scale_state.defined()) {
+    const double* state = pending.host_scale_state.data_ptr<double>();
+    sample.skipped_steps = static_cast<uint64_t>(state[0]);
+    sample.loss_scale = state[1];
+  }
   if (annotate_) annotate_(sample);
   start_marker_ = std::move(pending.marker);
   return sample;

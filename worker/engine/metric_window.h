@@ -41,6 +41,12 @@ class MetricWindow {
   void SetAnnotator(std::function<void(MetricSample&)> annotate) {
     annotate_ = std::move(annotate);
   }
+  // fp16: device scalars of the steps skipped so far and the loss scale, copied out with
+  // each window's loss.
+  void TrackLossScale(torch::Tensor skipped_steps, torch::Tensor scale) {
+    skipped_steps_ = std::move(skipped_steps);
+    loss_scale_ = std::move(scale);
+  }
   ~MetricWindow();
 
   // Adds one loss term (a 0-d tensor on the device): one per micro-batch. The window's
@@ -58,7 +64,8 @@ class MetricWindow {
 
  private:
   struct Pending {
-    torch::Tensor host_loss;  // pinned on CUDA
+    torch::Tensor host_loss;         // pinned on CUDA
+    torch::Tensor host_scale_state;  // fp16: [skipped steps, scale], pinned on CUDA
     std::unique_ptr<DeviceTimer> marker;
     uint64_t step;
     uint64_t steps_in_window;
@@ -75,6 +82,8 @@ class MetricWindow {
   int64_t samples_per_step_;
   uint64_t total_steps_;
   torch::Tensor loss_sum_;
+  torch::Tensor skipped_steps_;
+  torch::Tensor loss_scale_;
   uint64_t terms_ = 0;
   uint64_t last_window_step_ = 0;
   std::chrono::steady_clock::time_point last_window_end_;  // host time

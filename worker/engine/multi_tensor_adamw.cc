@@ -5,6 +5,7 @@
 
 #include <cmath>
 #include <map>
+#include <optional>
 #include <sstream>
 #include <type_traits>
 
@@ -28,7 +29,9 @@ typename StateMap::key_type StateKey(const StateMap&, const torch::Tensor& p) {
   }
 }
 
-constexpr bool kFusedAvailable = STOKE_TORCH_AT_LEAST(2, 0) && STOKE_WITH_CUDA;
+// The fused kernel with the learning rate as a device tensor arrived in torch 2.2.
+#define STOKE_FUSED_ADAMW (STOKE_TORCH_AT_LEAST(2, 2) && STOKE_WITH_CUDA)
+constexpr bool kFusedAvailable = STOKE_FUSED_ADAMW;
 
 }  // namespace
 
@@ -39,13 +42,54 @@ MultiTensorAdamW::MultiTensorAdamW(std::vector<torch::Tensor> parameters,
 AdamWRoute MultiTensorAdamW::RouteFor(const torch::Device& device) const {
   switch (route_) {
     case AdamWRoute::kAuto:
-      // Foreach until the fused route has been checked against the reference on a GPU
-      // (tests/gpu/trainer_gpu_test.cc); then auto should prefer fused.
-      return AdamWRoute::kForeach;
     case AdamWRoute::kFused:
       return kFusedAvailable && device.is_cuda() ? AdamWRoute::kFused : AdamWRoute::kForeach;
     default:
       return route_;
+  }
+}
+
+bool MultiTensorAdamW::Capturable(const torch::Device& device) const {
+  return RouteFor(device) == AdamWRoute::kFused;
+}
+
+void MultiTensorAdamW::SetLearningRate(double lr) {
+  for (auto& group : param_groups_) group.options().set_lr(lr);
+  for (auto& [key, counters] : counters_) {
+    if (counters.lr_value != lr) {
+      counters.lr.fill_(lr);
+      counters.lr_value = lr;
+    }
+  }
+}
+
+MultiTensorAdamW::DeviceCounters& MultiTensorAdamW::CountersFor(size_t group,
+                                                                const torch::Device& device,
+                                                                int64_t steps_before, double lr) {
+  auto [it, inserted] = counters_.try_emplace({group, device.str()});
+  DeviceCounters& c = it->second;
+  if (inserted) {
+    const auto f32 = torch::TensorOptions().dtype(torch::kFloat32).device(device);
+    c.step = torch::full({}, static_cast<double>(steps_before), f32);
+    c.lr = torch::full({}, lr, f32);
+    c.lr_value = lr;
+  } else if (c.lr_value != lr) {  // a caller that set options().lr() directly
+    c.lr.fill_(lr);
+    c.lr_value = lr;
+  }
+  return c;
+}
+
+void MultiTensorAdamW::SyncHostState() {
+  if (counters_.empty()) return;
+  for (size_t g = 0; g < param_groups_.size(); ++g) {
+    for (auto& p : param_groups_[g].params()) {
+      auto found = state_.find(StateKey(state_, p));
+      auto counters = counters_.find({g, p.device().str()});
+      if (found == state_.end() || counters == counters_.end()) continue;
+      auto& state = static_cast<torch::optim::AdamWParamState&>(*found->second);
+      state.step(static_cast<int64_t>(counters->second.step.item<float>()));
+    }
   }
 }
 
@@ -62,17 +106,20 @@ torch::Tensor MultiTensorAdamW::step(LossClosure closure) {
     at::AutoGradMode enable_grad(true);
     loss = closure();
   }
-  for (auto& group : param_groups_) {
+  struct Batch {
+    std::vector<torch::Tensor> params, grads, exp_avgs, exp_avg_sqs;
+    int64_t steps_before = 0;
+  };
+  for (size_t g = 0; g < param_groups_.size(); ++g) {
+    auto& group = param_groups_[g];
     auto& options = static_cast<torch::optim::AdamWOptions&>(group.options());
     const double lr = options.lr();
     const double beta1 = std::get<0>(options.betas());
     const double beta2 = std::get<1>(options.betas());
-    // Parameters that have taken the same number of steps share their bias correction;
-    // usually that is all of them.
-    struct Batch {
-      std::vector<torch::Tensor> params, grads, exp_avgs, exp_avg_sqs;
-    };
-    std::map<std::pair<int64_t, std::string>, Batch> batches;  // (step, device)
+    // Foreach: parameters that have taken the same number of steps share their bias
+    // correction (usually that is all of them). Fused: one batch per device, whose step
+    // count lives on the device.
+    std::map<std::pair<int64_t, std::string>, Batch> batches;  // (step or -1, device)
     for (auto& p : group.params()) {
       if (!p.grad().defined()) continue;
       TORCH_CHECK(!p.grad().is_sparse(), "AdamW does not take sparse gradients");
@@ -86,30 +133,41 @@ torch::Tensor MultiTensorAdamW::step(LossClosure closure) {
         found = state_.emplace(key, std::move(state)).first;
       }
       auto& state = static_cast<torch::optim::AdamWParamState&>(*found->second);
+      const bool fused = RouteFor(p.device()) == AdamWRoute::kFused;
+      Batch& batch = batches[{fused ? -1 : state.step() + 1, p.device().str()}];
+      if (batch.params.empty()) batch.steps_before = state.step();
+      // Bookkeeping only on the fused route: the device count is the truth there
+      // (SyncHostState), as replayed graphs and skipped fp16 steps pass the host by.
       state.step(state.step() + 1);
-      Batch& batch = batches[{state.step(), p.device().str()}];
       batch.params.push_back(p);
       batch.grads.push_back(p.grad());
       batch.exp_avgs.push_back(state.exp_avg());
       batch.exp_avg_sqs.push_back(state.exp_avg_sq());
     }
     for (auto& [key, b] : batches) {
-      const int64_t step = key.first;
       const torch::Device device = b.params.front().device();
-      if (RouteFor(device) == AdamWRoute::kFused) {
-#if STOKE_TORCH_AT_LEAST(2, 0) && STOKE_WITH_CUDA
-        // The kernel reads each parameter's step count from the device, already
-        // incremented (as torch.optim does); one scalar serves the whole batch.
-        const torch::Tensor steps =
-            torch::full({}, static_cast<double>(step),
-                        torch::TensorOptions().dtype(torch::kFloat32).device(device));
-        const std::vector<torch::Tensor> step_list(b.params.size(), steps);
+      if (key.first < 0) {
+#if STOKE_FUSED_ADAMW
+        DeviceCounters& counters = CountersFor(g, device, b.steps_before, lr);
+        // The kernel reads each parameter's step count already incremented, as
+        // torch.optim does; one device scalar serves the whole batch.
+        counters.step.add_(1);
+        const std::vector<torch::Tensor> step_list(b.params.size(), counters.step);
+        std::optional<torch::Tensor> found_inf;
+        if (found_inf_.defined()) found_inf = found_inf_;
         at::_fused_adamw_(b.params, b.grads, b.exp_avgs, b.exp_avg_sqs, /*max_exp_avg_sqs=*/{},
-                          step_list, lr, beta1, beta2, options.weight_decay(), options.eps(),
-                          /*amsgrad=*/false, /*maximize=*/false);
+                          step_list, counters.lr, beta1, beta2, options.weight_decay(),
+                          options.eps(), /*amsgrad=*/false, /*maximize=*/false,
+                          /*grad_scale=*/std::nullopt, found_inf);
+        // A skipped step is not counted.
+        if (found_inf) counters.step.sub_(found_inf->squeeze(0));
         continue;
+#else
+        (void)device;
+        TORCH_CHECK(false, "fused AdamW is not available in this build");
 #endif
       }
+      const int64_t step = key.first;
       // optim::AdamW's arithmetic, one multi-tensor call per operation.
       if (options.weight_decay() != 0) at::_foreach_mul_(b.params, 1 - lr * options.weight_decay());
       const double bias_correction1 = 1 - std::pow(beta1, static_cast<double>(step));

@@ -11,6 +11,10 @@
 
 #include <torch/optim/adamw.h>
 
+#include <map>
+#include <string>
+#include <utility>
+
 #include "worker/common/task.h"  // AdamWRoute
 
 namespace stoke::worker {
@@ -24,8 +28,32 @@ class MultiTensorAdamW final : public torch::optim::AdamW {
   // The route steps take on `device` (kAuto and kFused resolved).
   AdamWRoute RouteFor(const torch::Device& device) const;
 
+  // The fused route keeps each group's step count and learning rate in device scalars
+  // that the kernel reads, so a step captured in a CUDA graph stays right as they
+  // change: set the rate here, outside any capture, before each step.
+  void SetLearningRate(double lr);
+  // fp16: a float [1] device flag; where it is 1 the fused kernel leaves parameters and
+  // state untouched and the step is not counted. Other routes ignore it (the caller must
+  // not step them on an overflow).
+  void SetFoundInf(torch::Tensor found_inf) { found_inf_ = std::move(found_inf); }
+  // Whether steps avoid host values that change from step to step (a CUDA graph may
+  // capture them).
+  bool Capturable(const torch::Device& device) const;
+  // Copies the device step counts into the per-parameter state that checkpoints save.
+  void SyncHostState();
+
  private:
+  struct DeviceCounters {
+    torch::Tensor step;  // float32 []: steps taken, as the fused kernel reads it
+    torch::Tensor lr;    // float32 []
+    double lr_value = 0;
+  };
+  DeviceCounters& CountersFor(size_t group, const torch::Device& device, int64_t steps_before,
+                              double lr);
+
   AdamWRoute route_;
+  torch::Tensor found_inf_;
+  std::map<std::pair<size_t, std::string>, DeviceCounters> counters_;  // (group, device)
 };
 
 }  // namespace stoke::worker

@@ -9,6 +9,7 @@
 
 #include <cmath>
 #include <limits>
+#include <vector>
 
 #define STOKE_TORCH_AT_LEAST(major, minor) \
   (TORCH_VERSION_MAJOR > (major) ||        \
@@ -30,6 +31,28 @@ inline void SetAutocast(c10::DeviceType type, bool enabled, at::ScalarType dtype
     at::autocast::set_cpu_enabled(enabled);
     at::autocast::set_autocast_cpu_dtype(dtype);
   }
+#endif
+}
+
+// Whether autocast is on for one device type, and to which lower precision.
+struct AutocastState {
+  bool enabled = false;
+  at::ScalarType dtype = at::kBFloat16;
+};
+
+// torch 2.4 replaced the per-backend getters with ones taking a DeviceType. Before it,
+// only CPU and CUDA matter to us; other device types read as off.
+inline AutocastState GetAutocast(c10::DeviceType type) {
+#if STOKE_TORCH_AT_LEAST(2, 4)
+  return {at::autocast::is_autocast_enabled(type), at::autocast::get_autocast_dtype(type)};
+#else
+  if (type == c10::DeviceType::CUDA) {
+    return {at::autocast::is_enabled(), at::autocast::get_autocast_gpu_dtype()};
+  }
+  if (type == c10::DeviceType::CPU) {
+    return {at::autocast::is_cpu_enabled(), at::autocast::get_autocast_cpu_dtype()};
+  }
+  return {};
 #endif
 }
 
@@ -79,6 +102,37 @@ inline at::Tensor CausalSelfAttention(const at::Tensor& q, const at::Tensor& k, 
   if (dropout_p > 0) weights = at::dropout(weights, dropout_p, /*train=*/true);
   return at::matmul(weights, v);
 #endif
+}
+
+// Loss scaling (fp16). ATen's kernels do the unscale-and-check of all gradients in one
+// multi-tensor pass and the scale update without leaving the device; 1.13 has them for
+// CUDA only, so CPUs take the same arithmetic in ordinary tensor ops.
+inline void NonFiniteCheckAndUnscale(const std::vector<at::Tensor>& grads, at::Tensor& found_inf,
+                                     const at::Tensor& inv_scale) {
+  if (found_inf.is_cuda()) {
+    at::_amp_foreach_non_finite_check_and_unscale_(grads, found_inf, inv_scale);
+    return;
+  }
+  for (const at::Tensor& g : grads) {
+    const at::Tensor bad = g.isfinite().logical_not().any().to(found_inf.scalar_type());
+    found_inf.copy_(at::maximum(found_inf, bad.reshape({1})));
+    g.mul_(inv_scale.to(g.scalar_type()));
+  }
+}
+
+inline void UpdateScale(at::Tensor& scale, at::Tensor& growth_tracker, const at::Tensor& found_inf,
+                        double growth_factor, double backoff_factor, int64_t growth_interval) {
+  if (scale.is_cuda()) {
+    at::_amp_update_scale_(scale, growth_tracker, found_inf, growth_factor, backoff_factor,
+                           growth_interval);
+    return;
+  }
+  const at::Tensor overflowed = found_inf > 0;
+  const at::Tensor clean = at::where(overflowed, at::zeros_like(growth_tracker), growth_tracker + 1);
+  const at::Tensor grow = clean >= growth_interval;
+  scale.copy_(
+      at::where(overflowed, scale * backoff_factor, at::where(grow, scale * growth_factor, scale)));
+  growth_tracker.copy_(at::where(grow, at::zeros_like(clean), clean));
 }
 
 }  // namespace stoke::worker::compat

@@ -20,6 +20,8 @@ namespace stoke::worker {
 struct TrainingProbe {
   // Called with the model's parameters (on the device) after the last step.
   std::function<void(const std::vector<at::Tensor>&)> on_finished;
+  // Called before each optimizer step with its number (from 1).
+  std::function<void(uint64_t step)> before_step;
 };
 
 // Returns how the training ended. `cancel` is checked before every step. Errors from

@@ -161,8 +161,21 @@ Precision PrecisionFrom(v1::Precision p) {
       return Precision::kFp32;
     case v1::PRECISION_BF16:
       return Precision::kBf16;
+    case v1::PRECISION_FP16:
+      return Precision::kFp16;
     default:
       return Precision::kAuto;
+  }
+}
+
+Toggle ToggleFrom(v1::Switch s) {
+  switch (s) {
+    case v1::SWITCH_ON:
+      return Toggle::kOn;
+    case v1::SWITCH_OFF:
+      return Toggle::kOff;
+    default:
+      return Toggle::kDefault;
   }
 }
 
@@ -202,6 +215,17 @@ absl::StatusOr<TrainTask> TaskFromAssignment(const v1::Assignment& a) {
   task.training.precision = PrecisionFrom(t.precision());
   task.training.grad_accum_steps = std::max<uint32_t>(1, t.grad_accum_steps());
   task.training.seed = t.seed();
+  task.training.batch_size_auto = t.batch_size_auto();
+  task.training.effective_batch_size = t.effective_batch_size();
+  task.training.cuda_graph = ToggleFrom(t.cuda_graph());
+  task.training.activation_checkpointing = ToggleFrom(t.activation_checkpointing());
+  task.training.tf32 = ToggleFrom(t.tf32());
+  task.training.channels_last = ToggleFrom(t.channels_last());
+  task.training.cudnn_benchmark = ToggleFrom(t.cudnn_benchmark());
+  if (t.loss_scale().initial() > 0) task.training.loss_scale.initial = t.loss_scale().initial();
+  if (t.loss_scale().growth_interval() > 0) {
+    task.training.loss_scale.growth_interval = t.loss_scale().growth_interval();
+  }
   task.training.metrics_interval_steps = spec.metrics().interval_steps();
   task.eval.interval_steps = spec.eval().interval_steps();
   task.eval.batches = spec.eval().batches();
@@ -209,7 +233,7 @@ absl::StatusOr<TrainTask> TaskFromAssignment(const v1::Assignment& a) {
     task.checkpoint.interval_steps = spec.checkpoint().interval_steps();
   }
   if (spec.checkpoint().keep() > 0) task.checkpoint.keep = spec.checkpoint().keep();
-  if (task.training.batch_size <= 0) {
+  if (task.training.batch_size <= 0 && !task.training.batch_size_auto) {
     return absl::InvalidArgumentError("training.batch_size: must be set");
   }
   if (task.world_size > 1 && task.distributed.rendezvous_address.empty()) {
@@ -239,6 +263,8 @@ v1::MetricSample ToProto(const MetricSample& s) {
   out.set_memory_reserved_bytes(s.memory_reserved_bytes);
   out.set_memory_peak_bytes(s.memory_peak_bytes);
   out.set_allocator_retries(s.allocator_retries);
+  out.set_skipped_steps(s.skipped_steps);
+  out.set_loss_scale(s.loss_scale);
   if (s.eval) {
     auto* eval = out.mutable_eval();
     eval->set_loss(s.eval->loss);

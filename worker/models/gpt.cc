@@ -7,8 +7,10 @@
 #include <cmath>
 #include <stdexcept>
 #include <string>
+#include <utility>
 #include <vector>
 
+#include "worker/engine/activation_checkpoint.h"
 #include "worker/engine/torch_compat.h"
 
 namespace stoke::worker {
@@ -116,7 +118,19 @@ torch::Tensor GptImpl::forward(const torch::Tensor& tokens) {
       torch::arange(time, torch::TensorOptions().dtype(torch::kLong).device(tokens.device()));
   torch::Tensor x = token_embedding_->forward(tokens) + position_embedding_->forward(positions);
   if (config_.dropout > 0) x = torch::dropout(x, config_.dropout, is_training());
-  for (const auto& block : *blocks_) x = block->as<GptBlockImpl>()->forward(x);
+  for (const auto& block : *blocks_) {
+    if (checkpoint_blocks_) {
+      // The lambda holds the block's shared pointer: backward calls it again, and the
+      // graph keeps it alive for as long as that may happen.
+      CheckpointOptions options;
+      options.preserve_rng_state = config_.dropout > 0 && is_training();
+      x = CheckpointedForward(
+          [block](const torch::Tensor& in) { return block->as<GptBlockImpl>()->forward(in); }, x,
+          std::move(options));
+    } else {
+      x = block->as<GptBlockImpl>()->forward(x);
+    }
+  }
   // Tied weights (Press & Wolf 2017): the output layer is the token embedding, which
   // saves vocab_size x width parameters and trains the embedding from every position.
   return torch::linear(final_norm_->forward(x), token_embedding_->weight);

@@ -45,6 +45,8 @@ class GptImpl : public Network {
   // int64 token ids [B, T], T <= context -> logits [B, T, vocab_size].
   torch::Tensor forward(const torch::Tensor& tokens) override;
   int64_t TrainingFlopsPerSample() const override { return flops_; }
+  // Per transformer block.
+  bool SupportsActivationCheckpointing() const override { return true; }
 
   // The one [vocab_size, width] matrix: the input embedding and the output layer.
   const torch::Tensor& token_embedding() const { return token_embedding_->weight; }

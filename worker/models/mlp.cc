@@ -1,9 +1,42 @@
+// A multi-layer perceptron: hidden layers, each optionally checkpointed, then the
+// classifier layer.
 #include "worker/models/mlp.h"
 
 #include <torch/nn/functional/activation.h>
 #include <torch/nn/functional/dropout.h>
 
+#include <utility>
+
+#include "worker/engine/activation_checkpoint.h"
+
 namespace stoke::worker {
+namespace {
+
+// Linear -> activation -> dropout. forward() wraps it in a lambda holding the layer's
+// shared pointer and the settings by value: a checkpointed layer's recompute in backward
+// then depends on nothing but what the autograd graph holds.
+torch::Tensor HiddenLayer(torch::nn::LinearImpl& linear, Activation activation, double dropout,
+                          bool training, const torch::Tensor& inputs) {
+  torch::Tensor x = linear.forward(inputs);
+  switch (activation) {
+    case Activation::kRelu:
+      x = torch::relu(x);
+      break;
+    case Activation::kGelu:
+      x = torch::gelu(x);
+      break;
+    case Activation::kTanh:
+      x = torch::tanh(x);
+      break;
+  }
+  if (dropout > 0) {
+    x = torch::nn::functional::dropout(
+        x, torch::nn::functional::DropoutFuncOptions().p(dropout).training(training));
+  }
+  return x;
+}
+
+}  // namespace
 
 MlpImpl::MlpImpl(const MlpConfig& config) : config_(config) {
   layers_ = register_module("layers", torch::nn::ModuleList());
@@ -19,27 +52,20 @@ torch::Tensor MlpImpl::forward(const torch::Tensor& inputs) {
   // Images [B, C, H, W] are taken as vectors of all their pixels.
   torch::Tensor x = inputs.dim() > 2 ? inputs.flatten(1) : inputs;
   const size_t last = layers_->size() - 1;
-  for (size_t i = 0; i < layers_->size(); ++i) {
-    x = layers_[i]->as<torch::nn::Linear>()->forward(x);
-    if (i == last) break;
-    switch (config_.activation) {
-      case Activation::kRelu:
-        x = torch::relu(x);
-        break;
-      case Activation::kGelu:
-        x = torch::gelu(x);
-        break;
-      case Activation::kTanh:
-        x = torch::tanh(x);
-        break;
-    }
-    if (config_.dropout > 0) {
-      x = torch::nn::functional::dropout(
-          x,
-          torch::nn::functional::DropoutFuncOptions().p(config_.dropout).training(is_training()));
+  for (size_t i = 0; i < last; ++i) {
+    auto layer = [linear = layers_->ptr<torch::nn::LinearImpl>(i), activation = config_.activation,
+                  dropout = config_.dropout, training = is_training()](const torch::Tensor& in) {
+      return HiddenLayer(*linear, activation, dropout, training, in);
+    };
+    if (checkpoint_blocks_) {
+      CheckpointOptions options;
+      options.preserve_rng_state = config_.dropout > 0 && is_training();
+      x = CheckpointedForward(std::move(layer), x, std::move(options));
+    } else {
+      x = layer(x);
     }
   }
-  return x;
+  return layers_[last]->as<torch::nn::Linear>()->forward(x);
 }
 
 int64_t MlpImpl::TrainingFlopsPerSample() const {

@@ -15,6 +15,8 @@ class MlpImpl : public Network {
   explicit MlpImpl(const MlpConfig& config);
   torch::Tensor forward(const torch::Tensor& inputs) override;
   int64_t TrainingFlopsPerSample() const override;
+  // Per hidden layer (Linear, activation, dropout).
+  bool SupportsActivationCheckpointing() const override { return true; }
 
  private:
   MlpConfig config_;

@@ -6,6 +6,7 @@
 #include <torch/types.h>
 
 #include <cstdint>
+#include <stdexcept>
 #include <vector>
 
 #include "worker/common/task.h"
@@ -40,6 +41,22 @@ class Network : public torch::nn::Module {
     for (const auto& p : parameters()) n += p.numel();
     return n;
   }
+
+  // Activation checkpointing: each block (a transformer layer, a residual block, a hidden
+  // layer) keeps only its input for backward and runs again there, trading about one
+  // more forward pass for the activation memory. Off by default; turning it on for a
+  // model that does not support it throws std::invalid_argument.
+  void SetActivationCheckpointing(bool on) {
+    if (on && !SupportsActivationCheckpointing()) {
+      throw std::invalid_argument("activation checkpointing: not supported by this model");
+    }
+    checkpoint_blocks_ = on;
+  }
+  virtual bool SupportsActivationCheckpointing() const { return false; }
+
+ protected:
+  // Read by forward(): run each block through CheckpointedForward.
+  bool checkpoint_blocks_ = false;
 };
 
 }  // namespace stoke::worker

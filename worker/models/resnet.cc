@@ -6,6 +6,9 @@
 #include <array>
 #include <stdexcept>
 #include <string>
+#include <utility>
+
+#include "worker/engine/activation_checkpoint.h"
 
 namespace stoke::worker {
 namespace {
@@ -142,7 +145,21 @@ ResNetImpl::ResNetImpl(const ResNetConfig& config, const std::vector<int64_t>& i
 torch::Tensor ResNetImpl::forward(const torch::Tensor& inputs) {
   torch::Tensor x = torch::relu(stem_norm_->forward(stem_->forward(inputs)));
   if (!small_stem_) x = torch::max_pool2d(x, 3, 2, 1);
-  for (const auto& block : *blocks_) x = block->as<ResidualBlockImpl>()->forward(x);
+  for (const auto& block : *blocks_) {
+    if (checkpoint_blocks_) {
+      CheckpointOptions options;
+      options.preserve_rng_state = false;  // no dropout: capturable in a CUDA graph
+      // Batch norm's running statistics and batch count: updated by the forward pass
+      // only, not again by the recompute.
+      options.restore_after_recompute = block->buffers();
+      // The lambda holds the block's shared pointer: backward calls it again.
+      x = CheckpointedForward(
+          [block](const torch::Tensor& in) { return block->as<ResidualBlockImpl>()->forward(in); },
+          x, std::move(options));
+    } else {
+      x = block->as<ResidualBlockImpl>()->forward(x);
+    }
+  }
   x = torch::adaptive_avg_pool2d(x, {1, 1}).flatten(1);
   return classifier_->forward(x);
 }

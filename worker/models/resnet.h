@@ -53,6 +53,8 @@ class ResNetImpl : public Network {
   torch::Tensor forward(const torch::Tensor& inputs) override;
   int64_t TrainingFlopsPerSample() const override { return flops_; }
   bool PrefersChannelsLast() const override { return true; }
+  // Per residual block.
+  bool SupportsActivationCheckpointing() const override { return true; }
 
   bool small_stem() const { return small_stem_; }
 

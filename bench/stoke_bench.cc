@@ -1,0 +1,242 @@
+// Stoke's side of the speed benchmark (bench/speed.sh): trains the job a spec file
+// describes on one device, through the same path a submitted job takes (the job file
+// reader, the coordinator's spec rules and defaults, the worker's task translation and
+// training engine), and prints one JSON line: the median samples/s of the timed windows
+// after warm-up, each window timed on the device with CUDA events by the engine's own
+// metrics, with step time, peak memory, FLOP/s and MFU.
+//
+//   stoke-bench bench/specs/mlp.yaml --set data.synthetic.features=1024
+//       --set model.mlp.hidden=[4096,1024] --warmup-steps 40 --windows 6 --window-steps 20
+#include <yaml-cpp/yaml.h>
+
+#include <CLI/CLI.hpp>
+#include <algorithm>
+#include <atomic>
+#include <cstdio>
+#include <fstream>
+#include <iostream>
+#include <mutex>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "client/lib/job_spec_file.h"
+#include "server/api/data_checks.h"
+#include "server/api/job_spec_rules.h"
+#include "stoke/v1/worker_link.pb.h"
+#include "worker/engine/devices.h"
+#include "worker/engine/trainer.h"
+#include "worker/link/task_translation.h"
+
+namespace stoke {
+
+// Sets `dotted.key` in a YAML document to `value` (itself YAML: 512, bf16, [4096,1024]).
+void Override(YAML::Node root, const std::string& assignment) {
+  const auto eq = assignment.find('=');
+  if (eq == std::string::npos) throw std::invalid_argument("--set wants key=value: " + assignment);
+  std::vector<std::string> keys;
+  std::stringstream path(assignment.substr(0, eq));
+  for (std::string key; std::getline(path, key, '.');) keys.push_back(key);
+  YAML::Node node = root;
+  for (size_t i = 0; i + 1 < keys.size(); ++i) {
+    YAML::Node child = node[keys[i]];
+    if (!child.IsMap()) {
+      node[keys[i]] = YAML::Node(YAML::NodeType::Map);
+      child = node[keys[i]];
+    }
+    node.reset(child);
+  }
+  node[keys.back()] = YAML::Load(assignment.substr(eq + 1));
+}
+
+class Collector final : public worker::TrainingObserver {
+ public:
+  void OnStarted() override {}
+  void OnMetrics(const worker::MetricSample& sample) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!sample.eval) samples.push_back(sample);
+  }
+  void OnLog(const std::string& line) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    std::fprintf(stderr, "%s\n", line.c_str());
+    notes.push_back(line);
+  }
+  std::vector<worker::MetricSample> samples;
+  std::vector<std::string> notes;
+
+ private:
+  std::mutex mu_;
+};
+
+// A JSON object written by hand: the GPU machine has no JSON library of ours.
+class JsonLine {
+ public:
+  void Add(const std::string& key, const std::string& value) { Raw(key, Quote(value)); }
+  void Add(const std::string& key, const char* value) { Raw(key, Quote(value)); }
+  void Add(const std::string& key, double value) {
+    char text[64];
+    std::snprintf(text, sizeof text, "%.6g", value);
+    Raw(key, text);
+  }
+  void Add(const std::string& key, uint64_t value) { Raw(key, std::to_string(value)); }
+  void Add(const std::string& key, int64_t value) { Raw(key, std::to_string(value)); }
+  void Add(const std::string& key, bool value) { Raw(key, value ? "true" : "false"); }
+  void Add(const std::string& key, const std::vector<std::string>& values) {
+    std::string list = "[";
+    for (size_t i = 0; i < values.size(); ++i) list += (i ? "," : "") + Quote(values[i]);
+    Raw(key, list + "]");
+  }
+  void Add(const std::string& key, const std::vector<double>& values) {
+    std::string list = "[";
+    for (size_t i = 0; i < values.size(); ++i) {
+      char text[64];
+      std::snprintf(text, sizeof text, "%s%.6g", i ? "," : "", values[i]);
+      list += text;
+    }
+    Raw(key, list + "]");
+  }
+  std::string Text() const { return "{" + body_ + "}"; }
+
+ private:
+  static std::string Quote(const std::string& text) {
+    std::string out = "\"";
+    for (char c : text) {
+      if (c == '"' || c == '\\') {
+        out += '\\';
+        out += c;
+      } else if (static_cast<unsigned char>(c) < 0x20) {
+        char escaped[8];
+        std::snprintf(escaped, sizeof escaped, "\\u%04x", c);
+        out += escaped;
+      } else {
+        out += c;
+      }
+    }
+    return out + "\"";
+  }
+  void Raw(const std::string& key, const std::string& value) {
+    body_ += (body_.empty() ? "" : ",") + Quote(key) + ":" + value;
+  }
+  std::string body_;
+};
+
+double Median(std::vector<double> values) {
+  if (values.empty()) return 0;
+  std::sort(values.begin(), values.end());
+  const size_t n = values.size();
+  return n % 2 ? values[n / 2] : 0.5 * (values[n / 2 - 1] + values[n / 2]);
+}
+
+int Run(int argc, char** argv) {
+  CLI::App app{"Stoke's engine on one device, timed: one JSON line on stdout"};
+  std::string spec_path;
+  std::vector<std::string> overrides;
+  std::string device_text = "cuda:0";
+  uint32_t warmup_steps = 40, windows = 6, window_steps = 20;
+  app.add_option("spec", spec_path, "job spec (YAML)")->required()->check(CLI::ExistingFile);
+  app.add_option("--set", overrides, "dotted.key=value overrides of the spec");
+  app.add_option("--device", device_text, "cuda:N or cpu");
+  app.add_option("--warmup-steps", warmup_steps, "steps before the first timed window");
+  app.add_option("--windows", windows, "timed windows");
+  app.add_option("--window-steps", window_steps, "steps per window");
+  CLI11_PARSE(app, argc, argv);
+  // Windows end on multiples of window_steps: warm-up is rounded up to one.
+  warmup_steps = (warmup_steps + window_steps - 1) / window_steps * window_steps;
+
+  YAML::Node root = YAML::LoadFile(spec_path);
+  for (const auto& o : overrides) Override(root, o);
+  root["metrics"]["interval_steps"] = window_steps;
+  YAML::Node training = root["training"];
+  training.remove("epochs");
+  training["steps"] = warmup_steps + windows * window_steps;
+  YAML::Emitter emitter;
+  emitter << root;
+  auto spec = client::ParseJobSpec(emitter.c_str(), spec_path);
+  if (!spec.ok()) throw std::invalid_argument(std::string(spec.status().message()));
+  const std::string dir = spec_path.find('/') == std::string::npos
+                              ? "."
+                              : spec_path.substr(0, spec_path.rfind('/'));
+  client::ResolveRelativePaths(*spec, dir);
+  if (auto s = server::ValidateJobSpec(*spec); !s.ok()) {
+    throw std::invalid_argument(std::string(s.message()));
+  }
+  auto facts = server::InspectData(*spec, server::DataRoots({"/"}));
+  if (!facts.ok()) throw std::invalid_argument(std::string(facts.status().message()));
+  if (auto s = server::ValidateAgainstData(*spec, *facts); !s.ok()) {
+    throw std::invalid_argument(std::string(s.message()));
+  }
+  server::ApplyJobSpecDefaults(*spec, *facts);
+  v1::Assignment assignment;
+  assignment.set_job_id("bench");
+  *assignment.mutable_spec() = *spec;
+  assignment.set_world_size(1);
+  auto task = worker::TaskFromAssignment(assignment);
+  if (!task.ok()) throw std::invalid_argument(std::string(task.status().message()));
+  task->eval.batches = 2;  // the end-of-run evaluation is not what is measured
+
+  worker::DeviceRef device;
+  if (device_text.rfind("cuda:", 0) == 0) {
+    device.kind = worker::DeviceKind::kCuda;
+    device.index = std::stoi(device_text.substr(5));
+  }
+  Collector collector;
+  std::atomic<bool> cancel{false};
+  const worker::TrainOutcome outcome = worker::RunTraining(*task, device, collector, cancel);
+
+  JsonLine out;
+  out.Add("impl", "stoke");
+  out.Add("model", spec->name());
+  out.Add("notes", collector.notes);
+  if (outcome.kind != worker::TrainOutcome::Kind::kSucceeded) {
+    out.Add("error", outcome.message);
+    std::cout << out.Text() << std::endl;
+    return 1;
+  }
+  std::vector<double> rates, step_seconds, flops, mfu, waits;
+  uint64_t peak = 0;
+  for (const auto& s : collector.samples) {
+    peak = std::max(peak, s.memory_peak_bytes);
+    if (s.step < warmup_steps + window_steps) continue;  // a window that began in warm-up
+    rates.push_back(s.samples_per_second);
+    step_seconds.push_back(s.step_seconds);
+    flops.push_back(s.achieved_flops);
+    mfu.push_back(s.mfu);
+    waits.push_back(s.data_wait_ratio);
+  }
+  bool graphed = false;
+  int64_t batch = task->training.batch_size;
+  for (const auto& note : collector.notes) {
+    if (note.find("captured as a CUDA graph") != std::string::npos) graphed = true;
+    // The engine's "training <name> on <device> (...): N parameters, batch B" line names
+    // the batch it used (batch_size: auto included).
+    const auto at = note.find(" parameters, batch ");
+    if (note.rfind("training ", 0) == 0 && at != std::string::npos) {
+      batch = std::stoll(note.substr(at + 19));
+    }
+  }
+  out.Add("batch", batch);
+  out.Add("samples_per_second", Median(rates));
+  out.Add("step_ms", Median(step_seconds) * 1e3);
+  out.Add("peak_memory_bytes", peak);
+  out.Add("tflops", Median(flops) / 1e12);
+  out.Add("mfu", Median(mfu));
+  out.Add("data_wait_ratio", Median(waits));
+  out.Add("cuda_graph", graphed);
+  out.Add("windows", rates);
+  std::cout << out.Text() << std::endl;
+  return 0;
+}
+
+}  // namespace stoke
+
+int main(int argc, char** argv) {
+  try {
+    return stoke::Run(argc, argv);
+  } catch (const std::exception& e) {
+    stoke::JsonLine out;
+    out.Add("impl", "stoke");
+    out.Add("error", e.what());
+    std::cout << out.Text() << std::endl;
+    return 1;
+  }
+}

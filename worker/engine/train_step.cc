@@ -1,0 +1,149 @@
+#include "worker/engine/train_step.h"
+
+#include <torch/torch.h>
+
+#include <stdexcept>
+
+#include "worker/dist/gradient_reducer.h"
+#include "worker/engine/loss_scaler.h"
+#include "worker/engine/multi_tensor_adamw.h"
+#include "worker/engine/step_graph.h"
+#include "worker/engine/step_math.h"
+#include "worker/engine/torch_compat.h"
+
+namespace stoke::worker {
+
+std::string WhyNotCapturable(const StepParts& parts, bool learning_rate_changes) {
+  if (!parts.device.is_cuda()) return "CUDA graphs need a CUDA device";
+  if (!StepGraph::Supported()) return "this build has no CUDA graphs (torch 2 with CUDA needed)";
+  if (parts.reducer != nullptr) {
+    return "gradient all-reduces between ranks are not captured; jobs of several devices "
+           "run eagerly";
+  }
+  const auto* adamw = dynamic_cast<const MultiTensorAdamW*>(parts.optimizer);
+  if (adamw != nullptr) {
+    if (!adamw->Capturable(parts.device)) {
+      return "only the fused AdamW keeps its step count and learning rate on the device "
+             "(optimizer.adamw.implementation: fused or auto)";
+    }
+  } else if (learning_rate_changes) {
+    return "SGD reads its learning rate from the host; capture needs a constant rate "
+           "(no warmup or schedule) or AdamW";
+  } else if (parts.scaler != nullptr) {
+    return "fp16 with SGD checks for overflow on the host";
+  }
+  return "";
+}
+
+StepRunner::StepRunner(StepParts parts, bool graph, std::function<void(const std::string&)> log)
+    : parts_(std::move(parts)), want_graph_(graph), log_(std::move(log)) {
+  if (want_graph_) graph_ = std::make_unique<StepGraph>(parts_.device);
+}
+
+StepRunner::~StepRunner() = default;
+
+void StepRunner::ResetGrads() {
+  // set_to_none: the next backward writes fresh gradients instead of adding to zeros.
+  for (const auto& p : parts_.parameters) p.mutable_grad().reset();
+}
+
+std::vector<torch::Tensor> StepRunner::Body(const std::vector<Batch>& micro_batches) {
+  const int64_t micro_steps = static_cast<int64_t>(micro_batches.size());
+  std::vector<torch::Tensor> losses;
+  losses.reserve(micro_batches.size());
+  for (int64_t micro = 0; micro < micro_steps; ++micro) {
+    const Batch& batch = micro_batches[static_cast<size_t>(micro)];
+    torch::Tensor inputs = batch.inputs;
+    if (parts_.channels_last && inputs.dim() == 4) {
+      inputs = inputs.contiguous(at::MemoryFormat::ChannelsLast);
+    }
+    torch::Tensor loss;
+    {
+      compat::AutocastScope autocast(parts_.device.type(), parts_.autocast_dtype, parts_.autocast);
+      loss = ComputeLoss(parts_.net->forward(inputs), batch.targets, parts_.net->loss());
+    }
+    losses.push_back(loss.detach());
+    // Gradients are reduced across ranks on the last micro-step only.
+    if (parts_.reducer && micro + 1 == micro_steps) parts_.reducer->Arm();
+    // Gradients of the micro-batches add up to those of their mean loss.
+    torch::Tensor objective = micro_steps > 1 ? loss / static_cast<double>(micro_steps) : loss;
+    if (parts_.scaler) objective = parts_.scaler->Scale(objective);
+    objective.backward();
+  }
+  if (parts_.reducer) parts_.reducer->Finish();
+  auto* adamw = dynamic_cast<MultiTensorAdamW*>(parts_.optimizer);
+  bool step = true;
+  if (parts_.scaler) {
+    std::vector<torch::Tensor> grads;
+    for (const auto& p : parts_.parameters) {
+      if (p.grad().defined()) grads.push_back(p.grad());
+    }
+    parts_.scaler->UnscaleAndCheck(grads);
+    if (adamw != nullptr && adamw->Capturable(parts_.device)) {
+      adamw->SetFoundInf(parts_.scaler->found_inf());  // the kernel skips on the device
+    } else {
+      // Other optimizers cannot skip on the device: one host read per step.
+      step = parts_.scaler->found_inf().item<float>() == 0;
+    }
+  }
+  if (parts_.grad_clip_norm > 0) ClipGradNorm(parts_.parameters, parts_.grad_clip_norm);
+  if (step) parts_.optimizer->step();
+  if (parts_.scaler) parts_.scaler->Update();
+  return losses;
+}
+
+std::vector<torch::Tensor> StepRunner::RunEager(const std::vector<Batch>& micro_batches) {
+  std::vector<torch::Tensor> losses = Body(micro_batches);
+  ResetGrads();
+  return losses;
+}
+
+void StepRunner::CaptureOrFallBack(const std::vector<Batch>& micro_batches) {
+  // The captured step reads its batches from these buffers; each replay refills them.
+  static_batches_.clear();
+  for (const Batch& b : micro_batches) {
+    Batch copy;
+    copy.inputs = b.inputs.clone(parts_.channels_last && b.inputs.dim() == 4
+                                     ? at::MemoryFormat::ChannelsLast
+                                     : at::MemoryFormat::Contiguous);
+    copy.targets = b.targets.clone();
+    static_batches_.push_back(std::move(copy));
+  }
+  ResetGrads();
+  try {
+    graph_->Capture([&] { static_losses_ = Body(static_batches_); });
+    graphed_ = true;
+    log_("training step captured as a CUDA graph after " + std::to_string(kWarmupSteps) +
+         " warm-up steps; replaying it from here on");
+  } catch (const std::exception& e) {
+    static_batches_.clear();
+    static_losses_.clear();
+    ResetGrads();
+    want_graph_ = false;
+    log_(std::string("CUDA graph capture failed, training on eagerly: ") + e.what());
+  }
+}
+
+std::vector<torch::Tensor> StepRunner::Run(const std::vector<Batch>& micro_batches) {
+  ++steps_run_;
+  if (graphed_) {
+    for (size_t i = 0; i < micro_batches.size(); ++i) {
+      static_batches_[i].inputs.copy_(micro_batches[i].inputs, /*non_blocking=*/true);
+      static_batches_[i].targets.copy_(micro_batches[i].targets, /*non_blocking=*/true);
+    }
+    graph_->Replay();
+    return static_losses_;
+  }
+  if (!want_graph_) return RunEager(micro_batches);
+  if (steps_run_ <= kWarmupSteps) {
+    std::vector<torch::Tensor> losses;
+    graph_->Warm([&] { losses = RunEager(micro_batches); });
+    return losses;
+  }
+  CaptureOrFallBack(micro_batches);
+  if (!graphed_) return RunEager(micro_batches);
+  graph_->Replay();  // capture recorded the step without running it
+  return static_losses_;
+}
+
+}  // namespace stoke::worker

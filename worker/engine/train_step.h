@@ -1,0 +1,76 @@
+// One optimizer step: the micro-batches' forward and backward passes (autocast, fp16
+// loss scaling, gradient accumulation, the all-reduce of several ranks), clipping and the
+// optimizer. StepRunner runs it eagerly, or, on a GPU, warms it up for a few steps,
+// captures it once as a CUDA graph and replays that graph from then on, copying each new
+// batch into the captured input buffers. A step that cannot be captured falls back to
+// eager with the reason logged, never silently.
+#pragma once
+
+#include <torch/optim/optimizer.h>
+#include <torch/types.h>
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "worker/data/batch_source.h"
+#include "worker/models/network.h"
+
+namespace stoke::worker {
+
+class GradientReducer;
+class LossScaler;
+class StepGraph;
+
+struct StepParts {
+  Network* net = nullptr;
+  torch::optim::Optimizer* optimizer = nullptr;
+  std::vector<torch::Tensor> parameters;
+  LossScaler* scaler = nullptr;       // fp16 only
+  GradientReducer* reducer = nullptr;  // several ranks only
+  double grad_clip_norm = 0;           // 0: off
+  torch::Device device = torch::kCPU;
+  bool autocast = false;
+  at::ScalarType autocast_dtype = at::kBFloat16;
+  bool channels_last = false;  // image inputs in NHWC
+};
+
+// Whether an optimizer step can be captured: it must read no value from the host that
+// changes between steps. Empty if it can, else the reason.
+std::string WhyNotCapturable(const StepParts& parts, bool learning_rate_changes);
+
+class StepRunner {
+ public:
+  // graph: capture the step (after warm-up steps); the caller has checked it can.
+  StepRunner(StepParts parts, bool graph, std::function<void(const std::string&)> log);
+  ~StepRunner();
+
+  // Runs one optimizer step over these micro-batches and returns their losses (device
+  // scalars, valid until the next call).
+  std::vector<torch::Tensor> Run(const std::vector<Batch>& micro_batches);
+
+  // Whether steps now replay a captured graph.
+  bool graphed() const { return graphed_; }
+
+  // Eager steps before capture.
+  static constexpr int kWarmupSteps = 3;
+
+ private:
+  // Forward, backward and optimizer over these batches; gradients are left in .grad.
+  std::vector<torch::Tensor> Body(const std::vector<Batch>& micro_batches);
+  std::vector<torch::Tensor> RunEager(const std::vector<Batch>& micro_batches);
+  void ResetGrads();
+  void CaptureOrFallBack(const std::vector<Batch>& micro_batches);
+
+  StepParts parts_;
+  bool want_graph_;
+  bool graphed_ = false;
+  int steps_run_ = 0;
+  std::function<void(const std::string&)> log_;
+  std::unique_ptr<StepGraph> graph_;
+  std::vector<Batch> static_batches_;  // the captured step's inputs
+  std::vector<torch::Tensor> static_losses_;
+};
+
+}  // namespace stoke::worker

@@ -3,22 +3,22 @@
 # batch, hyper-parameters and data. Per case, build-gpu/bin/stoke-bench trains the spec in
 # bench/specs/ and bench/python/train_reference.py trains the same network
 # (bench/python/models.py) eagerly, under torch.compile, under
-# torch.compile(mode="reduce-overhead"), and compiled with the whole step (forward, backward,
-# AdamW) captured as one CUDA graph (compile-cuda-graph); each warms up 30 steps, then times
-# 6 windows of 20 steps between CUDA events and reports the median window. Then an
-# ablation on one model:
-# what each of Stoke's settings adds, from an fp32 eager baseline. Prints two Markdown
-# tables (also $OUT/speed.md; raw JSON lines in $OUT/speed.jsonl, logs beside them).
-# From the repo root on the GPU machine:
+# torch.compile(mode="reduce-overhead"), and compiled with the whole step (forward,
+# backward, AdamW) captured as one CUDA graph (compile-cuda-graph); each warms up 30 steps
+# (rounded up to whole windows: 40), then times 6 windows of 20 steps between CUDA events
+# and reports the median window. Then an ablation on one model: what each of Stoke's
+# settings adds, from an fp32 eager baseline. Prints two Markdown tables (also
+# $OUT/speed.md; raw JSON lines in $OUT/speed.jsonl, each run's log beside them). From the
+# repo root on the GPU machine:
 #   source .gpu-deps/setup-device.sh && bench/speed.sh
 # Environment: MODELS (default "mlp-256 mlp-1024 mlp-4096 gpt2-small resnet50 fmnist-cnn";
 # "mlp" is the three MLPs), FMNIST_DIR (Fashion-MNIST's idx files; without it fmnist-cnn is
 # skipped), SKIP_PYTHON=1 (Stoke only), PY_MODES (default "eager compile
 # compile-reduce-overhead compile-cuda-graph"; also cuda-graph: the eager model captured
-# whole), JOB_TIMEOUT (seconds per run, default 300), ABLATION_MODEL
-# (default mlp-1024; "none" skips the ablation), WARMUP_STEPS, WINDOWS, WINDOW_STEPS
-# (default 30, 6, 20), STOKE_BENCH (a stoke-bench binary to use instead of building one),
-# PYTHON (default python3).
+# whole), JOB_TIMEOUT (seconds per run, default 300), ABLATION_MODEL (default mlp-1024;
+# "none" skips the ablation), WARMUP_STEPS, WINDOWS, WINDOW_STEPS (default 30, 6, 20),
+# STOKE_BENCH (a stoke-bench binary to use instead of building one), PYTHON (default
+# python3).
 set -uo pipefail
 out="${OUT:-$PWD/bench-out}"
 mkdir -p "$out"
@@ -50,10 +50,10 @@ if [ -z "${STOKE_BENCH:-}" ] && [ ! -x "$bench" ]; then
     { tail -40 "$out/speed-build.log"; exit 1; }
 fi
 
-# The specs train 400 steps; more when the timed steps need them.
+# stoke-bench ends its windows on multiples of the window length, so it rounds warm-up up
+# to one (and sets training.steps to cover it all); Python warms up as long.
+warmup=$(((warmup + window_steps - 1) / window_steps * window_steps))
 timing=(--warmup-steps "$warmup" --windows "$windows" --window-steps "$window_steps")
-needed=$((warmup + windows * window_steps))
-[ "$needed" -gt 400 ] && timing+=(--set "training.steps=$((needed + window_steps))")
 py_timing=(--warmup "$warmup" --windows "$windows" --window-steps "$window_steps")
 
 setup_case() {  # case -> spec, batch, sets (Stoke's --set), py_args; 1: unknown, 2: no data
@@ -275,7 +275,9 @@ for case in main_cases:
           + " | ".join(stoke_extra) + " | " + " | ".join(py_cells) + " |")
     if ok(s):
         wait = s.get("data_wait_ratio")
-        notes.append(f"{name(case)}: Stoke step {'captured as a CUDA graph' if s.get('cuda_graph') else 'eager (no CUDA graph)'}"
+        graph = {True: "captured as one CUDA graph", False: "not captured (eager)"}.get(
+            s.get("cuda_graph"), "capture not reported")
+        notes.append(f"{name(case)}: Stoke step {graph}"
                      + (f", data wait {100 * wait:.2f}% of step time" if wait is not None else ""))
     for m, r in py.items():
         if ok(r) and r.get("notes"):
@@ -309,8 +311,8 @@ elif abl:
         s, p = find("ablation", case, "stoke", label), find("ablation", case, impl, label)
         times = lambda a: (f"{s['samples_per_second'] / a['samples_per_second']:.2f}×"
                            if ok(s) and ok(a) else "-")
-        print(f"| {what} | {cell(s)} | {times(s_base)} | {times(prev) if label != 'baseline' else '-'} "
-              f"| {py_what} | {cell(p)} |")
+        versus_prev = times(prev) if label != "baseline" else "-"
+        print(f"| {what} | {cell(s)} | {times(s_base)} | {versus_prev} | {py_what} | {cell(p)} |")
         prev = s
     print("\nData pipeline: no row — " + (
         "the data are synthetic, made on the GPU each step (no loader threads, no host-to-device "

@@ -153,9 +153,8 @@ int Run(int argc, char** argv) {
   emitter << root;
   auto spec = client::ParseJobSpec(emitter.c_str(), spec_path);
   if (!spec.ok()) throw std::invalid_argument(std::string(spec.status().message()));
-  const std::string dir = spec_path.find('/') == std::string::npos
-                              ? "."
-                              : spec_path.substr(0, spec_path.rfind('/'));
+  const std::string dir =
+      spec_path.find('/') == std::string::npos ? "." : spec_path.substr(0, spec_path.rfind('/'));
   client::ResolveRelativePaths(*spec, dir);
   if (auto s = server::ValidateJobSpec(*spec); !s.ok()) {
     throw std::invalid_argument(std::string(s.message()));

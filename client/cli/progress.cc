@@ -55,8 +55,8 @@ std::string ProgressView::ProgressText(bool with_bar) const {
     absl::StrAppend(&text, absl::StrFormat("  all-reduce wait %.0f%%", 100 * m.comm_wait_ratio()));
   }
   if (m.skipped_steps() > 0) {
-    absl::StrAppend(&text, absl::StrFormat("  fp16 skipped %d steps (scale %g)",
-                                           m.skipped_steps(), m.loss_scale()));
+    absl::StrAppend(&text, absl::StrFormat("  fp16 skipped %d steps (scale %g)", m.skipped_steps(),
+                                           m.loss_scale()));
   }
   if (!device_summary_.empty()) absl::StrAppend(&text, "  ", device_summary_);
   for (int d : m.diagnoses()) absl::StrAppend(&text, "  [", DiagnosisName(d), "]");

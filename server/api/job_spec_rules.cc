@@ -329,8 +329,8 @@ absl::Status ValidateAgainstData(const v1::JobSpec& spec, const DataFacts& data)
       break;
   }
   const uint32_t batch = spec.training().batch_size_auto() ? 1
-                         : spec.training().batch_size()   ? spec.training().batch_size()
-                                                          : kDefaultBatchSize;
+                         : spec.training().batch_size()    ? spec.training().batch_size()
+                                                           : kDefaultBatchSize;
   const int64_t per_rank = data.train_samples / std::max<uint32_t>(1, spec.resources().gpus());
   if (batch > per_rank) {
     return Invalid(

@@ -93,8 +93,7 @@ training:
   EXPECT_NE(bad.status().message().find("training.steps"), std::string::npos) << bad.status();
   bad = ParseJobSpec("training: {cuda_graph: sometimes}\n", "job.yaml");
   ASSERT_FALSE(bad.ok());
-  EXPECT_NE(bad.status().message().find("training.cuda_graph"), std::string::npos)
-      << bad.status();
+  EXPECT_NE(bad.status().message().find("training.cuda_graph"), std::string::npos) << bad.status();
 }
 
 TEST(JobSpecFile, JsonWorksTooWithEitherNameStyle) {
@@ -128,9 +127,9 @@ TEST(JobSpecFile, IllTypedValuesAreNamed) {
             "job.yaml:2: training.steps: expected a whole number >= 0, got \"1.5\"");
   EXPECT_EQ(ErrorOf("optimizer:\n  lr: fast\n"),
             "job.yaml:2: optimizer.lr: expected a number, got \"fast\"");
-  EXPECT_EQ(
-      ErrorOf("training:\n  precision: fp8\n"),
-      "job.yaml:2: training.precision: unknown value \"fp8\"; expected one of auto, fp32, bf16, fp16");
+  EXPECT_EQ(ErrorOf("training:\n  precision: fp8\n"),
+            "job.yaml:2: training.precision: unknown value \"fp8\"; expected one of auto, fp32, "
+            "bf16, fp16");
   EXPECT_EQ(ErrorOf("model:\n  mlp:\n    hidden: 64\n"),
             "job.yaml:3: model.mlp.hidden: expected a list, got \"64\"");
   EXPECT_EQ(ErrorOf("model:\n  mlp:\n    hidden: [64, wide]\n"),

@@ -137,8 +137,8 @@ TEST(Fp16Job, ReportsTheScaleAndSkippedStepsAndLearns) {
   const TrainOutcome outcome = RunTraining(task, kCpu, recorder, cancel);
   ASSERT_EQ(outcome.kind, TrainOutcome::Kind::kSucceeded) << outcome.message;
   ASSERT_EQ(recorder.samples.size(), 10u);
-  EXPECT_EQ(recorder.samples[0].loss_scale, 1024);    // step 20
-  EXPECT_EQ(recorder.samples[2].loss_scale, 2048);    // step 60
+  EXPECT_EQ(recorder.samples[0].loss_scale, 1024);       // step 20
+  EXPECT_EQ(recorder.samples[2].loss_scale, 2048);       // step 60
   EXPECT_EQ(recorder.samples.back().loss_scale, 16384);  // step 200: 4 growths
   EXPECT_EQ(recorder.samples.back().skipped_steps, 0u);
   EXPECT_LT(recorder.samples.back().loss, 0.7 * recorder.samples.front().loss);
@@ -147,8 +147,8 @@ TEST(Fp16Job, ReportsTheScaleAndSkippedStepsAndLearns) {
 
 // A trial that fits up to 300 samples, peaking at 1000 bytes + 10 per sample.
 BatchTrial FitsUpTo300(int64_t batch) {
-  if (batch > 300) return {false, 0};
-  return {true, static_cast<uint64_t>(1000 + 10 * batch)};
+  if (batch > 300) return {false, 0, ""};
+  return {true, static_cast<uint64_t>(1000 + 10 * batch), ""};
 }
 
 TEST(BatchSearch, FindsTheLargestFitAndKeepsTenPercentHeadroom) {
@@ -162,16 +162,41 @@ TEST(BatchSearch, FindsTheLargestFitAndKeepsTenPercentHeadroom) {
 }
 
 TEST(BatchSearch, StopsAtTheLimitAndFailsClearlyWhenNothingFits) {
-  const BatchSearchResult r =
-      SearchBatchSize([](int64_t b) { return BatchTrial{true, uint64_t(b)}; }, 100, 1ull << 40);
+  const BatchSearchResult r = SearchBatchSize(
+      [](int64_t b) {
+        return BatchTrial{true, uint64_t(b), ""};
+      },
+      100, 1ull << 40);
   EXPECT_EQ(r.largest_fitting, 100);
   EXPECT_EQ(r.batch, 96);
   try {
-    SearchBatchSize([](int64_t) { return BatchTrial{false, 0}; }, 100, 1000);
+    SearchBatchSize([](int64_t) { return BatchTrial{false, 0, ""}; }, 100, 1000);
     FAIL() << "expected an error";
   } catch (const std::invalid_argument& e) {
     EXPECT_NE(std::string(e.what()).find("training.batch_size"), std::string::npos) << e.what();
   }
+}
+
+// cuDNN's attention reports a failed workspace allocation as an execution error, not as
+// out-of-memory: above batch 1 that is a batch that does not fit, and the log says why.
+TEST(BatchSearch, OtherErrorsAboveBatchOneCountAsNotFittingAndAreReported) {
+  const BatchSearchResult r = SearchBatchSize(
+      [](int64_t b) {
+        return b > 40 ? BatchTrial{false, 0, "mha_graph.execute failed"}
+                      : BatchTrial{true, uint64_t(b), ""};
+      },
+      1000, 1ull << 40);
+  EXPECT_EQ(r.largest_fitting, 40);
+  EXPECT_EQ(r.first_failing, 41);
+  EXPECT_NE(DescribeSearch(r, 1ull << 40).find("batch 41 failed with: mha_graph.execute failed"),
+            std::string::npos)
+      << DescribeSearch(r, 1ull << 40);
+  EXPECT_THROW(SearchBatchSize(
+                   [](int64_t) {
+                     return BatchTrial{false, 0, "broken model"};
+                   },
+                   10, 1000),
+               std::runtime_error);
 }
 
 TEST(BatchSearch, PlansAccumulationToTheEffectiveBatch) {

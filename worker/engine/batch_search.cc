@@ -90,13 +90,20 @@ BatchSearchResult SearchBatchSize(const std::function<BatchTrial(int64_t)>& tria
   auto attempt = [&](int64_t batch) {
     ++result.trials;
     const BatchTrial t = trial(batch);
-    if (t.fits) fitted[batch] = t.peak_bytes;
+    if (t.fits) {
+      fitted[batch] = t.peak_bytes;
+    } else if (result.first_failing == 0 || batch < result.first_failing) {
+      result.first_failing = batch;
+      result.failure = t.failure;
+    }
     return t.fits;
   };
   limit = std::max<int64_t>(1, limit);
   if (!attempt(1)) {
-    throw std::invalid_argument("training.batch_size: auto found that not even a batch of 1 "
-                                "fits this device's memory");
+    if (!result.failure.empty()) throw std::runtime_error(result.failure);
+    throw std::invalid_argument(
+        "training.batch_size: auto found that not even a batch of 1 "
+        "fits this device's memory");
   }
   int64_t fit = 1, fail = 0;
   while (fail == 0 && fit < limit) {
@@ -136,8 +143,8 @@ BatchSearchResult SearchBatchSize(const std::function<BatchTrial(int64_t)>& tria
     }
     // Multiples of 8 suit tensor cores.
     if (result.batch >= 16) result.batch -= result.batch % 8;
-    result.predicted_peak_bytes =
-        static_cast<uint64_t>(std::max(0.0, fixed + per_sample * static_cast<double>(result.batch)));
+    result.predicted_peak_bytes = static_cast<uint64_t>(
+        std::max(0.0, fixed + per_sample * static_cast<double>(result.batch)));
   }
   return result;
 }
@@ -168,8 +175,8 @@ BatchTrial MeasureBatch(Network& net, const DataShape& shape, const DeviceRef& d
     {
       compat::AutocastScope scope(device.type(), fp16 ? torch::kHalf : torch::kBFloat16, autocast);
       torch::Tensor outputs = net.forward(inputs);
-      loss = ComputeLoss(outputs, FakeTargets(shape, batch, device, outputs, net.loss()),
-                         net.loss());
+      loss =
+          ComputeLoss(outputs, FakeTargets(shape, batch, device, outputs, net.loss()), net.loss());
     }
     loss.backward();
     trial.fits = true;
@@ -178,6 +185,10 @@ BatchTrial MeasureBatch(Network& net, const DataShape& shape, const DeviceRef& d
     trial.fits = false;
   } catch (const std::bad_alloc&) {
     trial.fits = false;
+  } catch (const c10::Error& e) {
+    trial.fits = false;
+    const std::string what = e.what_without_backtrace();
+    trial.failure = what.substr(0, what.find('\n'));
   }
   reset_grads();
   ResetPeakMemory(device_ref);
@@ -205,6 +216,9 @@ std::string DescribeSearch(const BatchSearchResult& r, uint64_t capacity_bytes) 
   out << "batch size search: " << r.batch << " (largest that fit: " << r.largest_fitting
       << ", peak " << gib(r.peak_bytes) << " GiB; predicted peak " << gib(r.predicted_peak_bytes)
       << " of " << gib(capacity_bytes) << " GiB; " << r.trials << " trials)";
+  if (!r.failure.empty()) {
+    out << "; batch " << r.first_failing << " failed with: " << r.failure;
+  }
   return out.str();
 }
 

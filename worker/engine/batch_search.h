@@ -21,14 +21,19 @@ struct DataShape;
 struct BatchTrial {
   bool fits = false;
   uint64_t peak_bytes = 0;  // when it fits
+  // When it did not fit for another reason than running out of memory (cuDNN's attention,
+  // for one, reports a failed workspace allocation as an execution error).
+  std::string failure;
 };
 
 struct BatchSearchResult {
-  int64_t batch = 0;            // the one to train with
-  int64_t largest_fitting = 0;  // the largest a trial fit
-  uint64_t peak_bytes = 0;      // measured at largest_fitting
+  int64_t batch = 0;                  // the one to train with
+  int64_t largest_fitting = 0;        // the largest a trial fit
+  uint64_t peak_bytes = 0;            // measured at largest_fitting
   uint64_t predicted_peak_bytes = 0;  // at batch
   int trials = 0;
+  int64_t first_failing = 0;  // 0: none failed
+  std::string failure;        // its error, when not out-of-memory
 };
 
 // Throws std::invalid_argument when not even a batch of 1 fits.

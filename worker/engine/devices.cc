@@ -122,6 +122,16 @@ void ReleaseCachedMemory(const DeviceRef& device) {
 #endif
 }
 
+void ResetPeakMemoryStats(const DeviceRef& device) {
+#if STOKE_WITH_CUDA
+  if (device.kind == DeviceKind::kCuda) {
+    c10::cuda::CUDACachingAllocator::resetPeakStats(static_cast<c10::DeviceIndex>(device.index));
+  }
+#else
+  (void)device;
+#endif
+}
+
 double PeakBf16Flops(const DeviceInfo& device) {
   if (device.device.kind != DeviceKind::kCuda) return 0;
   // Datasheet dense (not sparse) bf16 tensor-core rates, SXM parts.

@@ -34,6 +34,8 @@ struct AllocatorStats {
 AllocatorStats ReadAllocatorStats(const DeviceRef& device);
 // Returns the CUDA caching allocator's unused blocks to the driver (no-op on CPU).
 void ReleaseCachedMemory(const DeviceRef& device);
+// Starts the allocator's peak anew (a worker runs job after job; each reports its own).
+void ResetPeakMemoryStats(const DeviceRef& device);
 
 // Dense bf16 tensor-core peak FLOP/s from the datasheet, for MFU; 0 when unknown.
 double PeakBf16Flops(const DeviceInfo& device);

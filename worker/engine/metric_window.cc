@@ -38,8 +38,8 @@ void MetricWindow::EndWindow(uint64_t step, uint32_t epoch, double learning_rate
     pending.host_loss = mean;
   }
   if (skipped_steps_.defined()) {
-    const torch::Tensor state = torch::stack(
-        {skipped_steps_.reshape({}).to(torch::kFloat64), loss_scale_.reshape({}).to(torch::kFloat64)});
+    const torch::Tensor state = torch::stack({skipped_steps_.reshape({}).to(torch::kFloat64),
+                                              loss_scale_.reshape({}).to(torch::kFloat64)});
     if (device_.is_cuda()) {
       pending.host_scale_state =
           torch::empty({2}, torch::TensorOptions().dtype(torch::kFloat64).pinned_memory(true));

@@ -128,7 +128,8 @@ inline void UpdateScale(at::Tensor& scale, at::Tensor& growth_tracker, const at:
     return;
   }
   const at::Tensor overflowed = found_inf > 0;
-  const at::Tensor clean = at::where(overflowed, at::zeros_like(growth_tracker), growth_tracker + 1);
+  const at::Tensor clean =
+      at::where(overflowed, at::zeros_like(growth_tracker), growth_tracker + 1);
   const at::Tensor grow = clean >= growth_interval;
   scale.copy_(
       at::where(overflowed, scale * backoff_factor, at::where(grow, scale * growth_factor, scale)));

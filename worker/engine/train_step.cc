@@ -103,9 +103,9 @@ void StepRunner::CaptureOrFallBack(const std::vector<Batch>& micro_batches) {
   static_batches_.clear();
   for (const Batch& b : micro_batches) {
     Batch copy;
-    copy.inputs = b.inputs.clone(parts_.channels_last && b.inputs.dim() == 4
-                                     ? at::MemoryFormat::ChannelsLast
-                                     : at::MemoryFormat::Contiguous);
+    copy.inputs =
+        b.inputs.clone(parts_.channels_last && b.inputs.dim() == 4 ? at::MemoryFormat::ChannelsLast
+                                                                   : at::MemoryFormat::Contiguous);
     copy.targets = b.targets.clone();
     static_batches_.push_back(std::move(copy));
   }

@@ -27,7 +27,7 @@ struct StepParts {
   Network* net = nullptr;
   torch::optim::Optimizer* optimizer = nullptr;
   std::vector<torch::Tensor> parameters;
-  LossScaler* scaler = nullptr;       // fp16 only
+  LossScaler* scaler = nullptr;        // fp16 only
   GradientReducer* reducer = nullptr;  // several ranks only
   double grad_clip_norm = 0;           // 0: off
   torch::Device device = torch::kCPU;

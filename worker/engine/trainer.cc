@@ -22,9 +22,9 @@
 #include "worker/engine/multi_tensor_adamw.h"
 #include "worker/engine/optimizers.h"
 #include "worker/engine/step_math.h"
-#include "worker/engine/train_step.h"
 #include "worker/engine/torch_compat.h"
 #include "worker/engine/torch_device.h"
+#include "worker/engine/train_step.h"
 #include "worker/models/model_factory.h"
 
 namespace stoke::worker {
@@ -115,8 +115,8 @@ struct Layout {
 // Applies the job's layout and memory switches to a freshly built network.
 Layout PrepareNetwork(Network& net, const TrainTask& task, const torch::Device& device) {
   Layout layout;
-  layout.channels_last = device.is_cuda() && net.PrefersChannelsLast() &&
-                         Resolve(task.training.channels_last, true);
+  layout.channels_last =
+      device.is_cuda() && net.PrefersChannelsLast() && Resolve(task.training.channels_last, true);
   if (layout.channels_last) ToChannelsLast(net);
   layout.checkpoint_blocks = Resolve(task.training.activation_checkpointing, false) &&
                              net.SupportsActivationCheckpointing();
@@ -137,8 +137,8 @@ void ChooseBatchSize(TrainTask& task, const DeviceRef& device_ref, const torch::
   if (!saved_path.empty()) {
     std::ifstream saved(saved_path);
     if (saved >> chosen[0] >> chosen[1] && chosen[0] > 0 && chosen[1] > 0) {
-      observer.OnLog("batch size " + std::to_string(chosen[0]) + " x " +
-                     std::to_string(chosen[1]) + " micro-steps, as searched by an earlier attempt");
+      observer.OnLog("batch size " + std::to_string(chosen[0]) + " x " + std::to_string(chosen[1]) +
+                     " micro-steps, as searched by an earlier attempt");
     } else {
       chosen[0] = 0;
     }
@@ -167,13 +167,13 @@ void ChooseBatchSize(TrainTask& task, const DeviceRef& device_ref, const torch::
           PlanAccumulation(t.effective_batch_size, found.batch, task.world_size);
       chosen[0] = plan.batch;
       chosen[1] = plan.micro_steps;
-      observer.OnLog("effective batch " + std::to_string(plan.effective) + " = " +
-                     std::to_string(plan.batch) + " x " + std::to_string(plan.micro_steps) +
-                     " micro-steps x " + std::to_string(task.world_size) + " ranks" +
-                     (plan.effective == t.effective_batch_size
-                          ? ""
-                          : " (asked " + std::to_string(t.effective_batch_size) +
-                                "; no exact split fits)"));
+      observer.OnLog(
+          "effective batch " + std::to_string(plan.effective) + " = " + std::to_string(plan.batch) +
+          " x " + std::to_string(plan.micro_steps) + " micro-steps x " +
+          std::to_string(task.world_size) + " ranks" +
+          (plan.effective == t.effective_batch_size
+               ? ""
+               : " (asked " + std::to_string(t.effective_batch_size) + "; no exact split fits)"));
     }
   }
   if (communicator != nullptr) {
@@ -266,6 +266,7 @@ TrainOutcome RunTraining(const TrainTask& job_task, const DeviceRef& device_ref,
     }
     const auto& t = task.training;
     torch::manual_seed(t.seed);
+    ResetPeakMemoryStats(device_ref);  // this job's peak, not an earlier one's on this worker
 
     Checkpointer checkpoints(task.job_dir, task.checkpoint.keep);
     const std::optional<CheckpointInfo> resume_from =
@@ -291,8 +292,8 @@ TrainOutcome RunTraining(const TrainTask& job_task, const DeviceRef& device_ref,
     const int64_t samples_per_step = t.batch_size * t.grad_accum_steps * task.world_size;
 
     uint64_t first_step = 1;
-    observer.OnLog(Describe(task, *net, info, math, layout, total_steps,
-                            OptimizerName(*optimizer, device)));
+    observer.OnLog(
+        Describe(task, *net, info, math, layout, total_steps, OptimizerName(*optimizer, device)));
     if (resume_from) {
       // Every rank loads the checkpoint rank 0 wrote.
       first_step = checkpoints.Restore(*resume_from, *net, *optimizer, device_ref) + 1;
@@ -389,7 +390,8 @@ TrainOutcome RunTraining(const TrainTask& job_task, const DeviceRef& device_ref,
         sample.step = step;
         sample.total_steps = total_steps;
         sample.epoch = epoch;
-        sample.eval = Evaluate(*net, *data.eval, shape.kind, math.autocast && math.dtype == at::kBFloat16);
+        sample.eval =
+            Evaluate(*net, *data.eval, shape.kind, math.autocast && math.dtype == at::kBFloat16);
         observer.OnLog(DescribeEval(step, *sample.eval));
         observer.OnMetrics(sample);
       }

@@ -174,9 +174,14 @@ BatchTrial MeasureBatch(Network& net, const DataShape& shape, const DeviceRef& d
     torch::Tensor loss;
     {
       compat::AutocastScope scope(device.type(), fp16 ? torch::kHalf : torch::kBFloat16, autocast);
-      torch::Tensor outputs = net.forward(inputs);
-      loss =
-          ComputeLoss(outputs, FakeTargets(shape, batch, device, outputs, net.loss()), net.loss());
+      if (net.loss() == LossKind::kMse) {  // targets shaped like the outputs
+        torch::Tensor outputs = net.forward(inputs);
+        loss = ComputeLoss(outputs, FakeTargets(shape, batch, device, outputs, net.loss()),
+                           net.loss());
+      } else {
+        loss = TrainingLoss(net, inputs,
+                            FakeTargets(shape, batch, device, torch::Tensor(), net.loss()));
+      }
     }
     loss.backward();
     trial.fits = true;

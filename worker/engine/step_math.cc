@@ -15,6 +15,12 @@ torch::Tensor ComputeLoss(const torch::Tensor& outputs, const torch::Tensor& tar
       outputs.reshape({-1, outputs.size(-1)}).to(torch::kFloat32), targets.reshape({-1}));
 }
 
+torch::Tensor TrainingLoss(Network& net, const torch::Tensor& inputs,
+                           const torch::Tensor& targets) {
+  if (std::optional<torch::Tensor> loss = net.ForwardLoss(inputs, targets)) return *loss;
+  return ComputeLoss(net.forward(inputs), targets, net.loss());
+}
+
 double LearningRateAt(const OptimizerConfig& config, uint64_t step, uint64_t total_steps) {
   const double warmup = static_cast<double>(config.warmup_steps);
   if (warmup > 0 && static_cast<double>(step) <= warmup) {

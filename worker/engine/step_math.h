@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "worker/common/task.h"
+#include "worker/models/network.h"
 
 namespace stoke::worker {
 
@@ -16,6 +17,10 @@ namespace stoke::worker {
 // against [B, T]; both cross-entropy, computed in fp32. MSE compares like shapes.
 torch::Tensor ComputeLoss(const torch::Tensor& outputs, const torch::Tensor& targets,
                           LossKind kind);
+
+// The training loss of a batch: the network's own ForwardLoss where it has one, else
+// ComputeLoss of its forward().
+torch::Tensor TrainingLoss(Network& net, const torch::Tensor& inputs, const torch::Tensor& targets);
 
 // The learning rate for optimizer step `step` (1-based) of `total_steps`: linear warmup,
 // then constant or cosine decay to lr x min_lr_ratio.

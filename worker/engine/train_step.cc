@@ -60,7 +60,7 @@ std::vector<torch::Tensor> StepRunner::Body(const std::vector<Batch>& micro_batc
     torch::Tensor loss;
     {
       compat::AutocastScope autocast(parts_.device.type(), parts_.autocast_dtype, parts_.autocast);
-      loss = ComputeLoss(parts_.net->forward(inputs), batch.targets, parts_.net->loss());
+      loss = TrainingLoss(*parts_.net, inputs, batch.targets);
     }
     losses.push_back(loss.detach());
     // Gradients are reduced across ranks on the last micro-step only.

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "worker/engine/activation_checkpoint.h"
+#include "worker/engine/chunked_cross_entropy.h"
 #include "worker/engine/torch_compat.h"
 
 namespace stoke::worker {
@@ -109,7 +110,7 @@ GptImpl::GptImpl(const GptConfig& config) : config_(config) {
   flops_ = t * (6 * weights + 12 * config.layers * config.width * t);
 }
 
-torch::Tensor GptImpl::forward(const torch::Tensor& tokens) {
+torch::Tensor GptImpl::Trunk(const torch::Tensor& tokens) {
   TORCH_CHECK(tokens.dim() == 2, "GPT: expected token ids [batch, time], got ", tokens.sizes());
   const int64_t time = tokens.size(1);
   TORCH_CHECK(time <= config_.context, "GPT: ", time, " tokens exceed the context of ",
@@ -131,9 +132,23 @@ torch::Tensor GptImpl::forward(const torch::Tensor& tokens) {
       x = block->as<GptBlockImpl>()->forward(x);
     }
   }
+  return final_norm_->forward(x);
+}
+
+torch::Tensor GptImpl::forward(const torch::Tensor& tokens) {
   // Tied weights (Press & Wolf 2017): the output layer is the token embedding, which
   // saves vocab_size x width parameters and trains the embedding from every position.
-  return torch::linear(final_norm_->forward(x), token_embedding_->weight);
+  return torch::linear(Trunk(tokens), token_embedding_->weight);
+}
+
+std::optional<torch::Tensor> GptImpl::ForwardLoss(const torch::Tensor& tokens,
+                                                  const torch::Tensor& targets) {
+  if (!checkpoint_blocks_ || !is_training()) return std::nullopt;
+  const torch::Tensor hidden = Trunk(tokens);
+  const compat::AutocastState autocast = compat::GetAutocast(hidden.device().type());
+  return ChunkedLinearCrossEntropy(hidden.reshape({-1, hidden.size(-1)}), token_embedding_->weight,
+                                   targets.reshape({-1}),
+                                   autocast.enabled ? autocast.dtype : hidden.scalar_type());
 }
 
 }  // namespace stoke::worker

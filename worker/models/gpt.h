@@ -44,6 +44,11 @@ class GptImpl : public Network {
   explicit GptImpl(const GptConfig& config);
   // int64 token ids [B, T], T <= context -> logits [B, T, vocab_size].
   torch::Tensor forward(const torch::Tensor& tokens) override;
+  // With activation checkpointing on, the output layer and cross-entropy run in chunks
+  // that never hold all the logits (chunked_cross_entropy.h): the logits, not the blocks,
+  // are most of what a small GPT keeps for backward.
+  std::optional<torch::Tensor> ForwardLoss(const torch::Tensor& tokens,
+                                           const torch::Tensor& targets) override;
   int64_t TrainingFlopsPerSample() const override { return flops_; }
   // Per transformer block.
   bool SupportsActivationCheckpointing() const override { return true; }
@@ -52,6 +57,9 @@ class GptImpl : public Network {
   const torch::Tensor& token_embedding() const { return token_embedding_->weight; }
 
  private:
+  // Embeddings, blocks and the final norm: [B, T] ids -> [B, T, width].
+  torch::Tensor Trunk(const torch::Tensor& tokens);
+
   GptConfig config_;
   torch::nn::Embedding token_embedding_{nullptr};
   torch::nn::Embedding position_embedding_{nullptr};

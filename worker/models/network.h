@@ -6,6 +6,7 @@
 #include <torch/types.h>
 
 #include <cstdint>
+#include <optional>
 #include <stdexcept>
 #include <vector>
 
@@ -32,6 +33,15 @@ class Network : public torch::nn::Module {
   // for achieved TFLOP/s and MFU.
   virtual int64_t TrainingFlopsPerSample() const = 0;
   virtual LossKind loss() const { return LossKind::kCrossEntropy; }
+  // Models that compute their training loss better than logits-then-loss (a language
+  // model's output layer and cross-entropy in chunks, say) return it here; nullopt means
+  // forward() and the loss() kind.
+  virtual std::optional<torch::Tensor> ForwardLoss(const torch::Tensor& inputs,
+                                                   const torch::Tensor& targets) {
+    (void)inputs;
+    (void)targets;
+    return std::nullopt;
+  }
   // Convolutional models run faster on GPUs with activations and weights in NHWC
   // ("channels last") order, which cuDNN's tensor-core kernels use natively.
   virtual bool PrefersChannelsLast() const { return false; }

@@ -329,7 +329,15 @@ TrainOutcome RunTraining(const TrainTask& job_task, const DeviceRef& device_ref,
     parts.autocast = math.autocast;
     parts.autocast_dtype = math.dtype;
     parts.channels_last = layout.channels_last;
-    bool graph = device.is_cuda() && Resolve(t.cuda_graph, true);
+    // TorchScript modules are the user's code: their forward may branch on host state
+    // that a captured graph would freeze, so they are captured only when asked.
+    const bool user_code = std::holds_alternative<TorchScriptConfig>(task.model);
+    bool graph = device.is_cuda() && Resolve(t.cuda_graph, !user_code);
+    if (device.is_cuda() && user_code && t.cuda_graph == Toggle::kDefault) {
+      observer.OnLog(
+          "training.cuda_graph: off by default for TorchScript models (a forward that "
+          "depends on host state would be frozen by the capture); set it on to capture");
+    }
     if (graph) {
       const bool lr_changes =
           task.optimizer.warmup_steps > 0 || task.optimizer.schedule != LrSchedule::kConstant;

@@ -16,6 +16,7 @@ import torch.distributed as dist
 import torch.nn.functional as F
 
 from models import Gpt, ResNet
+from timing import window_seconds
 
 
 def main():
@@ -64,20 +65,8 @@ def main():
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
 
-    for _ in range(args.warmup):
-        step()
-    torch.cuda.synchronize()
-    rates = []
-    for _ in range(args.windows):
-        start = torch.cuda.Event(enable_timing=True)
-        end = torch.cuda.Event(enable_timing=True)
-        start.record()
-        for _ in range(args.window_steps):
-            step()
-        end.record()
-        end.synchronize()
-        seconds = start.elapsed_time(end) / 1000
-        rates.append(args.batch * world * args.window_steps / seconds)
+    rates = [args.batch * world * args.window_steps / seconds
+             for seconds in window_seconds(step, args.warmup, args.windows, args.window_steps)]
     if rank == 0:
         print(json.dumps({"runtime": "python-ddp", "model": args.model, "gpus": world,
                           "batch_per_gpu": args.batch, "samples_per_second": statistics.median(rates),

@@ -31,6 +31,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from models import Cnn, Gpt, Mlp, ResNet
+from timing import window_seconds
 
 PEAK_BF16_FLOPS = 989e12  # H100/H200 SXM dense bf16: the peak Stoke's MFU divides by
 GPT_LAYERS, GPT_HEADS, GPT_WIDTH, GPT_CONTEXT, GPT_VOCAB = 12, 12, 768, 1024, 50304
@@ -323,19 +324,7 @@ def train(args, notes):
             train_step(inputs, targets)
             optimizer.zero_grad(set_to_none=True)
 
-    for _ in range(args.warmup):
-        step()
-    torch.cuda.synchronize()
-    seconds = []
-    for _ in range(args.windows):
-        start = torch.cuda.Event(enable_timing=True)
-        end = torch.cuda.Event(enable_timing=True)
-        start.record()
-        for _ in range(args.window_steps):
-            step()
-        end.record()
-        end.synchronize()
-        seconds.append(start.elapsed_time(end) / 1000)
+    seconds = window_seconds(step, args.warmup, args.windows, args.window_steps)
     window = statistics.median(seconds)
     rate = args.batch * args.window_steps / window
     if "compile" in args.mode:

@@ -11,6 +11,7 @@
 #include <stdexcept>
 
 #include "tests/support/recording_observer.h"
+#include "tests/support/small_tasks.h"
 #include "worker/engine/batch_search.h"
 #include "worker/engine/loss_scaler.h"
 #include "worker/engine/multi_tensor_adamw.h"
@@ -105,23 +106,8 @@ TEST(LossScaler, AStepWithAnInfiniteGradientIsSkippedAndTheScaleLowered) {
 }
 
 TrainTask SmallJob(uint64_t steps) {
-  TrainTask task;
-  task.job_id = "1";
+  TrainTask task = stoke::testing::SmallMlpTask(steps);
   task.name = "switches";
-  MlpConfig mlp;
-  mlp.input_dim = 16;
-  mlp.hidden = {64};
-  mlp.num_classes = 4;
-  task.model = mlp;
-  SyntheticDataConfig data;
-  data.features = 16;
-  data.num_classes = 4;
-  data.samples_per_epoch = 4096;
-  task.data.source = data;
-  task.optimizer.lr = 3e-3;
-  task.training.steps = steps;
-  task.training.batch_size = 64;
-  task.training.metrics_interval_steps = 20;
   return task;
 }
 

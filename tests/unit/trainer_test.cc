@@ -10,46 +10,17 @@
 #include <vector>
 
 #include "tests/support/data_files.h"
+#include "tests/support/recording_observer.h"
+#include "tests/support/small_tasks.h"
 #include "tests/support/temp_dir.h"
 #include "worker/common/files.h"
 
 namespace stoke::worker {
 namespace {
 
-class RecordingObserver final : public TrainingObserver {
- public:
-  void OnStarted() override { ++started; }
-  void OnMetrics(const MetricSample& sample) override {
-    (sample.eval ? evals : samples).push_back(sample);
-  }
-  void OnLog(const std::string& line) override { logs.push_back(line); }
+using stoke::testing::RecordingObserver;
 
-  int started = 0;
-  std::vector<MetricSample> samples;  // training windows
-  std::vector<MetricSample> evals;    // held-out evaluations
-  std::vector<std::string> logs;
-};
-
-TrainTask SmallTask(uint64_t steps) {
-  TrainTask task;
-  task.job_id = "1";
-  task.name = "test";
-  MlpConfig mlp;
-  mlp.input_dim = 16;
-  mlp.hidden = {64};
-  mlp.num_classes = 4;
-  task.model = mlp;
-  SyntheticDataConfig data;
-  data.features = 16;
-  data.num_classes = 4;
-  data.samples_per_epoch = 4096;
-  task.data.source = data;
-  task.optimizer.lr = 3e-3;
-  task.training.steps = steps;
-  task.training.batch_size = 64;
-  task.training.metrics_interval_steps = 20;
-  return task;
-}
+TrainTask SmallTask(uint64_t steps) { return stoke::testing::SmallMlpTask(steps); }
 
 const DeviceRef kCpu{DeviceKind::kCpu, 0};
 

@@ -16,10 +16,6 @@
 #include "worker/engine/torch_compat.h"
 #include "worker/models/network.h"
 
-#if STOKE_WITH_CUDA
-#include <c10/cuda/CUDACachingAllocator.h>
-#endif
-
 namespace stoke::worker {
 namespace {
 
@@ -39,15 +35,11 @@ uint64_t ProcKiB(const char* file, const std::string& key) {
 }
 
 void ResetPeakMemory(const DeviceRef& device) {
-#if STOKE_WITH_CUDA
   if (device.kind == DeviceKind::kCuda) {
-    const auto index = static_cast<c10::DeviceIndex>(device.index);
-    c10::cuda::CUDACachingAllocator::emptyCache();
-    c10::cuda::CUDACachingAllocator::resetPeakStats(index);
+    ReleaseCachedMemory(device);
+    ResetPeakMemoryStats(device);
     return;
   }
-#endif
-  (void)device;
   // Linux: writing 5 resets the process's peak resident size (VmHWM) to its current one.
   if (std::FILE* f = std::fopen("/proc/self/clear_refs", "w")) {
     std::fputs("5", f);

@@ -33,8 +33,6 @@ class LossScaler {
   // without waiting (see MetricWindow).
   const torch::Tensor& scale() const { return scale_; }
   const torch::Tensor& skipped_steps() const { return skipped_; }
-  // State for checkpoints: the scale and the clean-step count.
-  std::vector<torch::Tensor> State() const { return {scale_, growth_tracker_, skipped_}; }
 
  private:
   LossScaleConfig config_;

@@ -38,6 +38,14 @@ std::string WhyNotCapturable(const StepParts& parts, bool learning_rate_changes)
 StepRunner::StepRunner(StepParts parts, bool graph, std::function<void(const std::string&)> log)
     : parts_(std::move(parts)), want_graph_(graph), log_(std::move(log)) {
   if (want_graph_) graph_ = std::make_unique<StepGraph>(parts_.device);
+  if (parts_.scaler) {
+    auto* adamw = dynamic_cast<MultiTensorAdamW*>(parts_.optimizer);
+    if (adamw != nullptr && adamw->Capturable(parts_.device)) {
+      adamw->SetFoundInf(parts_.scaler->found_inf());
+    } else {
+      host_checks_overflow_ = true;
+    }
+  }
 }
 
 StepRunner::~StepRunner() = default;
@@ -71,7 +79,6 @@ std::vector<torch::Tensor> StepRunner::Body(const std::vector<Batch>& micro_batc
     objective.backward();
   }
   if (parts_.reducer) parts_.reducer->Finish();
-  auto* adamw = dynamic_cast<MultiTensorAdamW*>(parts_.optimizer);
   bool step = true;
   if (parts_.scaler) {
     std::vector<torch::Tensor> grads;
@@ -79,12 +86,8 @@ std::vector<torch::Tensor> StepRunner::Body(const std::vector<Batch>& micro_batc
       if (p.grad().defined()) grads.push_back(p.grad());
     }
     parts_.scaler->UnscaleAndCheck(grads);
-    if (adamw != nullptr && adamw->Capturable(parts_.device)) {
-      adamw->SetFoundInf(parts_.scaler->found_inf());  // the kernel skips on the device
-    } else {
-      // Other optimizers cannot skip on the device: one host read per step.
-      step = parts_.scaler->found_inf().item<float>() == 0;
-    }
+    // One host read per step where the optimizer cannot skip on the device.
+    if (host_checks_overflow_) step = parts_.scaler->found_inf().item<float>() == 0;
   }
   if (parts_.grad_clip_norm > 0) ClipGradNorm(parts_.parameters, parts_.grad_clip_norm);
   if (step) parts_.optimizer->step();

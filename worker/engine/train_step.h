@@ -64,6 +64,9 @@ class StepRunner {
   void CaptureOrFallBack(const std::vector<Batch>& micro_batches);
 
   StepParts parts_;
+  // fp16: the fused AdamW skips an overflowing step on the device; other optimizers need
+  // the flag read on the host.
+  bool host_checks_overflow_ = false;
   bool want_graph_;
   bool graphed_ = false;
   int steps_run_ = 0;

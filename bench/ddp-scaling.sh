@@ -8,7 +8,8 @@
 # Environment: MODELS (default "gpt2-small resnet50"), GPU_COUNTS (default 1 2 4 8 up to
 # the GPUs present), STEPS (Stoke steps per job; default 240, the first 2 windows of 20
 # are warm-up and dropped), SKIP_PYTHON=1 (Stoke only), SNAPSHOT_AFTER (seconds into each
-# job to save `stoke top --once` and /metrics).
+# job to save `stoke top --once` and /metrics), CUDA_GRAPH (Stoke's training.cuda_graph,
+# default off: jobs of several ranks train eagerly, so 1 and N GPUs are timed alike).
 set -uo pipefail
 out="${OUT:-$PWD/bench-out}"
 mkdir -p "$out"
@@ -52,13 +53,13 @@ spec() {  # model gpus -> a job file
 model: {gpt: {layers: 12, heads: 12, width: 768}}
 data: {synthetic: {vocab_size: 50304, context: 1024, samples_per_epoch: 100000000}}
 optimizer: {adamw: {}, lr: 6.0e-4}
-training: {steps: $steps, batch_size: ${GPT_BATCH:-16}, precision: bf16}" ;;
+training: {steps: $steps, batch_size: ${GPT_BATCH:-16}, precision: bf16, cuda_graph: ${CUDA_GRAPH:-off}}" ;;
     resnet50)
       echo "name: $model-x$gpus
 model: {resnet: {depth: 50}}
 data: {synthetic: {image_shape: [3, 224, 224], num_classes: 1000, samples_per_epoch: 100000000}}
 optimizer: {adamw: {}, lr: 1.0e-3}
-training: {steps: $steps, batch_size: ${RESNET_BATCH:-256}, precision: bf16}" ;;
+training: {steps: $steps, batch_size: ${RESNET_BATCH:-256}, precision: bf16, cuda_graph: ${CUDA_GRAPH:-off}}" ;;
   esac
   echo "resources: {gpus: $gpus}
 metrics: {interval_steps: 20}

@@ -7,6 +7,9 @@
 //
 //   stoke-bench bench/specs/mlp.yaml --set data.synthetic.features=1024
 //       --set model.mlp.hidden=[4096,1024] --warmup-steps 40 --windows 6 --window-steps 20
+//
+// With --trace FILE it then records a Kineto trace of --trace-steps more steps (after the
+// timed windows, so tracing never slows what is timed) for bench/python/trace_summary.py.
 #include <yaml-cpp/yaml.h>
 
 #include <CLI/CLI.hpp>
@@ -25,6 +28,7 @@
 #include "server/api/job_spec_rules.h"
 #include "stoke/v1/worker_link.pb.h"
 #include "worker/engine/devices.h"
+#include "worker/engine/kernel_trace.h"
 #include "worker/engine/trainer.h"
 #include "worker/link/task_translation.h"
 
@@ -132,13 +136,18 @@ int Run(int argc, char** argv) {
   std::string spec_path;
   std::vector<std::string> overrides;
   std::string device_text = "cuda:0";
-  uint32_t warmup_steps = 40, windows = 6, window_steps = 20;
+  uint32_t warmup_steps = 40, windows = 6, window_steps = 20, trace_steps = 5;
+  std::string trace_path;
   app.add_option("spec", spec_path, "job spec (YAML)")->required()->check(CLI::ExistingFile);
   app.add_option("--set", overrides, "dotted.key=value overrides of the spec");
   app.add_option("--device", device_text, "cuda:N or cpu");
   app.add_option("--warmup-steps", warmup_steps, "steps before the first timed window");
   app.add_option("--windows", windows, "timed windows");
   app.add_option("--window-steps", window_steps, "steps per window");
+  app.add_option("--trace", trace_path,
+                 "write a Kineto trace (Chrome JSON) of steps after the windows");
+  app.add_option("--trace-steps", trace_steps, "steps the trace records")
+      ->check(CLI::Range(1, 1000));
   CLI11_PARSE(app, argc, argv);
   // Windows end on multiples of window_steps: warm-up is rounded up to one.
   warmup_steps = (warmup_steps + window_steps - 1) / window_steps * window_steps;
@@ -148,7 +157,9 @@ int Run(int argc, char** argv) {
   root["metrics"]["interval_steps"] = window_steps;
   YAML::Node training = root["training"];
   training.remove("epochs");
-  training["steps"] = warmup_steps + windows * window_steps;
+  const uint64_t timed_end = warmup_steps + windows * window_steps;
+  // One step more than traced: the trace stops before it begins, after the last traced one.
+  training["steps"] = timed_end + (trace_path.empty() ? 0 : trace_steps + 1);
   YAML::Emitter emitter;
   emitter << root;
   auto spec = client::ParseJobSpec(emitter.c_str(), spec_path);
@@ -180,7 +191,20 @@ int Run(int argc, char** argv) {
   }
   Collector collector;
   std::atomic<bool> cancel{false};
-  const worker::TrainOutcome outcome = worker::RunTraining(*task, device, collector, cancel);
+  worker::TrainingProbe probe;
+  std::unique_ptr<worker::KernelTrace> trace;
+  std::string trace_error;
+  if (!trace_path.empty()) {
+    probe.before_step = [&](uint64_t step) {
+      try {
+        if (step == timed_end + 1) trace = worker::KernelTrace::Start();
+        if (step == timed_end + 1 + trace_steps && trace) trace->Stop(trace_path);
+      } catch (const std::exception& e) {
+        trace_error = e.what();
+      }
+    };
+  }
+  const worker::TrainOutcome outcome = worker::RunTraining(*task, device, collector, cancel, probe);
 
   JsonLine out;
   out.Add("impl", "stoke");
@@ -196,6 +220,7 @@ int Run(int argc, char** argv) {
   for (const auto& s : collector.samples) {
     peak = std::max(peak, s.memory_peak_bytes);
     if (s.step < warmup_steps + window_steps) continue;  // a window that began in warm-up
+    if (s.step > timed_end) continue;                    // the traced steps
     rates.push_back(s.samples_per_second);
     step_seconds.push_back(s.step_seconds);
     flops.push_back(s.achieved_flops);
@@ -222,6 +247,8 @@ int Run(int argc, char** argv) {
   out.Add("data_wait_ratio", Median(waits));
   out.Add("cuda_graph", graphed);
   out.Add("windows", rates);
+  if (!trace_path.empty())
+    out.Add("trace", trace_error.empty() ? trace_path : "error: " + trace_error);
   std::cout << out.Text() << std::endl;
   return 0;
 }

@@ -1,16 +1,21 @@
 #!/usr/bin/env bash
-# What telemetry costs training: the same job, alternating runs with telemetry on and off.
-#   on:  the worker reads its device every second (NVML on GPUs, /proc on CPUs) and the
-#        job reports a metrics sample every 20 steps (device-side loss sums, pinned copies,
-#        events), streamed to the coordinator;
-#   off: no device readings (stoke-worker --device-sampling 0) and one sample at the end.
+# What telemetry costs training: the same job, runs alternating between modes.
+#   on:  as a user gets it: the worker reads its device every second (NVML on GPUs, /proc
+#        on CPUs) and the job reports a metrics sample every 50 steps (the default: device-
+#        side loss sums, pinned copies, events), streamed to the coordinator;
+#   off: no device readings (stoke-worker --device-sampling 0) and one sample at the end;
+#   and, to tell the costs apart: nvml-only (device readings, one sample at the end),
+#   metrics-only (samples every 50 steps, no device readings), on-20 (a sample every 20
+#   steps with device readings).
 # A run's throughput is its samples over the device time of the whole run (the last
-# sample's elapsed_seconds, timed between CUDA events on GPUs), so both modes are measured
-# the same way. Prints the median of each mode and their difference; also $OUT/telemetry-overhead.md.
-# From the repo root (GPU machine: `source .gpu-deps/setup-device.sh` first):
+# sample's elapsed_seconds, timed between CUDA events on GPUs), so every mode is measured
+# the same way. Prints each mode's median and its difference from off; also
+# $OUT/telemetry-overhead.md. From the repo root (GPU machine: `source
+# .gpu-deps/setup-device.sh` first):
 #   bench/telemetry-overhead.sh
 # Environment: DEVICE (default cuda:0 when nvidia-smi works, else cpu), RUNS (per mode,
-# default 5), STEPS (default 3000), BIN (default build-gpu/bin, else build/bin).
+# default 5), STEPS (default 6000), MODES (default "on off"), BIN (default build-gpu/bin,
+# else build/bin).
 set -uo pipefail
 out="${OUT:-$PWD/bench-out}"
 mkdir -p "$out"
@@ -18,7 +23,8 @@ if [ -z "${DEVICE:-}" ]; then
   if nvidia-smi -L > /dev/null 2>&1; then DEVICE=cuda:0; else DEVICE=cpu; fi
 fi
 runs="${RUNS:-5}"
-steps="${STEPS:-3000}"
+steps="${STEPS:-6000}"
+modes="${MODES:-on off}"
 bin="${BIN:-}"
 if [ -z "$bin" ]; then [ -x build-gpu/bin/stoke ] && bin=build-gpu/bin || bin=build/bin; fi
 if [ ! -x "$bin/stoke-worker" ]; then
@@ -36,17 +42,28 @@ for _ in $(seq 1 120); do [ -f "$data/coordinator.address" ] && break; sleep 0.5
 export STOKE_ADDRESS=$(cat "$data/coordinator.address")
 
 # A launch-bound model (an MLP on synthetic data), where per-step overhead would show most.
-job() {  # mode interval -> job file
+job() {  # mode interval -> job file (interval "default": the coordinator's)
+  local metrics="metrics: {interval_steps: $2}"
+  [ "$2" = default ] && metrics=""
   echo "name: telemetry-$1
 model: {mlp: {hidden: [4096, 1024]}}
 data: {synthetic: {features: 1024}}
 training: {steps: $steps, batch_size: 512}
-metrics: {interval_steps: $2}
+$metrics
 eval: {batches: 1}
 checkpoint: {interval_steps: 1000000}"
 }
-job on 20 > "$out/telemetry-on.yaml"
-job off "$steps" > "$out/telemetry-off.yaml"
+sampling_of() {  # mode -> device readings per second (1 or 0)
+  case $1 in on|nvml-only|on-20) echo 1 ;; *) echo 0 ;; esac
+}
+for mode in $modes; do
+  case $mode in
+    on|metrics-only) job "$mode" default ;;
+    on-20) job "$mode" 20 ;;
+    off|nvml-only) job "$mode" "$steps" ;;
+    *) echo "unknown mode $mode" >&2; exit 1 ;;
+  esac > "$out/telemetry-$mode.yaml"
+done
 
 rate_of() {  # job id -> samples/s over the whole run
   "$bin/stoke" -o json watch "$1" | python3 -c '
@@ -61,9 +78,8 @@ print(int(last["step"]) * 512 / float(last["elapsed_seconds"]))'
 
 : > "$out/telemetry-runs.txt"
 for run in $(seq 1 "$runs"); do
-  for mode in on off; do
-    sampling=1
-    [ "$mode" = off ] && sampling=0
+  for mode in $modes; do
+    sampling=$(sampling_of "$mode")
     "$bin/stoke-worker" --device "$DEVICE" --id "bench-$mode" --device-sampling "$sampling" \
       >> "$out/telemetry-worker.log" 2>&1 &
     worker=$!
@@ -79,17 +95,18 @@ for run in $(seq 1 "$runs"); do
   done
 done
 
-python3 - "$out/telemetry-runs.txt" "$DEVICE" <<'PY' | tee "$out/telemetry-overhead.md"
+python3 - "$out/telemetry-runs.txt" "$DEVICE" "$steps" <<'PY' | tee "$out/telemetry-overhead.md"
 import statistics, sys
-runs = {"on": [], "off": []}
+runs = {}
 for line in open(sys.argv[1]):
     mode, rate = line.split()
-    runs[mode].append(float(rate))
-on, off = statistics.median(runs["on"]), statistics.median(runs["off"])
-print(f"device {sys.argv[2]}, {len(runs['on'])} runs per mode")
-print("| telemetry | median samples/s | runs |")
-print("|---|---|---|")
-print(f"| on | {on:,.0f} | {', '.join(f'{r:,.0f}' for r in runs['on'])} |")
-print(f"| off | {off:,.0f} | {', '.join(f'{r:,.0f}' for r in runs['off'])} |")
-print(f"\non / off = {on / off:.4f} ({100 * (on / off - 1):+.2f}%)")
+    runs.setdefault(mode, []).append(float(rate))
+print(f"device {sys.argv[2]}, {sys.argv[3]} steps per run, {max(map(len, runs.values()))} runs per mode")
+print("| telemetry | median samples/s | vs off | runs |")
+print("|---|---|---|---|")
+off = statistics.median(runs["off"]) if "off" in runs else None
+for mode, rates in runs.items():
+    median = statistics.median(rates)
+    versus = f"{100 * (median / off - 1):+.2f}%" if off else "-"
+    print(f"| {mode} | {median:,.0f} | {versus} | {', '.join(f'{r:,.0f}' for r in rates)} |")
 PY

@@ -59,6 +59,9 @@ def parse_args():
                         "train-images-idx3-ubyte and train-labels-idx1-ubyte (plain or .gz)")
     parser.add_argument("--no-tf32", action="store_true", help="fp32 products in full fp32")
     parser.add_argument("--fp32", action="store_true", help="no bf16 autocast")
+    parser.add_argument("--trace", help="after the timed windows, write a Kineto trace "
+                        "(Chrome JSON) of --trace-steps more steps here")
+    parser.add_argument("--trace-steps", type=int, default=5)
     parser.add_argument("--adamw", choices=["fused", "foreach", "for-loop"], default="fused",
                         help="torch.optim.AdamW's implementation (for-loop: one parameter "
                         "at a time, as LibTorch's optim::AdamW)")
@@ -325,6 +328,14 @@ def train(args, notes):
             optimizer.zero_grad(set_to_none=True)
 
     seconds = window_seconds(step, args.warmup, args.windows, args.window_steps)
+    if args.trace:
+        from torch.profiler import ProfilerActivity, profile
+        with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as trace:
+            for _ in range(args.trace_steps):
+                step()
+            torch.cuda.synchronize()
+        trace.export_chrome_trace(args.trace)
+        notes.append(f"trace of {args.trace_steps} steps: {args.trace}")
     window = statistics.median(seconds)
     rate = args.batch * args.window_steps / window
     if "compile" in args.mode:

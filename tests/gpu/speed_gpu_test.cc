@@ -10,6 +10,7 @@
 #include <atomic>
 #include <chrono>
 #include <cmath>
+#include <iostream>
 
 #include "tests/support/recording_observer.h"
 #include "worker/engine/devices.h"
@@ -225,8 +226,14 @@ TEST_F(SpeedGpuTest, AutomaticBatchSizeFitsTheDeviceWithHeadroom) {
 
 TEST_F(SpeedGpuTest, ActivationCheckpointingTrainsWithLessMemory) {
   auto peak = [](bool checkpoint) {
+    // Large enough that activations and logits, not fixed workspaces, set the peak.
     TrainTask task = GptJob();
-    std::get<GptConfig>(task.model).layers = 6;
+    auto& gpt = std::get<GptConfig>(task.model);
+    gpt.layers = 6;
+    gpt.width = 256;
+    auto& data = std::get<SyntheticDataConfig>(task.data.source);
+    data.vocab_size = 8192;
+    data.context = 256;
     task.training.batch_size = 64;
     task.training.steps = 20;
     task.training.metrics_interval_steps = 10;
@@ -241,7 +248,11 @@ TEST_F(SpeedGpuTest, ActivationCheckpointingTrainsWithLessMemory) {
   };
   const uint64_t plain = peak(false);
   const uint64_t checkpointed = peak(true);
-  EXPECT_LT(checkpointed, 0.8 * static_cast<double>(plain)) << plain << " vs " << checkpointed;
+  // Only the blocks' inputs are kept, and the chunked output layer never holds all the
+  // logits: the bar is 40% less.
+  EXPECT_LT(checkpointed, 0.6 * static_cast<double>(plain)) << plain << " vs " << checkpointed;
+  std::cout << "peak memory: " << plain << " bytes plain, " << checkpointed
+            << " with activation checkpointing\n";
 }
 
 }  // namespace

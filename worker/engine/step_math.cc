@@ -4,6 +4,8 @@
 
 #include <cmath>
 
+#include "worker/engine/softmax_cross_entropy.h"
+
 namespace stoke::worker {
 
 torch::Tensor ComputeLoss(const torch::Tensor& outputs, const torch::Tensor& targets,
@@ -11,8 +13,12 @@ torch::Tensor ComputeLoss(const torch::Tensor& outputs, const torch::Tensor& tar
   if (kind == LossKind::kMse) {
     return torch::mse_loss(outputs.to(torch::kFloat32), targets.to(torch::kFloat32));
   }
-  return torch::nn::functional::cross_entropy(
-      outputs.reshape({-1, outputs.size(-1)}).to(torch::kFloat32), targets.reshape({-1}));
+  const torch::Tensor logits = outputs.reshape({-1, outputs.size(-1)});
+  // Logits from autocast: the loss in fp32 arithmetic without an fp32 copy of them.
+  if (logits.scalar_type() == torch::kBFloat16 || logits.scalar_type() == torch::kHalf) {
+    return SoftmaxCrossEntropy(logits, targets.reshape({-1}));
+  }
+  return torch::nn::functional::cross_entropy(logits.to(torch::kFloat32), targets.reshape({-1}));
 }
 
 torch::Tensor TrainingLoss(Network& net, const torch::Tensor& inputs,

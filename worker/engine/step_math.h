@@ -14,7 +14,8 @@
 namespace stoke::worker {
 
 // Classifiers: [B, C] outputs against [B] class indices; language models: [B, T, V]
-// against [B, T]; both cross-entropy, computed in fp32. MSE compares like shapes.
+// against [B, T]; both cross-entropy, computed in fp32 (low-precision logits through
+// SoftmaxCrossEntropy, which never copies them to fp32). MSE compares like shapes.
 torch::Tensor ComputeLoss(const torch::Tensor& outputs, const torch::Tensor& targets,
                           LossKind kind);
 

@@ -26,6 +26,14 @@ torch::nn::Linear Linear(int64_t in, int64_t out, double std) {
   return linear;
 }
 
+// torch::nn::Linear's forward, given more than two dimensions, multiplies and then adds
+// the bias in a separate broadcasting kernel (with a dtype cast under autocast: 12% of a
+// GPT-2 step on an H200). ATen's linear folds the leading dimensions into one matrix
+// product whose epilogue adds the bias, as PyTorch's Python F.linear does.
+torch::Tensor Dense(const torch::nn::Linear& layer, const torch::Tensor& x) {
+  return torch::linear(x, layer->weight, layer->bias);
+}
+
 void RequirePositive(int64_t value, const char* field) {
   if (value < 1) {
     throw std::invalid_argument(std::string("model.gpt.") + field + ": must be positive, not " +
@@ -61,16 +69,16 @@ torch::Tensor GptBlockImpl::forward(const torch::Tensor& inputs) {
   const int64_t head_dim = width / heads_;
   // One matrix product for queries, keys and values; then [B, T, H, Q] -> [B, H, T, Q].
   const std::vector<torch::Tensor> qkv =
-      qkv_->forward(attention_norm_->forward(inputs)).split(width, /*dim=*/-1);
+      Dense(qkv_, attention_norm_->forward(inputs)).split(width, /*dim=*/-1);
   auto heads = [&](const torch::Tensor& t) {
     return t.view({batch, time, heads_, head_dim}).transpose(1, 2);
   };
   torch::Tensor attended = compat::CausalSelfAttention(heads(qkv[0]), heads(qkv[1]), heads(qkv[2]),
                                                        is_training() ? dropout_ : 0.0);
   attended = attended.transpose(1, 2).reshape({batch, time, width});
-  torch::Tensor x = inputs + Dropout(attention_out_->forward(attended));
-  const torch::Tensor hidden = torch::gelu(mlp_in_->forward(mlp_norm_->forward(x)));
-  return x + Dropout(mlp_out_->forward(hidden));
+  torch::Tensor x = inputs + Dropout(Dense(attention_out_, attended));
+  const torch::Tensor hidden = torch::gelu(Dense(mlp_in_, mlp_norm_->forward(x)));
+  return x + Dropout(Dense(mlp_out_, hidden));
 }
 
 GptImpl::GptImpl(const GptConfig& config) : config_(config) {

@@ -1,0 +1,113 @@
+"""Where a training step's GPU time goes, from Kineto traces (Chrome JSON) that
+stoke-bench --trace and train_reference.py --trace write: per trace, the device time per
+step by kind of kernel, the busiest kernels, and how long the device sat idle between
+kernels (launch-bound steps leave gaps). Given several traces, the kinds side by side.
+
+    python3 trace_summary.py --steps 5 stoke=gpt-stoke.json eager=gpt-eager.json
+"""
+import argparse
+import collections
+import gzip
+import json
+import re
+
+# First match wins: fused and library kernels before the generic element-wise ones.
+KINDS = [
+    ("attention", r"flash|fmha|attention|sdpa|_efficient_attention|cudnn_generated_fort_native_sdpa"),
+    ("matrix products", r"gemm|nvjet|cutlass|xmma|wgmma|cublas|s1688|s16816|matmul|sm90_"),
+    ("convolution", r"conv|implicit_convolve|winograd|dgrad|wgrad|fprop|cudnn"),
+    ("compiled (Triton)", r"^triton_"),
+    ("layer norm", r"layer_norm|layernorm"),
+    ("batch norm", r"batch_norm|batchnorm|bn_"),
+    ("softmax / loss", r"softmax|nll_loss|cross_entropy"),
+    ("optimizer", r"adam|multi_tensor_apply|foreach|fused_adam"),
+    ("embedding / index", r"embedding|index|scatter|gather|radix|sort|unique"),
+    ("reduction", r"reduce"),
+    ("copy / cast / fill", r"copy|memcpy|memset|fill|cast|to_copy|catarray|cat_"),
+    ("element-wise", r"elementwise|vectorized|unrolled|pointwise"),
+]
+
+
+def kind_of(name):
+    low = name.lower()
+    for kind, pattern in KINDS:
+        if re.search(pattern, low):
+            return kind
+    return "other"
+
+
+def load(path):
+    opener = gzip.open if path.endswith(".gz") else open
+    with opener(path, "rt") as f:
+        trace = json.load(f)
+    events = trace["traceEvents"] if isinstance(trace, dict) else trace
+    return [e for e in events if e.get("ph") == "X" and
+            e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset") and "dur" in e]
+
+
+def busy_and_span(kernels):
+    """Microseconds the device ran anything (overlaps merged), and first start to last end."""
+    spans = sorted((e["ts"], e["ts"] + e["dur"]) for e in kernels)
+    busy, end = 0.0, None
+    for start, stop in spans:
+        if end is None or start > end:
+            busy += stop - start
+            end = stop
+        elif stop > end:
+            busy += stop - end
+            end = stop
+    return busy, (spans[-1][1] - spans[0][0]) if spans else 0.0
+
+
+def short(name, width=70):
+    name = re.sub(r"\s+", " ", name)
+    return name if len(name) <= width else name[: width - 1] + "…"
+
+
+def summarize(label, path, steps, top):
+    kernels = load(path)
+    busy, span = busy_and_span(kernels)
+    by_kind = collections.defaultdict(float)
+    by_name = collections.defaultdict(lambda: [0.0, 0])
+    for e in kernels:
+        by_kind[kind_of(e["name"])] += e["dur"]
+        by_name[e["name"]][0] += e["dur"]
+        by_name[e["name"]][1] += 1
+    ms = lambda us: us / steps / 1000
+    print(f"\n### {label} ({path})\n")
+    print(f"{len(kernels) / steps:.0f} kernels per step; device busy {ms(busy):.2f} ms per "
+          f"step of a {ms(span):.2f} ms span (idle between kernels: "
+          f"{100 * (1 - busy / span) if span else 0:.1f}%)\n")
+    print("| kernel | calls per step | ms per step | share |")
+    print("|---|---|---|---|")
+    total = sum(v[0] for v in by_name.values()) or 1
+    for name, (us, calls) in sorted(by_name.items(), key=lambda kv: -kv[1][0])[:top]:
+        print(f"| `{short(name)}` ({kind_of(name)}) | {calls / steps:.0f} | {ms(us):.3f} | "
+              f"{100 * us / total:.1f}% |")
+    return {k: ms(v) for k, v in by_kind.items()}, ms(busy), ms(span)
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--steps", type=int, required=True, help="steps each trace holds")
+    parser.add_argument("--top", type=int, default=15)
+    parser.add_argument("traces", nargs="+", help="label=path")
+    args = parser.parse_args()
+    results = {}
+    for item in args.traces:
+        label, _, path = item.partition("=")
+        results[label] = summarize(label, path or label, args.steps, args.top)
+    labels = list(results)
+    kinds = [k for k, _ in KINDS] + ["other"]
+    print("\n### Device ms per step by kind of kernel\n")
+    print("| kind | " + " | ".join(labels) + " |")
+    print("|---|" + "---|" * len(labels))
+    for kind in kinds:
+        if any(results[l][0].get(kind) for l in labels):
+            print(f"| {kind} | " + " | ".join(f"{results[l][0].get(kind, 0):.2f}" for l in labels) + " |")
+    print("| **device busy** | " + " | ".join(f"**{results[l][1]:.2f}**" for l in labels) + " |")
+    print("| span (busy + idle) | " + " | ".join(f"{results[l][2]:.2f}" for l in labels) + " |")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,69 @@
+#include "worker/engine/softmax_cross_entropy.h"
+
+#include <c10/core/impl/LocalDispatchKeySet.h>
+#include <torch/torch.h>
+
+#include <limits>
+
+namespace stoke::worker {
+namespace {
+
+using torch::autograd::AutogradContext;
+using torch::autograd::variable_list;
+
+// fp32 probabilities. On CUDA one kernel reads the low-precision logits and writes fp32;
+// CPUs have no such kernel and cast first.
+torch::Tensor Probabilities(const torch::Tensor& logits) {
+  if (logits.is_cuda()) return at::_softmax(logits, 1, /*half_to_float=*/true);
+  return at::_softmax(logits.to(torch::kFloat32), 1, /*half_to_float=*/false);
+}
+
+class SoftmaxCrossEntropyFunction : public torch::autograd::Function<SoftmaxCrossEntropyFunction> {
+ public:
+  static torch::Tensor forward(  // NOLINT(readability-identifier-naming)
+      AutogradContext* ctx, const torch::Tensor& logits, const torch::Tensor& targets) {
+    // Autocast would reroute softmax through an fp32 copy of the logits: the cast this
+    // function exists to avoid.
+    c10::impl::ExcludeDispatchKeyGuard no_autocast(c10::autocast_dispatch_keyset);
+    const torch::Tensor probabilities = Probabilities(logits);
+    const torch::Tensor index = targets.reshape({-1, 1});
+    const torch::Tensor picked = probabilities.gather(1, index).reshape({-1});
+    // A target probability that underflows fp32 would make the loss infinite; its loss is
+    // capped at -log(smallest normal float) = 87.3 instead.
+    const torch::Tensor loss =
+        picked.clamp_min(std::numeric_limits<float>::min()).log().mean().neg();
+    ctx->save_for_backward({probabilities, index, picked});
+    ctx->saved_data["dtype"] = static_cast<int64_t>(logits.scalar_type());
+    return loss;
+  }
+
+  static variable_list backward(  // NOLINT(readability-identifier-naming)
+      AutogradContext* ctx, const variable_list& grad_outputs) {
+    c10::impl::ExcludeDispatchKeyGuard no_autocast(c10::autocast_dispatch_keyset);
+    const auto saved = ctx->get_saved_variables();
+    const torch::Tensor& probabilities = saved[0];
+    const torch::Tensor& index = saved[1];
+    const torch::Tensor& picked = saved[2];
+    const auto dtype = static_cast<at::ScalarType>(ctx->saved_data["dtype"].toInt());
+    // d(mean loss)/d(logits) = (softmax - one_hot) * grad / N. The scale stays a device
+    // scalar: no host read.
+    const torch::Tensor scale =
+        grad_outputs[0].to(torch::kFloat32) / static_cast<double>(probabilities.size(0));
+    torch::Tensor grad = torch::empty(probabilities.sizes(), probabilities.options().dtype(dtype));
+    at::mul_out(grad, probabilities, scale);  // fp32 arithmetic, written once in `dtype`
+    // p - 1 in fp32 before rounding: a confident target (p near 1) keeps its small gradient.
+    grad.scatter_(1, index, ((picked - 1.0) * scale).to(dtype).reshape({-1, 1}));
+    return {grad, torch::Tensor()};
+  }
+};
+
+}  // namespace
+
+torch::Tensor SoftmaxCrossEntropy(const torch::Tensor& logits, const torch::Tensor& targets) {
+  TORCH_CHECK(logits.dim() == 2 && targets.dim() == 1 && logits.size(0) == targets.size(0),
+              "SoftmaxCrossEntropy: expected logits [N, C] and targets [N], got ", logits.sizes(),
+              " and ", targets.sizes());
+  return SoftmaxCrossEntropyFunction::apply(logits, targets);
+}
+
+}  // namespace stoke::worker

@@ -11,10 +11,13 @@ namespace {
 using torch::autograd::AutogradContext;
 using torch::autograd::variable_list;
 
-// fp32 probabilities. On CUDA one kernel reads the low-precision logits and writes fp32;
-// CPUs have no such kernel and cast first.
+// fp32 probabilities. For fp16 on CUDA one kernel reads the logits and writes fp32; ATen
+// has that kernel for no other case (not bf16, not CPUs), which cast first. The cast is
+// freed at once: only the probabilities are kept for backward.
 torch::Tensor Probabilities(const torch::Tensor& logits) {
-  if (logits.is_cuda()) return at::_softmax(logits, 1, /*half_to_float=*/true);
+  if (logits.is_cuda() && logits.scalar_type() == torch::kHalf) {
+    return at::_softmax(logits, 1, /*half_to_float=*/true);
+  }
   return at::_softmax(logits.to(torch::kFloat32), 1, /*half_to_float=*/false);
 }
 

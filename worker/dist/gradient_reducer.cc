@@ -88,8 +88,9 @@ void GradientReducer::OnGradient(size_t parameter, const torch::Tensor& grad) {
   const torch::Tensor& earlier = parameters_[parameter].grad();
   if (earlier.defined()) {
     torch::add_out(view, earlier, grad);
+    view.div_(communicator_.world_size());
   } else {
-    view.copy_(grad);
+    ScaledCopy(view, grad);
   }
   slot.ready = true;
   if (--buckets_[slot.bucket].waiting == 0) LaunchReadyBuckets();
@@ -101,9 +102,17 @@ void GradientReducer::LaunchReadyBuckets() {
   }
 }
 
+void GradientReducer::ScaledCopy(torch::Tensor& view, const torch::Tensor& grad) const {
+  // Each gradient enters its bucket already divided by the world size: the sum of the
+  // all-reduce is then the mean, bf16/fp16 sums stay in range, and no pass over the whole
+  // bucket is spent dividing it on the compute stream. A 0-d CPU tensor is a scalar to
+  // the CUDA kernel, so the copy stays one vectorised pass.
+  torch::mul_out(view, grad,
+                 torch::scalar_tensor(1.0 / static_cast<double>(communicator_.world_size()),
+                                      torch::kDouble));
+}
+
 void GradientReducer::Launch(Bucket& bucket) {
-  // Dividing first gives the mean after the sum, and keeps bf16/fp16 sums in range.
-  bucket.flat.div_(communicator_.world_size());
   bucket.reduction = communicator_.AllReduceSum(bucket.flat);
 }
 
@@ -117,7 +126,7 @@ void GradientReducer::Finish() {
     const torch::Tensor& earlier = parameters_[i].grad();
     torch::Tensor view = SlotView(i);
     if (earlier.defined()) {
-      view.copy_(earlier);
+      ScaledCopy(view, earlier);
     } else {
       view.zero_();
     }

@@ -1,8 +1,8 @@
 // What DistributedDataParallel does to gradients, over our Communicator: parameters are
 // grouped into buckets (in reverse order of registration, roughly the order backward
 // produces their gradients; the first bucket small, the rest about 25 MB). A hook on
-// each parameter copies its gradient into its bucket as backward produces it; a bucket
-// whose gradients are all in is divided by the world size and all-reduced at once, in
+// each parameter copies its gradient, divided by the world size, into its bucket as
+// backward produces it; a bucket whose gradients are all in is all-reduced at once, in
 // bucket order (every rank must issue collectives in the same order), while backward
 // goes on with earlier layers. After backward, Finish waits for the reductions and points
 // each parameter's .grad at its slice of the reduced bucket.
@@ -60,6 +60,8 @@ class GradientReducer {
   void OnGradient(size_t parameter, const torch::Tensor& grad);
   void LaunchReadyBuckets();
   void Launch(Bucket& bucket);
+  // view = grad / world size, in one pass.
+  void ScaledCopy(torch::Tensor& view, const torch::Tensor& grad) const;
 
   std::vector<torch::Tensor> parameters_;
   Communicator& communicator_;

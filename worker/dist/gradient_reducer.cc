@@ -107,9 +107,9 @@ void GradientReducer::ScaledCopy(torch::Tensor& view, const torch::Tensor& grad)
   // all-reduce is then the mean, bf16/fp16 sums stay in range, and no pass over the whole
   // bucket is spent dividing it on the compute stream. A 0-d CPU tensor is a scalar to
   // the CUDA kernel, so the copy stays one vectorised pass.
-  torch::mul_out(view, grad,
-                 torch::scalar_tensor(1.0 / static_cast<double>(communicator_.world_size()),
-                                      torch::kDouble));
+  torch::mul_out(
+      view, grad,
+      torch::scalar_tensor(1.0 / static_cast<double>(communicator_.world_size()), torch::kDouble));
 }
 
 void GradientReducer::Launch(Bucket& bucket) {

@@ -5,38 +5,31 @@
 # by bench/python/trace_summary.py into $OUT/profile-<model>.md (traces beside it, gzipped).
 # From the repo root on the GPU machine:
 #   source .gpu-deps/setup-device.sh && bench/profile.sh
-# Environment: MODELS (default "gpt2-small"; also resnet50, mlp-256, mlp-1024),
-# PY_MODES (default "eager compile"; "none": Stoke alone), STEPS (traced steps, default 5), STOKE_SETS (extra
-# --set arguments for Stoke, e.g. "training.cuda_graph=on"), STOKE_BENCH, PYTHON.
+# Environment: MODELS (default "gpt2-small"; any case of bench/speed.sh: mlp-D, resnet50,
+# fmnist-cnn with FMNIST_DIR), PY_MODES (default "eager compile"; "none": Stoke alone),
+# STEPS (traced steps, default 5), STOKE_SETS (extra --set arguments for Stoke, e.g.
+# "training.cuda_graph=on"), STOKE_BENCH, PYTHON.
 set -uo pipefail
 out="${OUT:-$PWD/bench-out}"
 mkdir -p "$out"
 here="$(cd "$(dirname "$0")" && pwd)"
 python="${PYTHON:-python3}"
 steps="${STEPS:-5}"
-bench="${STOKE_BENCH:-build-gpu/bin/stoke-bench}"
-if [ ! -x "$bench" ]; then
-  cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DSTOKE_WERROR=OFF \
-    > "$out/profile-build.log" 2>&1 && ninja -C build-gpu stoke-bench >> "$out/profile-build.log" 2>&1 ||
-    { tail -40 "$out/profile-build.log"; exit 1; }
-fi
+source "$here/cases.sh"
+ensure_stoke_bench
 timing=(--warmup-steps 20 --windows 2 --window-steps 10)
 py_timing=(--warmup 20 --windows 2 --window-steps 10)
 extra=()
 for s in ${STOKE_SETS:-}; do extra+=(--set "$s"); done
 
 for model in ${MODELS:-gpt2-small}; do
-  case $model in
-    gpt2-small) spec=bench/specs/gpt2-small.yaml sets=() py=(--model gpt2-small) ;;
-    resnet50) spec=bench/specs/resnet50.yaml sets=() py=(--model resnet50) ;;
-    mlp-*)
-      d=${model#mlp-} spec=bench/specs/mlp.yaml py=(--model mlp --d "$d")
-      sets=(--set "data.synthetic.features=$d" --set "model.mlp.hidden=[$((4 * d)),$d]") ;;
-    *) echo "unknown model $model" >&2; continue ;;
-  esac
+  if ! setup_case "$model"; then
+    echo "cannot profile $model: unknown, or fmnist-cnn without FMNIST_DIR" >&2
+    continue
+  fi
   traces=()
   echo "[$(date +%T)] $model: stoke (eager step)" >&2
-  "$bench" "$spec" "${sets[@]}" --set training.cuda_graph=off ${extra[@]+"${extra[@]}"} \
+  "$bench" "$spec" ${sets[@]+"${sets[@]}"} --set training.cuda_graph=off ${extra[@]+"${extra[@]}"} \
     "${timing[@]}" --trace "$out/trace-$model-stoke.json" --trace-steps "$steps" \
     > "$out/profile-$model-stoke.log" 2>&1
   tail -1 "$out/profile-$model-stoke.log" >&2
@@ -45,7 +38,7 @@ for model in ${MODELS:-gpt2-small}; do
   [ "$py_modes" = none ] && py_modes=""
   for mode in $py_modes; do
     echo "[$(date +%T)] $model: python $mode" >&2
-    "$python" "$here/python/train_reference.py" "${py[@]}" --mode "$mode" "${py_timing[@]}" \
+    "$python" "$here/python/train_reference.py" "${py_args[@]}" --mode "$mode" "${py_timing[@]}" \
       --trace "$out/trace-$model-python-$mode.json" --trace-steps "$steps" \
       > "$out/profile-$model-python-$mode.log" 2>&1
     tail -1 "$out/profile-$model-python-$mode.log" >&2

@@ -23,7 +23,6 @@ set -uo pipefail
 out="${OUT:-$PWD/bench-out}"
 mkdir -p "$out"
 here="$(cd "$(dirname "$0")" && pwd)"
-specs="$here/specs"
 python="${PYTHON:-python3}"
 warmup="${WARMUP_STEPS:-30}"
 windows="${WINDOWS:-6}"
@@ -36,49 +35,17 @@ cases=""
 for m in ${MODELS:-mlp-256 mlp-1024 mlp-4096 gpt2-small resnet50 fmnist-cnn}; do
   if [ "$m" = mlp ]; then cases="$cases mlp-256 mlp-1024 mlp-4096"; else cases="$cases $m"; fi
 done
-fmnist_dir=""
-[ -n "${FMNIST_DIR:-}" ] && fmnist_dir="$(cd "$FMNIST_DIR" && pwd)"
 torch_version=$("$python" -c 'import torch; print(torch.__version__)' 2>/dev/null || echo '?')
 gpu=$(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null | head -1)
 
-bench="${STOKE_BENCH:-build-gpu/bin/stoke-bench}"
-if [ -z "${STOKE_BENCH:-}" ] && [ ! -x "$bench" ]; then
-  cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DSTOKE_WERROR=OFF \
-    -DSTOKE_BUILD_TESTS=OFF > "$out/speed-build.log" 2>&1 &&
-    { grep "Stoke:" "$out/speed-build.log" >&2 || true; } &&
-    ninja -C build-gpu stoke-bench >> "$out/speed-build.log" 2>&1 ||
-    { tail -40 "$out/speed-build.log"; exit 1; }
-fi
+source "$here/cases.sh"
+ensure_stoke_bench
 
 # stoke-bench ends its windows on multiples of the window length, so it rounds warm-up up
 # to one (and sets training.steps to cover it all); Python warms up as long.
 warmup=$(((warmup + window_steps - 1) / window_steps * window_steps))
 timing=(--warmup-steps "$warmup" --windows "$windows" --window-steps "$window_steps")
 py_timing=(--warmup "$warmup" --windows "$windows" --window-steps "$window_steps")
-
-setup_case() {  # case -> spec, batch, sets (Stoke's --set), py_args; 1: unknown, 2: no data
-  sets=() py_args=()
-  case $1 in
-    mlp-*)
-      local d=${1#mlp-}
-      [[ $d =~ ^[1-9][0-9]*$ ]] || return 1
-      spec=$specs/mlp.yaml batch=512 py_args=(--model mlp --d "$d")
-      # A YAML flow value for the list.
-      [ "$d" != 256 ] && sets=(--set "data.synthetic.features=$d"
-                               --set "model.mlp.hidden=[$((4 * d)),$d]")
-      ;;
-    gpt2-small) spec=$specs/gpt2-small.yaml batch=16 py_args=(--model gpt2-small) ;;
-    resnet50) spec=$specs/resnet50.yaml batch=256 py_args=(--model resnet50) ;;
-    fmnist-cnn)
-      [ -n "$fmnist_dir" ] || return 2
-      spec=$specs/fmnist-cnn.yaml batch=256
-      sets=(--set "data.mnist.path=$fmnist_dir")
-      py_args=(--model fmnist-cnn --data-dir "$fmnist_dir")
-      ;;
-    *) return 1 ;;
-  esac
-  return 0
-}
 
 results="$out/speed.jsonl"
 : > "$results"

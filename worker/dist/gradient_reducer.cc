@@ -88,7 +88,7 @@ void GradientReducer::OnGradient(size_t parameter, const torch::Tensor& grad) {
   const torch::Tensor& earlier = parameters_[parameter].grad();
   if (earlier.defined()) {
     torch::add_out(view, earlier, grad);
-    view.div_(communicator_.world_size());
+    ScaledCopy(view, view);
   } else {
     ScaledCopy(view, grad);
   }
@@ -105,11 +105,9 @@ void GradientReducer::LaunchReadyBuckets() {
 void GradientReducer::ScaledCopy(torch::Tensor& view, const torch::Tensor& grad) const {
   // Each gradient enters its bucket already divided by the world size: the sum of the
   // all-reduce is then the mean, bf16/fp16 sums stay in range, and no pass over the whole
-  // bucket is spent dividing it on the compute stream. A 0-d CPU tensor is a scalar to
-  // the CUDA kernel, so the copy stays one vectorised pass.
-  torch::mul_out(
-      view, grad,
-      torch::scalar_tensor(1.0 / static_cast<double>(communicator_.world_size()), torch::kDouble));
+  // bucket is spent dividing it on the compute stream. A Scalar reaches the CUDA kernel as
+  // a kernel argument: one vectorised pass.
+  torch::mul_out(view, grad, 1.0 / static_cast<double>(communicator_.world_size()));
 }
 
 void GradientReducer::Launch(Bucket& bucket) {

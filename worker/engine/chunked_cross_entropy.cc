@@ -4,6 +4,8 @@
 
 #include <algorithm>
 
+#include "worker/engine/fused_cross_entropy.h"
+
 namespace stoke::worker {
 namespace {
 
@@ -35,8 +37,17 @@ class ChunkedCrossEntropyFunction : public torch::autograd::Function<ChunkedCros
     const torch::Tensor w_t = weight.to(compute_dtype).t();
     torch::Tensor lse = torch::empty({rows}, hidden.options().dtype(torch::kFloat32));
     torch::Tensor total = torch::zeros({}, hidden.options().dtype(torch::kFloat32));
+    const bool fused = FusedCrossEntropyApplies(h);
+    torch::Tensor row_loss = fused ? torch::empty_like(lse) : torch::Tensor();
     for (int64_t begin = 0; begin < rows; begin += chunk) {
       const int64_t end = std::min(rows, begin + chunk);
+      if (fused) {  // the chunk's logits stay in compute_dtype: no fp32 copy
+        torch::Tensor chunk_loss = row_loss.slice(0, begin, end);
+        torch::Tensor chunk_lse = lse.slice(0, begin, end);
+        FusedCrossEntropyRows(torch::matmul(h.slice(0, begin, end), w_t),
+                              targets.slice(0, begin, end), chunk_loss, chunk_lse);
+        continue;
+      }
       const torch::Tensor logits = ChunkLogits(h, w_t, begin, end);
       const torch::Tensor chunk_lse = torch::logsumexp(logits, 1);
       const torch::Tensor picked =
@@ -44,6 +55,7 @@ class ChunkedCrossEntropyFunction : public torch::autograd::Function<ChunkedCros
       total.add_((chunk_lse - picked).sum());
       lse.slice(0, begin, end).copy_(chunk_lse);
     }
+    if (fused) total = row_loss.sum();
     ctx->save_for_backward({hidden, weight, targets, lse});
     ctx->saved_data["compute_dtype"] = static_cast<int64_t>(compute_dtype);
     ctx->saved_data["chunk"] = chunk;
@@ -69,8 +81,17 @@ class ChunkedCrossEntropyFunction : public torch::autograd::Function<ChunkedCros
     torch::Tensor grad_hidden = torch::empty_like(hidden);
     torch::Tensor grad_weight =
         torch::zeros(weight.sizes(), weight.options().dtype(torch::kFloat32));
+    const bool fused = FusedCrossEntropyApplies(h);
     for (int64_t begin = 0; begin < rows; begin += chunk) {
       const int64_t end = std::min(rows, begin + chunk);
+      if (fused) {
+        const torch::Tensor g = FusedCrossEntropyGrad(
+            torch::matmul(h.slice(0, begin, end), w_t), targets.slice(0, begin, end),
+            lse.slice(0, begin, end), grad_outputs[0], 1.0 / static_cast<double>(rows));
+        grad_hidden.slice(0, begin, end).copy_(torch::matmul(g, w));
+        grad_weight.add_(torch::matmul(g.t(), h.slice(0, begin, end)).to(torch::kFloat32));
+        continue;
+      }
       torch::Tensor probs =
           (ChunkLogits(h, w_t, begin, end) - lse.slice(0, begin, end).unsqueeze(1)).exp_();
       probs.scatter_add_(1, targets.slice(0, begin, end).unsqueeze(1),

@@ -5,6 +5,9 @@
 
 #include <limits>
 
+#include "worker/engine/fused_cross_entropy.h"
+
+
 namespace stoke::worker {
 namespace {
 
@@ -60,12 +63,44 @@ class SoftmaxCrossEntropyFunction : public torch::autograd::Function<SoftmaxCros
   }
 };
 
+// The same loss through Stoke's own kernels (fused_cross_entropy.h): the logits are read
+// once forward and once backward, and only their per-row log-sum-exp is kept besides them.
+class FusedSoftmaxCrossEntropyFunction
+    : public torch::autograd::Function<FusedSoftmaxCrossEntropyFunction> {
+ public:
+  static torch::Tensor forward(  // NOLINT(readability-identifier-naming)
+      AutogradContext* ctx, const torch::Tensor& logits, const torch::Tensor& targets) {
+    c10::impl::ExcludeDispatchKeyGuard no_autocast(c10::autocast_dispatch_keyset);
+    const torch::Tensor rows = logits.contiguous();
+    const torch::Tensor index = targets.to(torch::kLong).contiguous();
+    const auto options = rows.options().dtype(torch::kFloat32);
+    torch::Tensor row_loss = torch::empty({rows.size(0)}, options);
+    torch::Tensor row_lse = torch::empty({rows.size(0)}, options);
+    FusedCrossEntropyRows(rows, index, row_loss, row_lse);
+    ctx->save_for_backward({rows, index, row_lse});
+    return row_loss.mean();
+  }
+
+  static variable_list backward(  // NOLINT(readability-identifier-naming)
+      AutogradContext* ctx, const variable_list& grad_outputs) {
+    c10::impl::ExcludeDispatchKeyGuard no_autocast(c10::autocast_dispatch_keyset);
+    const auto saved = ctx->get_saved_variables();
+    // The incoming gradient stays on the device (1, or the fp16 loss scale): no host read.
+    return {FusedCrossEntropyGrad(saved[0], saved[1], saved[2], grad_outputs[0],
+                                  1.0 / static_cast<double>(saved[0].size(0))),
+            torch::Tensor()};
+  }
+};
+
 }  // namespace
 
 torch::Tensor SoftmaxCrossEntropy(const torch::Tensor& logits, const torch::Tensor& targets) {
   TORCH_CHECK(logits.dim() == 2 && targets.dim() == 1 && logits.size(0) == targets.size(0),
               "SoftmaxCrossEntropy: expected logits [N, C] and targets [N], got ", logits.sizes(),
               " and ", targets.sizes());
+  if (FusedCrossEntropyApplies(logits)) {
+    return FusedSoftmaxCrossEntropyFunction::apply(logits, targets);
+  }
   return SoftmaxCrossEntropyFunction::apply(logits, targets);
 }
 

@@ -6,8 +6,11 @@
 // copy of the logits that is freed at once; fp16 on CUDA needs none), and backward writes
 // the gradient from them in one pass instead of four, with the target entries computed in
 // fp32 apart, so the gradient is as precise as fp32 arithmetic rounded once to the
-// logits' dtype. Every target must be a class index
-// (no ignore index), which holds for all of Stoke's data sources.
+// logits' dtype. On GPUs of a build with nvcc (STOKE_WITH_CUDA_KERNELS) the loss runs in
+// Stoke's own two kernels instead (worker/engine/cuda/cross_entropy_kernels.h): one read
+// of the logits forward, one read and one write backward, nothing fp32 of their size.
+// Every target must be a class index (no ignore index), which holds for all of Stoke's
+// data sources.
 #pragma once
 
 #include <torch/types.h>

@@ -67,6 +67,9 @@ void WatchReactor::Fill() {
       finish = true;
       status = ToGrpcStatus(read.status());
     } else {
+      // A full batch may have left more behind it. Nothing else would ask for it once the
+      // job has finished (no new event wakes us), so read on when this batch is written.
+      if (read->events.size() >= kBatch && !read->end_of_stream) wake_pending_ = true;
       for (auto& event : read->events) buffer_.push_back(std::move(event));
       end_of_stream_ = read->end_of_stream;
       finish = AdvanceLocked();

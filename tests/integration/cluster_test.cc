@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 #include <signal.h>
 
+#include <future>
 #include <map>
 
 #include "tests/support/coordinator_process.h"
@@ -161,6 +162,26 @@ TEST_F(ClusterTest, WatchResumesFromASequenceNumber) {
   std::vector<v1::JobEvent> tail = AllEvents(id, 10);
   ASSERT_EQ(tail.size(), full.size() - 9);
   EXPECT_EQ(tail.front().seq(), 10u);
+}
+
+TEST_F(ClusterTest, WatchingAFinishedJobDeliversABacklogLongerThanOneRead) {
+  // More events than the coordinator reads from its store at once (256): once the job has
+  // ended no new event wakes the watch, so it has to go on reading by itself.
+  std::string id = Submit(TinyJob(600, 1));
+  ASSERT_TRUE(WaitForState(id, v1::JOB_STATE_SUCCEEDED, seconds(120)));
+  auto job = client().GetJob(id);
+  ASSERT_TRUE(job.ok()) << job.status();
+  ASSERT_GT(job->last_event_seq(), 600u);
+  auto all = std::async(std::launch::async, [&] { return AllEvents(id); });
+  if (all.wait_for(seconds(30)) != std::future_status::ready) {
+    ADD_FAILURE() << "the watch of a finished job stalled before its last event";
+    coordinator_->Kill();  // ends the stream, so the test can end
+  }
+  const std::vector<v1::JobEvent> events = all.get();
+  ASSERT_EQ(events.size(), job->last_event_seq());
+  EXPECT_EQ(events.back().seq(), job->last_event_seq());
+  // And from the middle of the backlog, across a batch boundary.
+  EXPECT_EQ(AllEvents(id, 200).size(), job->last_event_seq() - 199);
 }
 
 TEST_F(ClusterTest, TwoDeviceJobWaitsWhileAOneDeviceJobHoldsADevice) {

@@ -9,7 +9,8 @@
 # every GPU; runs before the lanes), speed-<case> (bench/speed.sh for one case: mlp-256,
 # mlp-1024, mlp-4096, gpt2-small, resnet50, fmnist-cnn; fmnist-cnn adds the ablation on the
 # real data pipeline), stoke-<case> (the same, Stoke alone), profile (bench/profile.sh, PROFILE_MODELS, PROFILE_PY_MODES), telemetry
-# (bench/telemetry-overhead.sh, TELEMETRY_MODES, TELEMETRY_STEPS; DDP_STEPS for ddp). ALL="ddp" names the all-GPU parts;
+# (bench/telemetry-overhead.sh, TELEMETRY_MODES, TELEMETRY_STEPS, TELEMETRY_RUNS),
+# checkpointing (bench/checkpointing.sh); DDP_STEPS for ddp. ALL="ddp" names the all-GPU parts;
 # LANE0 and LANE1 the single-GPU ones (with one GPU, LANE1 runs after LANE0).
 set -uo pipefail
 out="${OUT:-$PWD/bench-out}"
@@ -44,12 +45,13 @@ part() {  # name -> runs it with its output in $out/<name>/
     ddp) OUT="$dir" STEPS="${DDP_STEPS:-160}" bench/ddp-scaling.sh > "$dir/run.log" 2>&1 ;;
     speed-fmnist-cnn) OUT="$dir" MODELS=fmnist-cnn FMNIST_DIR=$fmnist ABLATION_MODEL=fmnist-cnn \
                         bench/speed.sh > "$dir/run.log" 2>&1 ;;
-    stoke-*) OUT="$dir" MODELS="${name#stoke-}" ABLATION_MODEL=none SKIP_PYTHON=1 bench/speed.sh \
+    stoke-*) OUT="$dir" MODELS="${name#stoke-}" FMNIST_DIR=$fmnist ABLATION_MODEL=none SKIP_PYTHON=1 bench/speed.sh \
                > "$dir/run.log" 2>&1 ;;
     speed-*) OUT="$dir" MODELS="${name#speed-}" ABLATION_MODEL=none bench/speed.sh > "$dir/run.log" 2>&1 ;;
     profile) OUT="$dir" STEPS=5 PY_MODES="${PROFILE_PY_MODES:-eager compile}" MODELS="${PROFILE_MODELS:-gpt2-small}" bench/profile.sh > "$dir/run.log" 2>&1
              rm -f "$dir"/trace-*.json.gz ;;  # too large to bring back; the summary is kept
-    telemetry) OUT="$dir" STEPS="${TELEMETRY_STEPS:-6000}" MODES="${TELEMETRY_MODES:-on off}" bench/telemetry-overhead.sh > "$dir/run.log" 2>&1 ;;
+    checkpointing) OUT="$dir" bench/checkpointing.sh > "$dir/run.log" 2>&1 ;;
+    telemetry) OUT="$dir" STEPS="${TELEMETRY_STEPS:-6000}" RUNS="${TELEMETRY_RUNS:-5}" MODES="${TELEMETRY_MODES:-on off}" bench/telemetry-overhead.sh > "$dir/run.log" 2>&1 ;;
     *) echo "unknown part $name" > "$dir/run.log" ;;
   esac
   echo "part $name: rc=$? in $(($(date +%s) - t0)) s" | tee -a "$out/summary.md"

@@ -51,7 +51,7 @@ part() {  # name -> runs it with its output in $out/<name>/
     profile) OUT="$dir" STEPS=5 PY_MODES="${PROFILE_PY_MODES:-eager compile}" MODELS="${PROFILE_MODELS:-gpt2-small}" bench/profile.sh > "$dir/run.log" 2>&1
              rm -f "$dir"/trace-*.json.gz ;;  # too large to bring back; the summary is kept
     checkpointing) OUT="$dir" bench/checkpointing.sh > "$dir/run.log" 2>&1 ;;
-    telemetry) OUT="$dir" STEPS="${TELEMETRY_STEPS:-6000}" RUNS="${TELEMETRY_RUNS:-5}" MODES="${TELEMETRY_MODES:-on off}" bench/telemetry-overhead.sh > "$dir/run.log" 2>&1 ;;
+    telemetry) OUT="$dir" STEPS="${TELEMETRY_STEPS:-30000}" RUNS="${TELEMETRY_RUNS:-6}" MODES="${TELEMETRY_MODES:-on off}" bench/telemetry-overhead.sh > "$dir/run.log" 2>&1 ;;
     *) echo "unknown part $name" > "$dir/run.log" ;;
   esac
   echo "part $name: rc=$? in $(($(date +%s) - t0)) s" | tee -a "$out/summary.md"

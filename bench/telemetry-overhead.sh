@@ -14,7 +14,7 @@
 # .gpu-deps/setup-device.sh` first):
 #   bench/telemetry-overhead.sh
 # Environment: DEVICE (default cuda:0 when nvidia-smi works, else cpu), RUNS (per mode,
-# default 5), STEPS (default 6000), MODES (default "on off"), BIN (default build-gpu/bin,
+# default 6), STEPS (default 30000), MODES (default "on off"), BIN (default build-gpu/bin,
 # else build/bin).
 set -uo pipefail
 out="${OUT:-$PWD/bench-out}"
@@ -22,8 +22,8 @@ mkdir -p "$out"
 if [ -z "${DEVICE:-}" ]; then
   if nvidia-smi -L > /dev/null 2>&1; then DEVICE=cuda:0; else DEVICE=cpu; fi
 fi
-runs="${RUNS:-5}"
-steps="${STEPS:-6000}"
+runs="${RUNS:-6}"
+steps="${STEPS:-30000}"
 modes="${MODES:-on off}"
 bin="${BIN:-}"
 if [ -z "$bin" ]; then [ -x build-gpu/bin/stoke ] && bin=build-gpu/bin || bin=build/bin; fi

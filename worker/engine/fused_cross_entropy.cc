@@ -44,8 +44,8 @@ void FusedCrossEntropyRows(const torch::Tensor& logits, const torch::Tensor& tar
   CheckShapes(logits, targets);
   TORCH_CHECK(row_loss.is_contiguous() && row_lse.is_contiguous() &&
                   row_loss.scalar_type() == torch::kFloat32 &&
-                  row_lse.scalar_type() == torch::kFloat32 &&
-                  row_loss.numel() == logits.size(0) && row_lse.numel() == logits.size(0),
+                  row_lse.scalar_type() == torch::kFloat32 && row_loss.numel() == logits.size(0) &&
+                  row_lse.numel() == logits.size(0),
               "fused cross-entropy: row outputs must be contiguous fp32 [N]");
   const c10::cuda::CUDAGuard device(logits.device());
   CheckLaunch(cuda::CrossEntropyForward(

@@ -7,7 +7,6 @@
 
 #include "worker/engine/fused_cross_entropy.h"
 
-
 namespace stoke::worker {
 namespace {
 

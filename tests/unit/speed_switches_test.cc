@@ -12,6 +12,7 @@
 
 #include "tests/support/recording_observer.h"
 #include "tests/support/small_tasks.h"
+#include "tests/support/temp_dir.h"
 #include "worker/engine/batch_search.h"
 #include "worker/engine/loss_scaler.h"
 #include "worker/engine/multi_tensor_adamw.h"
@@ -129,6 +130,34 @@ TEST(Fp16Job, ReportsTheScaleAndSkippedStepsAndLearns) {
   EXPECT_EQ(recorder.samples.back().skipped_steps, 0u);
   EXPECT_LT(recorder.samples.back().loss, 0.7 * recorder.samples.front().loss);
   EXPECT_NE(recorder.logs[0].find("fp32 with loss scaling"), std::string::npos) << recorder.logs[0];
+}
+
+// A resumed fp16 job goes on with the scale it had learned, as if it had never stopped:
+// the checkpoint keeps the scale, its count of clean steps and the skipped steps.
+TEST(Fp16Job, AResumedJobKeepsItsLossScale) {
+  stoke::testing::TempDir dir;
+  TrainTask task = SmallJob(100);
+  task.training.precision = Precision::kFp16;
+  task.training.loss_scale.initial = 1024;
+  task.training.loss_scale.growth_interval = 50;
+  task.checkpoint.interval_steps = 100;
+  task.job_dir = dir.path();
+  std::atomic<bool> cancel{false};
+  Recorder first;
+  ASSERT_EQ(RunTraining(task, kCpu, first, cancel).kind, TrainOutcome::Kind::kSucceeded);
+  ASSERT_FALSE(first.samples.empty());
+  EXPECT_EQ(first.samples.back().loss_scale, 4096);  // grown after steps 50 and 100
+
+  // The same job with 200 steps picks up after its checkpoint at step 100.
+  task.training.steps = 200;
+  Recorder second;
+  ASSERT_EQ(RunTraining(task, kCpu, second, cancel).kind, TrainOutcome::Kind::kSucceeded);
+  ASSERT_FALSE(second.samples.empty());
+  EXPECT_EQ(second.samples.front().step, 120u);
+  EXPECT_EQ(second.samples.front().loss_scale, 4096);
+  // Grown after steps 150 and 200, as in a run of 200 steps that never stopped.
+  EXPECT_EQ(second.samples.back().loss_scale, 16384);
+  EXPECT_EQ(second.samples.back().skipped_steps, 0u);
 }
 
 // A trial that fits up to 300 samples, peaking at 1000 bytes + 10 per sample.

@@ -68,7 +68,7 @@ std::optional<CheckpointInfo> Checkpointer::Latest() const {
 }
 
 void Checkpointer::Save(uint64_t step, Network& net, const torch::optim::Optimizer& optimizer,
-                        const DeviceRef& device) const {
+                        const DeviceRef& device, const LossScaler* scaler) const {
   const std::string final_dir = dir_ + "/" + kPrefix + std::to_string(step);
   const std::string tmp_name = ".tmp-" + std::to_string(step) + "-" + std::to_string(getpid());
   const std::string tmp_dir = dir_ + "/" + tmp_name;
@@ -88,6 +88,11 @@ void Checkpointer::Save(uint64_t step, Network& net, const torch::optim::Optimiz
     state.write("cpu_rng", GeneratorState(at::detail::getDefaultCPUGenerator()));
     if (device.kind == DeviceKind::kCuda) {
       state.write("cuda_rng", GeneratorState(CudaGenerator(device)));
+    }
+    if (scaler != nullptr) {
+      state.write("loss_scale", scaler->scale().cpu());
+      state.write("loss_scale_growth_tracker", scaler->growth_tracker().cpu());
+      state.write("loss_scale_skipped_steps", scaler->skipped_steps().cpu());
     }
     // state.pt last: its presence marks the checkpoint complete.
     state.save_to(tmp_dir + "/state.pt");
@@ -109,7 +114,8 @@ void Checkpointer::Save(uint64_t step, Network& net, const torch::optim::Optimiz
 }
 
 uint64_t Checkpointer::Restore(const CheckpointInfo& checkpoint, Network& net,
-                               torch::optim::Optimizer& optimizer, const DeviceRef& device) const {
+                               torch::optim::Optimizer& optimizer, const DeviceRef& device,
+                               LossScaler* scaler) const {
   const std::string& dir = checkpoint.path;
   const torch::Device target = ToTorchDevice(device);
   torch::serialize::InputArchive model;
@@ -126,6 +132,12 @@ uint64_t Checkpointer::Restore(const CheckpointInfo& checkpoint, Network& net,
   SetGeneratorState(at::detail::getDefaultCPUGenerator(), cpu_rng);
   if (device.kind == DeviceKind::kCuda && state.try_read("cuda_rng", cuda_rng)) {
     SetGeneratorState(CudaGenerator(device), cuda_rng);
+  }
+  torch::Tensor scale, growth_tracker, skipped_steps;
+  if (scaler != nullptr && state.try_read("loss_scale", scale) &&
+      state.try_read("loss_scale_growth_tracker", growth_tracker) &&
+      state.try_read("loss_scale_skipped_steps", skipped_steps)) {
+    scaler->Restore(scale, growth_tracker, skipped_steps);
   }
   return static_cast<uint64_t>(step.item<int64_t>());
 }

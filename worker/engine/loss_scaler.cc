@@ -33,4 +33,12 @@ void LossScaler::Update() {
                       config_.backoff_factor, static_cast<int64_t>(config_.growth_interval));
 }
 
+void LossScaler::Restore(const torch::Tensor& scale, const torch::Tensor& growth_tracker,
+                         const torch::Tensor& skipped_steps) {
+  torch::NoGradGuard no_grad;
+  scale_.copy_(scale.reshape(scale_.sizes()));
+  growth_tracker_.copy_(growth_tracker.reshape(growth_tracker_.sizes()));
+  skipped_.copy_(skipped_steps.reshape(skipped_.sizes()));
+}
+
 }  // namespace stoke::worker

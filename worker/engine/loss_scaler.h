@@ -33,6 +33,12 @@ class LossScaler {
   // without waiting (see MetricWindow).
   const torch::Tensor& scale() const { return scale_; }
   const torch::Tensor& skipped_steps() const { return skipped_; }
+  // int32 [1]: clean steps since the scale last changed. With scale() and skipped_steps(),
+  // what a checkpoint keeps, so a resumed job goes on with the scale it had learned.
+  const torch::Tensor& growth_tracker() const { return growth_tracker_; }
+  // Sets the three from a checkpoint's copies (any device; shapes as above).
+  void Restore(const torch::Tensor& scale, const torch::Tensor& growth_tracker,
+               const torch::Tensor& skipped_steps);
 
  private:
   LossScaleConfig config_;

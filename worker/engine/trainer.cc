@@ -296,7 +296,8 @@ TrainOutcome RunTraining(const TrainTask& job_task, const DeviceRef& device_ref,
         Describe(task, *net, info, math, layout, total_steps, OptimizerName(*optimizer, device)));
     if (resume_from) {
       // Every rank loads the checkpoint rank 0 wrote.
-      first_step = checkpoints.Restore(*resume_from, *net, *optimizer, device_ref) + 1;
+      first_step =
+          checkpoints.Restore(*resume_from, *net, *optimizer, device_ref, scaler.get()) + 1;
       observer.OnLog("resumed from checkpoint at step " + std::to_string(first_step - 1));
     }
     std::unique_ptr<GradientReducer> reducer;
@@ -406,7 +407,7 @@ TrainOutcome RunTraining(const TrainTask& job_task, const DeviceRef& device_ref,
       if (write_checkpoints &&
           ((checkpoint_interval > 0 && step % checkpoint_interval == 0) || step == total_steps)) {
         if (adamw != nullptr) adamw->SyncHostState();
-        checkpoints.Save(step, *net, *optimizer, device_ref);
+        checkpoints.Save(step, *net, *optimizer, device_ref, scaler.get());
       }
     }
     while (auto sample = metrics.PollBlocking()) {

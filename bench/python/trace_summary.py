@@ -19,7 +19,7 @@ KINDS = [
     ("compiled (Triton)", r"^triton_"),
     ("layer norm", r"layer_norm|layernorm"),
     ("batch norm", r"batch_norm|batchnorm|bn_"),
-    ("softmax / loss", r"softmax|nll_loss|cross_entropy|stoke::worker::cuda::"),  # ours: the loss
+    ("softmax / loss", r"softmax|nll_loss|cross_?entropy"),
     ("optimizer", r"adam|multi_tensor_apply|foreach|fused_adam"),
     ("embedding / index", r"embedding|index|scatter|gather|radix|sort|unique"),
     ("reduction", r"reduce"),

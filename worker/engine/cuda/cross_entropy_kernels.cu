@@ -67,8 +67,8 @@ __device__ MaxSum BlockMerge(MaxSum v) {
 
 // One block per row. `packed`: cols is a multiple of kPack and the row 16-byte aligned.
 template <typename T>
-__global__ void ForwardKernel(const T* logits, const int64_t* targets, int64_t cols, bool packed,
-                              float* row_loss, float* row_lse) {
+__global__ void CrossEntropyForwardKernel(const T* logits, const int64_t* targets, int64_t cols,
+                                          bool packed, float* row_loss, float* row_lse) {
   const int64_t row = blockIdx.x;
   const T* x = logits + row * cols;
   MaxSum state{-INFINITY, 0.f};
@@ -115,9 +115,9 @@ __device__ inline float GradientAt(float logit, float lse, bool is_target, float
 }
 
 template <typename T>
-__global__ void BackwardKernel(const T* logits, const int64_t* targets, const float* row_lse,
-                               const float* grad_loss, float scale, int64_t cols, bool packed,
-                               T* grad) {
+__global__ void CrossEntropyBackwardKernel(const T* logits, const int64_t* targets,
+                                           const float* row_lse, const float* grad_loss,
+                                           float scale, int64_t cols, bool packed, T* grad) {
   const int64_t row = blockIdx.x;
   const T* x = logits + row * cols;
   T* g = grad + row * cols;
@@ -168,11 +168,11 @@ const char* CrossEntropyForward(const void* logits, LogitType type, const int64_
   const auto s = static_cast<cudaStream_t>(stream);
   const auto blocks = static_cast<unsigned>(rows);
   if (type == LogitType::kBFloat16) {
-    ForwardKernel<<<blocks, threads, 0, s>>>(static_cast<const __nv_bfloat16*>(logits), targets,
-                                             cols, packed, row_loss, row_lse);
+    CrossEntropyForwardKernel<<<blocks, threads, 0, s>>>(static_cast<const __nv_bfloat16*>(logits),
+                                                         targets, cols, packed, row_loss, row_lse);
   } else {
-    ForwardKernel<<<blocks, threads, 0, s>>>(static_cast<const __half*>(logits), targets, cols,
-                                             packed, row_loss, row_lse);
+    CrossEntropyForwardKernel<<<blocks, threads, 0, s>>>(static_cast<const __half*>(logits),
+                                                         targets, cols, packed, row_loss, row_lse);
   }
   return LastError();
 }
@@ -186,13 +186,13 @@ const char* CrossEntropyBackward(const void* logits, LogitType type, const int64
   const auto s = static_cast<cudaStream_t>(stream);
   const auto blocks = static_cast<unsigned>(rows);
   if (type == LogitType::kBFloat16) {
-    BackwardKernel<<<blocks, threads, 0, s>>>(static_cast<const __nv_bfloat16*>(logits), targets,
-                                              row_lse, grad_loss, scale, cols, packed,
-                                              static_cast<__nv_bfloat16*>(grad));
+    CrossEntropyBackwardKernel<<<blocks, threads, 0, s>>>(
+        static_cast<const __nv_bfloat16*>(logits), targets, row_lse, grad_loss, scale, cols, packed,
+        static_cast<__nv_bfloat16*>(grad));
   } else {
-    BackwardKernel<<<blocks, threads, 0, s>>>(static_cast<const __half*>(logits), targets, row_lse,
-                                              grad_loss, scale, cols, packed,
-                                              static_cast<__half*>(grad));
+    CrossEntropyBackwardKernel<<<blocks, threads, 0, s>>>(static_cast<const __half*>(logits),
+                                                          targets, row_lse, grad_loss, scale, cols,
+                                                          packed, static_cast<__half*>(grad));
   }
   return LastError();
 }

@@ -36,9 +36,11 @@ class ChunkedCrossEntropyFunction : public torch::autograd::Function<ChunkedCros
     const torch::Tensor h = hidden.to(compute_dtype);
     const torch::Tensor w_t = weight.to(compute_dtype).t();
     torch::Tensor lse = torch::empty({rows}, hidden.options().dtype(torch::kFloat32));
-    torch::Tensor total = torch::zeros({}, hidden.options().dtype(torch::kFloat32));
     const bool fused = FusedCrossEntropyApplies(h);
+    // Fused: per-row losses, summed once at the end; otherwise a running sum per chunk.
     torch::Tensor row_loss = fused ? torch::empty_like(lse) : torch::Tensor();
+    torch::Tensor total =
+        fused ? torch::Tensor() : torch::zeros({}, hidden.options().dtype(torch::kFloat32));
     for (int64_t begin = 0; begin < rows; begin += chunk) {
       const int64_t end = std::min(rows, begin + chunk);
       if (fused) {  // the chunk's logits stay in compute_dtype: no fp32 copy

@@ -8,7 +8,7 @@
 # Environment: MODELS (default "gpt2-small"; any case of bench/speed.sh: mlp-D, resnet50,
 # fmnist-cnn with FMNIST_DIR), PY_MODES (default "eager compile"; "none": Stoke alone),
 # STEPS (traced steps, default 5), STOKE_SETS (extra --set arguments for Stoke, e.g.
-# "training.cuda_graph=on"), STOKE_BENCH, PYTHON.
+# "training.cuda_graph=on"), STOKE_BENCH, PYTHON. TOP: kernels listed (default 40).
 set -uo pipefail
 out="${OUT:-$PWD/bench-out}"
 mkdir -p "$out"
@@ -46,7 +46,7 @@ for model in ${MODELS:-gpt2-small}; do
       traces+=("python-$mode=$out/trace-$model-python-$mode.json")
   done
   [ ${#traces[@]} -gt 0 ] &&
-    "$python" "$here/python/trace_summary.py" --steps "$steps" "${traces[@]}" \
+    "$python" "$here/python/trace_summary.py" --steps "$steps" --top "${TOP:-40}" "${traces[@]}" \
       > "$out/profile-$model.md" 2>&1
   cat "$out/profile-$model.md"
   gzip -f "$out"/trace-"$model"-*.json

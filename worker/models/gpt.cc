@@ -12,6 +12,7 @@
 
 #include "worker/engine/activation_checkpoint.h"
 #include "worker/engine/chunked_cross_entropy.h"
+#include "worker/engine/fused_layer_norm.h"
 #include "worker/engine/torch_compat.h"
 
 namespace stoke::worker {
@@ -32,6 +33,19 @@ torch::nn::Linear Linear(int64_t in, int64_t out, double std) {
 // product whose epilogue adds the bias, as PyTorch's Python F.linear does.
 torch::Tensor Dense(const torch::nn::Linear& layer, const torch::Tensor& x) {
   return torch::linear(x, layer->weight, layer->bias);
+}
+
+// Under bf16/fp16 autocast on a GPU, the norm of the fp32 residual stream writes the
+// low-precision input of the next matrix product itself (fused_layer_norm.h). Autocast
+// runs ATen's layer norm in fp32 instead: an fp32 output cast to bf16 forward, and the
+// bf16 gradient cast to fp32 backward, at every norm.
+torch::Tensor Norm(torch::nn::LayerNorm& norm, const torch::Tensor& x) {
+  const compat::AutocastState autocast = compat::GetAutocast(x.device().type());
+  if (autocast.enabled && FusedLayerNormApplies(x) && norm->weight.defined() &&
+      (autocast.dtype == torch::kBFloat16 || autocast.dtype == torch::kHalf)) {
+    return FusedLayerNorm(x, norm->weight, norm->bias, norm->options.eps(), autocast.dtype);
+  }
+  return norm->forward(x);
 }
 
 void RequirePositive(int64_t value, const char* field) {
@@ -69,7 +83,7 @@ torch::Tensor GptBlockImpl::forward(const torch::Tensor& inputs) {
   const int64_t head_dim = width / heads_;
   // One matrix product for queries, keys and values; then [B, T, H, Q] -> [B, H, T, Q].
   const std::vector<torch::Tensor> qkv =
-      Dense(qkv_, attention_norm_->forward(inputs)).split(width, /*dim=*/-1);
+      Dense(qkv_, Norm(attention_norm_, inputs)).split(width, /*dim=*/-1);
   auto heads = [&](const torch::Tensor& t) {
     return t.view({batch, time, heads_, head_dim}).transpose(1, 2);
   };
@@ -77,7 +91,7 @@ torch::Tensor GptBlockImpl::forward(const torch::Tensor& inputs) {
                                                        is_training() ? dropout_ : 0.0);
   attended = attended.transpose(1, 2).reshape({batch, time, width});
   torch::Tensor x = inputs + Dropout(Dense(attention_out_, attended));
-  const torch::Tensor hidden = torch::gelu(Dense(mlp_in_, mlp_norm_->forward(x)));
+  const torch::Tensor hidden = torch::gelu(Dense(mlp_in_, Norm(mlp_norm_, x)));
   return x + Dropout(Dense(mlp_out_, hidden));
 }
 
@@ -140,7 +154,7 @@ torch::Tensor GptImpl::Trunk(const torch::Tensor& tokens) {
       x = block->as<GptBlockImpl>()->forward(x);
     }
   }
-  return final_norm_->forward(x);
+  return Norm(final_norm_, x);
 }
 
 torch::Tensor GptImpl::forward(const torch::Tensor& tokens) {

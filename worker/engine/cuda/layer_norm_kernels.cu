@@ -1,0 +1,212 @@
+#include "worker/engine/cuda/layer_norm_kernels.h"
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdint>
+
+namespace stoke::worker::cuda {
+namespace {
+
+// A warp per row: rows of a transformer's width (hundreds to a few thousand) fit a warp's
+// 32 lanes with a few elements each, and the row's reductions stay in shuffles.
+constexpr int kRowsPerBlock = 4;
+// Column tiles for gamma's and beta's gradients: 32 columns by 8 row lanes per block,
+// each block summing one slice of the rows.
+constexpr int kColumnTile = 32;
+constexpr int kRowLanes = 8;
+constexpr int64_t kRowsPerSlice = 512;
+
+__device__ inline float WarpSum(float v) {
+  for (int offset = 16; offset > 0; offset /= 2) v += __shfl_xor_sync(0xffffffffu, v, offset);
+  return v;
+}
+
+__device__ inline float ToFloat(__nv_bfloat16 v) { return __bfloat162float(v); }
+__device__ inline float ToFloat(__half v) { return __half2float(v); }
+template <typename T>
+__device__ inline T FromFloat(float v);
+template <>
+__device__ inline __nv_bfloat16 FromFloat<__nv_bfloat16>(float v) {
+  return __float2bfloat16_rn(v);
+}
+template <>
+__device__ inline __half FromFloat<__half>(float v) {
+  return __float2half_rn(v);
+}
+
+// Mean and variance in two passes over the row (the second from L1): no cancellation
+// from E[x^2] - E[x]^2 when a row's mean is large against its spread.
+template <typename T>
+__global__ void LayerNormForwardKernel(const float* x, const float* gamma, const float* beta,
+                                       int64_t rows, int64_t width, float eps, T* y,
+                                       float* mean_out, float* rstd_out) {
+  const int64_t row = static_cast<int64_t>(blockIdx.x) * kRowsPerBlock + threadIdx.y;
+  if (row >= rows) return;
+  const float* xr = x + row * width;
+  float sum = 0.f;
+  for (int64_t c = threadIdx.x; c < width; c += 32) sum += xr[c];
+  const float mean = WarpSum(sum) / static_cast<float>(width);
+  float squares = 0.f;
+  for (int64_t c = threadIdx.x; c < width; c += 32) {
+    const float d = xr[c] - mean;
+    squares += d * d;
+  }
+  const float rstd = rsqrtf(WarpSum(squares) / static_cast<float>(width) + eps);
+  T* yr = y + row * width;
+  for (int64_t c = threadIdx.x; c < width; c += 32) {
+    yr[c] = FromFloat<T>((xr[c] - mean) * rstd * gamma[c] + beta[c]);
+  }
+  if (threadIdx.x == 0) {
+    mean_out[row] = mean;
+    rstd_out[row] = rstd;
+  }
+}
+
+// dx = rstd * (g - mean(g) - xhat * mean(g * xhat)), g = dy * gamma.
+template <typename T>
+__global__ void LayerNormInputGradKernel(const T* dy, const float* x, const float* gamma,
+                                         const float* mean, const float* rstd, int64_t rows,
+                                         int64_t width, float* dx) {
+  const int64_t row = static_cast<int64_t>(blockIdx.x) * kRowsPerBlock + threadIdx.y;
+  if (row >= rows) return;
+  const T* dyr = dy + row * width;
+  const float* xr = x + row * width;
+  const float mu = mean[row];
+  const float rs = rstd[row];
+  float sum_g = 0.f;
+  float sum_gx = 0.f;
+  for (int64_t c = threadIdx.x; c < width; c += 32) {
+    const float g = ToFloat(dyr[c]) * gamma[c];
+    sum_g += g;
+    sum_gx += g * (xr[c] - mu) * rs;
+  }
+  const float inv_width = 1.f / static_cast<float>(width);
+  const float mean_g = WarpSum(sum_g) * inv_width;
+  const float mean_gx = WarpSum(sum_gx) * inv_width;
+  float* dxr = dx + row * width;
+  for (int64_t c = threadIdx.x; c < width; c += 32) {
+    const float xhat = (xr[c] - mu) * rs;
+    dxr[c] = rs * (ToFloat(dyr[c]) * gamma[c] - mean_g - xhat * mean_gx);
+  }
+}
+
+// Per slice of kRowsPerSlice rows and tile of kColumnTile columns: the slice's sums of
+// dy * xhat and dy, into partials [slices][2][width]. Summed over slices in a fixed order
+// by the next kernel, so the result does not depend on scheduling.
+template <typename T>
+__global__ void LayerNormParamGradPartialKernel(const T* dy, const float* x, const float* mean,
+                                                const float* rstd, int64_t rows, int64_t width,
+                                                float* partials) {
+  __shared__ float gamma_sums[kRowLanes][kColumnTile];
+  __shared__ float beta_sums[kRowLanes][kColumnTile];
+  const int64_t c = static_cast<int64_t>(blockIdx.x) * kColumnTile + threadIdx.x;
+  const int64_t slice = blockIdx.y;
+  const int64_t first = slice * kRowsPerSlice;
+  const int64_t last = first + kRowsPerSlice < rows ? first + kRowsPerSlice : rows;
+  float dgamma = 0.f;
+  float dbeta = 0.f;
+  if (c < width) {
+    for (int64_t r = first + threadIdx.y; r < last; r += kRowLanes) {
+      const float g = ToFloat(dy[r * width + c]);
+      dgamma += g * (x[r * width + c] - mean[r]) * rstd[r];
+      dbeta += g;
+    }
+  }
+  gamma_sums[threadIdx.y][threadIdx.x] = dgamma;
+  beta_sums[threadIdx.y][threadIdx.x] = dbeta;
+  __syncthreads();
+  if (threadIdx.y == 0 && c < width) {
+    for (int k = 1; k < kRowLanes; ++k) {
+      dgamma += gamma_sums[k][threadIdx.x];
+      dbeta += beta_sums[k][threadIdx.x];
+    }
+    partials[(slice * 2) * width + c] = dgamma;
+    partials[(slice * 2 + 1) * width + c] = dbeta;
+  }
+}
+
+__global__ void LayerNormParamGradSumKernel(const float* partials, int64_t slices, int64_t width,
+                                            float* dgamma, float* dbeta) {
+  const int64_t c = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (c >= width) return;
+  float g = 0.f;
+  float b = 0.f;
+  for (int64_t s = 0; s < slices; ++s) {
+    g += partials[(s * 2) * width + c];
+    b += partials[(s * 2 + 1) * width + c];
+  }
+  dgamma[c] = g;
+  dbeta[c] = b;
+}
+
+const char* LastError() {
+  const cudaError_t error = cudaGetLastError();
+  return error == cudaSuccess ? nullptr : cudaGetErrorString(error);
+}
+
+int64_t Slices(int64_t rows) {
+  return std::max<int64_t>(1, (rows + kRowsPerSlice - 1) / kRowsPerSlice);
+}
+
+template <typename T>
+void LaunchBackward(const T* dy, const float* x, const float* gamma, const float* mean,
+                    const float* rstd, int64_t rows, int64_t width, float* dx, float* dgamma,
+                    float* dbeta, float* partials, cudaStream_t s) {
+  const dim3 row_block(32, kRowsPerBlock);
+  const auto row_blocks = static_cast<unsigned>((rows + kRowsPerBlock - 1) / kRowsPerBlock);
+  LayerNormInputGradKernel<<<row_blocks, row_block, 0, s>>>(dy, x, gamma, mean, rstd, rows, width,
+                                                            dx);
+  const dim3 tile_block(kColumnTile, kRowLanes);
+  const dim3 tiles(static_cast<unsigned>((width + kColumnTile - 1) / kColumnTile),
+                   static_cast<unsigned>(Slices(rows)));
+  LayerNormParamGradPartialKernel<<<tiles, tile_block, 0, s>>>(dy, x, mean, rstd, rows, width,
+                                                               partials);
+  LayerNormParamGradSumKernel<<<static_cast<unsigned>((width + 255) / 256), 256, 0, s>>>(
+      partials, Slices(rows), width, dgamma, dbeta);
+}
+
+}  // namespace
+
+const char* LayerNormForward(const float* x, const float* gamma, const float* beta, int64_t rows,
+                             int64_t width, float eps, void* y, HalfType out, float* mean,
+                             float* rstd, void* stream) {
+  if (rows == 0) return nullptr;
+  const auto s = static_cast<cudaStream_t>(stream);
+  const dim3 block(32, kRowsPerBlock);
+  const auto blocks = static_cast<unsigned>((rows + kRowsPerBlock - 1) / kRowsPerBlock);
+  if (out == HalfType::kBFloat16) {
+    LayerNormForwardKernel<<<blocks, block, 0, s>>>(x, gamma, beta, rows, width, eps,
+                                                    static_cast<__nv_bfloat16*>(y), mean, rstd);
+  } else {
+    LayerNormForwardKernel<<<blocks, block, 0, s>>>(x, gamma, beta, rows, width, eps,
+                                                    static_cast<__half*>(y), mean, rstd);
+  }
+  return LastError();
+}
+
+int64_t LayerNormBackwardScratch(int64_t rows, int64_t width) { return Slices(rows) * 2 * width; }
+
+const char* LayerNormBackward(const void* dy, HalfType dy_type, const float* x, const float* gamma,
+                              const float* mean, const float* rstd, int64_t rows, int64_t width,
+                              float* dx, float* dgamma, float* dbeta, float* partials,
+                              void* stream) {
+  const auto s = static_cast<cudaStream_t>(stream);
+  if (rows == 0) {
+    cudaMemsetAsync(dgamma, 0, sizeof(float) * width, s);
+    cudaMemsetAsync(dbeta, 0, sizeof(float) * width, s);
+    return LastError();
+  }
+  if (dy_type == HalfType::kBFloat16) {
+    LaunchBackward(static_cast<const __nv_bfloat16*>(dy), x, gamma, mean, rstd, rows, width, dx,
+                   dgamma, dbeta, partials, s);
+  } else {
+    LaunchBackward(static_cast<const __half*>(dy), x, gamma, mean, rstd, rows, width, dx, dgamma,
+                   dbeta, partials, s);
+  }
+  return LastError();
+}
+
+}  // namespace stoke::worker::cuda

@@ -13,6 +13,7 @@
 #include "worker/engine/activation_checkpoint.h"
 #include "worker/engine/chunked_cross_entropy.h"
 #include "worker/engine/fused_layer_norm.h"
+#include "worker/engine/half_linear.h"
 #include "worker/engine/torch_compat.h"
 
 namespace stoke::worker {
@@ -30,9 +31,10 @@ torch::nn::Linear Linear(int64_t in, int64_t out, double std) {
 // torch::nn::Linear's forward, given more than two dimensions, multiplies and then adds
 // the bias in a separate broadcasting kernel (with a dtype cast under autocast: 12% of a
 // GPT-2 step on an H200). ATen's linear folds the leading dimensions into one matrix
-// product whose epilogue adds the bias, as PyTorch's Python F.linear does.
+// product whose epilogue adds the bias, as PyTorch's Python F.linear does; under autocast
+// on a GPU, its bias gradient is summed by Stoke's kernel (half_linear.h).
 torch::Tensor Dense(const torch::nn::Linear& layer, const torch::Tensor& x) {
-  return torch::linear(x, layer->weight, layer->bias);
+  return AutocastLinear(x, layer->weight, layer->bias);
 }
 
 // Under bf16/fp16 autocast on a GPU, the norm of the fp32 residual stream writes the

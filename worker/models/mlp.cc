@@ -8,6 +8,7 @@
 #include <utility>
 
 #include "worker/engine/activation_checkpoint.h"
+#include "worker/engine/half_linear.h"
 
 namespace stoke::worker {
 namespace {
@@ -17,7 +18,7 @@ namespace {
 // then depends on nothing but what the autograd graph holds.
 torch::Tensor HiddenLayer(torch::nn::LinearImpl& linear, Activation activation, double dropout,
                           bool training, const torch::Tensor& inputs) {
-  torch::Tensor x = linear.forward(inputs);
+  torch::Tensor x = AutocastLinear(inputs, linear.weight, linear.bias);
   switch (activation) {
     case Activation::kRelu:
       x = torch::relu(x);
@@ -65,7 +66,8 @@ torch::Tensor MlpImpl::forward(const torch::Tensor& inputs) {
       x = layer(x);
     }
   }
-  return layers_[last]->as<torch::nn::Linear>()->forward(x);
+  const auto& classifier = *layers_->ptr<torch::nn::LinearImpl>(last);
+  return AutocastLinear(x, classifier.weight, classifier.bias);
 }
 
 int64_t MlpImpl::TrainingFlopsPerSample() const {

@@ -102,8 +102,8 @@ __global__ void LayerNormParamGradPartialKernel(const T* dy, const float* x, con
                                                 float* partials) {
   __shared__ float gamma_sums[kRowLanes][kColumnTile];
   __shared__ float beta_sums[kRowLanes][kColumnTile];
-  const int64_t c = static_cast<int64_t>(blockIdx.x) * kColumnTile + threadIdx.x;
-  const int64_t slice = blockIdx.y;
+  const int64_t c = static_cast<int64_t>(blockIdx.y) * kColumnTile + threadIdx.x;
+  const int64_t slice = blockIdx.x;
   const int64_t first = slice * kRowsPerSlice;
   const int64_t last = first + kRowsPerSlice < rows ? first + kRowsPerSlice : rows;
   float dgamma = 0.f;
@@ -160,8 +160,9 @@ void LaunchBackward(const T* dy, const float* x, const float* gamma, const float
   LayerNormInputGradKernel<<<row_blocks, row_block, 0, s>>>(dy, x, gamma, mean, rstd, rows, width,
                                                             dx);
   const dim3 tile_block(kColumnTile, kRowLanes);
-  const dim3 tiles(static_cast<unsigned>((width + kColumnTile - 1) / kColumnTile),
-                   static_cast<unsigned>(Slices(rows)));
+  // Slices along x, which allows 2^31 - 1 of them (y stops at 65,535).
+  const dim3 tiles(static_cast<unsigned>(Slices(rows)),
+                   static_cast<unsigned>((width + kColumnTile - 1) / kColumnTile));
   LayerNormParamGradPartialKernel<<<tiles, tile_block, 0, s>>>(dy, x, mean, rstd, rows, width,
                                                                partials);
   LayerNormParamGradSumKernel<<<static_cast<unsigned>((width + 255) / 256), 256, 0, s>>>(

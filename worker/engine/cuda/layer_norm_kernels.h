@@ -10,9 +10,9 @@
 
 #include <cstdint>
 
-namespace stoke::worker::cuda {
+#include "worker/engine/cuda/half_type.h"
 
-enum class HalfType { kBFloat16, kFloat16 };
+namespace stoke::worker::cuda {
 
 // x [rows, width] fp32 contiguous; gamma, beta [width] fp32. Writes y [rows, width] in
 // `out`'s type and each row's mean and 1/sqrt(var + eps) (fp32 [rows]).

@@ -1,0 +1,118 @@
+// AutocastLinear (Stoke's bias-gradient kernel where the build has nvcc) against ATen's
+// linear under the same autocast: the same output and input/weight gradients, and a bias
+// gradient equal to the fp64 sum of the output gradient within fp32 rounding, for a
+// GPT-shaped layer (bf16 input, 16-byte rows) and a classifier (fp32 input, 10 outputs:
+// the kernel's path for widths that are no multiple of 8). Skips without CUDA or kernels.
+#include <gtest/gtest.h>
+#include <torch/cuda.h>
+#include <torch/torch.h>
+
+#include <string>
+#include <tuple>
+
+#include "worker/engine/fused_layer_norm.h"
+#include "worker/engine/half_linear.h"
+#include "worker/engine/torch_compat.h"
+
+namespace stoke::worker {
+namespace {
+
+struct Shape {
+  std::vector<int64_t> input;
+  int64_t out;
+  at::ScalarType input_type;
+};
+
+class HalfLinearGpuTest : public ::testing::TestWithParam<std::tuple<at::ScalarType, int>> {
+ protected:
+  void SetUp() override {
+    if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device";
+    // Any of Stoke's kernels stands for all: they are built together or not at all.
+    const torch::Tensor probe = torch::zeros({1}, torch::TensorOptions().device(torch::kCUDA));
+    if (!FusedLayerNormApplies(probe)) GTEST_SKIP() << "built without Stoke's CUDA kernels";
+  }
+  void TearDown() override {
+    compat::SetAutocast(c10::DeviceType::CUDA, false, torch::kBFloat16);
+  }
+};
+
+double MaxAbs(const torch::Tensor& t) { return t.abs().max().item<double>(); }
+
+TEST_P(HalfLinearGpuTest, MatchesAutocastLinearWithAnExactBiasGradient) {
+  const auto [dtype, which] = GetParam();
+  const Shape shape = which == 0 ? Shape{{4, 333, 768}, 2304, dtype}
+                                 : Shape{{512, 1024}, 10, torch::kFloat32};
+  torch::manual_seed(9);
+  const auto cuda = torch::TensorOptions().device(torch::kCUDA);
+  const torch::Tensor x = torch::randn(shape.input, cuda).to(shape.input_type);
+  const int64_t in = shape.input.back();
+  const torch::Tensor weight = torch::randn({shape.out, in}, cuda) * 0.02;
+  // An offset in every column, so a sum kept in 16 bits would show its rounding.
+  const torch::Tensor bias = torch::randn({shape.out}, cuda);
+  std::vector<int64_t> out_sizes = shape.input;
+  out_sizes.back() = shape.out;
+  const torch::Tensor dy = (torch::randn(out_sizes, cuda) + 0.5).to(dtype);
+
+  compat::SetAutocast(c10::DeviceType::CUDA, true, dtype);
+  auto run = [&](bool ours) {
+    torch::Tensor xl = x.clone().requires_grad_(true);
+    torch::Tensor wl = weight.clone().requires_grad_(true);
+    torch::Tensor bl = bias.clone().requires_grad_(true);
+    if (ours) {
+      EXPECT_TRUE(AutocastLinearUsesOwnKernels(xl, bl));
+    }
+    torch::Tensor y = ours ? AutocastLinear(xl, wl, bl) : torch::linear(xl, wl, bl);
+    y.backward(dy);
+    return std::make_tuple(y.detach(), xl.grad(), wl.grad(), bl.grad());
+  };
+  const auto [y1, dx1, dw1, db1] = run(true);
+  const auto [y2, dx2, dw2, db2] = run(false);
+  compat::SetAutocast(c10::DeviceType::CUDA, false, dtype);
+
+  EXPECT_EQ(y1.scalar_type(), y2.scalar_type());
+  EXPECT_EQ(y1.sizes(), y2.sizes());
+  // The same matrix product with the same bias epilogue.
+  EXPECT_TRUE(torch::allclose(y1.to(torch::kFloat32), y2.to(torch::kFloat32), 1e-2, 1e-2))
+      << "output: largest difference " << MaxAbs(y1.to(torch::kFloat32) - y2.to(torch::kFloat32));
+  EXPECT_EQ(dx1.scalar_type(), x.scalar_type());
+  EXPECT_TRUE(torch::allclose(dx1.to(torch::kFloat32), dx2.to(torch::kFloat32), 1e-2, 1e-3))
+      << "dx: largest difference " << MaxAbs(dx1.to(torch::kFloat32) - dx2.to(torch::kFloat32));
+  EXPECT_EQ(dw1.scalar_type(), torch::kFloat32);
+  EXPECT_TRUE(torch::allclose(dw1, dw2, 1e-2, 1e-2 * MaxAbs(dw2)))
+      << "dweight: largest difference " << MaxAbs(dw1 - dw2);
+  EXPECT_EQ(db1.scalar_type(), torch::kFloat32);
+  const torch::Tensor exact = dy.to(torch::kFloat64).reshape({-1, shape.out}).sum(0);
+  EXPECT_TRUE(torch::allclose(db1.to(torch::kFloat64), exact, 1e-5, 1e-6 * MaxAbs(exact)))
+      << "dbias: largest difference from the fp64 sum " << MaxAbs(db1.to(torch::kFloat64) - exact);
+  // ATen's is the same sum, rounded once to 16 bits.
+  const double rounding = dtype == torch::kBFloat16 ? 1.0 / 128 : 1.0 / 1024;
+  EXPECT_TRUE(torch::allclose(db1, db2, rounding, 0)) << "dbias against ATen's";
+}
+
+TEST(HalfLinearGpu, OutsideAutocastOrWithoutGradientsItIsAtensLinear) {
+  if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device";
+  const auto cuda = torch::TensorOptions().device(torch::kCUDA);
+  const torch::Tensor x = torch::randn({8, 16}, cuda);
+  const torch::Tensor w = torch::randn({4, 16}, cuda);
+  const torch::Tensor b = torch::randn({4}, cuda);
+  EXPECT_FALSE(AutocastLinearUsesOwnKernels(x, b));
+  EXPECT_TRUE(torch::equal(AutocastLinear(x, w, b), torch::linear(x, w, b)));
+  compat::SetAutocast(c10::DeviceType::CUDA, true, torch::kBFloat16);
+  {
+    const torch::NoGradGuard no_grad;
+    EXPECT_FALSE(AutocastLinearUsesOwnKernels(x, b));
+  }
+  EXPECT_FALSE(AutocastLinearUsesOwnKernels(x, torch::Tensor()));
+  compat::SetAutocast(c10::DeviceType::CUDA, false, torch::kBFloat16);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Layers, HalfLinearGpuTest,
+    ::testing::Combine(::testing::Values(torch::kBFloat16, torch::kHalf), ::testing::Values(0, 1)),
+    [](const auto& info) {
+      return std::string(std::get<0>(info.param) == torch::kBFloat16 ? "Bf16" : "Fp16") +
+             (std::get<1>(info.param) == 0 ? "GptQkv" : "Classifier");
+    });
+
+}  // namespace
+}  // namespace stoke::worker

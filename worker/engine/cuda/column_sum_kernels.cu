@@ -1,0 +1,134 @@
+#include "worker/engine/cuda/column_sum_kernels.h"
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdint>
+
+namespace stoke::worker::cuda {
+namespace {
+
+// Grids are slices of rows along x (up to 2^31 - 1 of them: a batch search may try
+// millions of rows) by column blocks along y. A block is kLanes row lanes by kGroups
+// column groups; in the vector path a thread
+// reads 8 neighbouring columns (16 bytes) per row, so a warp reads 512 contiguous bytes.
+constexpr int kGroups = 32;
+constexpr int kLanes = 8;
+constexpr int kVector = 8;
+// Rows per block: blocks enough to keep every SM's loads in flight even for a narrow
+// layer (GPT-2's 768 columns over 16k rows: 768 blocks), while the partial sums stay a
+// few percent of the input for the second pass to read.
+constexpr int64_t kRowsPerSlice = 64;
+
+__device__ inline float ToFloat(__nv_bfloat16 v) { return __bfloat162float(v); }
+__device__ inline float ToFloat(__half v) { return __half2float(v); }
+
+int64_t Slices(int64_t rows) {
+  return std::max<int64_t>(1, (rows + kRowsPerSlice - 1) / kRowsPerSlice);
+}
+
+// partials[slice][c] = sum over the slice's rows of in[r][c], for the block's columns.
+// Vector path: width % 8 == 0 and 16-byte aligned rows.
+template <typename T>
+__global__ void ColumnSumPartialVectorKernel(const T* in, int64_t rows, int64_t width,
+                                             float* partials) {
+  __shared__ float sums[kLanes][kGroups * kVector];
+  const int64_t c0 = (static_cast<int64_t>(blockIdx.y) * kGroups + threadIdx.x) * kVector;
+  const int64_t first = static_cast<int64_t>(blockIdx.x) * kRowsPerSlice;
+  const int64_t last = min(first + kRowsPerSlice, rows);
+  float acc[kVector] = {};
+  if (c0 < width) {
+#pragma unroll 8
+    for (int64_t r = first + threadIdx.y; r < last; r += kLanes) {
+      const uint4 pack = *reinterpret_cast<const uint4*>(in + r * width + c0);
+      const T* v = reinterpret_cast<const T*>(&pack);
+#pragma unroll
+      for (int k = 0; k < kVector; ++k) acc[k] += ToFloat(v[k]);
+    }
+  }
+#pragma unroll
+  for (int k = 0; k < kVector; ++k) sums[threadIdx.y][threadIdx.x * kVector + k] = acc[k];
+  __syncthreads();
+  // Then each of the block's 256 threads adds one column over the row lanes.
+  const int t = threadIdx.y * kGroups + threadIdx.x;
+  const int64_t c = static_cast<int64_t>(blockIdx.y) * kGroups * kVector + t;
+  if (c < width) {
+    float total = 0.f;
+#pragma unroll
+    for (int lane = 0; lane < kLanes; ++lane) total += sums[lane][t];
+    partials[static_cast<int64_t>(blockIdx.x) * width + c] = total;
+  }
+}
+
+// Any width and alignment: a thread per column.
+template <typename T>
+__global__ void ColumnSumPartialScalarKernel(const T* in, int64_t rows, int64_t width,
+                                             float* partials) {
+  __shared__ float sums[kLanes][kGroups];
+  const int64_t c = static_cast<int64_t>(blockIdx.y) * kGroups + threadIdx.x;
+  const int64_t first = static_cast<int64_t>(blockIdx.x) * kRowsPerSlice;
+  const int64_t last = min(first + kRowsPerSlice, rows);
+  float acc = 0.f;
+  if (c < width) {
+    for (int64_t r = first + threadIdx.y; r < last; r += kLanes) acc += ToFloat(in[r * width + c]);
+  }
+  sums[threadIdx.y][threadIdx.x] = acc;
+  __syncthreads();
+  if (threadIdx.y == 0 && c < width) {
+    for (int lane = 1; lane < kLanes; ++lane) acc += sums[lane][threadIdx.x];
+    partials[static_cast<int64_t>(blockIdx.x) * width + c] = acc;
+  }
+}
+
+__global__ void ColumnSumFinishKernel(const float* partials, int64_t slices, int64_t width,
+                                      float* out) {
+  const int64_t c = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (c >= width) return;
+  float total = 0.f;
+  for (int64_t s = 0; s < slices; ++s) total += partials[s * width + c];
+  out[c] = total;
+}
+
+template <typename T>
+void Launch(const T* in, int64_t rows, int64_t width, float* out, float* partials,
+            cudaStream_t s) {
+  const int64_t slices = Slices(rows);
+  const dim3 block(kGroups, kLanes);
+  const bool vector =
+      width % kVector == 0 && reinterpret_cast<std::uintptr_t>(in) % 16 == 0;
+  if (vector) {
+    const int64_t per_block = kGroups * kVector;
+    const dim3 grid(static_cast<unsigned>(slices),
+                    static_cast<unsigned>((width + per_block - 1) / per_block));
+    ColumnSumPartialVectorKernel<<<grid, block, 0, s>>>(in, rows, width, partials);
+  } else {
+    const dim3 grid(static_cast<unsigned>(slices),
+                    static_cast<unsigned>((width + kGroups - 1) / kGroups));
+    ColumnSumPartialScalarKernel<<<grid, block, 0, s>>>(in, rows, width, partials);
+  }
+  ColumnSumFinishKernel<<<static_cast<unsigned>((width + 255) / 256), 256, 0, s>>>(
+      partials, slices, width, out);
+}
+
+}  // namespace
+
+int64_t ColumnSumScratch(int64_t rows, int64_t width) { return Slices(rows) * width; }
+
+const char* ColumnSums(const void* in, HalfType type, int64_t rows, int64_t width, float* out,
+                       float* partials, void* stream) {
+  const auto s = static_cast<cudaStream_t>(stream);
+  if (width == 0) return nullptr;
+  if (rows == 0) {
+    cudaMemsetAsync(out, 0, sizeof(float) * width, s);
+  } else if (type == HalfType::kBFloat16) {
+    Launch(static_cast<const __nv_bfloat16*>(in), rows, width, out, partials, s);
+  } else {
+    Launch(static_cast<const __half*>(in), rows, width, out, partials, s);
+  }
+  const cudaError_t error = cudaGetLastError();
+  return error == cudaSuccess ? nullptr : cudaGetErrorString(error);
+}
+
+}  // namespace stoke::worker::cuda

@@ -22,7 +22,7 @@ KINDS = [
     ("softmax / loss", r"softmax|nll_loss|cross_?entropy"),
     ("optimizer", r"adam|multi_tensor_apply|foreach|fused_adam"),
     ("embedding / index", r"embedding|index|scatter|gather|radix|sort|unique"),
-    ("reduction", r"reduce"),
+    ("reduction", r"reduce|column_?sum"),
     ("copy / cast / fill", r"copy|memcpy|memset|fill|cast|to_copy|catarray|cat_"),
     ("element-wise", r"elementwise|vectorized|unrolled|pointwise"),
 ]

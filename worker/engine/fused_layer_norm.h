@@ -7,6 +7,8 @@
 
 #include <torch/types.h>
 
+#include <utility>
+
 namespace stoke::worker {
 
 // True for an fp32 tensor on a CUDA device in a build that has the kernels.
@@ -16,5 +18,15 @@ bool FusedLayerNormApplies(const torch::Tensor& x);
 // (bf16 or fp16); differentiable in x, weight and bias (fp32 gradients).
 torch::Tensor FusedLayerNorm(const torch::Tensor& x, const torch::Tensor& weight,
                              const torch::Tensor& bias, double eps, at::ScalarType out_dtype);
+
+// A residual connection and the norm after it in one pass: returns (x + branch, the
+// layer norm of that in out_dtype). x fp32 as above, branch of x's sizes (bf16/fp16: the
+// output of the branch's last matrix product). Differentiable in all four; the branch's
+// gradient comes in its own type, written by the same kernel as the stream's.
+std::pair<torch::Tensor, torch::Tensor> FusedAddLayerNorm(const torch::Tensor& x,
+                                                          const torch::Tensor& branch,
+                                                          const torch::Tensor& weight,
+                                                          const torch::Tensor& bias, double eps,
+                                                          at::ScalarType out_dtype);
 
 }  // namespace stoke::worker

@@ -41,13 +41,33 @@ torch::Tensor Dense(const torch::nn::Linear& layer, const torch::Tensor& x) {
 // low-precision input of the next matrix product itself (fused_layer_norm.h). Autocast
 // runs ATen's layer norm in fp32 instead: an fp32 output cast to bf16 forward, and the
 // bf16 gradient cast to fp32 backward, at every norm.
+bool FusedNormApplies(const torch::nn::LayerNorm& norm, const torch::Tensor& x,
+                      const compat::AutocastState& autocast) {
+  return autocast.enabled && FusedLayerNormApplies(x) && norm->weight.defined() &&
+         (autocast.dtype == torch::kBFloat16 || autocast.dtype == torch::kHalf);
+}
+
 torch::Tensor Norm(torch::nn::LayerNorm& norm, const torch::Tensor& x) {
   const compat::AutocastState autocast = compat::GetAutocast(x.device().type());
-  if (autocast.enabled && FusedLayerNormApplies(x) && norm->weight.defined() &&
-      (autocast.dtype == torch::kBFloat16 || autocast.dtype == torch::kHalf)) {
+  if (FusedNormApplies(norm, x, autocast)) {
     return FusedLayerNorm(x, norm->weight, norm->bias, norm->options.eps(), autocast.dtype);
   }
   return norm->forward(x);
+}
+
+// (x + branch, the norm of that). Fused, the residual add, the norm, and backward's
+// gradient sum and cast for the branch are one kernel each way instead of four.
+std::pair<torch::Tensor, torch::Tensor> AddNorm(torch::nn::LayerNorm& norm, const torch::Tensor& x,
+                                                const torch::Tensor& branch) {
+  const compat::AutocastState autocast = compat::GetAutocast(x.device().type());
+  if (FusedNormApplies(norm, x, autocast) && branch.scalar_type() == autocast.dtype &&
+      branch.sizes() == x.sizes()) {
+    return FusedAddLayerNorm(x, branch, norm->weight, norm->bias, norm->options.eps(),
+                             autocast.dtype);
+  }
+  torch::Tensor sum = x + branch;
+  torch::Tensor normed = Norm(norm, sum);
+  return {std::move(sum), std::move(normed)};
 }
 
 void RequirePositive(int64_t value, const char* field) {
@@ -92,8 +112,8 @@ torch::Tensor GptBlockImpl::forward(const torch::Tensor& inputs) {
   torch::Tensor attended = compat::CausalSelfAttention(heads(qkv[0]), heads(qkv[1]), heads(qkv[2]),
                                                        is_training() ? dropout_ : 0.0);
   attended = attended.transpose(1, 2).reshape({batch, time, width});
-  torch::Tensor x = inputs + Dropout(Dense(attention_out_, attended));
-  const torch::Tensor hidden = torch::gelu(Dense(mlp_in_, Norm(mlp_norm_, x)));
+  const auto [x, normed] = AddNorm(mlp_norm_, inputs, Dropout(Dense(attention_out_, attended)));
+  const torch::Tensor hidden = torch::gelu(Dense(mlp_in_, normed));
   return x + Dropout(Dense(mlp_out_, hidden));
 }
 

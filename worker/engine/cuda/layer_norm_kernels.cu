@@ -38,16 +38,30 @@ __device__ inline __half FromFloat<__half>(float v) {
 }
 
 // Mean and variance in two passes over the row (the second from L1): no cancellation
-// from E[x^2] - E[x]^2 when a row's mean is large against its spread.
+// from E[x^2] - E[x]^2 when a row's mean is large against its spread. With a branch, the
+// row normalised is x + branch, written to `sum` first (each lane rereads only what it
+// wrote itself).
 template <typename T>
-__global__ void LayerNormForwardKernel(const float* x, const float* gamma, const float* beta,
-                                       int64_t rows, int64_t width, float eps, T* y,
-                                       float* mean_out, float* rstd_out) {
+__global__ void LayerNormForwardKernel(const float* x, const T* branch, float* sum_out,
+                                       const float* gamma, const float* beta, int64_t rows,
+                                       int64_t width, float eps, T* y, float* mean_out,
+                                       float* rstd_out) {
   const int64_t row = static_cast<int64_t>(blockIdx.x) * kRowsPerBlock + threadIdx.y;
   if (row >= rows) return;
   const float* xr = x + row * width;
   float sum = 0.f;
-  for (int64_t c = threadIdx.x; c < width; c += 32) sum += xr[c];
+  if (branch != nullptr) {
+    const T* br = branch + row * width;
+    float* sr = sum_out + row * width;
+    for (int64_t c = threadIdx.x; c < width; c += 32) {
+      const float v = xr[c] + ToFloat(br[c]);
+      sr[c] = v;
+      sum += v;
+    }
+    xr = sr;
+  } else {
+    for (int64_t c = threadIdx.x; c < width; c += 32) sum += xr[c];
+  }
   const float mean = WarpSum(sum) / static_cast<float>(width);
   float squares = 0.f;
   for (int64_t c = threadIdx.x; c < width; c += 32) {
@@ -65,11 +79,14 @@ __global__ void LayerNormForwardKernel(const float* x, const float* gamma, const
   }
 }
 
-// dx = rstd * (g - mean(g) - xhat * mean(g * xhat)), g = dy * gamma.
+// dx = rstd * (g - mean(g) - xhat * mean(g * xhat)), g = dy * gamma; plus the gradient
+// the residual stream brings from further on, when given, and a low-precision copy for
+// the branch that was added into the stream, when asked for.
 template <typename T>
 __global__ void LayerNormInputGradKernel(const T* dy, const float* x, const float* gamma,
-                                         const float* mean, const float* rstd, int64_t rows,
-                                         int64_t width, float* dx) {
+                                         const float* mean, const float* rstd,
+                                         const float* residual_grad, int64_t rows, int64_t width,
+                                         float* dx, T* dx_low) {
   const int64_t row = static_cast<int64_t>(blockIdx.x) * kRowsPerBlock + threadIdx.y;
   if (row >= rows) return;
   const T* dyr = dy + row * width;
@@ -87,9 +104,14 @@ __global__ void LayerNormInputGradKernel(const T* dy, const float* x, const floa
   const float mean_g = WarpSum(sum_g) * inv_width;
   const float mean_gx = WarpSum(sum_gx) * inv_width;
   float* dxr = dx + row * width;
+  const float* rgr = residual_grad != nullptr ? residual_grad + row * width : nullptr;
+  T* lowr = dx_low != nullptr ? dx_low + row * width : nullptr;
   for (int64_t c = threadIdx.x; c < width; c += 32) {
     const float xhat = (xr[c] - mu) * rs;
-    dxr[c] = rs * (ToFloat(dyr[c]) * gamma[c] - mean_g - xhat * mean_gx);
+    float v = rs * (ToFloat(dyr[c]) * gamma[c] - mean_g - xhat * mean_gx);
+    if (rgr != nullptr) v += rgr[c];
+    dxr[c] = v;
+    if (lowr != nullptr) lowr[c] = FromFloat<T>(v);
   }
 }
 
@@ -153,12 +175,13 @@ int64_t Slices(int64_t rows) {
 
 template <typename T>
 void LaunchBackward(const T* dy, const float* x, const float* gamma, const float* mean,
-                    const float* rstd, int64_t rows, int64_t width, float* dx, float* dgamma,
-                    float* dbeta, float* partials, cudaStream_t s) {
+                    const float* rstd, const float* residual_grad, int64_t rows, int64_t width,
+                    float* dx, T* dx_low, float* dgamma, float* dbeta, float* partials,
+                    cudaStream_t s) {
   const dim3 row_block(32, kRowsPerBlock);
   const auto row_blocks = static_cast<unsigned>((rows + kRowsPerBlock - 1) / kRowsPerBlock);
-  LayerNormInputGradKernel<<<row_blocks, row_block, 0, s>>>(dy, x, gamma, mean, rstd, rows, width,
-                                                            dx);
+  LayerNormInputGradKernel<<<row_blocks, row_block, 0, s>>>(dy, x, gamma, mean, rstd,
+                                                            residual_grad, rows, width, dx, dx_low);
   const dim3 tile_block(kColumnTile, kRowLanes);
   // Slices along x, which allows 2^31 - 1 of them (y stops at 65,535).
   const dim3 tiles(static_cast<unsigned>(Slices(rows)),
@@ -171,18 +194,20 @@ void LaunchBackward(const T* dy, const float* x, const float* gamma, const float
 
 }  // namespace
 
-const char* LayerNormForward(const float* x, const float* gamma, const float* beta, int64_t rows,
-                             int64_t width, float eps, void* y, HalfType out, float* mean,
-                             float* rstd, void* stream) {
+const char* LayerNormForward(const float* x, const void* branch, float* sum, const float* gamma,
+                             const float* beta, int64_t rows, int64_t width, float eps, void* y,
+                             HalfType out, float* mean, float* rstd, void* stream) {
   if (rows == 0) return nullptr;
   const auto s = static_cast<cudaStream_t>(stream);
   const dim3 block(32, kRowsPerBlock);
   const auto blocks = static_cast<unsigned>((rows + kRowsPerBlock - 1) / kRowsPerBlock);
   if (out == HalfType::kBFloat16) {
-    LayerNormForwardKernel<<<blocks, block, 0, s>>>(x, gamma, beta, rows, width, eps,
-                                                    static_cast<__nv_bfloat16*>(y), mean, rstd);
+    LayerNormForwardKernel<<<blocks, block, 0, s>>>(
+        x, static_cast<const __nv_bfloat16*>(branch), sum, gamma, beta, rows, width, eps,
+        static_cast<__nv_bfloat16*>(y), mean, rstd);
   } else {
-    LayerNormForwardKernel<<<blocks, block, 0, s>>>(x, gamma, beta, rows, width, eps,
+    LayerNormForwardKernel<<<blocks, block, 0, s>>>(x, static_cast<const __half*>(branch), sum,
+                                                    gamma, beta, rows, width, eps,
                                                     static_cast<__half*>(y), mean, rstd);
   }
   return LastError();
@@ -191,9 +216,9 @@ const char* LayerNormForward(const float* x, const float* gamma, const float* be
 int64_t LayerNormBackwardScratch(int64_t rows, int64_t width) { return Slices(rows) * 2 * width; }
 
 const char* LayerNormBackward(const void* dy, HalfType dy_type, const float* x, const float* gamma,
-                              const float* mean, const float* rstd, int64_t rows, int64_t width,
-                              float* dx, float* dgamma, float* dbeta, float* partials,
-                              void* stream) {
+                              const float* mean, const float* rstd, const float* residual_grad,
+                              int64_t rows, int64_t width, float* dx, void* dx_low,
+                              float* dgamma, float* dbeta, float* partials, void* stream) {
   const auto s = static_cast<cudaStream_t>(stream);
   if (rows == 0) {
     cudaMemsetAsync(dgamma, 0, sizeof(float) * width, s);
@@ -201,11 +226,12 @@ const char* LayerNormBackward(const void* dy, HalfType dy_type, const float* x, 
     return LastError();
   }
   if (dy_type == HalfType::kBFloat16) {
-    LaunchBackward(static_cast<const __nv_bfloat16*>(dy), x, gamma, mean, rstd, rows, width, dx,
-                   dgamma, dbeta, partials, s);
+    LaunchBackward(static_cast<const __nv_bfloat16*>(dy), x, gamma, mean, rstd, residual_grad,
+                   rows, width, dx, static_cast<__nv_bfloat16*>(dx_low), dgamma, dbeta, partials,
+                   s);
   } else {
-    LaunchBackward(static_cast<const __half*>(dy), x, gamma, mean, rstd, rows, width, dx, dgamma,
-                   dbeta, partials, s);
+    LaunchBackward(static_cast<const __half*>(dy), x, gamma, mean, rstd, residual_grad, rows,
+                   width, dx, static_cast<__half*>(dx_low), dgamma, dbeta, partials, s);
   }
   return LastError();
 }

@@ -1,7 +1,7 @@
 // AutocastLinear (Stoke's bias-gradient kernel where the build has nvcc) against ATen's
 // linear under the same autocast: the same output and input/weight gradients, and a bias
 // gradient equal to the fp64 sum of the output gradient within fp32 rounding, for a
-// GPT-shaped layer (bf16 input, 16-byte rows) and a classifier (fp32 input, 10 outputs:
+// GPT-shaped layers (bf16 input, 16-byte rows) and a classifier (fp32 input, 10 outputs:
 // the kernel's path for widths that are no multiple of 8). Skips without CUDA or kernels.
 #include <gtest/gtest.h>
 #include <torch/cuda.h>
@@ -40,8 +40,12 @@ double MaxAbs(const torch::Tensor& t) { return t.abs().max().item<double>(); }
 
 TEST_P(HalfLinearGpuTest, MatchesAutocastLinearWithAnExactBiasGradient) {
   const auto [dtype, which] = GetParam();
-  const Shape shape = which == 0 ? Shape{{4, 333, 768}, 2304, dtype}
-                                 : Shape{{512, 1024}, 10, torch::kFloat32};
+  // A GPT-2 block's first layer at a small batch; its output layer at the full batch
+  // (16,384 rows: 256 slices of partial sums, more than the last pass has lanes); a
+  // classifier on fp32 data.
+  const Shape shape = which == 0   ? Shape{{4, 333, 768}, 2304, dtype}
+                      : which == 1 ? Shape{{16, 1024, 3072}, 768, dtype}
+                                   : Shape{{512, 1024}, 10, torch::kFloat32};
   torch::manual_seed(9);
   const auto cuda = torch::TensorOptions().device(torch::kCUDA);
   const torch::Tensor x = torch::randn(shape.input, cuda).to(shape.input_type);
@@ -108,10 +112,12 @@ TEST(HalfLinearGpu, OutsideAutocastOrWithoutGradientsItIsAtensLinear) {
 
 INSTANTIATE_TEST_SUITE_P(
     Layers, HalfLinearGpuTest,
-    ::testing::Combine(::testing::Values(torch::kBFloat16, torch::kHalf), ::testing::Values(0, 1)),
+    ::testing::Combine(::testing::Values(torch::kBFloat16, torch::kHalf),
+                       ::testing::Values(0, 1, 2)),
     [](const auto& info) {
+      const int which = std::get<1>(info.param);
       return std::string(std::get<0>(info.param) == torch::kBFloat16 ? "Bf16" : "Fp16") +
-             (std::get<1>(info.param) == 0 ? "GptQkv" : "Classifier");
+             (which == 0 ? "GptQkv" : which == 1 ? "GptMlpOutFullBatch" : "Classifier");
     });
 
 }  // namespace

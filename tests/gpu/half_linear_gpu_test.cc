@@ -31,9 +31,7 @@ class HalfLinearGpuTest : public ::testing::TestWithParam<std::tuple<at::ScalarT
     const torch::Tensor probe = torch::zeros({1}, torch::TensorOptions().device(torch::kCUDA));
     if (!FusedLayerNormApplies(probe)) GTEST_SKIP() << "built without Stoke's CUDA kernels";
   }
-  void TearDown() override {
-    compat::SetAutocast(c10::DeviceType::CUDA, false, torch::kBFloat16);
-  }
+  void TearDown() override { compat::SetAutocast(c10::DeviceType::CUDA, false, torch::kBFloat16); }
 };
 
 double MaxAbs(const torch::Tensor& t) { return t.abs().max().item<double>(); }
@@ -110,15 +108,18 @@ TEST(HalfLinearGpu, OutsideAutocastOrWithoutGradientsItIsAtensLinear) {
   compat::SetAutocast(c10::DeviceType::CUDA, false, torch::kBFloat16);
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    Layers, HalfLinearGpuTest,
-    ::testing::Combine(::testing::Values(torch::kBFloat16, torch::kHalf),
-                       ::testing::Values(0, 1, 2)),
-    [](const auto& info) {
-      const int which = std::get<1>(info.param);
-      return std::string(std::get<0>(info.param) == torch::kBFloat16 ? "Bf16" : "Fp16") +
-             (which == 0 ? "GptQkv" : which == 1 ? "GptMlpOutFullBatch" : "Classifier");
-    });
+INSTANTIATE_TEST_SUITE_P(Layers, HalfLinearGpuTest,
+                         ::testing::Combine(::testing::Values(torch::kBFloat16, torch::kHalf),
+                                            ::testing::Values(0, 1, 2)),
+                         [](const auto& info) {
+                           const int which = std::get<1>(info.param);
+                           return std::string(std::get<0>(info.param) == torch::kBFloat16
+                                                  ? "Bf16"
+                                                  : "Fp16") +
+                                  (which == 0   ? "GptQkv"
+                                   : which == 1 ? "GptMlpOutFullBatch"
+                                                : "Classifier");
+                         });
 
 }  // namespace
 }  // namespace stoke::worker

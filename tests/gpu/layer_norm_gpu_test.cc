@@ -110,8 +110,8 @@ TEST_P(LayerNormGpuTest, AddAndNormMatchAtensAddThenLayerNorm) {
         << "stream gradient: largest difference " << MaxAbs(x1.grad() - x2.grad());
     // The branch's gradient is the stream's, rounded once to the branch's type.
     EXPECT_EQ(r1.grad().scalar_type(), dtype);
-    EXPECT_TRUE(torch::allclose(r1.grad().to(torch::kFloat32), r2.grad().to(torch::kFloat32),
-                                rtol, 1e-3 * MaxAbs(x2.grad())))
+    EXPECT_TRUE(torch::allclose(r1.grad().to(torch::kFloat32), r2.grad().to(torch::kFloat32), rtol,
+                                1e-3 * MaxAbs(x2.grad())))
         << "branch gradient: largest difference "
         << MaxAbs(r1.grad().to(torch::kFloat32) - r2.grad().to(torch::kFloat32));
     EXPECT_TRUE(torch::allclose(w1.grad(), w2.grad(), 1e-3, 1e-4 * MaxAbs(w2.grad())))

@@ -97,9 +97,8 @@ NormGrads Backward(const torch::Tensor& normed, const torch::Tensor& gamma,
       dy.data_ptr(), HalfTypeOf(type), normed.data_ptr<float>(), gamma.data_ptr<float>(),
       mean.data_ptr<float>(), rstd.data_ptr<float>(),
       residual_grad.defined() ? residual_grad.data_ptr<float>() : nullptr, rows, width,
-      g.dx.data_ptr<float>(), want_low ? g.dx_low.data_ptr() : nullptr,
-      g.dgamma.data_ptr<float>(), g.dbeta.data_ptr<float>(), partials.data_ptr<float>(),
-      StreamOf(normed)));
+      g.dx.data_ptr<float>(), want_low ? g.dx_low.data_ptr() : nullptr, g.dgamma.data_ptr<float>(),
+      g.dbeta.data_ptr<float>(), partials.data_ptr<float>(), StreamOf(normed)));
   return g;
 }
 
@@ -130,8 +129,8 @@ class FusedLayerNormFunction : public torch::autograd::Function<FusedLayerNormFu
     const torch::Tensor dy = grad_outputs[0].to(type).contiguous().view(saved[0].sizes());
     const NormGrads g =
         Backward(saved[0], saved[1], saved[2], saved[3], dy, torch::Tensor(), false, type);
-    return {g.dx.view(ctx->saved_data["sizes"].toIntVector()), g.dgamma, g.dbeta,
-            torch::Tensor(), torch::Tensor()};
+    return {g.dx.view(ctx->saved_data["sizes"].toIntVector()), g.dgamma, g.dbeta, torch::Tensor(),
+            torch::Tensor()};
   }
 };
 
@@ -171,10 +170,9 @@ class FusedAddLayerNormFunction : public torch::autograd::Function<FusedAddLayer
     if (grad_outputs[0].defined()) {
       residual_grad = grad_outputs[0].to(torch::kFloat32).contiguous().view(sum.sizes());
     }
-    const torch::Tensor dy =
-        grad_outputs[1].defined()
-            ? grad_outputs[1].to(type).contiguous().view(sum.sizes())
-            : torch::zeros(sum.sizes(), sum.options().dtype(type));
+    const torch::Tensor dy = grad_outputs[1].defined()
+                                 ? grad_outputs[1].to(type).contiguous().view(sum.sizes())
+                                 : torch::zeros(sum.sizes(), sum.options().dtype(type));
     const NormGrads g = Backward(sum, saved[1], saved[2], saved[3], dy, residual_grad,
                                  /*want_low=*/branch_type == type, type);
     const torch::Tensor dbranch =

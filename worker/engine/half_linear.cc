@@ -67,12 +67,12 @@ class HalfLinearFunction : public torch::autograd::Function<HalfLinearFunction> 
       const auto f32 = contiguous.options().dtype(torch::kFloat32);
       dbias = torch::empty({width}, f32);
       torch::Tensor partials = torch::empty({cuda::ColumnSumScratch(n, width)}, f32);
-      const char* error = cuda::ColumnSums(
-          contiguous.data_ptr(),
-          contiguous.scalar_type() == torch::kBFloat16 ? cuda::HalfType::kBFloat16
-                                                       : cuda::HalfType::kFloat16,
-          n, width, dbias.data_ptr<float>(), partials.data_ptr<float>(),
-          c10::cuda::getCurrentCUDAStream(contiguous.get_device()).stream());
+      const char* error =
+          cuda::ColumnSums(contiguous.data_ptr(),
+                           contiguous.scalar_type() == torch::kBFloat16 ? cuda::HalfType::kBFloat16
+                                                                        : cuda::HalfType::kFloat16,
+                           n, width, dbias.data_ptr<float>(), partials.data_ptr<float>(),
+                           c10::cuda::getCurrentCUDAStream(contiguous.get_device()).stream());
       TORCH_CHECK(error == nullptr, "column-sum CUDA kernel failed: ", error);
       dbias = dbias.to(type_of("bias_type"));
     }
@@ -85,8 +85,7 @@ class HalfLinearFunction : public torch::autograd::Function<HalfLinearFunction> 
 bool AutocastLinearUsesOwnKernels(const torch::Tensor& x, const torch::Tensor& bias) {
   if (!x.is_cuda() || !bias.defined() || !torch::GradMode::is_enabled()) return false;
   const compat::AutocastState autocast = compat::GetAutocast(c10::DeviceType::CUDA);
-  return autocast.enabled &&
-         (autocast.dtype == torch::kBFloat16 || autocast.dtype == torch::kHalf);
+  return autocast.enabled && (autocast.dtype == torch::kBFloat16 || autocast.dtype == torch::kHalf);
 }
 
 torch::Tensor AutocastLinear(const torch::Tensor& x, const torch::Tensor& weight,

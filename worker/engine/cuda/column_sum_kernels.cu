@@ -7,6 +7,8 @@
 #include <algorithm>
 #include <cstdint>
 
+#include "worker/engine/cuda/half_convert.cuh"
+
 namespace stoke::worker::cuda {
 namespace {
 
@@ -21,9 +23,6 @@ constexpr int kVector = 8;
 // layer (GPT-2's 768 columns over 16k rows: 768 blocks), while the partial sums stay a
 // few percent of the input for the second pass to read.
 constexpr int64_t kRowsPerSlice = 64;
-
-__device__ inline float ToFloat(__nv_bfloat16 v) { return __bfloat162float(v); }
-__device__ inline float ToFloat(__half v) { return __half2float(v); }
 
 int64_t Slices(int64_t rows) {
   return std::max<int64_t>(1, (rows + kRowsPerSlice - 1) / kRowsPerSlice);
@@ -105,12 +104,10 @@ __global__ void ColumnSumFinishKernel(const float* partials, int64_t slices, int
 }
 
 template <typename T>
-void Launch(const T* in, int64_t rows, int64_t width, float* out, float* partials,
-            cudaStream_t s) {
+void Launch(const T* in, int64_t rows, int64_t width, float* out, float* partials, cudaStream_t s) {
   const int64_t slices = Slices(rows);
   const dim3 block(kGroups, kLanes);
-  const bool vector =
-      width % kVector == 0 && reinterpret_cast<std::uintptr_t>(in) % 16 == 0;
+  const bool vector = width % kVector == 0 && reinterpret_cast<std::uintptr_t>(in) % 16 == 0;
   if (vector) {
     const int64_t per_block = kGroups * kVector;
     const dim3 grid(static_cast<unsigned>(slices),

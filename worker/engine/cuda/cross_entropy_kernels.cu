@@ -6,25 +6,14 @@
 
 #include <cstdint>
 
+#include "worker/engine/cuda/half_convert.cuh"
+
 namespace stoke::worker::cuda {
 namespace {
 
 // Eight two-byte logits: one 16-byte load or store.
 constexpr int kPack = 8;
 constexpr int kMaxThreads = 512;
-
-__device__ inline float ToFloat(__nv_bfloat16 v) { return __bfloat162float(v); }
-__device__ inline float ToFloat(__half v) { return __half2float(v); }
-template <typename T>
-__device__ inline T FromFloat(float v);
-template <>
-__device__ inline __nv_bfloat16 FromFloat<__nv_bfloat16>(float v) {
-  return __float2bfloat16_rn(v);
-}
-template <>
-__device__ inline __half FromFloat<__half>(float v) {
-  return __float2half_rn(v);
-}
 
 // A running softmax denominator: sum of exp(x - max) over what was seen, with its max.
 // Merging two rescales the smaller side, so one pass over a row is enough.

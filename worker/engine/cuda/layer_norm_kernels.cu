@@ -7,6 +7,8 @@
 #include <algorithm>
 #include <cstdint>
 
+#include "worker/engine/cuda/half_convert.cuh"
+
 namespace stoke::worker::cuda {
 namespace {
 
@@ -22,19 +24,6 @@ constexpr int64_t kRowsPerSlice = 512;
 __device__ inline float WarpSum(float v) {
   for (int offset = 16; offset > 0; offset /= 2) v += __shfl_xor_sync(0xffffffffu, v, offset);
   return v;
-}
-
-__device__ inline float ToFloat(__nv_bfloat16 v) { return __bfloat162float(v); }
-__device__ inline float ToFloat(__half v) { return __half2float(v); }
-template <typename T>
-__device__ inline T FromFloat(float v);
-template <>
-__device__ inline __nv_bfloat16 FromFloat<__nv_bfloat16>(float v) {
-  return __float2bfloat16_rn(v);
-}
-template <>
-__device__ inline __half FromFloat<__half>(float v) {
-  return __float2half_rn(v);
 }
 
 // Mean and variance in two passes over the row (the second from L1): no cancellation
@@ -180,8 +169,8 @@ void LaunchBackward(const T* dy, const float* x, const float* gamma, const float
                     cudaStream_t s) {
   const dim3 row_block(32, kRowsPerBlock);
   const auto row_blocks = static_cast<unsigned>((rows + kRowsPerBlock - 1) / kRowsPerBlock);
-  LayerNormInputGradKernel<<<row_blocks, row_block, 0, s>>>(dy, x, gamma, mean, rstd,
-                                                            residual_grad, rows, width, dx, dx_low);
+  LayerNormInputGradKernel<<<row_blocks, row_block, 0, s>>>(dy, x, gamma, mean, rstd, residual_grad,
+                                                            rows, width, dx, dx_low);
   const dim3 tile_block(kColumnTile, kRowLanes);
   // Slices along x, which allows 2^31 - 1 of them (y stops at 65,535).
   const dim3 tiles(static_cast<unsigned>(Slices(rows)),
@@ -202,9 +191,9 @@ const char* LayerNormForward(const float* x, const void* branch, float* sum, con
   const dim3 block(32, kRowsPerBlock);
   const auto blocks = static_cast<unsigned>((rows + kRowsPerBlock - 1) / kRowsPerBlock);
   if (out == HalfType::kBFloat16) {
-    LayerNormForwardKernel<<<blocks, block, 0, s>>>(
-        x, static_cast<const __nv_bfloat16*>(branch), sum, gamma, beta, rows, width, eps,
-        static_cast<__nv_bfloat16*>(y), mean, rstd);
+    LayerNormForwardKernel<<<blocks, block, 0, s>>>(x, static_cast<const __nv_bfloat16*>(branch),
+                                                    sum, gamma, beta, rows, width, eps,
+                                                    static_cast<__nv_bfloat16*>(y), mean, rstd);
   } else {
     LayerNormForwardKernel<<<blocks, block, 0, s>>>(x, static_cast<const __half*>(branch), sum,
                                                     gamma, beta, rows, width, eps,
@@ -217,8 +206,8 @@ int64_t LayerNormBackwardScratch(int64_t rows, int64_t width) { return Slices(ro
 
 const char* LayerNormBackward(const void* dy, HalfType dy_type, const float* x, const float* gamma,
                               const float* mean, const float* rstd, const float* residual_grad,
-                              int64_t rows, int64_t width, float* dx, void* dx_low,
-                              float* dgamma, float* dbeta, float* partials, void* stream) {
+                              int64_t rows, int64_t width, float* dx, void* dx_low, float* dgamma,
+                              float* dbeta, float* partials, void* stream) {
   const auto s = static_cast<cudaStream_t>(stream);
   if (rows == 0) {
     cudaMemsetAsync(dgamma, 0, sizeof(float) * width, s);
@@ -226,12 +215,11 @@ const char* LayerNormBackward(const void* dy, HalfType dy_type, const float* x, 
     return LastError();
   }
   if (dy_type == HalfType::kBFloat16) {
-    LaunchBackward(static_cast<const __nv_bfloat16*>(dy), x, gamma, mean, rstd, residual_grad,
-                   rows, width, dx, static_cast<__nv_bfloat16*>(dx_low), dgamma, dbeta, partials,
-                   s);
+    LaunchBackward(static_cast<const __nv_bfloat16*>(dy), x, gamma, mean, rstd, residual_grad, rows,
+                   width, dx, static_cast<__nv_bfloat16*>(dx_low), dgamma, dbeta, partials, s);
   } else {
-    LaunchBackward(static_cast<const __half*>(dy), x, gamma, mean, rstd, residual_grad, rows,
-                   width, dx, static_cast<__half*>(dx_low), dgamma, dbeta, partials, s);
+    LaunchBackward(static_cast<const __half*>(dy), x, gamma, mean, rstd, residual_grad, rows, width,
+                   dx, static_cast<__half*>(dx_low), dgamma, dbeta, partials, s);
   }
   return LastError();
 }

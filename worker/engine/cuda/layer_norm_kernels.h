@@ -31,7 +31,7 @@ const char* LayerNormForward(const float* x, const void* branch, float* sum, con
 int64_t LayerNormBackwardScratch(int64_t rows, int64_t width);
 const char* LayerNormBackward(const void* dy, HalfType dy_type, const float* x, const float* gamma,
                               const float* mean, const float* rstd, const float* residual_grad,
-                              int64_t rows, int64_t width, float* dx, void* dx_low,
-                              float* dgamma, float* dbeta, float* partials, void* stream);
+                              int64_t rows, int64_t width, float* dx, void* dx_low, float* dgamma,
+                              float* dbeta, float* partials, void* stream);
 
 }  // namespace stoke::worker::cuda

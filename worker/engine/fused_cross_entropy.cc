@@ -7,6 +7,7 @@
 #include <c10/cuda/CUDAStream.h>
 
 #include "worker/engine/cuda/cross_entropy_kernels.h"
+#include "worker/engine/own_kernel_call.h"
 #endif
 
 namespace stoke::worker {
@@ -14,13 +15,10 @@ namespace stoke::worker {
 #if STOKE_WITH_CUDA_KERNELS
 namespace {
 
-void CheckLaunch(const char* error) {
-  TORCH_CHECK(error == nullptr, "cross-entropy CUDA kernel failed: ", error);
-}
+void CheckLaunch(const char* error) { CheckKernel(error, "cross-entropy"); }
 
-cuda::LogitType LogitTypeOf(const torch::Tensor& logits) {
-  return logits.scalar_type() == torch::kBFloat16 ? cuda::LogitType::kBFloat16
-                                                  : cuda::LogitType::kFloat16;
+cuda::HalfType LogitTypeOf(const torch::Tensor& logits) {
+  return HalfTypeOf(logits.scalar_type(), "fused cross-entropy");
 }
 
 void CheckShapes(const torch::Tensor& logits, const torch::Tensor& targets) {
@@ -48,10 +46,10 @@ void FusedCrossEntropyRows(const torch::Tensor& logits, const torch::Tensor& tar
                   row_lse.numel() == logits.size(0),
               "fused cross-entropy: row outputs must be contiguous fp32 [N]");
   const c10::cuda::CUDAGuard device(logits.device());
-  CheckLaunch(cuda::CrossEntropyForward(
-      logits.data_ptr(), LogitTypeOf(logits), targets.data_ptr<int64_t>(), logits.size(0),
-      logits.size(1), row_loss.data_ptr<float>(), row_lse.data_ptr<float>(),
-      c10::cuda::getCurrentCUDAStream(logits.get_device()).stream()));
+  CheckLaunch(cuda::CrossEntropyForward(logits.data_ptr(), LogitTypeOf(logits),
+                                        targets.data_ptr<int64_t>(), logits.size(0), logits.size(1),
+                                        row_loss.data_ptr<float>(), row_lse.data_ptr<float>(),
+                                        CurrentStreamOf(logits)));
 }
 
 torch::Tensor FusedCrossEntropyGrad(const torch::Tensor& logits, const torch::Tensor& targets,
@@ -65,7 +63,7 @@ torch::Tensor FusedCrossEntropyGrad(const torch::Tensor& logits, const torch::Te
   CheckLaunch(cuda::CrossEntropyBackward(
       logits.data_ptr(), LogitTypeOf(logits), targets.data_ptr<int64_t>(), lse.data_ptr<float>(),
       incoming.data_ptr<float>(), static_cast<float>(scale), logits.size(0), logits.size(1),
-      grad.data_ptr(), c10::cuda::getCurrentCUDAStream(logits.get_device()).stream()));
+      grad.data_ptr(), CurrentStreamOf(logits)));
   return grad;
 }
 

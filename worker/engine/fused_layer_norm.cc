@@ -8,9 +8,9 @@
 
 #if STOKE_WITH_CUDA_KERNELS
 #include <c10/cuda/CUDAGuard.h>
-#include <c10/cuda/CUDAStream.h>
 
 #include "worker/engine/cuda/layer_norm_kernels.h"
+#include "worker/engine/own_kernel_call.h"
 #endif
 
 namespace stoke::worker {
@@ -21,19 +21,7 @@ namespace {
 using torch::autograd::AutogradContext;
 using torch::autograd::variable_list;
 
-void CheckLaunch(const char* error) {
-  TORCH_CHECK(error == nullptr, "layer norm CUDA kernel failed: ", error);
-}
-
-cuda::HalfType HalfTypeOf(at::ScalarType type) {
-  TORCH_CHECK(type == torch::kBFloat16 || type == torch::kHalf,
-              "FusedLayerNorm: the output must be bf16 or fp16, not ", type);
-  return type == torch::kBFloat16 ? cuda::HalfType::kBFloat16 : cuda::HalfType::kFloat16;
-}
-
-void* StreamOf(const torch::Tensor& t) {
-  return c10::cuda::getCurrentCUDAStream(t.get_device()).stream();
-}
+void CheckLaunch(const char* error) { CheckKernel(error, "layer norm"); }
 
 struct NormParams {
   torch::Tensor gamma;
@@ -67,8 +55,8 @@ Normed Forward(const torch::Tensor& rows, const torch::Tensor& branch, const Nor
       rows.data_ptr<float>(), branch.defined() ? branch.data_ptr() : nullptr,
       branch.defined() ? n.sum.data_ptr<float>() : nullptr, params.gamma.data_ptr<float>(),
       params.beta.data_ptr<float>(), rows.size(0), rows.size(1), static_cast<float>(eps),
-      n.y.data_ptr(), HalfTypeOf(type), n.mean.data_ptr<float>(), n.rstd.data_ptr<float>(),
-      StreamOf(rows)));
+      n.y.data_ptr(), HalfTypeOf(type, "FusedLayerNorm"), n.mean.data_ptr<float>(),
+      n.rstd.data_ptr<float>(), CurrentStreamOf(rows)));
   return n;
 }
 
@@ -94,11 +82,11 @@ NormGrads Backward(const torch::Tensor& normed, const torch::Tensor& gamma,
   g.dbeta = torch::empty({width}, f32);
   torch::Tensor partials = torch::empty({cuda::LayerNormBackwardScratch(rows, width)}, f32);
   CheckLaunch(cuda::LayerNormBackward(
-      dy.data_ptr(), HalfTypeOf(type), normed.data_ptr<float>(), gamma.data_ptr<float>(),
-      mean.data_ptr<float>(), rstd.data_ptr<float>(),
+      dy.data_ptr(), HalfTypeOf(type, "FusedLayerNorm"), normed.data_ptr<float>(),
+      gamma.data_ptr<float>(), mean.data_ptr<float>(), rstd.data_ptr<float>(),
       residual_grad.defined() ? residual_grad.data_ptr<float>() : nullptr, rows, width,
       g.dx.data_ptr<float>(), want_low ? g.dx_low.data_ptr() : nullptr, g.dgamma.data_ptr<float>(),
-      g.dbeta.data_ptr<float>(), partials.data_ptr<float>(), StreamOf(normed)));
+      g.dbeta.data_ptr<float>(), partials.data_ptr<float>(), CurrentStreamOf(normed)));
   return g;
 }
 

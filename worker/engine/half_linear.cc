@@ -3,13 +3,15 @@
 #include <c10/core/impl/LocalDispatchKeySet.h>
 #include <torch/torch.h>
 
+#include <optional>
+
 #include "worker/engine/torch_compat.h"
 
 #if STOKE_WITH_CUDA_KERNELS
 #include <c10/cuda/CUDAGuard.h>
-#include <c10/cuda/CUDAStream.h>
 
 #include "worker/engine/cuda/column_sum_kernels.h"
+#include "worker/engine/own_kernel_call.h"
 #endif
 
 namespace stoke::worker {
@@ -67,32 +69,38 @@ class HalfLinearFunction : public torch::autograd::Function<HalfLinearFunction> 
       const auto f32 = contiguous.options().dtype(torch::kFloat32);
       dbias = torch::empty({width}, f32);
       torch::Tensor partials = torch::empty({cuda::ColumnSumScratch(n, width)}, f32);
-      const char* error =
-          cuda::ColumnSums(contiguous.data_ptr(),
-                           contiguous.scalar_type() == torch::kBFloat16 ? cuda::HalfType::kBFloat16
-                                                                        : cuda::HalfType::kFloat16,
-                           n, width, dbias.data_ptr<float>(), partials.data_ptr<float>(),
-                           c10::cuda::getCurrentCUDAStream(contiguous.get_device()).stream());
-      TORCH_CHECK(error == nullptr, "column-sum CUDA kernel failed: ", error);
+      CheckKernel(cuda::ColumnSums(contiguous.data_ptr(),
+                                   HalfTypeOf(contiguous.scalar_type(), "AutocastLinear"), n, width,
+                                   dbias.data_ptr<float>(), partials.data_ptr<float>(),
+                                   CurrentStreamOf(contiguous)),
+                  "column-sum");
       dbias = dbias.to(type_of("bias_type"));
     }
     return {dx, dweight, dbias, torch::Tensor()};
   }
 };
 
+// The autocast type Stoke's path would compute in, or nullopt where ATen's linear runs.
+std::optional<at::ScalarType> OwnKernelType(const torch::Tensor& x, const torch::Tensor& bias) {
+  if (!x.is_cuda() || !bias.defined() || !torch::GradMode::is_enabled()) return std::nullopt;
+  const compat::AutocastState autocast = compat::GetAutocast(c10::DeviceType::CUDA);
+  if (!autocast.enabled || (autocast.dtype != torch::kBFloat16 && autocast.dtype != torch::kHalf)) {
+    return std::nullopt;
+  }
+  return autocast.dtype;
+}
+
 }  // namespace
 
 bool AutocastLinearUsesOwnKernels(const torch::Tensor& x, const torch::Tensor& bias) {
-  if (!x.is_cuda() || !bias.defined() || !torch::GradMode::is_enabled()) return false;
-  const compat::AutocastState autocast = compat::GetAutocast(c10::DeviceType::CUDA);
-  return autocast.enabled && (autocast.dtype == torch::kBFloat16 || autocast.dtype == torch::kHalf);
+  return OwnKernelType(x, bias).has_value();
 }
 
 torch::Tensor AutocastLinear(const torch::Tensor& x, const torch::Tensor& weight,
                              const torch::Tensor& bias) {
-  if (!AutocastLinearUsesOwnKernels(x, bias)) return torch::linear(x, weight, bias);
-  const compat::AutocastState autocast = compat::GetAutocast(c10::DeviceType::CUDA);
-  return HalfLinearFunction::apply(x, weight, bias, static_cast<int64_t>(autocast.dtype));
+  const std::optional<at::ScalarType> type = OwnKernelType(x, bias);
+  if (!type) return torch::linear(x, weight, bias);
+  return HalfLinearFunction::apply(x, weight, bias, static_cast<int64_t>(*type));
 }
 
 #else

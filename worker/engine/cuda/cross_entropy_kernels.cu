@@ -148,7 +148,7 @@ const char* LastError() {
 
 }  // namespace
 
-const char* CrossEntropyForward(const void* logits, LogitType type, const int64_t* targets,
+const char* CrossEntropyForward(const void* logits, HalfType type, const int64_t* targets,
                                 int64_t rows, int64_t cols, float* row_loss, float* row_lse,
                                 void* stream) {
   if (rows == 0) return nullptr;
@@ -156,7 +156,7 @@ const char* CrossEntropyForward(const void* logits, LogitType type, const int64_
   const int threads = ThreadsFor(packed ? cols / kPack : cols);
   const auto s = static_cast<cudaStream_t>(stream);
   const auto blocks = static_cast<unsigned>(rows);
-  if (type == LogitType::kBFloat16) {
+  if (type == HalfType::kBFloat16) {
     CrossEntropyForwardKernel<<<blocks, threads, 0, s>>>(static_cast<const __nv_bfloat16*>(logits),
                                                          targets, cols, packed, row_loss, row_lse);
   } else {
@@ -166,7 +166,7 @@ const char* CrossEntropyForward(const void* logits, LogitType type, const int64_
   return LastError();
 }
 
-const char* CrossEntropyBackward(const void* logits, LogitType type, const int64_t* targets,
+const char* CrossEntropyBackward(const void* logits, HalfType type, const int64_t* targets,
                                  const float* row_lse, const float* grad_loss, float scale,
                                  int64_t rows, int64_t cols, void* grad, void* stream) {
   if (rows == 0) return nullptr;
@@ -174,7 +174,7 @@ const char* CrossEntropyBackward(const void* logits, LogitType type, const int64
   const int threads = ThreadsFor(packed ? cols / kPack : cols);
   const auto s = static_cast<cudaStream_t>(stream);
   const auto blocks = static_cast<unsigned>(rows);
-  if (type == LogitType::kBFloat16) {
+  if (type == HalfType::kBFloat16) {
     CrossEntropyBackwardKernel<<<blocks, threads, 0, s>>>(
         static_cast<const __nv_bfloat16*>(logits), targets, row_lse, grad_loss, scale, cols, packed,
         static_cast<__nv_bfloat16*>(grad));

@@ -11,21 +11,21 @@
 
 #include <cstdint>
 
-namespace stoke::worker::cuda {
+#include "worker/engine/cuda/half_type.h"
 
-enum class LogitType { kBFloat16, kFloat16 };
+namespace stoke::worker::cuda {
 
 // logits: [rows, cols] contiguous on the device; targets: [rows] int64. Writes per row
 // the loss (log-sum-exp minus the target's logit; NaN for a target outside [0, cols))
 // and the log-sum-exp that backward reuses. Returns nullptr, or the CUDA error's text.
-const char* CrossEntropyForward(const void* logits, LogitType type, const int64_t* targets,
+const char* CrossEntropyForward(const void* logits, HalfType type, const int64_t* targets,
                                 int64_t rows, int64_t cols, float* row_loss, float* row_lse,
                                 void* stream);
 
 // grad[r, j] = (exp(logit[r, j] - lse[r]) - [j == target[r]]) * (*grad_loss) * scale, in
 // fp32 arithmetic, stored in the logits' type. grad_loss is a device scalar (the mean
 // loss's incoming gradient: 1, or the fp16 loss scale), so nothing waits on the host.
-const char* CrossEntropyBackward(const void* logits, LogitType type, const int64_t* targets,
+const char* CrossEntropyBackward(const void* logits, HalfType type, const int64_t* targets,
                                  const float* row_lse, const float* grad_loss, float scale,
                                  int64_t rows, int64_t cols, void* grad, void* stream);
 

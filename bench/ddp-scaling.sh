@@ -9,7 +9,10 @@
 # the GPUs present), STEPS (Stoke steps per job; default 240, the first 2 windows of 20
 # are warm-up and dropped), SKIP_PYTHON=1 (Stoke only), SNAPSHOT_AFTER (seconds into each
 # job to save `stoke top --once` and /metrics), CUDA_GRAPH (Stoke's training.cuda_graph,
-# default off: jobs of several ranks train eagerly, so 1 and N GPUs are timed alike).
+# default off: jobs of several ranks train eagerly, so 1 and N GPUs are timed alike),
+# SIDE_BY_SIDE (models for the side-by-side run; default the same models on hosts of 4 or
+# more GPUs, "none" to skip): GPUs/2 jobs of 2 GPUs each are submitted at once and timed
+# while they all train, against the 2-GPU job that ran alone just before.
 set -uo pipefail
 out="${OUT:-$PWD/bench-out}"
 mkdir -p "$out"
@@ -45,17 +48,17 @@ for _ in $(seq 1 240); do
   sleep 0.5
 done
 
-spec() {  # model gpus -> a job file
-  local model=$1 gpus=$2
+spec() {  # model gpus [name] -> a job file
+  local model=$1 gpus=$2 name=${3:-$1-x$2}
   case $model in
     gpt2-small)
-      echo "name: $model-x$gpus
+      echo "name: $name
 model: {gpt: {layers: 12, heads: 12, width: 768}}
 data: {synthetic: {vocab_size: 50304, context: 1024, samples_per_epoch: 100000000}}
 optimizer: {adamw: {}, lr: 6.0e-4}
 training: {steps: $steps, batch_size: ${GPT_BATCH:-16}, precision: bf16, cuda_graph: ${CUDA_GRAPH:-off}}" ;;
     resnet50)
-      echo "name: $model-x$gpus
+      echo "name: $name
 model: {resnet: {depth: 50}}
 data: {synthetic: {image_shape: [3, 224, 224], num_classes: 1000, samples_per_epoch: 100000000}}
 optimizer: {adamw: {}, lr: 1.0e-3}
@@ -68,6 +71,29 @@ checkpoint: {interval_steps: 100000, keep: 1}"
 }
 
 batch_of() { [ "$1" = gpt2-small ] && echo "${GPT_BATCH:-16}" || echo "${RESNET_BATCH:-256}"; }
+
+# One JSON line for a finished Stoke job from its events: the median of rank 0's metric
+# windows after two warm-up windows, without the partial last one.
+record() {  # events.jsonl model gpus runtime [extra JSON fields]
+  python3 - "$1" "$2" "$3" "$(batch_of "$2")" "$4" "${5:-}" <<'PY'
+import json, statistics, sys
+path, model, gpus, batch, runtime, extra = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), sys.argv[5], sys.argv[6]
+rates, comm, state = [], [], "?"
+for line in open(path):
+    e = json.loads(line)
+    m = e.get("metrics")
+    if m and "eval" not in m and int(m.get("rank", 0)) == 0:
+        rates.append(m.get("samples_per_second", 0)); comm.append(m.get("comm_wait_ratio", 0))
+    if "state_change" in e:
+        state = e["state_change"]["state"]
+rates, comm = rates[2:-1] or rates, comm[2:-1] or comm  # drop warm-up and the partial last
+row = {"runtime": runtime, "model": model, "gpus": gpus, "batch_per_gpu": batch,
+       "samples_per_second": statistics.median(rates) if rates else 0,
+       "comm_wait_ratio": statistics.median(comm) if comm else 0, "state": state}
+row.update(json.loads(extra) if extra else {})
+print(json.dumps(row))
+PY
+}
 
 results="$out/ddp-results.jsonl"
 : > "$results"
@@ -86,23 +112,7 @@ for model in $models; do
       sleep 3
     fi
     $bin/stoke -o json watch "$id" > "$out/stoke-$model-x$gpus.events.jsonl"
-    python3 - "$out/stoke-$model-x$gpus.events.jsonl" "$model" "$gpus" "$(batch_of "$model")" \
-      >> "$results" <<'PY'
-import json, statistics, sys
-path, model, gpus, batch = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
-rates, comm, state = [], [], "?"
-for line in open(path):
-    e = json.loads(line)
-    m = e.get("metrics")
-    if m and "eval" not in m and int(m.get("rank", 0)) == 0:
-        rates.append(m.get("samples_per_second", 0)); comm.append(m.get("comm_wait_ratio", 0))
-    if "state_change" in e:
-        state = e["state_change"]["state"]
-rates, comm = rates[2:-1] or rates, comm[2:-1] or comm  # drop warm-up and the partial last
-print(json.dumps({"runtime": "stoke", "model": model, "gpus": gpus, "batch_per_gpu": batch,
-                  "samples_per_second": statistics.median(rates) if rates else 0,
-                  "comm_wait_ratio": statistics.median(comm) if comm else 0, "state": state}))
-PY
+    record "$out/stoke-$model-x$gpus.events.jsonl" "$model" "$gpus" stoke >> "$results"
     tail -1 "$results"
     [ "${SKIP_PYTHON:-0}" = 1 ] && continue
     (cd "$here/python" && timeout "${JOB_TIMEOUT:-150}" python3 -m torch.distributed.run \
@@ -110,6 +120,37 @@ PY
       ddp_train.py --model "$model" --batch "$(batch_of "$model")" ${PY_ARGS:-}) \
       > "$out/python-$model-x$gpus.log" 2>&1
     grep '^{' "$out/python-$model-x$gpus.log" | tail -1 >> "$results"
+    tail -1 "$results"
+  done
+done
+
+# Side by side: GPUs/2 jobs of 2 GPUs submitted at once must each get a pair of their own
+# and train as fast as the 2-GPU job did alone.
+side_models="${SIDE_BY_SIDE:-}"
+[ -z "$side_models" ] && [ "$gpus_present" -ge 4 ] && side_models="$models"
+[ "$side_models" = none ] && side_models=""
+for model in $side_models; do
+  ids=()
+  for j in $(seq 1 $((gpus_present / 2))); do
+    spec "$model" 2 "$model-pair$j" > "$out/$model-pair$j.yaml"
+    ids+=("$($bin/stoke submit "$out/$model-pair$j.yaml" | head -1)")
+  done
+  (sleep "${SNAPSHOT_AFTER:-20}"; $bin/stoke top --once > "$out/top-$model-pairs.txt" 2>&1
+   for id in "${ids[@]}"; do $bin/stoke status "$id"; done > "$out/status-$model-pairs.txt" 2>&1) &
+  for j in "${!ids[@]}"; do
+    timeout "${JOB_TIMEOUT:-150}" $bin/stoke watch "${ids[$j]}" > "$out/stoke-$model-pair$((j + 1)).log" 2>&1 &
+  done
+  wait
+  for j in "${!ids[@]}"; do
+    id=${ids[$j]}
+    $bin/stoke cancel "$id" --reason "benchmark timeout" > /dev/null 2>&1
+    $bin/stoke -o json watch "$id" > "$out/stoke-$model-pair$((j + 1)).events.jsonl"
+    devices=$($bin/stoke -o json status "$id" | python3 -c '
+import json, sys
+job = json.load(sys.stdin)
+print(",".join(p.get("device", {}).get("index", "0").__str__() for p in job.get("placement", [])))')
+    record "$out/stoke-$model-pair$((j + 1)).events.jsonl" "$model" 2 stoke-side-by-side \
+      "{\"job\": $((j + 1)), \"devices\": \"$devices\"}" >> "$results"
     tail -1 "$results"
   done
 done
@@ -133,4 +174,14 @@ for m in dict.fromkeys(r["model"] for r in rows):
               f"{100 * s['comm_wait_ratio']:.1f}% | " if s else f"| {m} | {g} | - | - | - | - | ", end="")
         print(f"{pr:,.0f} | {eff(pr, p1 and p1['samples_per_second'])} | "
               f"{(sr / pr if pr else 0):.2f}x |")
+side = [r for r in rows if r["runtime"] == "stoke-side-by-side"]
+if side:
+    print("\nSide by side: jobs of 2 GPUs submitted at once\n")
+    print("| model | job | devices | state | samples/s | the 2-GPU job alone | side by side / alone |")
+    print("|---|---|---|---|---|---|---|")
+    for r in side:
+        alone = get("stoke", r["model"], 2)
+        a = alone["samples_per_second"] if alone else 0
+        print(f"| {r['model']} | {r['job']} | {r['devices']} | {r['state']} | {r['samples_per_second']:,.0f} | "
+              f"{a:,.0f} | {(r['samples_per_second'] / a if a else 0):.3f} |")
 PY

@@ -12,7 +12,8 @@
 # default off: jobs of several ranks train eagerly, so 1 and N GPUs are timed alike),
 # SIDE_BY_SIDE (models for the side-by-side run; default the same models on hosts of 4 or
 # more GPUs, "none" to skip): GPUs/2 jobs of 2 GPUs each are submitted at once and timed
-# while they all train, against the 2-GPU job that ran alone just before.
+# while they all train, against the 2-GPU job that ran alone just before. BUCKET_MB:
+# the jobs' distributed.bucket_mb (default 25).
 set -uo pipefail
 out="${OUT:-$PWD/bench-out}"
 mkdir -p "$out"
@@ -65,6 +66,7 @@ optimizer: {adamw: {}, lr: 1.0e-3}
 training: {steps: $steps, batch_size: ${RESNET_BATCH:-256}, precision: bf16, cuda_graph: ${CUDA_GRAPH:-off}}" ;;
   esac
   echo "resources: {gpus: $gpus}
+distributed: {bucket_mb: ${BUCKET_MB:-25}}
 metrics: {interval_steps: 20}
 eval: {batches: 1}
 checkpoint: {interval_steps: 100000, keep: 1}"
@@ -137,10 +139,12 @@ for model in $side_models; do
   done
   (sleep "${SNAPSHOT_AFTER:-20}"; $bin/stoke top --once > "$out/top-$model-pairs.txt" 2>&1
    for id in "${ids[@]}"; do $bin/stoke status "$id"; done > "$out/status-$model-pairs.txt" 2>&1) &
+  watchers=()
   for j in "${!ids[@]}"; do
     timeout "${JOB_TIMEOUT:-150}" $bin/stoke watch "${ids[$j]}" > "$out/stoke-$model-pair$((j + 1)).log" 2>&1 &
+    watchers+=($!)
   done
-  wait
+  wait "${watchers[@]}"  # not a bare wait: the coordinator is a child of this shell too
   for j in "${!ids[@]}"; do
     id=${ids[$j]}
     $bin/stoke cancel "$id" --reason "benchmark timeout" > /dev/null 2>&1

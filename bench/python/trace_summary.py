@@ -13,6 +13,8 @@ import re
 
 # First match wins: fused and library kernels before the generic element-wise ones.
 KINDS = [
+    # NCCL's kernels run on their own stream, beside backward: their time overlaps the rest.
+    ("all-reduce (NCCL, overlapping)", r"nccl"),
     ("attention", r"flash|fmha|attention|sdpa|_efficient_attention|cudnn_generated_fort_native_sdpa"),
     ("matrix products", r"gemm|nvjet|cutlass|xmma|wgmma|cublas|s1688|s16816|matmul|sm90_"),
     ("convolution", r"conv|implicit_convolve|winograd|dgrad|wgrad|fprop|cudnn"),

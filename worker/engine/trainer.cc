@@ -22,6 +22,7 @@
 #include "worker/engine/multi_tensor_adamw.h"
 #include "worker/engine/optimizers.h"
 #include "worker/engine/step_math.h"
+#include "worker/engine/step_trace.h"
 #include "worker/engine/torch_compat.h"
 #include "worker/engine/torch_device.h"
 #include "worker/engine/train_step.h"
@@ -376,6 +377,7 @@ TrainOutcome RunTraining(const TrainTask& job_task, const DeviceRef& device_ref,
     observer.OnStarted();
 
     std::vector<Batch> micro_batches(static_cast<size_t>(t.grad_accum_steps));
+    StepTrace trace(task.job_id, task.rank, [&](const std::string& line) { observer.OnLog(line); });
     for (step = first_step; step <= total_steps; ++step) {
       if (cancel.load(std::memory_order_relaxed)) {
         return {TrainOutcome::Kind::kCancelled, "cancelled at step " + std::to_string(step - 1)};
@@ -384,7 +386,9 @@ TrainOutcome RunTraining(const TrainTask& job_task, const DeviceRef& device_ref,
       const double lr = LearningRateAt(task.optimizer, step, total_steps);
       SetLearningRate(*optimizer, lr);
       for (auto& batch : micro_batches) batch = data.train->Next();
+      trace.BeforeStep(step);
       for (const auto& loss : runner.Run(micro_batches)) metrics.AddLoss(loss);
+      trace.AfterStep(step);
 
       const uint32_t epoch = static_cast<uint32_t>((step - 1) / steps_per_epoch);
       if (step % interval == 0 || step == total_steps) {

@@ -47,7 +47,8 @@ class DistributedTrainingTest : public ::testing::Test {
 
   // Runs `world` ranks with per-rank batch `batch` to the end; returns each rank's final
   // parameters. Fails the test if any rank fails.
-  std::vector<std::vector<torch::Tensor>> Train(int world, int64_t batch, int steps, int accum) {
+  std::vector<std::vector<torch::Tensor>> Train(int world, int64_t batch, int steps, int accum,
+                                                const std::string& optimizer = "sgd") {
     const std::string rendezvous = "127.0.0.1:" + std::to_string(FreePort());
     std::vector<std::unique_ptr<BackgroundProcess>> ranks;
     for (int r = 0; r < world; ++r) {
@@ -57,7 +58,7 @@ class DistributedTrainingTest : public ::testing::Test {
               "rank=" + std::to_string(r), "world=" + std::to_string(world),
               "rendezvous=" + rendezvous, "data=" + data_, "batch=" + std::to_string(batch),
               "steps=" + std::to_string(steps), "accum=" + std::to_string(accum),
-              "out=" + dir_.File("params-" + tag + ".pt")},
+              "optimizer=" + optimizer, "out=" + dir_.File("params-" + tag + ".pt")},
           dir_.File("rank-" + tag + ".log")));
     }
     std::vector<std::vector<torch::Tensor>> parameters(static_cast<size_t>(world));
@@ -110,6 +111,21 @@ TEST_F(DistributedTrainingTest, TwoRanksEndIdenticalAndMatchOneProcessOnTheGloba
   ASSERT_EQ(untouched.size(), 1u);
   EXPECT_FALSE(torch::allclose(untouched[0][0], single[0][0], 1e-3, 1e-3));
   EXPECT_NE(logs_[1].find("gradients in"), std::string::npos) << logs_[1];
+}
+
+// AdamW updates each bucket's parameters as soon as that bucket is reduced, part by
+// part; the result must be the one update of the averaged gradients all the same.
+TEST_F(DistributedTrainingTest, TwoRanksWithAdamWUpdatingBucketByBucketMatchOneProcess) {
+  constexpr int kSteps = 20;
+  auto single = Train(1, 16, kSteps, 1, "adamw");
+  ASSERT_EQ(single.size(), 1u);
+  auto pair = Train(2, 8, kSteps, 1, "adamw");
+  ASSERT_EQ(pair.size(), 2u);
+  ExpectIdentical(pair[0], pair[1], "rank 0 vs rank 1");
+  ExpectClose(pair[0], single[0], "2 ranks x 8 vs 1 process x 16, AdamW");
+  auto untouched = Train(1, 16, 1, 1, "adamw");
+  ASSERT_EQ(untouched.size(), 1u);
+  EXPECT_FALSE(torch::allclose(untouched[0][0], single[0][0], 1e-3, 1e-3));
 }
 
 TEST_F(DistributedTrainingTest, ThreeRanksWithAccumulationMatchOneProcess) {

@@ -76,8 +76,14 @@ int main(int argc, char** argv) {
   task.data.loader.pin_memory = false;
   task.data.augment.normalize = true;
   OptimizerConfig optimizer;
-  optimizer.kind = SgdConfig{0.9, false};
-  optimizer.lr = std::stod(get("lr", "0.05"));
+  // AdamW updates each gradient bucket as soon as it is reduced; SGD after all of them.
+  if (get("optimizer", "sgd") == "adamw") {
+    optimizer.kind = AdamWConfig{};
+    optimizer.lr = std::stod(get("lr", "0.003"));
+  } else {
+    optimizer.kind = SgdConfig{0.9, false};
+    optimizer.lr = std::stod(get("lr", "0.05"));
+  }
   task.optimizer = optimizer;
   task.training.steps = std::stoull(get("steps", "10"));
   task.training.batch_size = std::stoll(get("batch", "8"));

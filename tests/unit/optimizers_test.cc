@@ -75,5 +75,43 @@ TEST(MultiTensorAdamW, CheckpointsLoadIntoLibTorchsAdamWAndContinueAlike) {
   }
 }
 
+// What a job of several ranks relies on (GradientReducer): stepping part by part gives
+// the same parameters as one step, and before_part(k) runs once, in order, after the
+// parts before k are updated and before part k is.
+TEST(MultiTensorAdamW, StepInPartsUpdatesEachPartAfterItsCallAndMatchesOneStep) {
+  auto whole = Parameters();
+  auto parted = Parameters();
+  MultiTensorAdamW whole_optimizer(whole, Options(), AdamWRoute::kForeach);
+  MultiTensorAdamW parted_optimizer(parted, Options(), AdamWRoute::kForeach);
+  // Parts in reverse registration order, as buckets are; parameter 0 in no part.
+  const std::vector<std::vector<torch::Tensor>> parts = {{parted[3], parted[2]}, {parted[1]}};
+  for (int step = 1; step <= 4; ++step) {
+    Step(whole_optimizer, whole, step);
+    torch::manual_seed(100 + step);  // the gradients Step draws
+    for (size_t i = 0; i < parted.size(); ++i) {
+      torch::Tensor g = torch::randn_like(parted[i]);
+      const bool skipped = i + 1 == parted.size() && (step == 2 || step == 3);
+      parted[i].mutable_grad() = skipped ? torch::Tensor() : g;
+    }
+    std::vector<torch::Tensor> before;
+    for (const auto& p : parted) before.push_back(p.detach().clone());
+    std::vector<size_t> calls;
+    parted_optimizer.StepInParts(parts, [&](size_t k) {
+      calls.push_back(k);
+      // Part 0 (parameters 3 and 2) is updated before part 1's call, and nothing else is.
+      const bool part0_updated = k == 1;
+      EXPECT_EQ(!torch::equal(parted[2], before[2]), part0_updated) << "step " << step;
+      EXPECT_TRUE(torch::equal(parted[1], before[1])) << "step " << step << ", call " << k;
+      EXPECT_TRUE(torch::equal(parted[0], before[0])) << "step " << step << ", call " << k;
+    });
+    EXPECT_EQ(calls, (std::vector<size_t>{0, 1})) << "step " << step;
+    for (size_t i = 0; i < parted.size(); ++i) {
+      EXPECT_TRUE(torch::allclose(parted[i], whole[i], 1e-6, 1e-7))
+          << "step " << step << ", parameter " << i;
+    }
+  }
+  EXPECT_FALSE(torch::allclose(parted[0], Parameters()[0], 1e-3, 1e-3));
+}
+
 }  // namespace
 }  // namespace stoke::worker

@@ -41,14 +41,16 @@ GradientReducer::GradientReducer(std::vector<torch::Tensor> parameters, Communic
     bucket.flat =
         torch::zeros({elements}, parameters_[group.front()].options().requires_grad(false));
     bucket.parameters = group;
+    auto& tensors = bucket_parameters_.emplace_back();
+    for (size_t i : group) tensors.push_back(parameters_[i]);
   }
   for (size_t i = 0; i < parameters_.size(); ++i) {
     if (!parameters_[i].requires_grad()) continue;
     // The hook captures an index, not the parameter: a parameter holding a hook that
     // holds the parameter would never be freed.
-    // A hook that returns nothing leaves the gradient as it is.
+    // A hook that returns an undefined tensor leaves the gradient as it is.
     hook_ids_.push_back(parameters_[i].register_hook(
-        [this, i](const torch::Tensor& grad) { OnGradient(i, grad); }));
+        [this, i](const torch::Tensor& grad) { return OnGradient(i, grad); }));
   }
 }
 
@@ -79,21 +81,28 @@ void GradientReducer::Arm() {
   }
 }
 
-void GradientReducer::OnGradient(size_t parameter, const torch::Tensor& grad) {
-  if (!armed_) return;  // an earlier micro-step: autograd accumulates into .grad
+torch::Tensor GradientReducer::OnGradient(size_t parameter, const torch::Tensor& grad) {
+  // An earlier micro-step: autograd accumulates into .grad.
+  if (!armed_) return {};
   Slot& slot = slots_[parameter];
-  if (slot.ready) return;  // already in (a parameter reached twice is summed by autograd)
+  // Already in (a parameter reached twice is summed by autograd before its hook).
+  if (slot.ready) return {};
   torch::NoGradGuard no_grad;
   torch::Tensor view = SlotView(parameter);
-  const torch::Tensor& earlier = parameters_[parameter].grad();
+  torch::Tensor& earlier = parameters_[parameter].mutable_grad();
   if (earlier.defined()) {
     torch::add_out(view, earlier, grad);
     ScaledCopy(view, view);
+    // Autograd would add the slice to this; with .grad empty it stores the slice instead.
+    earlier.reset();
   } else {
     ScaledCopy(view, grad);
   }
   slot.ready = true;
   if (--buckets_[slot.bucket].waiting == 0) LaunchReadyBuckets();
+  // Returned, the slice becomes .grad as it is (autograd takes a gradient no one else
+  // holds without copying it), and autograd's own gradient is freed now.
+  return view;
 }
 
 void GradientReducer::LaunchReadyBuckets() {
@@ -114,8 +123,8 @@ void GradientReducer::Launch(Bucket& bucket) {
   bucket.reduction = communicator_.AllReduceSum(bucket.flat);
 }
 
-void GradientReducer::Finish() {
-  if (!armed_) throw std::logic_error("GradientReducer::Finish without Arm");
+void GradientReducer::LaunchRest() {
+  if (!armed_) throw std::logic_error("GradientReducer::LaunchRest without Arm");
   torch::NoGradGuard no_grad;
   for (size_t i = 0; i < parameters_.size(); ++i) {
     Slot& slot = slots_[i];
@@ -132,16 +141,29 @@ void GradientReducer::Finish() {
     --buckets_[slot.bucket].waiting;
   }
   LaunchReadyBuckets();
-  const torch::Device device = parameters_.empty() ? torch::kCPU : parameters_.front().device();
-  ExposedWait wait;
-  wait.begin = DeviceTimer::Record(device);
-  for (auto& bucket : buckets_) bucket.reduction->Wait();
-  wait.end = DeviceTimer::Record(device);
-  exposed_.push_back(std::move(wait));
   for (size_t i = 0; i < parameters_.size(); ++i) {
     if (parameters_[i].requires_grad()) parameters_[i].mutable_grad() = SlotView(i);
   }
   armed_ = false;
+}
+
+void GradientReducer::WaitForBucket(size_t index) {
+  Bucket& bucket = buckets_.at(index);
+  if (!bucket.reduction) return;  // waited for already
+  // The device's idle time between these two marks is communication backward (and the
+  // update of the buckets before) did not hide.
+  const torch::Device device = bucket.flat.device();
+  ExposedWait wait;
+  wait.begin = DeviceTimer::Record(device);
+  bucket.reduction->Wait();
+  wait.end = DeviceTimer::Record(device);
+  exposed_.push_back(std::move(wait));
+  bucket.reduction.reset();
+}
+
+void GradientReducer::Finish() {
+  LaunchRest();
+  for (size_t b = 0; b < buckets_.size(); ++b) WaitForBucket(b);
 }
 
 double GradientReducer::TakeExposedSeconds() {

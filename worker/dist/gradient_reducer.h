@@ -4,8 +4,11 @@
 // each parameter copies its gradient, divided by the world size, into its bucket as
 // backward produces it; a bucket whose gradients are all in is all-reduced at once, in
 // bucket order (every rank must issue collectives in the same order), while backward
-// goes on with earlier layers. After backward, Finish waits for the reductions and points
-// each parameter's .grad at its slice of the reduced bucket.
+// goes on with earlier layers. The hook hands autograd that slice as the gradient, so
+// .grad is the bucket itself and autograd keeps no copy. After backward, Finish waits for
+// the reductions; or LaunchRest and WaitForBucket let the optimizer update each bucket's
+// parameters as soon as that bucket is reduced (MultiTensorAdamW::StepInParts), so the
+// last reductions (the first layers, the embedding among them) overlap the update.
 //
 // Only the last micro-step of an accumulated step is reduced (Arm before its backward);
 // earlier micro-steps accumulate locally in .grad as usual, and the hook folds that sum
@@ -34,9 +37,17 @@ class GradientReducer {
 
   // The next backward completes an optimizer step: reduce its gradients as they come.
   void Arm();
-  // After that backward: launches what is left, makes the device wait for every
-  // reduction, and sets each parameter's .grad to the mean over all ranks.
+  // After that backward: launches what is left and points each parameter's .grad at its
+  // bucket slice, which holds the mean over all ranks once WaitForBucket has been called
+  // for its bucket (work queued on the device after that call sees the reduced values).
+  void LaunchRest();
+  void WaitForBucket(size_t bucket);
+  // LaunchRest, then WaitForBucket for every bucket.
   void Finish();
+  // Each bucket's parameters, in launch order.
+  const std::vector<std::vector<torch::Tensor>>& BucketParameters() const {
+    return bucket_parameters_;
+  }
   // Device seconds spent waiting in Finish for reductions backward had not hidden, since
   // the last call (only marks the device has passed are counted; never blocks).
   double TakeExposedSeconds();
@@ -57,7 +68,8 @@ class GradientReducer {
   };
 
   torch::Tensor SlotView(size_t parameter) const;
-  void OnGradient(size_t parameter, const torch::Tensor& grad);
+  // The gradient autograd should store: the bucket slice, or undefined (keep its own).
+  torch::Tensor OnGradient(size_t parameter, const torch::Tensor& grad);
   void LaunchReadyBuckets();
   void Launch(Bucket& bucket);
   // view = grad / world size, in one pass.
@@ -67,6 +79,7 @@ class GradientReducer {
   Communicator& communicator_;
   std::vector<Slot> slots_;
   std::vector<Bucket> buckets_;
+  std::vector<std::vector<torch::Tensor>> bucket_parameters_;
   std::vector<unsigned> hook_ids_;
   bool armed_ = false;
   size_t next_launch_ = 0;

@@ -3,11 +3,14 @@
 #include <ATen/ATen.h>
 #include <torch/torch.h>
 
+#include <algorithm>
 #include <cmath>
 #include <map>
 #include <optional>
 #include <sstream>
+#include <tuple>
 #include <type_traits>
+#include <unordered_map>
 
 #include "worker/engine/torch_compat.h"
 
@@ -94,33 +97,48 @@ void MultiTensorAdamW::SyncHostState() {
 }
 
 torch::Tensor MultiTensorAdamW::step(LossClosure closure) {
-  if (route_ == AdamWRoute::kPerParameter) return torch::optim::AdamW::step(std::move(closure));
-  for (auto& group : param_groups_) {
-    if (static_cast<torch::optim::AdamWOptions&>(group.options()).amsgrad()) {
-      return torch::optim::AdamW::step(std::move(closure));  // AMSGrad: not ours to batch
-    }
-  }
-  torch::NoGradGuard no_grad;
   torch::Tensor loss;
   if (closure) {
     at::AutoGradMode enable_grad(true);
     loss = closure();
   }
+  StepInParts({}, nullptr);
+  return loss;
+}
+
+void MultiTensorAdamW::StepInParts(const std::vector<std::vector<torch::Tensor>>& parts,
+                                   const std::function<void(size_t)>& before_part) {
+  size_t parts_begun = 0;
+  auto begin_parts_through = [&](size_t last) {  // before_part once per part, in order
+    while (before_part && parts_begun < parts.size() && parts_begun <= last) {
+      before_part(parts_begun++);
+    }
+  };
+  bool per_parameter = route_ == AdamWRoute::kPerParameter;
+  for (auto& group : param_groups_) {
+    // AMSGrad: not ours to batch.
+    per_parameter |= static_cast<torch::optim::AdamWOptions&>(group.options()).amsgrad();
+  }
+  if (per_parameter) {  // LibTorch's loop over parameters cannot go part by part
+    begin_parts_through(parts.size());
+    torch::optim::AdamW::step();
+    return;
+  }
+  torch::NoGradGuard no_grad;
+  std::unordered_map<const void*, size_t> part_of;
+  for (size_t k = 0; k < parts.size(); ++k) {
+    for (const auto& p : parts[k]) part_of[p.unsafeGetTensorImpl()] = k;
+  }
   struct Batch {
     std::vector<torch::Tensor> params, grads, exp_avgs, exp_avg_sqs;
     int64_t steps_before = 0;
   };
+  // Foreach: parameters that have taken the same number of steps share their bias
+  // correction (usually that is all of them). Fused: one batch per device, whose step
+  // count lives on the device. Either way, split by part; parameters in none come last.
+  std::map<std::tuple<size_t, size_t, int64_t, std::string>, Batch> batches;
   for (size_t g = 0; g < param_groups_.size(); ++g) {
-    auto& group = param_groups_[g];
-    auto& options = static_cast<torch::optim::AdamWOptions&>(group.options());
-    const double lr = options.lr();
-    const double beta1 = std::get<0>(options.betas());
-    const double beta2 = std::get<1>(options.betas());
-    // Foreach: parameters that have taken the same number of steps share their bias
-    // correction (usually that is all of them). Fused: one batch per device, whose step
-    // count lives on the device.
-    std::map<std::pair<int64_t, std::string>, Batch> batches;  // (step or -1, device)
-    for (auto& p : group.params()) {
+    for (auto& p : param_groups_[g].params()) {
       if (!p.grad().defined()) continue;
       TORCH_CHECK(!p.grad().is_sparse(), "AdamW does not take sparse gradients");
       auto key = StateKey(state_, p);
@@ -134,7 +152,9 @@ torch::Tensor MultiTensorAdamW::step(LossClosure closure) {
       }
       auto& state = static_cast<torch::optim::AdamWParamState&>(*found->second);
       const bool fused = RouteFor(p.device()) == AdamWRoute::kFused;
-      Batch& batch = batches[{fused ? -1 : state.step() + 1, p.device().str()}];
+      const auto in_part = part_of.find(p.unsafeGetTensorImpl());
+      const size_t part = in_part == part_of.end() ? parts.size() : in_part->second;
+      Batch& batch = batches[{part, g, fused ? -1 : state.step() + 1, p.device().str()}];
       if (batch.params.empty()) batch.steps_before = state.step();
       // Bookkeeping only on the fused route: the device count is the truth there
       // (SyncHostState), as replayed graphs and skipped fp16 steps pass the host by.
@@ -144,45 +164,56 @@ torch::Tensor MultiTensorAdamW::step(LossClosure closure) {
       batch.exp_avgs.push_back(state.exp_avg());
       batch.exp_avg_sqs.push_back(state.exp_avg_sq());
     }
-    for (auto& [key, b] : batches) {
-      const torch::Device device = b.params.front().device();
-      if (key.first < 0) {
-#if STOKE_FUSED_ADAMW
-        DeviceCounters& counters = CountersFor(g, device, b.steps_before, lr);
-        // The kernel reads each parameter's step count already incremented, as
-        // torch.optim does; one device scalar serves the whole batch.
-        counters.step.add_(1);
-        const std::vector<torch::Tensor> step_list(b.params.size(), counters.step);
-        std::optional<torch::Tensor> found_inf;
-        if (found_inf_.defined()) found_inf = found_inf_;
-        at::_fused_adamw_(b.params, b.grads, b.exp_avgs, b.exp_avg_sqs, /*max_exp_avg_sqs=*/{},
-                          step_list, counters.lr, beta1, beta2, options.weight_decay(),
-                          options.eps(), /*amsgrad=*/false, /*maximize=*/false,
-                          /*grad_scale=*/std::nullopt, found_inf);
-        // A skipped step is not counted.
-        if (found_inf) counters.step.sub_(found_inf->squeeze(0));
-        continue;
-#else
-        (void)device;
-        TORCH_CHECK(false, "fused AdamW is not available in this build");
-#endif
-      }
-      const int64_t step = key.first;
-      // optim::AdamW's arithmetic, one multi-tensor call per operation.
-      if (options.weight_decay() != 0) at::_foreach_mul_(b.params, 1 - lr * options.weight_decay());
-      const double bias_correction1 = 1 - std::pow(beta1, static_cast<double>(step));
-      const double bias_correction2 = 1 - std::pow(beta2, static_cast<double>(step));
-      at::_foreach_mul_(b.exp_avgs, beta1);
-      at::_foreach_add_(b.exp_avgs, b.grads, 1 - beta1);
-      at::_foreach_mul_(b.exp_avg_sqs, beta2);
-      at::_foreach_addcmul_(b.exp_avg_sqs, b.grads, b.grads, 1 - beta2);
-      std::vector<torch::Tensor> denom = at::_foreach_sqrt(b.exp_avg_sqs);
-      at::_foreach_div_(denom, std::sqrt(bias_correction2));
-      at::_foreach_add_(denom, options.eps());
-      at::_foreach_addcdiv_(b.params, b.exp_avgs, denom, -lr / bias_correction1);
-    }
   }
-  return loss;
+  std::vector<DeviceCounters*> counted;  // device step counts this step has advanced
+  for (auto& [key, b] : batches) {
+    const auto& [part, g, step, device_name] = key;
+    begin_parts_through(part);
+    auto& options = static_cast<torch::optim::AdamWOptions&>(param_groups_[g].options());
+    const double lr = options.lr();
+    const double beta1 = std::get<0>(options.betas());
+    const double beta2 = std::get<1>(options.betas());
+    const torch::Device device = b.params.front().device();
+    if (step < 0) {
+#if STOKE_FUSED_ADAMW
+      DeviceCounters& counters = CountersFor(g, device, b.steps_before, lr);
+      // The kernel reads each parameter's step count already incremented, as
+      // torch.optim does; one device scalar serves the whole batch (and every part).
+      if (std::find(counted.begin(), counted.end(), &counters) == counted.end()) {
+        counters.step.add_(1);
+        counted.push_back(&counters);
+      }
+      const std::vector<torch::Tensor> step_list(b.params.size(), counters.step);
+      std::optional<torch::Tensor> found_inf;
+      if (found_inf_.defined()) found_inf = found_inf_;
+      at::_fused_adamw_(b.params, b.grads, b.exp_avgs, b.exp_avg_sqs, /*max_exp_avg_sqs=*/{},
+                        step_list, counters.lr, beta1, beta2, options.weight_decay(), options.eps(),
+                        /*amsgrad=*/false, /*maximize=*/false,
+                        /*grad_scale=*/std::nullopt, found_inf);
+      continue;
+#else
+      (void)device;
+      TORCH_CHECK(false, "fused AdamW is not available in this build");
+#endif
+    }
+    // optim::AdamW's arithmetic, one multi-tensor call per operation.
+    if (options.weight_decay() != 0) at::_foreach_mul_(b.params, 1 - lr * options.weight_decay());
+    const double bias_correction1 = 1 - std::pow(beta1, static_cast<double>(step));
+    const double bias_correction2 = 1 - std::pow(beta2, static_cast<double>(step));
+    at::_foreach_mul_(b.exp_avgs, beta1);
+    at::_foreach_add_(b.exp_avgs, b.grads, 1 - beta1);
+    at::_foreach_mul_(b.exp_avg_sqs, beta2);
+    at::_foreach_addcmul_(b.exp_avg_sqs, b.grads, b.grads, 1 - beta2);
+    std::vector<torch::Tensor> denom = at::_foreach_sqrt(b.exp_avg_sqs);
+    at::_foreach_div_(denom, std::sqrt(bias_correction2));
+    at::_foreach_add_(denom, options.eps());
+    at::_foreach_addcdiv_(b.params, b.exp_avgs, denom, -lr / bias_correction1);
+  }
+  begin_parts_through(parts.size());  // parts with no gradients are still begun
+  // A skipped fp16 step is not counted.
+  if (found_inf_.defined()) {
+    for (DeviceCounters* counters : counted) counters->step.sub_(found_inf_.squeeze(0));
+  }
 }
 
 }  // namespace stoke::worker

@@ -11,6 +11,7 @@
 
 #include <torch/optim/adamw.h>
 
+#include <functional>
 #include <map>
 #include <string>
 #include <utility>
@@ -24,6 +25,13 @@ class MultiTensorAdamW final : public torch::optim::AdamW {
   MultiTensorAdamW(std::vector<torch::Tensor> parameters, torch::optim::AdamWOptions options,
                    AdamWRoute route);
   torch::Tensor step(LossClosure closure = nullptr) override;
+  // The same update, part by part in the order given (parameters in no part last), with
+  // before_part(k) called before part k's update: a job of several ranks makes the device
+  // wait there for that part's gradient all-reduce only, so the update of parts already
+  // reduced overlaps the reductions still in flight. The per-parameter route (and
+  // AMSGrad) updates everything at once, after calling before_part for every part.
+  void StepInParts(const std::vector<std::vector<torch::Tensor>>& parts,
+                   const std::function<void(size_t)>& before_part);
 
   // The route steps take on `device` (kAuto and kFused resolved).
   AdamWRoute RouteFor(const torch::Device& device) const;

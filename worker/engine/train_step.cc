@@ -78,6 +78,16 @@ std::vector<torch::Tensor> StepRunner::Body(const std::vector<Batch>& micro_batc
     if (parts_.scaler) objective = parts_.scaler->Scale(objective);
     objective.backward();
   }
+  auto* adamw = dynamic_cast<MultiTensorAdamW*>(parts_.optimizer);
+  if (parts_.reducer && adamw && !parts_.scaler && parts_.grad_clip_norm <= 0) {
+    // Nothing needs every gradient at once (no overflow check, no clipping norm): each
+    // bucket's parameters are updated as soon as that bucket is reduced, while the last
+    // buckets' reductions are still in flight.
+    parts_.reducer->LaunchRest();
+    adamw->StepInParts(parts_.reducer->BucketParameters(),
+                       [this](size_t bucket) { parts_.reducer->WaitForBucket(bucket); });
+    return losses;
+  }
   if (parts_.reducer) parts_.reducer->Finish();
   bool step = true;
   if (parts_.scaler) {

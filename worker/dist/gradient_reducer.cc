@@ -30,6 +30,25 @@ GradientReducer::GradientReducer(std::vector<torch::Tensor> parameters, Communic
     groups.back().push_back(i);
     group_bytes += p.numel() * static_cast<int64_t>(p.element_size());
   }
+  // The last bucket waits for backward's very last gradients (the first layers), and
+  // nothing but the update can hide its reduction: keep it small too, so that the
+  // parameters before those are reduced while backward is still running. It keeps at
+  // least one parameter (GPT's embedding alone is larger than any bucket).
+  if (!groups.empty() && groups.back().size() > 1) {
+    std::vector<size_t>& last = groups.back();
+    size_t keep = last.size();
+    int64_t tail_bytes = 0;
+    while (keep > 1) {
+      const torch::Tensor& p = parameters_[last[keep - 1]];
+      const int64_t bytes = p.numel() * static_cast<int64_t>(p.element_size());
+      if (keep < last.size() && tail_bytes + bytes > first_bucket_bytes) break;
+      tail_bytes += bytes;
+      --keep;
+    }
+    std::vector<size_t> tail(last.begin() + static_cast<std::ptrdiff_t>(keep), last.end());
+    last.resize(keep);
+    groups.push_back(std::move(tail));
+  }
   for (const auto& group : groups) {
     Bucket& bucket = buckets_.emplace_back();
     int64_t elements = 0;

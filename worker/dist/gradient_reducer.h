@@ -1,6 +1,6 @@
 // What DistributedDataParallel does to gradients, over our Communicator: parameters are
 // grouped into buckets (in reverse order of registration, roughly the order backward
-// produces their gradients; the first bucket small, the rest about 25 MB). A hook on
+// produces their gradients; the first and the last bucket small, the rest about 25 MB). A hook on
 // each parameter copies its gradient, divided by the world size, into its bucket as
 // backward produces it; a bucket whose gradients are all in is all-reduced at once, in
 // bucket order (every rank must issue collectives in the same order), while backward

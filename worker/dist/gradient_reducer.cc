@@ -34,7 +34,12 @@ GradientReducer::GradientReducer(std::vector<torch::Tensor> parameters, Communic
   // nothing but the update can hide its reduction: keep it small too, so that the
   // parameters before those are reduced while backward is still running. It keeps at
   // least one parameter (GPT's embedding alone is larger than any bucket).
-  if (!groups.empty() && groups.back().size() > 1) {
+  auto bytes_of = [&](const std::vector<size_t>& group) {
+    int64_t bytes = 0;
+    for (size_t i : group) bytes += parameters_[i].numel() * parameters_[i].element_size();
+    return bytes;
+  };
+  if (!groups.empty() && groups.back().size() > 1 && bytes_of(groups.back()) > first_bucket_bytes) {
     std::vector<size_t>& last = groups.back();
     size_t keep = last.size();
     int64_t tail_bytes = 0;

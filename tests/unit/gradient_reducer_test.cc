@@ -1,0 +1,91 @@
+// How GradientReducer lays parameters out in buckets and what .grad is after a reduced
+// backward, on a real one-rank Gloo group: the first and last buckets are small, the
+// gradients are autograd's own values, and each .grad is a slice of its bucket.
+#include "worker/dist/gradient_reducer.h"
+
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "tests/support/subprocess.h"
+#include "worker/dist/communicator.h"
+
+namespace stoke::worker {
+namespace {
+
+std::unique_ptr<Communicator> OneRankGroup() {
+  TrainTask task;
+  task.rank = 0;
+  task.world_size = 1;
+  task.distributed.rendezvous_address = "127.0.0.1:" + std::to_string(testing::FreePort());
+  task.distributed.advertise_address = "127.0.0.1";
+  task.distributed.timeout_seconds = 20;
+  return Communicator::Connect(task, torch::kCPU);
+}
+
+// Registration order, as a network's: a small stem first, the output layer last.
+std::vector<torch::Tensor> Parameters() {
+  torch::manual_seed(3);
+  std::vector<torch::Tensor> p;
+  for (int64_t n : {50, 100, 600, 600, 600, 600, 300}) p.push_back(torch::randn({n}));
+  for (auto& t : p) t.requires_grad_();
+  return p;
+}
+
+std::vector<std::vector<const void*>> Layout(const GradientReducer& reducer) {
+  std::vector<std::vector<const void*>> layout;
+  for (const auto& bucket : reducer.BucketParameters()) {
+    auto& ids = layout.emplace_back();
+    for (const auto& p : bucket) ids.push_back(p.unsafeGetTensorImpl());
+  }
+  return layout;
+}
+
+TEST(GradientReducer, FirstAndLastBucketsAreSmallAndGradsAreBucketSlices) {
+  auto communicator = OneRankGroup();
+  auto p = Parameters();
+  // First bucket 1 KB, the rest 4 KB: in reverse order p6 (1.2 KB) fills the first,
+  // p5 + p4 and p3 + p2 the next two, p1 + p0 would be the last (0.6 KB, small already).
+  {
+    GradientReducer reducer(p, *communicator, 4 << 10, 1 << 10);
+    auto id = [&](size_t i) -> const void* { return p[i].unsafeGetTensorImpl(); };
+    EXPECT_EQ(Layout(reducer), (std::vector<std::vector<const void*>>{
+                                   {id(6)}, {id(5), id(4)}, {id(3), id(2)}, {id(1), id(0)}}));
+  }
+  // With 6 KB buckets the last one would be p2 + p1 + p0 (3 KB): the stem's p0 and p1,
+  // whose gradients come last, get a small bucket of their own.
+  GradientReducer reducer(p, *communicator, 6 << 10, 1 << 10);
+  auto id = [&](size_t i) -> const void* { return p[i].unsafeGetTensorImpl(); };
+  EXPECT_EQ(Layout(reducer), (std::vector<std::vector<const void*>>{
+                                 {id(6)}, {id(5), id(4), id(3)}, {id(2)}, {id(1), id(0)}}));
+
+  // A reduced backward gives autograd's gradients (one rank: the mean is the value),
+  // each .grad a slice of its bucket.
+  auto loss = [&] {
+    torch::Tensor total = torch::zeros({});
+    for (size_t i = 0; i < p.size(); ++i) total = total + (p[i] * p[i]).sum() * (i + 1.0);
+    return total;
+  };
+  loss().backward();
+  std::vector<torch::Tensor> expected;
+  for (auto& t : p) {
+    expected.push_back(t.grad().clone());
+    t.mutable_grad().reset();
+  }
+  reducer.Arm();
+  loss().backward();
+  reducer.Finish();
+  for (size_t i = 0; i < p.size(); ++i) {
+    EXPECT_TRUE(torch::allclose(p[i].grad(), expected[i])) << "parameter " << i;
+  }
+  auto storage = [](const torch::Tensor& t) { return t.storage().unsafeGetStorageImpl(); };
+  EXPECT_EQ(storage(p[5].grad()), storage(p[3].grad())) << "p5 and p3 share a bucket";
+  EXPECT_EQ(storage(p[1].grad()), storage(p[0].grad())) << "p1 and p0 share a bucket";
+  EXPECT_NE(storage(p[2].grad()), storage(p[1].grad())) << "p2 and p1 do not";
+}
+
+}  // namespace
+}  // namespace stoke::worker

@@ -1,12 +1,35 @@
 #include "worker/dist/gradient_reducer.h"
 
+#include <torch/csrc/autograd/function.h>
+#include <torch/csrc/autograd/function_hook.h>
+#include <torch/csrc/autograd/variable.h>
 #include <torch/torch.h>
+
+#include <functional>
 
 #include <stdexcept>
 
 #include "worker/engine/device_timer.h"
 
 namespace stoke::worker {
+namespace {
+
+// Runs a callback after an AccumulateGrad node has stored a gradient.
+class StoredGradientHook final : public torch::autograd::FunctionPostHook {
+ public:
+  explicit StoredGradientHook(std::function<void()> on_stored) : on_stored_(std::move(on_stored)) {}
+  torch::autograd::variable_list operator()(
+      const torch::autograd::variable_list& outputs,
+      const torch::autograd::variable_list& /*inputs*/) override {
+    on_stored_();
+    return outputs;
+  }
+
+ private:
+  std::function<void()> on_stored_;
+};
+
+}  // namespace
 
 GradientReducer::GradientReducer(std::vector<torch::Tensor> parameters, Communicator& communicator,
                                  int64_t bucket_bytes, int64_t first_bucket_bytes)
@@ -70,19 +93,21 @@ GradientReducer::GradientReducer(std::vector<torch::Tensor> parameters, Communic
   }
   for (size_t i = 0; i < parameters_.size(); ++i) {
     if (!parameters_[i].requires_grad()) continue;
-    // The hook captures an index, not the parameter: a parameter holding a hook that
-    // holds the parameter would never be freed.
-    // A hook that returns an undefined tensor leaves the gradient as it is.
-    hook_ids_.push_back(parameters_[i].register_hook(
-        [this, i](const torch::Tensor& grad) { return OnGradient(i, grad); }));
+    // After autograd has stored the gradient in .grad, as PyTorch's DDP hooks in: a hook
+    // on the tensor itself (register_hook) runs before, and whatever it hands back is
+    // copied into .grad, one more pass over every gradient. The node is kept alive here:
+    // a parameter only holds it weakly, and a new one would come without the hook. The
+    // hook captures an index, not the parameter, so that neither keeps the other alive.
+    std::shared_ptr<torch::autograd::Node> accumulator =
+        torch::autograd::impl::grad_accumulator(parameters_[i]);
+    const uintptr_t key = accumulator->add_post_hook(
+        std::make_unique<StoredGradientHook>([this, i] { OnGradient(i); }));
+    gradient_hooks_.push_back({std::move(accumulator), key});
   }
 }
 
 GradientReducer::~GradientReducer() {
-  size_t hook = 0;
-  for (auto& p : parameters_) {
-    if (p.requires_grad()) p.remove_hook(hook_ids_[hook++]);
-  }
+  for (auto& hook : gradient_hooks_) hook.accumulator->del_post_hook(hook.key);
 }
 
 torch::Tensor GradientReducer::SlotView(size_t parameter) const {
@@ -105,28 +130,21 @@ void GradientReducer::Arm() {
   }
 }
 
-torch::Tensor GradientReducer::OnGradient(size_t parameter, const torch::Tensor& grad) {
+void GradientReducer::OnGradient(size_t parameter) {
   // An earlier micro-step: autograd accumulates into .grad.
-  if (!armed_) return {};
+  if (!armed_) return;
   Slot& slot = slots_[parameter];
-  // Already in (a parameter reached twice is summed by autograd before its hook).
-  if (slot.ready) return {};
+  // Already in (a parameter reached twice is summed by autograd before it is stored).
+  if (slot.ready) return;
   torch::NoGradGuard no_grad;
   torch::Tensor view = SlotView(parameter);
-  torch::Tensor& earlier = parameters_[parameter].mutable_grad();
-  if (earlier.defined()) {
-    torch::add_out(view, earlier, grad);
-    ScaledCopy(view, view);
-    // Autograd would add the slice to this; with .grad empty it stores the slice instead.
-    earlier.reset();
-  } else {
-    ScaledCopy(view, grad);
-  }
+  // .grad holds this step's gradient, plus earlier micro-steps' when accumulating.
+  torch::Tensor& grad = parameters_[parameter].mutable_grad();
+  ScaledCopy(view, grad);
+  // From here .grad is the slice, and autograd's own gradient is freed.
+  grad = view;
   slot.ready = true;
   if (--buckets_[slot.bucket].waiting == 0) LaunchReadyBuckets();
-  // Returned, the slice becomes .grad as it is (autograd takes a gradient no one else
-  // holds without copying it), and autograd's own gradient is freed now.
-  return view;
 }
 
 void GradientReducer::LaunchReadyBuckets() {

@@ -1,27 +1,34 @@
 // What DistributedDataParallel does to gradients, over our Communicator: parameters are
 // grouped into buckets (in reverse order of registration, roughly the order backward
-// produces their gradients; the first and the last bucket small, the rest about 25 MB). A hook on
-// each parameter copies its gradient, divided by the world size, into its bucket as
-// backward produces it; a bucket whose gradients are all in is all-reduced at once, in
-// bucket order (every rank must issue collectives in the same order), while backward
-// goes on with earlier layers. The hook hands autograd that slice as the gradient, so
-// .grad is the bucket itself and autograd keeps no copy. After backward, Finish waits for
-// the reductions; or LaunchRest and WaitForBucket let the optimizer update each bucket's
-// parameters as soon as that bucket is reduced (MultiTensorAdamW::StepInParts), so the
-// last reductions (the first layers, the embedding among them) overlap the update.
+// produces their gradients; the first and the last bucket small, the rest about 25 MB).
+// A hook on each parameter copies its gradient, divided by the world size, into its
+// bucket as backward produces it; a bucket whose gradients are all in is all-reduced at
+// once, in bucket order (every rank must issue collectives in the same order), while
+// backward goes on with earlier layers. The hook runs after autograd has stored the
+// gradient (on the parameter's AccumulateGrad node, where DDP's runs too) and then points
+// .grad at its slice, so the bucket is the only copy kept. After backward, Finish waits
+// for the reductions; or LaunchRest and WaitForBucket let the optimizer update each
+// bucket's parameters as soon as that bucket is reduced (MultiTensorAdamW::StepInParts),
+// so the last reductions (the first layers, the embedding among them) overlap the update.
 //
 // Only the last micro-step of an accumulated step is reduced (Arm before its backward);
-// earlier micro-steps accumulate locally in .grad as usual, and the hook folds that sum
-// in. Parameters that got no gradient this step (unused in the forward) are filled with
+// earlier micro-steps accumulate locally in .grad as usual, and the hook copies that sum.
+// Parameters that got no gradient this step (unused in the forward) are filled with
 // what they have (or zeros) at Finish, so every rank still reduces every bucket.
 #pragma once
 
 #include <torch/types.h>
 
+#include <cstdint>
+
 #include <memory>
 #include <vector>
 
 #include "worker/dist/communicator.h"
+
+namespace torch::autograd {
+struct Node;
+}
 
 namespace stoke::worker {
 
@@ -68,8 +75,8 @@ class GradientReducer {
   };
 
   torch::Tensor SlotView(size_t parameter) const;
-  // The gradient autograd should store: the bucket slice, or undefined (keep its own).
-  torch::Tensor OnGradient(size_t parameter, const torch::Tensor& grad);
+  // Called once autograd has stored the parameter's gradient in .grad.
+  void OnGradient(size_t parameter);
   void LaunchReadyBuckets();
   void Launch(Bucket& bucket);
   // view = grad / world size, in one pass.
@@ -80,7 +87,11 @@ class GradientReducer {
   std::vector<Slot> slots_;
   std::vector<Bucket> buckets_;
   std::vector<std::vector<torch::Tensor>> bucket_parameters_;
-  std::vector<unsigned> hook_ids_;
+  struct GradientHook {
+    std::shared_ptr<torch::autograd::Node> accumulator;  // the parameter's AccumulateGrad
+    uintptr_t key = 0;
+  };
+  std::vector<GradientHook> gradient_hooks_;
   bool armed_ = false;
   size_t next_launch_ = 0;
   struct ExposedWait {

@@ -6,7 +6,6 @@
 #include <torch/torch.h>
 
 #include <functional>
-
 #include <stdexcept>
 
 #include "worker/engine/device_timer.h"
@@ -59,7 +58,9 @@ GradientReducer::GradientReducer(std::vector<torch::Tensor> parameters, Communic
   // least one parameter (GPT's embedding alone is larger than any bucket).
   auto bytes_of = [&](const std::vector<size_t>& group) {
     int64_t bytes = 0;
-    for (size_t i : group) bytes += parameters_[i].numel() * parameters_[i].element_size();
+    for (size_t i : group) {
+      bytes += parameters_[i].numel() * static_cast<int64_t>(parameters_[i].element_size());
+    }
     return bytes;
   };
   if (!groups.empty() && groups.back().size() > 1 && bytes_of(groups.back()) > first_bucket_bytes) {
@@ -93,9 +94,9 @@ GradientReducer::GradientReducer(std::vector<torch::Tensor> parameters, Communic
   }
   for (size_t i = 0; i < parameters_.size(); ++i) {
     if (!parameters_[i].requires_grad()) continue;
-    // After autograd has stored the gradient in .grad, as PyTorch's DDP hooks in: a hook
-    // on the tensor itself (register_hook) runs before, and whatever it hands back is
-    // copied into .grad, one more pass over every gradient. The node is kept alive here:
+    // After autograd has stored the gradient in .grad, where PyTorch's DDP hooks in: with
+    // a hook on the tensor itself (register_hook), which runs before, the GPU traces
+    // showed one device copy per parameter and step more. The node is kept alive here:
     // a parameter only holds it weakly, and a new one would come without the hook. The
     // hook captures an index, not the parameter, so that neither keeps the other alive.
     std::shared_ptr<torch::autograd::Node> accumulator =

@@ -88,7 +88,6 @@ GradientReducer::GradientReducer(std::vector<torch::Tensor> parameters, Communic
     }
     bucket.flat =
         torch::zeros({elements}, parameters_[group.front()].options().requires_grad(false));
-    bucket.parameters = group;
     auto& tensors = bucket_parameters_.emplace_back();
     for (size_t i : group) tensors.push_back(parameters_[i]);
   }
@@ -125,9 +124,9 @@ void GradientReducer::Arm() {
   armed_ = true;
   next_launch_ = 0;
   for (auto& slot : slots_) slot.ready = false;
-  for (auto& bucket : buckets_) {
-    bucket.waiting = bucket.parameters.size();
-    bucket.reduction.reset();
+  for (size_t b = 0; b < buckets_.size(); ++b) {
+    buckets_[b].waiting = bucket_parameters_[b].size();
+    buckets_[b].reduction.reset();
   }
 }
 
@@ -180,13 +179,12 @@ void GradientReducer::LaunchRest() {
     } else {
       view.zero_();
     }
+    // The hook pointed the others' .grad at their slices already.
+    parameters_[i].mutable_grad() = view;
     slot.ready = true;
     --buckets_[slot.bucket].waiting;
   }
   LaunchReadyBuckets();
-  for (size_t i = 0; i < parameters_.size(); ++i) {
-    if (parameters_[i].requires_grad()) parameters_[i].mutable_grad() = SlotView(i);
-  }
   armed_ = false;
 }
 

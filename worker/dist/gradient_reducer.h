@@ -69,7 +69,6 @@ class GradientReducer {
   };
   struct Bucket {
     torch::Tensor flat;
-    std::vector<size_t> parameters;
     size_t waiting = 0;  // gradients not yet in
     std::unique_ptr<PendingCollective> reduction;
   };
@@ -86,7 +85,7 @@ class GradientReducer {
   Communicator& communicator_;
   std::vector<Slot> slots_;
   std::vector<Bucket> buckets_;
-  std::vector<std::vector<torch::Tensor>> bucket_parameters_;
+  std::vector<std::vector<torch::Tensor>> bucket_parameters_;  // per bucket, as buckets_
   struct GradientHook {
     std::shared_ptr<torch::autograd::Node> accumulator;  // the parameter's AccumulateGrad
     uintptr_t key = 0;

@@ -38,8 +38,14 @@ std::string WhyNotCapturable(const StepParts& parts, bool learning_rate_changes)
 StepRunner::StepRunner(StepParts parts, bool graph, std::function<void(const std::string&)> log)
     : parts_(std::move(parts)), want_graph_(graph), log_(std::move(log)) {
   if (want_graph_) graph_ = std::make_unique<StepGraph>(parts_.device);
+  auto* adamw = dynamic_cast<MultiTensorAdamW*>(parts_.optimizer);
+  // Nothing needs every gradient at once (no overflow check, no clipping norm): each
+  // bucket's parameters can be updated as soon as that bucket is reduced, while the last
+  // buckets' reductions are still in flight.
+  if (parts_.reducer && adamw && !parts_.scaler && parts_.grad_clip_norm <= 0) {
+    bucketwise_adamw_ = adamw;
+  }
   if (parts_.scaler) {
-    auto* adamw = dynamic_cast<MultiTensorAdamW*>(parts_.optimizer);
     if (adamw != nullptr && adamw->Capturable(parts_.device)) {
       adamw->SetFoundInf(parts_.scaler->found_inf());
     } else {
@@ -78,14 +84,11 @@ std::vector<torch::Tensor> StepRunner::Body(const std::vector<Batch>& micro_batc
     if (parts_.scaler) objective = parts_.scaler->Scale(objective);
     objective.backward();
   }
-  auto* adamw = dynamic_cast<MultiTensorAdamW*>(parts_.optimizer);
-  if (parts_.reducer && adamw && !parts_.scaler && parts_.grad_clip_norm <= 0) {
-    // Nothing needs every gradient at once (no overflow check, no clipping norm): each
-    // bucket's parameters are updated as soon as that bucket is reduced, while the last
-    // buckets' reductions are still in flight.
+  if (bucketwise_adamw_) {
     parts_.reducer->LaunchRest();
-    adamw->StepInParts(parts_.reducer->BucketParameters(),
-                       [this](size_t bucket) { parts_.reducer->WaitForBucket(bucket); });
+    bucketwise_adamw_->StepInParts(parts_.reducer->BucketParameters(), [this](size_t bucket) {
+      parts_.reducer->WaitForBucket(bucket);
+    });
     return losses;
   }
   if (parts_.reducer) parts_.reducer->Finish();

@@ -21,6 +21,7 @@ namespace stoke::worker {
 
 class GradientReducer;
 class LossScaler;
+class MultiTensorAdamW;
 class StepGraph;
 
 struct StepParts {
@@ -67,6 +68,8 @@ class StepRunner {
   // fp16: the fused AdamW skips an overflowing step on the device; other optimizers need
   // the flag read on the host.
   bool host_checks_overflow_ = false;
+  // Set when each gradient bucket's parameters are updated as soon as it is reduced.
+  MultiTensorAdamW* bucketwise_adamw_ = nullptr;
   bool want_graph_;
   bool graphed_ = false;
   int steps_run_ = 0;

@@ -1,17 +1,21 @@
 // How GradientReducer lays parameters out in buckets and what .grad is after a reduced
 // backward, on a real one-rank Gloo group: the first and last buckets are small, the
-// gradients are autograd's own values, and each .grad is a slice of its bucket.
+// gradients are autograd's own values, and each .grad is a slice of its bucket; a layer
+// that takes the slice offered for its weight writes the gradient there, a weight used
+// twice still gets both contributions, and micro-steps' gradients still add up.
 #include "worker/dist/gradient_reducer.h"
 
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "tests/support/subprocess.h"
 #include "worker/dist/communicator.h"
+#include "worker/engine/gradient_destinations.h"
 
 namespace stoke::worker {
 namespace {
@@ -85,6 +89,83 @@ TEST(GradientReducer, FirstAndLastBucketsAreSmallAndGradsAreBucketSlices) {
   EXPECT_EQ(storage(p[5].grad()), storage(p[3].grad())) << "p5 and p3 share a bucket";
   EXPECT_EQ(storage(p[1].grad()), storage(p[0].grad())) << "p1 and p0 share a bucket";
   EXPECT_NE(storage(p[2].grad()), storage(p[1].grad())) << "p2 and p1 do not";
+}
+
+// x * w, elementwise, whose backward writes w's gradient into the place offered for it
+// (as AutocastLinear does on a GPU) and notes where that was.
+std::map<const void*, const void*>& WrittenTo() {
+  static std::map<const void*, const void*> written;  // weight -> gradient's data
+  return written;
+}
+
+class ScaleByWeight : public torch::autograd::Function<ScaleByWeight> {
+ public:
+  static torch::Tensor forward(  // NOLINT(readability-identifier-naming)
+      torch::autograd::AutogradContext* ctx, const torch::Tensor& x, const torch::Tensor& w) {
+    ctx->save_for_backward({x});
+    ctx->saved_data["key"] = reinterpret_cast<int64_t>(w.unsafeGetTensorImpl());
+    return x * w;
+  }
+  static torch::autograd::variable_list backward(  // NOLINT(readability-identifier-naming)
+      torch::autograd::AutogradContext* ctx, const torch::autograd::variable_list& grads) {
+    const torch::Tensor x = ctx->get_saved_variables()[0];
+    const auto* key = reinterpret_cast<const void*>(ctx->saved_data["key"].toInt());
+    torch::Tensor dw = GradientDestinations::Process().Take(key);
+    if (dw.defined()) {
+      WrittenTo()[key] = dw.data_ptr();
+    } else {
+      dw = torch::empty_like(x);
+    }
+    torch::mul_out(dw, grads[0], x);
+    return {torch::Tensor(), dw};  // x needs no gradient here
+  }
+};
+
+TEST(GradientReducer, ALayerWritesIntoTheOfferedSliceAndEveryContributionCounts) {
+  auto communicator = OneRankGroup();
+  torch::manual_seed(5);
+  std::vector<torch::Tensor> w = {torch::randn({40}), torch::randn({30}), torch::randn({20})};
+  for (auto& t : w) t.requires_grad_();
+  const std::vector<torch::Tensor> x = {torch::randn({40}), torch::randn({30}), torch::randn({30})};
+  // w[0] through the layer once, w[1] twice (its second product finds no offer left),
+  // w[2] through ordinary operations.
+  auto loss = [&] {
+    return ScaleByWeight::apply(x[0], w[0]).sum() + (ScaleByWeight::apply(x[1], w[1]) * 2).sum() +
+           ScaleByWeight::apply(x[2], w[1]).sum() + (w[2] * w[2]).sum();
+  };
+  loss().backward();
+  std::vector<torch::Tensor> expected;
+  for (auto& t : w) {
+    expected.push_back(t.grad().clone());
+    t.mutable_grad().reset();
+  }
+  EXPECT_TRUE(WrittenTo().empty()) << "nothing is offered unless the reducer is armed";
+
+  GradientReducer reducer(w, *communicator, 1 << 20, 1 << 20);
+  reducer.Arm();
+  loss().backward();
+  reducer.Finish();
+  for (size_t i = 0; i < w.size(); ++i) {
+    EXPECT_TRUE(torch::allclose(w[i].grad(), expected[i])) << "weight " << i;
+  }
+  ASSERT_EQ(WrittenTo().size(), 2u) << "w[0] and w[1] took their slices";
+  EXPECT_EQ(WrittenTo()[w[0].unsafeGetTensorImpl()], w[0].grad().data_ptr())
+      << "w[0]'s gradient stayed where the layer wrote it";
+  EXPECT_EQ(WrittenTo()[w[1].unsafeGetTensorImpl()], w[1].grad().data_ptr())
+      << "w[1]'s slice holds the sum of both products";
+
+  // Two micro-steps: the first accumulates in .grad, unreduced; the second, armed, adds
+  // to it. No slice is offered then (it would drop the first micro-step's part).
+  for (auto& t : w) t.mutable_grad().reset();
+  WrittenTo().clear();
+  loss().backward();
+  reducer.Arm();
+  loss().backward();
+  reducer.Finish();
+  EXPECT_TRUE(WrittenTo().empty());
+  for (size_t i = 0; i < w.size(); ++i) {
+    EXPECT_TRUE(torch::allclose(w[i].grad(), expected[i] * 2)) << "weight " << i;
+  }
 }
 
 }  // namespace

@@ -9,6 +9,7 @@
 #include <stdexcept>
 
 #include "worker/engine/device_timer.h"
+#include "worker/engine/gradient_destinations.h"
 
 namespace stoke::worker {
 namespace {
@@ -27,6 +28,13 @@ class StoredGradientHook final : public torch::autograd::FunctionPostHook {
  private:
   std::function<void()> on_stored_;
 };
+
+// Whether `grad` is `view` (the same elements, laid out alike), as when a layer wrote
+// the gradient into the slice offered to it and autograd kept that tensor.
+bool IsView(const torch::Tensor& grad, const torch::Tensor& view) {
+  return grad.defined() && grad.data_ptr() == view.data_ptr() && grad.sizes() == view.sizes() &&
+         grad.strides() == view.strides() && grad.scalar_type() == view.scalar_type();
+}
 
 }  // namespace
 
@@ -108,6 +116,7 @@ GradientReducer::GradientReducer(std::vector<torch::Tensor> parameters, Communic
 
 GradientReducer::~GradientReducer() {
   for (auto& hook : gradient_hooks_) hook.accumulator->del_post_hook(hook.key);
+  for (const auto& p : parameters_) GradientDestinations::Process().Withdraw(p);
 }
 
 torch::Tensor GradientReducer::SlotView(size_t parameter) const {
@@ -124,6 +133,13 @@ void GradientReducer::Arm() {
   armed_ = true;
   next_launch_ = 0;
   for (auto& slot : slots_) slot.ready = false;
+  // A parameter without a gradient yet may get it written straight into its slice. One
+  // with earlier micro-steps' gradient in .grad has that added to it by autograd instead.
+  for (size_t i = 0; i < parameters_.size(); ++i) {
+    if (parameters_[i].requires_grad() && !parameters_[i].grad().defined()) {
+      GradientDestinations::Process().Offer(parameters_[i], SlotView(i));
+    }
+  }
   for (size_t b = 0; b < buckets_.size(); ++b) {
     buckets_[b].waiting = bucket_parameters_[b].size();
     buckets_[b].reduction.reset();
@@ -138,11 +154,14 @@ void GradientReducer::OnGradient(size_t parameter) {
   if (slot.ready) return;
   torch::NoGradGuard no_grad;
   torch::Tensor view = SlotView(parameter);
-  // .grad holds this step's gradient, plus earlier micro-steps' when accumulating.
+  // .grad holds this step's gradient, plus earlier micro-steps' when accumulating; or it
+  // is the slice already, written there by the layer that computed it.
   torch::Tensor& grad = parameters_[parameter].mutable_grad();
-  ScaledCopy(view, grad);
-  // From here .grad is the slice, and autograd's own gradient is freed.
-  grad = view;
+  if (!IsView(grad, view)) {
+    view.copy_(grad);
+    // From here .grad is the slice, and autograd's own gradient is freed.
+    grad = view;
+  }
   slot.ready = true;
   if (--buckets_[slot.bucket].waiting == 0) LaunchReadyBuckets();
 }
@@ -151,14 +170,6 @@ void GradientReducer::LaunchReadyBuckets() {
   while (next_launch_ < buckets_.size() && buckets_[next_launch_].waiting == 0) {
     Launch(buckets_[next_launch_++]);
   }
-}
-
-void GradientReducer::ScaledCopy(torch::Tensor& view, const torch::Tensor& grad) const {
-  // Each gradient enters its bucket already divided by the world size: the sum of the
-  // all-reduce is then the mean, bf16/fp16 sums stay in range, and no pass over the whole
-  // bucket is spent dividing it on the compute stream. A Scalar reaches the CUDA kernel as
-  // a kernel argument: one vectorised pass.
-  torch::mul_out(view, grad, 1.0 / static_cast<double>(communicator_.world_size()));
 }
 
 void GradientReducer::Launch(Bucket& bucket) {
@@ -172,10 +183,11 @@ void GradientReducer::LaunchRest() {
     Slot& slot = slots_[i];
     if (!parameters_[i].requires_grad() || slot.ready) continue;
     // No gradient this micro-step: reduce what earlier micro-steps left, or zeros.
+    GradientDestinations::Process().Withdraw(parameters_[i]);
     const torch::Tensor& earlier = parameters_[i].grad();
     torch::Tensor view = SlotView(i);
     if (earlier.defined()) {
-      ScaledCopy(view, earlier);
+      view.copy_(earlier);
     } else {
       view.zero_();
     }

@@ -1,12 +1,17 @@
 // What DistributedDataParallel does to gradients, over our Communicator: parameters are
 // grouped into buckets (in reverse order of registration, roughly the order backward
 // produces their gradients; the first and the last bucket small, the rest about 25 MB).
-// A hook on each parameter copies its gradient, divided by the world size, into its
-// bucket as backward produces it; a bucket whose gradients are all in is all-reduced at
-// once, in bucket order (every rank must issue collectives in the same order), while
-// backward goes on with earlier layers. The hook runs after autograd has stored the
-// gradient (on the parameter's AccumulateGrad node, where DDP's runs too) and then points
-// .grad at its slice, so the bucket is the only copy kept. After backward, Finish waits
+// A hook on each parameter copies its gradient into its bucket as backward produces it;
+// a bucket whose gradients are all in is all-reduced (summed) at once, in bucket order
+// (every rank must issue collectives in the same order), while backward goes on with
+// earlier layers. The hook runs after autograd has stored the gradient (on the
+// parameter's AccumulateGrad node, where DDP's runs too) and then points .grad at its
+// slice, so the bucket is the only copy kept. Layers that compute a weight's gradient
+// themselves write it into the slice directly (gradient_destinations.h): no copy then.
+//
+// The reduction sums: the caller makes it the mean by dividing the loss by the world
+// size before backward (StepRunner does), which costs one scalar operation instead of a
+// pass over every gradient, and keeps bf16/fp16 sums in range. After backward, Finish waits
 // for the reductions; or LaunchRest and WaitForBucket let the optimizer update each
 // bucket's parameters as soon as that bucket is reduced (MultiTensorAdamW::StepInParts),
 // so the last reductions (the first layers, the embedding among them) overlap the update.
@@ -45,7 +50,7 @@ class GradientReducer {
   // The next backward completes an optimizer step: reduce its gradients as they come.
   void Arm();
   // After that backward: launches what is left and points each parameter's .grad at its
-  // bucket slice, which holds the mean over all ranks once WaitForBucket has been called
+  // bucket slice, which holds the sum over all ranks once WaitForBucket has been called
   // for its bucket (work queued on the device after that call sees the reduced values).
   void LaunchRest();
   void WaitForBucket(size_t bucket);
@@ -60,6 +65,7 @@ class GradientReducer {
   double TakeExposedSeconds();
 
   size_t bucket_count() const { return buckets_.size(); }
+  int64_t world_size() const { return communicator_.world_size(); }
 
  private:
   struct Slot {
@@ -78,8 +84,6 @@ class GradientReducer {
   void OnGradient(size_t parameter);
   void LaunchReadyBuckets();
   void Launch(Bucket& bucket);
-  // view = grad / world size, in one pass.
-  void ScaledCopy(torch::Tensor& view, const torch::Tensor& grad) const;
 
   std::vector<torch::Tensor> parameters_;
   Communicator& communicator_;

@@ -11,6 +11,7 @@
 #include <c10/cuda/CUDAGuard.h>
 
 #include "worker/engine/cuda/column_sum_kernels.h"
+#include "worker/engine/gradient_destinations.h"
 #include "worker/engine/own_kernel_call.h"
 #endif
 
@@ -21,6 +22,21 @@ namespace {
 
 using torch::autograd::AutogradContext;
 using torch::autograd::variable_list;
+
+// dy^T @ rows in the weight's type, written by the matrix product itself where the
+// version allows (compat::MatmulInto), into the place a gradient reducer keeps this
+// weight's gradient if it offered one (gradient_destinations.h).
+torch::Tensor WeightGradient(const torch::Tensor& dy, const torch::Tensor& rows,
+                             at::ScalarType weight_type, int64_t weight_key) {
+  // NOLINTNEXTLINE(performance-no-int-to-ptr): the key is only compared, never dereferenced
+  torch::Tensor dweight =
+      GradientDestinations::Process().Take(reinterpret_cast<const void*>(weight_key));
+  if (!dweight.defined()) {
+    dweight = torch::empty({dy.size(1), rows.size(1)}, rows.options().dtype(weight_type));
+  }
+  compat::MatmulInto(dweight, dy.t(), rows);
+  return dweight;
+}
 
 class HalfLinearFunction : public torch::autograd::Function<HalfLinearFunction> {
  public:
@@ -38,6 +54,8 @@ class HalfLinearFunction : public torch::autograd::Function<HalfLinearFunction> 
     ctx->saved_data["x_sizes"] = x.sizes().vec();
     ctx->saved_data["x_type"] = static_cast<int64_t>(x.scalar_type());
     ctx->saved_data["weight_type"] = static_cast<int64_t>(weight.scalar_type());
+    // The weight's identity, not the weight: backward asks GradientDestinations with it.
+    ctx->saved_data["weight_key"] = reinterpret_cast<int64_t>(weight.unsafeGetTensorImpl());
     ctx->saved_data["bias_type"] = static_cast<int64_t>(bias.scalar_type());
     std::vector<int64_t> sizes = x.sizes().vec();
     sizes.back() = weight.size(0);
@@ -61,7 +79,10 @@ class HalfLinearFunction : public torch::autograd::Function<HalfLinearFunction> 
     if (ctx->needs_input_grad(0)) {
       dx = dy.mm(w).view(ctx->saved_data["x_sizes"].toIntVector()).to(type_of("x_type"));
     }
-    if (ctx->needs_input_grad(1)) dweight = dy.t().mm(rows).to(type_of("weight_type"));
+    if (ctx->needs_input_grad(1)) {
+      dweight =
+          WeightGradient(dy, rows, type_of("weight_type"), ctx->saved_data["weight_key"].toInt());
+    }
     if (ctx->needs_input_grad(2)) {
       const torch::Tensor contiguous = dy.contiguous();
       const int64_t n = contiguous.size(0);

@@ -104,6 +104,25 @@ inline at::Tensor CausalSelfAttention(const at::Tensor& q, const at::Tensor& k, 
 #endif
 }
 
+// out = a @ b, written into `out` in out's type (float32 from bf16/fp16 factors). torch
+// 2.11 (the version whose headers this was read off; `mm.dtype_out` may be older) lets
+// the matrix product write float32 itself; before, the product is made in the factors'
+// type and cast into `out` in one more pass.
+inline void MatmulInto(at::Tensor& out, const at::Tensor& a, const at::Tensor& b) {
+  if (out.scalar_type() == a.scalar_type()) {
+    at::mm_out(out, a, b);
+    return;
+  }
+#if STOKE_TORCH_AT_LEAST(2, 11)
+  if (out.is_cuda() && out.scalar_type() == at::kFloat &&
+      (a.scalar_type() == at::kBFloat16 || a.scalar_type() == at::kHalf)) {
+    at::mm_out(out, a, b, at::kFloat);
+    return;
+  }
+#endif
+  out.copy_(at::mm(a, b));
+}
+
 // Loss scaling (fp16). ATen's kernels do the unscale-and-check of all gradients in one
 // multi-tensor pass and the scale update without leaving the device; 1.13 has them for
 // CUDA only, so CPUs take the same arithmetic in ordinary tensor ops.

@@ -79,8 +79,10 @@ std::vector<torch::Tensor> StepRunner::Body(const std::vector<Batch>& micro_batc
     losses.push_back(loss.detach());
     // Gradients are reduced across ranks on the last micro-step only.
     if (parts_.reducer && micro + 1 == micro_steps) parts_.reducer->Arm();
-    // Gradients of the micro-batches add up to those of their mean loss.
-    torch::Tensor objective = micro_steps > 1 ? loss / static_cast<double>(micro_steps) : loss;
+    // Gradients of the micro-batches add up to those of their mean loss; the reducer sums
+    // the ranks' gradients, which the world size in the divisor makes their mean.
+    const int64_t divisor = micro_steps * (parts_.reducer ? parts_.reducer->world_size() : 1);
+    torch::Tensor objective = divisor > 1 ? loss / static_cast<double>(divisor) : loss;
     if (parts_.scaler) objective = parts_.scaler->Scale(objective);
     objective.backward();
   }

@@ -13,7 +13,9 @@
 # SIDE_BY_SIDE (models for the side-by-side run; default the same models on hosts of 4 or
 # more GPUs, "none" to skip): GPUs/2 jobs of 2 GPUs each are submitted at once and timed
 # while they all train, against the 2-GPU job that ran alone just before. BUCKET_MB:
-# the jobs' distributed.bucket_mb (default 25).
+# the jobs' distributed.bucket_mb (default 25). STOKE_BIN: the folder of the
+# stoke-coordinator, stoke-worker and stoke binaries to time (another build, to compare
+# two versions in one call; default build-gpu/bin, built if missing).
 set -uo pipefail
 out="${OUT:-$PWD/bench-out}"
 mkdir -p "$out"
@@ -35,7 +37,7 @@ if [ ! -x build-gpu/bin/stoke-coordinator ]; then
     ninja -C build-gpu stoke-coordinator stoke-worker stoke >> "$out/bench-build.log" 2>&1 ||
     { tail -40 "$out/bench-build.log"; exit 1; }
 fi
-bin=build-gpu/bin
+bin="${STOKE_BIN:-build-gpu/bin}"
 
 data=$(mktemp -d)
 $bin/stoke-coordinator --address 127.0.0.1:0 --data-dir "$data" --local-workers auto \

@@ -168,5 +168,48 @@ TEST(GradientReducer, ALayerWritesIntoTheOfferedSliceAndEveryContributionCounts)
   }
 }
 
+// The order a backward delivers gradients in, not the order of registration, decides the
+// buckets from the second reduced step on.
+TEST(GradientReducer, BucketsFollowTheOrderTheFirstBackwardGaveGradientsIn) {
+  auto communicator = OneRankGroup();
+  torch::manual_seed(4);
+  std::vector<torch::Tensor> p;
+  for (int i = 0; i < 4; ++i) p.push_back(torch::randn({300}).requires_grad_());
+  // Terms out of registration order; each parameter notes when its gradient comes.
+  std::vector<const void*> arrived;
+  for (auto& t : p) {
+    const void* id = t.unsafeGetTensorImpl();
+    t.register_hook([&arrived, id](const torch::Tensor& g) {
+      arrived.push_back(id);
+      return g;
+    });
+  }
+  auto loss = [&] {
+    return (p[2] * p[2]).sum() + (p[0] * p[0]).sum() + (p[3] * p[3]).sum() + (p[1] * p[1]).sum();
+  };
+  auto id = [&](size_t i) -> const void* { return p[i].unsafeGetTensorImpl(); };
+  // 1.2 KB each: every bucket holds one parameter.
+  GradientReducer reducer(p, *communicator, 1000, 1000);
+  const auto registration =
+      std::vector<std::vector<const void*>>{{id(3)}, {id(2)}, {id(1)}, {id(0)}};
+  EXPECT_EQ(Layout(reducer), registration);
+  std::vector<std::vector<const void*>> observed;
+  for (int step = 0; step < 2; ++step) {
+    arrived.clear();
+    reducer.Arm();
+    loss().backward();
+    reducer.Finish();
+    if (step == 0) {
+      for (const void* a : arrived) observed.push_back({a});
+    }
+    for (size_t i = 0; i < p.size(); ++i) {
+      EXPECT_TRUE(torch::allclose(p[i].grad(), 2 * p[i])) << "step " << step << ", p" << i;
+      p[i].mutable_grad().reset();
+    }
+  }
+  ASSERT_NE(observed, registration) << "the terms should have changed the order";
+  EXPECT_EQ(Layout(reducer), observed);
+}
+
 }  // namespace
 }  // namespace stoke::worker

@@ -40,65 +40,18 @@ bool IsView(const torch::Tensor& grad, const torch::Tensor& view) {
 
 GradientReducer::GradientReducer(std::vector<torch::Tensor> parameters, Communicator& communicator,
                                  int64_t bucket_bytes, int64_t first_bucket_bytes)
-    : parameters_(std::move(parameters)), communicator_(communicator) {
+    : parameters_(std::move(parameters)),
+      communicator_(communicator),
+      bucket_bytes_(bucket_bytes),
+      first_bucket_bytes_(first_bucket_bytes) {
   slots_.resize(parameters_.size());
-  // Reverse registration order: the output layers' gradients come first in backward.
-  std::vector<std::vector<size_t>> groups;
-  int64_t group_bytes = 0;
+  // Until a backward has shown the order: reverse registration order, as the output
+  // layers' gradients come first in backward.
+  std::vector<size_t> order;
   for (size_t i = parameters_.size(); i-- > 0;) {
-    const torch::Tensor& p = parameters_[i];
-    if (!p.requires_grad()) continue;
-    // The first bucket (index 0) is the small one.
-    const int64_t limit = groups.size() == 1 ? first_bucket_bytes : bucket_bytes;
-    const bool same_kind = !groups.empty() &&
-                           parameters_[groups.back().front()].scalar_type() == p.scalar_type() &&
-                           parameters_[groups.back().front()].device() == p.device();
-    if (!same_kind || group_bytes >= limit) {
-      groups.emplace_back();
-      group_bytes = 0;
-    }
-    groups.back().push_back(i);
-    group_bytes += p.numel() * static_cast<int64_t>(p.element_size());
+    if (parameters_[i].requires_grad()) order.push_back(i);
   }
-  // The last bucket waits for backward's very last gradients (the first layers), and
-  // nothing but the update can hide its reduction: keep it small too, so that the
-  // parameters before those are reduced while backward is still running. It keeps at
-  // least one parameter (GPT's embedding alone is larger than any bucket).
-  auto bytes_of = [&](const std::vector<size_t>& group) {
-    int64_t bytes = 0;
-    for (size_t i : group) {
-      bytes += parameters_[i].numel() * static_cast<int64_t>(parameters_[i].element_size());
-    }
-    return bytes;
-  };
-  if (!groups.empty() && groups.back().size() > 1 && bytes_of(groups.back()) > first_bucket_bytes) {
-    std::vector<size_t>& last = groups.back();
-    size_t keep = last.size();
-    int64_t tail_bytes = 0;
-    while (keep > 1) {
-      const torch::Tensor& p = parameters_[last[keep - 1]];
-      const int64_t bytes = p.numel() * static_cast<int64_t>(p.element_size());
-      if (keep < last.size() && tail_bytes + bytes > first_bucket_bytes) break;
-      tail_bytes += bytes;
-      --keep;
-    }
-    std::vector<size_t> tail(last.begin() + static_cast<std::ptrdiff_t>(keep), last.end());
-    last.resize(keep);
-    groups.push_back(std::move(tail));
-  }
-  for (const auto& group : groups) {
-    Bucket& bucket = buckets_.emplace_back();
-    int64_t elements = 0;
-    for (size_t i : group) {
-      slots_[i].bucket = buckets_.size() - 1;
-      slots_[i].offset = elements;
-      elements += parameters_[i].numel();
-    }
-    bucket.flat =
-        torch::zeros({elements}, parameters_[group.front()].options().requires_grad(false));
-    auto& tensors = bucket_parameters_.emplace_back();
-    for (size_t i : group) tensors.push_back(parameters_[i]);
-  }
+  LayOut(order);
   for (size_t i = 0; i < parameters_.size(); ++i) {
     if (!parameters_[i].requires_grad()) continue;
     // After autograd has stored the gradient in .grad, where PyTorch's DDP hooks in: with
@@ -119,6 +72,84 @@ GradientReducer::~GradientReducer() {
   for (const auto& p : parameters_) GradientDestinations::Process().Withdraw(p);
 }
 
+int64_t GradientReducer::BytesOf(size_t parameter) const {
+  const torch::Tensor& p = parameters_[parameter];
+  return p.numel() * static_cast<int64_t>(p.element_size());
+}
+
+void GradientReducer::LayOut(const std::vector<size_t>& order) {
+  std::vector<std::vector<size_t>> groups;
+  int64_t group_bytes = 0;
+  for (size_t i : order) {
+    const torch::Tensor& p = parameters_[i];
+    // The first bucket (index 0) is the small one.
+    const int64_t limit = groups.size() == 1 ? first_bucket_bytes_ : bucket_bytes_;
+    const bool same_kind = !groups.empty() &&
+                           parameters_[groups.back().front()].scalar_type() == p.scalar_type() &&
+                           parameters_[groups.back().front()].device() == p.device();
+    if (!same_kind || group_bytes >= limit) {
+      groups.emplace_back();
+      group_bytes = 0;
+    }
+    groups.back().push_back(i);
+    group_bytes += BytesOf(i);
+  }
+  // The last bucket waits for backward's very last gradients (the first layers), and
+  // nothing but the update can hide its reduction: keep it small too, so that the
+  // parameters before those are reduced while backward is still running. It keeps at
+  // least one parameter (GPT's embedding alone is larger than any bucket).
+  int64_t last_bytes = 0;
+  if (!groups.empty()) {
+    for (size_t i : groups.back()) last_bytes += BytesOf(i);
+  }
+  if (!groups.empty() && groups.back().size() > 1 && last_bytes > first_bucket_bytes_) {
+    std::vector<size_t>& last = groups.back();
+    size_t keep = last.size();
+    int64_t tail_bytes = 0;
+    while (keep > 1) {
+      const int64_t bytes = BytesOf(last[keep - 1]);
+      if (keep < last.size() && tail_bytes + bytes > first_bucket_bytes_) break;
+      tail_bytes += bytes;
+      --keep;
+    }
+    std::vector<size_t> tail(last.begin() + static_cast<std::ptrdiff_t>(keep), last.end());
+    last.resize(keep);
+    groups.push_back(std::move(tail));
+  }
+  buckets_.clear();
+  bucket_parameters_.clear();
+  for (const auto& group : groups) {
+    Bucket& bucket = buckets_.emplace_back();
+    int64_t elements = 0;
+    for (size_t i : group) {
+      slots_[i].bucket = buckets_.size() - 1;
+      slots_[i].offset = elements;
+      elements += parameters_[i].numel();
+    }
+    bucket.flat =
+        torch::zeros({elements}, parameters_[group.front()].options().requires_grad(false));
+    auto& tensors = bucket_parameters_.emplace_back();
+    for (size_t i : group) tensors.push_back(parameters_[i]);
+  }
+}
+
+void GradientReducer::LayOutInObservedOrder() {
+  // Rank 0's order for every rank: collectives must match, and ranks whose autograd
+  // ran branches in another order would otherwise bucket differently.
+  const torch::Device device = buckets_.front().flat.device();
+  std::vector<torch::Tensor> agreed = {
+      torch::tensor(std::vector<int64_t>(ready_order_.begin(), ready_order_.end()),
+                    torch::TensorOptions().dtype(torch::kInt64))
+          .to(device)};
+  communicator_.Broadcast(agreed, /*root=*/0);
+  const torch::Tensor on_host = agreed[0].cpu();
+  std::vector<size_t> order;
+  for (int64_t k = 0; k < on_host.numel(); ++k) {
+    order.push_back(static_cast<size_t>(on_host[k].item<int64_t>()));
+  }
+  LayOut(order);
+}
+
 torch::Tensor GradientReducer::SlotView(size_t parameter) const {
   const Slot& slot = slots_[parameter];
   const torch::Tensor& p = parameters_[parameter];
@@ -130,6 +161,13 @@ torch::Tensor GradientReducer::SlotView(size_t parameter) const {
 
 void GradientReducer::Arm() {
   if (armed_) throw std::logic_error("GradientReducer armed twice without Finish");
+  // The first reduced backward recorded the order gradients come in; buckets follow it
+  // from the second on (the first step's .grad slices are released by then), so that each
+  // bucket is complete as early as backward allows, as PyTorch's DDP rebuilds its buckets.
+  if (!laid_out_in_observed_order_ && !ready_order_.empty()) {
+    LayOutInObservedOrder();
+    laid_out_in_observed_order_ = true;
+  }
   armed_ = true;
   next_launch_ = 0;
   for (auto& slot : slots_) slot.ready = false;
@@ -163,6 +201,7 @@ void GradientReducer::OnGradient(size_t parameter) {
     grad = view;
   }
   slot.ready = true;
+  if (!laid_out_in_observed_order_) ready_order_.push_back(parameter);
   if (--buckets_[slot.bucket].waiting == 0) LaunchReadyBuckets();
 }
 
@@ -194,6 +233,7 @@ void GradientReducer::LaunchRest() {
     // The hook pointed the others' .grad at their slices already.
     parameters_[i].mutable_grad() = view;
     slot.ready = true;
+    if (!laid_out_in_observed_order_) ready_order_.push_back(i);
     --buckets_[slot.bucket].waiting;
   }
   LaunchReadyBuckets();

@@ -1,6 +1,9 @@
 // What DistributedDataParallel does to gradients, over our Communicator: parameters are
-// grouped into buckets (in reverse order of registration, roughly the order backward
-// produces their gradients; the first and the last bucket small, the rest about 25 MB).
+// grouped into buckets (the first and the last small, the rest about 25 MB), at first in
+// reverse order of registration, roughly the order backward produces their gradients, and
+// from the second reduced step on in the order the first one did produce them (rank 0's,
+// for every rank), so that a model registering its layers out of order (ResNet's blocks
+// list their convolutions, then their norms) still fills each bucket early.
 // A hook on each parameter copies its gradient into its bucket as backward produces it;
 // a bucket whose gradients are all in is all-reduced (summed) at once, in bucket order
 // (every rank must issue collectives in the same order), while backward goes on with
@@ -79,6 +82,12 @@ class GradientReducer {
     std::unique_ptr<PendingCollective> reduction;
   };
 
+  int64_t BytesOf(size_t parameter) const;
+  // Buckets of the parameters in `order` (indices), in that order: the first and the
+  // last small, the rest about bucket_bytes_, one kind (type, device) each.
+  void LayOut(const std::vector<size_t>& order);
+  // LayOut in the order the first reduced backward delivered gradients, rank 0's.
+  void LayOutInObservedOrder();
   torch::Tensor SlotView(size_t parameter) const;
   // Called once autograd has stored the parameter's gradient in .grad.
   void OnGradient(size_t parameter);
@@ -87,7 +96,11 @@ class GradientReducer {
 
   std::vector<torch::Tensor> parameters_;
   Communicator& communicator_;
+  int64_t bucket_bytes_;
+  int64_t first_bucket_bytes_;
   std::vector<Slot> slots_;
+  std::vector<size_t> ready_order_;  // parameters as the first reduced backward gave them
+  bool laid_out_in_observed_order_ = false;
   std::vector<Bucket> buckets_;
   std::vector<std::vector<torch::Tensor>> bucket_parameters_;  // per bucket, as buckets_
   struct GradientHook {

@@ -149,6 +149,10 @@ TEST(GradientReducer, ALayerWritesIntoTheOfferedSliceAndEveryContributionCounts)
     EXPECT_TRUE(torch::allclose(w[i].grad(), expected[i])) << "weight " << i;
   }
   ASSERT_EQ(WrittenTo().size(), 2u) << "w[0] and w[1] took their slices";
+  for (const auto& t : w) {
+    EXPECT_FALSE(GradientDestinations::Process().Take(t.unsafeGetTensorImpl()).defined())
+        << "no offer outlives the backward it was made for";
+  }
   EXPECT_EQ(WrittenTo()[w[0].unsafeGetTensorImpl()], w[0].grad().data_ptr())
       << "w[0]'s gradient stayed where the layer wrote it";
   EXPECT_EQ(WrittenTo()[w[1].unsafeGetTensorImpl()], w[1].grad().data_ptr())

@@ -190,6 +190,9 @@ void GradientReducer::OnGradient(size_t parameter) {
   Slot& slot = slots_[parameter];
   // Already in (a parameter reached twice is summed by autograd before it is stored).
   if (slot.ready) return;
+  // An offer not taken must not outlive this backward (a later, unreduced micro-step
+  // would write into the bucket).
+  GradientDestinations::Process().Withdraw(parameters_[parameter]);
   torch::NoGradGuard no_grad;
   torch::Tensor view = SlotView(parameter);
   // .grad holds this step's gradient, plus earlier micro-steps' when accumulating; or it

@@ -143,11 +143,8 @@ void GradientReducer::LayOutInObservedOrder() {
           .to(device)};
   communicator_.Broadcast(agreed, /*root=*/0);
   const torch::Tensor on_host = agreed[0].cpu();
-  std::vector<size_t> order;
-  for (int64_t k = 0; k < on_host.numel(); ++k) {
-    order.push_back(static_cast<size_t>(on_host[k].item<int64_t>()));
-  }
-  LayOut(order);
+  const int64_t* indices = on_host.data_ptr<int64_t>();
+  LayOut(std::vector<size_t>(indices, indices + on_host.numel()));
 }
 
 torch::Tensor GradientReducer::SlotView(size_t parameter) const {

@@ -78,7 +78,7 @@ class C10dCommunicator final : public Communicator {
   int world_size() const override { return world_size_; }
   std::chrono::milliseconds timeout() const override { return timeout_; }
 
-  void Broadcast(std::vector<torch::Tensor>& tensors, int root) override {
+  void Broadcast(std::vector<torch::Tensor>& tensors, int root, const std::string& what) override {
     // One flat buffer per call: c10d takes one tensor per device, and one collective
     // is cheaper than many.
     std::vector<torch::Tensor> flat_parts;
@@ -87,9 +87,8 @@ class C10dCommunicator final : public Communicator {
     c10d::BroadcastOptions options;
     options.rootRank = root;
     options.timeout = timeout_;
-    auto work = Guarded("the parameter broadcast", timeout_,
-                        [&] { return group_->broadcast(flat, options); });
-    Guarded("the parameter broadcast", timeout_, [&] { return work->wait(); });
+    auto work = Guarded(what, timeout_, [&] { return group_->broadcast(flat, options); });
+    Guarded(what, timeout_, [&] { return work->wait(); });
     torch::NoGradGuard no_grad;
     int64_t offset = 0;
     for (auto& t : tensors) {

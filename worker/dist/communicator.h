@@ -46,7 +46,9 @@ class Communicator {
   virtual int rank() const = 0;
   virtual int world_size() const = 0;
   // Every rank's tensors become rank `root`'s; waits (on CPUs) or orders (on GPUs).
-  virtual void Broadcast(std::vector<torch::Tensor>& tensors, int root) = 0;
+  // `what` names the broadcast in a timeout's message ("the parameter broadcast").
+  virtual void Broadcast(std::vector<torch::Tensor>& tensors, int root,
+                         const std::string& what) = 0;
   // Sums `flat` in place across ranks, asynchronously.
   virtual std::unique_ptr<PendingCollective> AllReduceSum(torch::Tensor flat) = 0;
   virtual std::chrono::milliseconds timeout() const = 0;

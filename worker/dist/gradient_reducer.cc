@@ -141,7 +141,7 @@ void GradientReducer::LayOutInObservedOrder() {
       torch::tensor(std::vector<int64_t>(ready_order_.begin(), ready_order_.end()),
                     torch::TensorOptions().dtype(torch::kInt64))
           .to(device)};
-  communicator_.Broadcast(agreed, /*root=*/0);
+  communicator_.Broadcast(agreed, /*root=*/0, "the broadcast of rank 0's gradient bucket order");
   const torch::Tensor on_host = agreed[0].cpu();
   const int64_t* indices = on_host.data_ptr<int64_t>();
   LayOut(std::vector<size_t>(indices, indices + on_host.numel()));
@@ -154,6 +154,12 @@ torch::Tensor GradientReducer::SlotView(size_t parameter) const {
   // The gradient takes its parameter's layout (channels_last weights are dense but not
   // contiguous), so that the optimizer's elementwise kernels see matching strides.
   return p.is_contiguous() ? flat.view(p.sizes()) : flat.as_strided(p.sizes(), p.strides());
+}
+
+torch::Tensor GradientReducer::TakeOfferOrSlotView(size_t parameter) const {
+  torch::Tensor offered =
+      GradientDestinations::Process().Take(parameters_[parameter].unsafeGetTensorImpl());
+  return offered.defined() ? offered : SlotView(parameter);
 }
 
 void GradientReducer::Arm() {
@@ -187,11 +193,11 @@ void GradientReducer::OnGradient(size_t parameter) {
   Slot& slot = slots_[parameter];
   // Already in (a parameter reached twice is summed by autograd before it is stored).
   if (slot.ready) return;
-  // An offer not taken must not outlive this backward (a later, unreduced micro-step
-  // would write into the bucket).
-  GradientDestinations::Process().Withdraw(parameters_[parameter]);
   torch::NoGradGuard no_grad;
-  torch::Tensor view = SlotView(parameter);
+  // The slice, as offered if no layer took the offer: taking it here also withdraws it,
+  // and an offer must not outlive this backward (a later, unreduced micro-step would
+  // write into the bucket).
+  torch::Tensor view = TakeOfferOrSlotView(parameter);
   // .grad holds this step's gradient, plus earlier micro-steps' when accumulating; or it
   // is the slice already, written there by the layer that computed it.
   torch::Tensor& grad = parameters_[parameter].mutable_grad();
@@ -222,9 +228,8 @@ void GradientReducer::LaunchRest() {
     Slot& slot = slots_[i];
     if (!parameters_[i].requires_grad() || slot.ready) continue;
     // No gradient this micro-step: reduce what earlier micro-steps left, or zeros.
-    GradientDestinations::Process().Withdraw(parameters_[i]);
     const torch::Tensor& earlier = parameters_[i].grad();
-    torch::Tensor view = SlotView(i);
+    torch::Tensor view = TakeOfferOrSlotView(i);
     if (earlier.defined()) {
       view.copy_(earlier);
     } else {

@@ -89,6 +89,8 @@ class GradientReducer {
   // LayOut in the order the first reduced backward delivered gradients, rank 0's.
   void LayOutInObservedOrder();
   torch::Tensor SlotView(size_t parameter) const;
+  // The offer still standing for the parameter (removing it), else a new SlotView.
+  torch::Tensor TakeOfferOrSlotView(size_t parameter) const;
   // Called once autograd has stored the parameter's gradient in .grad.
   void OnGradient(size_t parameter);
   void LaunchReadyBuckets();

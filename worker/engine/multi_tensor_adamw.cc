@@ -136,7 +136,8 @@ void MultiTensorAdamW::StepInParts(const std::vector<std::vector<torch::Tensor>>
   // Foreach: parameters that have taken the same number of steps share their bias
   // correction (usually that is all of them). Fused: one batch per device, whose step
   // count lives on the device. Either way, split by part; parameters in none come last.
-  std::map<std::tuple<size_t, size_t, int64_t, std::string>, Batch> batches;
+  // The device as (type, index): no string made per parameter and step.
+  std::map<std::tuple<size_t, size_t, int64_t, int, int>, Batch> batches;
   for (size_t g = 0; g < param_groups_.size(); ++g) {
     for (auto& p : param_groups_[g].params()) {
       if (!p.grad().defined()) continue;
@@ -154,7 +155,8 @@ void MultiTensorAdamW::StepInParts(const std::vector<std::vector<torch::Tensor>>
       const bool fused = RouteFor(p.device()) == AdamWRoute::kFused;
       const auto in_part = part_of.find(p.unsafeGetTensorImpl());
       const size_t part = in_part == part_of.end() ? parts.size() : in_part->second;
-      Batch& batch = batches[{part, g, fused ? -1 : state.step() + 1, p.device().str()}];
+      Batch& batch = batches[{part, g, fused ? -1 : state.step() + 1,
+                              static_cast<int>(p.device().type()), p.device().index()}];
       if (batch.params.empty()) batch.steps_before = state.step();
       // Bookkeeping only on the fused route: the device count is the truth there
       // (SyncHostState), as replayed graphs and skipped fp16 steps pass the host by.
@@ -167,7 +169,7 @@ void MultiTensorAdamW::StepInParts(const std::vector<std::vector<torch::Tensor>>
   }
   std::vector<DeviceCounters*> counted;  // device step counts this step has advanced
   for (auto& [key, b] : batches) {
-    const auto& [part, g, step, device_name] = key;
+    const auto& [part, g, step, device_type, device_index] = key;
     begin_parts_through(part);
     auto& options = static_cast<torch::optim::AdamWOptions&>(param_groups_[g].options());
     const double lr = options.lr();

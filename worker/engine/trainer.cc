@@ -179,7 +179,7 @@ void ChooseBatchSize(TrainTask& task, const DeviceRef& device_ref, const torch::
   }
   if (communicator != nullptr) {
     std::vector<torch::Tensor> agreed = {torch::tensor({chosen[0], chosen[1]}).to(device)};
-    communicator->Broadcast(agreed, /*root=*/0);
+    communicator->Broadcast(agreed, /*root=*/0, "the broadcast of rank 0's batch size");
     const torch::Tensor host = agreed[0].cpu();
     chosen[0] = host[0].item<int64_t>();
     chosen[1] = host[1].item<int64_t>();
@@ -306,7 +306,7 @@ TrainOutcome RunTraining(const TrainTask& job_task, const DeviceRef& device_ref,
       // Rank 0's weights and buffers (BatchNorm statistics) for all, as DDP starts.
       std::vector<torch::Tensor> state = net->parameters();
       for (const auto& b : net->buffers()) state.push_back(b);
-      communicator->Broadcast(state, /*root=*/0);
+      communicator->Broadcast(state, /*root=*/0, "the parameter broadcast");
       reducer = std::make_unique<GradientReducer>(parameters, *communicator,
                                                   task.distributed.bucket_bytes,
                                                   task.distributed.first_bucket_bytes);

@@ -3,7 +3,10 @@
 // order, and the job trains about as fast as it does unwatched. The worker trains on a
 // core of its own while the coordinator and the watchers share the other: what is
 // measured is whether serving watchers holds the job back, not whether two programs
-// on one core share it.
+// on one core share it. The unwatched runs keep that other core busy too, with a
+// spinning thread, and bracket the watched one: where a VM's two cores share hardware
+// a busy neighbour slows the worker by itself, and that is the machine, not Stoke (CI
+// once measured the watched run at 60% of a baseline taken with the other core idle).
 #include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
 
@@ -12,6 +15,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <iostream>
 #include <thread>
 
 #include "stoke/v1/coordinator.grpc.pb.h"
@@ -50,6 +54,24 @@ double MedianThroughput(client::Client& client, const std::string& id) {
   return rates[rates.size() / 2];
 }
 
+// Keeps the calling thread's core busy while it lives (the thread inherits its affinity).
+class BusyNeighbour {
+ public:
+  BusyNeighbour()
+      : spinner_([this] {
+          volatile uint64_t x = 0;
+          while (!stop_.load(std::memory_order_relaxed)) x = x * 6364136223846793005ULL + 1;
+        }) {}
+  ~BusyNeighbour() {
+    stop_ = true;
+    spinner_.join();
+  }
+
+ private:
+  std::atomic<bool> stop_{false};
+  std::thread spinner_;
+};
+
 TEST(Watchers, TwoHundredWatchersOneStalledSeeEverySampleWithoutSlowingTheJob) {
   if (sysconf(_SC_NPROCESSORS_ONLN) < 2) GTEST_SKIP() << "needs two cores";
   // This thread, the coordinator and the watcher threads on core 1; the worker on core 0.
@@ -72,11 +94,17 @@ TEST(Watchers, TwoHundredWatchersOneStalledSeeEverySampleWithoutSlowingTheJob) {
     return job.ok() && job->state() == v1::JOB_STATE_SUCCEEDED;
   };
 
-  auto quiet = client.SubmitJob(Spec("unwatched"));
-  ASSERT_TRUE(quiet.ok());
-  ASSERT_TRUE(WaitFor([&] { return finished(quiet->id()); }, seconds(240)));
-  const double unwatched = MedianThroughput(client, quiet->id());
-  ASSERT_GT(unwatched, 0);
+  // The job's median samples/s with the coordinator's core kept busy and no watcher.
+  auto unwatched_run = [&](const std::string& name) {
+    BusyNeighbour busy;
+    auto job = client.SubmitJob(Spec(name));
+    EXPECT_TRUE(job.ok());
+    if (!job.ok()) return 0.0;
+    EXPECT_TRUE(WaitFor([&] { return finished(job->id()); }, seconds(240)));
+    return MedianThroughput(client, job->id());
+  };
+  const double unwatched_before = unwatched_run("unwatched-before");
+  ASSERT_GT(unwatched_before, 0);
 
   auto watched = client.SubmitJob(Spec("watched"));
   ASSERT_TRUE(watched.ok());
@@ -143,12 +171,18 @@ TEST(Watchers, TwoHundredWatchersOneStalledSeeEverySampleWithoutSlowingTheJob) {
     }
   }
 
-  // Within noise: run-to-run spread of this job on this VM is a few percent.
-  const double with_watchers = MedianThroughput(client, id);
-  std::cout << "median samples/s unwatched " << unwatched << ", with 200 watchers " << with_watchers
-            << " (" << 100 * with_watchers / unwatched << "%)\n";
-  EXPECT_GT(with_watchers, 0.90 * unwatched);
+  // Within noise: run-to-run spread of this job on a quiet VM is a few percent. The
+  // slower of the two unwatched runs is the bar, so that a noisy moment during one of
+  // them does not make the watched run look slow.
   stalled_context.TryCancel();
+  const double unwatched_after = unwatched_run("unwatched-after");
+  ASSERT_GT(unwatched_after, 0);
+  const double unwatched = std::min(unwatched_before, unwatched_after);
+  const double with_watchers = MedianThroughput(client, id);
+  std::cout << "median samples/s unwatched " << unwatched_before << " before and "
+            << unwatched_after << " after, with 200 watchers " << with_watchers << " ("
+            << 100 * with_watchers / unwatched << "% of the slower)\n";
+  EXPECT_GT(with_watchers, 0.90 * unwatched);
 }
 
 }  // namespace

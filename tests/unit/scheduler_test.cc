@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <map>
 
 namespace stoke::server {
@@ -139,6 +140,30 @@ TEST(Scheduler, SpansHostsWhenNoHostIsLargeEnough) {
   ASSERT_EQ(workers.size(), 3u);
   // Ranks on one host are contiguous.
   EXPECT_EQ(workers[0].substr(0, 1), workers[1].substr(0, 1));
+}
+
+TEST(Scheduler, FourPairsOnAnEightGpuHostStartTogetherOnDisjointNeighbouringPairs) {
+  std::vector<FreeDevice> free;
+  for (uint32_t i = 0; i < 8; ++i) {
+    free.push_back({"h1/cuda:" + std::to_string(i), "h1", v1::DEVICE_TYPE_CUDA, i});
+  }
+  auto plan = MakeScheduler().Plan({Job("1", 2), Job("2", 2), Job("3", 2), Job("4", 2)}, free,
+                                   {{v1::DEVICE_TYPE_CUDA, 8}}, kNow);
+  ASSERT_EQ(plan.starts.size(), 4u);
+  std::map<std::string, std::string> holder;
+  for (const auto& start : plan.starts) {
+    ASSERT_EQ(start.worker_ids.size(), 2u) << start.job_id;
+    for (const auto& worker : start.worker_ids) {
+      EXPECT_TRUE(holder.emplace(worker, start.job_id).second)
+          << worker << " given to jobs " << holder[worker] << " and " << start.job_id;
+    }
+    // A pair of neighbours (0-1, 2-3, ...): on hosts without a switch between all GPUs
+    // those are the ones that share a link.
+    const int first = std::stoi(start.worker_ids[0].substr(start.worker_ids[0].find(':') + 1));
+    const int second = std::stoi(start.worker_ids[1].substr(start.worker_ids[1].find(':') + 1));
+    EXPECT_EQ(std::min(first, second) % 2, 0) << start.job_id;
+    EXPECT_EQ(std::abs(first - second), 1) << start.job_id;
+  }
 }
 
 TEST(Scheduler, AnyDeviceMeansGpusWhenTheClusterHasThem) {

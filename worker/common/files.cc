@@ -1,6 +1,7 @@
 #include "worker/common/files.h"
 
 #include <dirent.h>
+#include <fcntl.h>
 #include <ftw.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -8,6 +9,7 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <utility>
 
 namespace stoke::files {
 
@@ -72,6 +74,46 @@ unsigned long long DirectorySize(const std::string& path) {
     if (stat((path + "/" + name).c_str(), &st) == 0 && S_ISREG(st.st_mode)) total += st.st_size;
   }
   return total;
+}
+
+FileSink::FileSink(std::string path) : path_(std::move(path)) {
+  fd_ = open(path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd_ < 0) Fail("cannot create");
+}
+
+FileSink::~FileSink() {
+  if (fd_ >= 0) close(fd_);
+}
+
+void FileSink::Fail(const char* what) {
+  if (error_.empty()) error_ = path_ + ": " + what + ": " + std::strerror(errno);
+}
+
+size_t FileSink::Write(const void* data, size_t size) {
+  const char* bytes = static_cast<const char*>(data);
+  size_t left = error_.empty() ? size : 0;
+  while (left > 0) {
+    const ssize_t n = write(fd_, bytes, left);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      if (n == 0) errno = EIO;
+      Fail("cannot write");
+      break;
+    }
+    bytes += n;
+    left -= static_cast<size_t>(n);
+  }
+  return size;
+}
+
+bool FileSink::Finish(std::string* error) {
+  if (fd_ >= 0) {
+    if (error_.empty() && fsync(fd_) != 0) Fail("cannot flush");
+    if (close(fd_) != 0) Fail("cannot close");
+    fd_ = -1;
+  }
+  if (error != nullptr) *error = error_;
+  return error_.empty();
 }
 
 }  // namespace stoke::files

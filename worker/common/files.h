@@ -22,4 +22,28 @@ bool Rename(const std::string& from, const std::string& to, std::string* error);
 // Bytes of the regular files directly in a directory.
 unsigned long long DirectorySize(const std::string& path);
 
+// A file written through write(2) that remembers its first error instead of reporting it
+// to the writer: torch's serializer, told of a failed write, throws again from a
+// destructor and ends the process (a full disk crashed the worker). Write() therefore
+// always claims success, and Finish() says what went wrong.
+class FileSink {
+ public:
+  explicit FileSink(std::string path);  // created or truncated
+  ~FileSink();
+  FileSink(const FileSink&) = delete;
+  FileSink& operator=(const FileSink&) = delete;
+
+  size_t Write(const void* data, size_t size);
+  // Flushes the file to the disk (fsync) and closes it; false, with *error naming the
+  // file and the first failure (e.g. "No space left on device"), if anything failed.
+  bool Finish(std::string* error);
+
+ private:
+  void Fail(const char* what);
+
+  std::string path_;
+  int fd_ = -1;
+  std::string error_;
+};
+
 }  // namespace stoke::files

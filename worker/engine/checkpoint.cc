@@ -37,6 +37,15 @@ at::Generator CudaGenerator(const DeviceRef& device) {
 #endif
 }
 
+// The archive written through files::FileSink, so that a failed write (a full disk) is
+// an error that names the file rather than an exception torch throws from a destructor.
+void SaveArchive(torch::serialize::OutputArchive& archive, const std::string& path) {
+  files::FileSink file(path);
+  archive.save_to([&file](const void* data, size_t size) { return file.Write(data, size); });
+  std::string error;
+  if (!file.Finish(&error)) throw std::runtime_error(error);
+}
+
 torch::Tensor GeneratorState(at::Generator generator) {
   std::lock_guard<std::mutex> lock(generator.mutex());
   return generator.get_state();
@@ -79,10 +88,10 @@ void Checkpointer::Save(uint64_t step, Network& net, const torch::optim::Optimiz
   try {
     torch::serialize::OutputArchive model;
     net.save(model);
-    model.save_to(tmp_dir + "/model.pt");
+    SaveArchive(model, tmp_dir + "/model.pt");
     torch::serialize::OutputArchive opt;
     optimizer.save(opt);
-    opt.save_to(tmp_dir + "/optimizer.pt");
+    SaveArchive(opt, tmp_dir + "/optimizer.pt");
     torch::serialize::OutputArchive state;
     state.write("step", torch::tensor(static_cast<int64_t>(step)));
     state.write("cpu_rng", GeneratorState(at::detail::getDefaultCPUGenerator()));
@@ -95,7 +104,7 @@ void Checkpointer::Save(uint64_t step, Network& net, const torch::optim::Optimiz
       state.write("loss_scale_skipped_steps", scaler->skipped_steps().cpu());
     }
     // state.pt last: its presence marks the checkpoint complete.
-    state.save_to(tmp_dir + "/state.pt");
+    SaveArchive(state, tmp_dir + "/state.pt");
   } catch (const std::exception& e) {
     files::RemoveTree(tmp_dir);
     throw std::runtime_error("cannot write checkpoint " + final_dir + ": " + e.what());

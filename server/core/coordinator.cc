@@ -2,6 +2,8 @@
 
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
+
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "server/common/time_util.h"
@@ -259,9 +261,8 @@ void Coordinator::OnTaskStarted(const std::string& worker_id, const v1::TaskStar
   if (ranks.size() < static_cast<size_t>(job->placement_size())) return;
   std::vector<std::string> where;
   for (const auto& p : job->placement()) where.push_back(p.worker_id());
-  auto s = jobs_.Transition(job->id(), v1::JOB_STATE_RUNNING,
-                            absl::StrCat("running on ", absl::StrJoin(where, ", ")));
-  if (!s.ok()) spdlog::error("job {}: {}", started.job_id(), s.ToString());
+  RecordTransition(job->id(), job->attempt(), v1::JOB_STATE_RUNNING,
+                   absl::StrCat("running on ", absl::StrJoin(where, ", ")));
 }
 
 void Coordinator::OnTaskReport(const std::string& worker_id, const v1::TaskReport& report) {
@@ -314,10 +315,9 @@ void Coordinator::OnTaskFinished(const std::string& worker_id, const v1::TaskFin
       auto& done = succeeded_ranks_[job_id];
       done.insert(rank);
       if (done.size() == static_cast<size_t>(job->placement_size())) {
-        auto s = jobs_.Transition(job_id, v1::JOB_STATE_SUCCEEDED,
-                                  finished.message().empty() ? "succeeded" : finished.message());
-        if (!s.ok()) spdlog::error("job {}: {}", job_id, s.ToString());
         spdlog::info("job {} succeeded", job_id);
+        RecordTransition(job_id, finished.attempt(), v1::JOB_STATE_SUCCEEDED,
+                         finished.message().empty() ? "succeeded" : finished.message());
         started_ranks_.erase(job_id);
         succeeded_ranks_.erase(job_id);
         ForgetDiagnoses(job_id);
@@ -358,9 +358,8 @@ void Coordinator::RequeueAttempt(const std::string& job_id, uint32_t attempt,
   if (shutting_down_ || !job || job->attempt() != attempt || !IsLive(job->state())) return;
   std::string message = absl::StrCat("re-queued: ", why);
   spdlog::info("job {} {}", job_id, message);
-  auto s = jobs_.Transition(job_id, v1::JOB_STATE_PENDING, message,
-                            [](v1::Job& j) { j.clear_placement(); });
-  if (!s.ok()) spdlog::error("job {}: {}", job_id, s.ToString());
+  RecordTransition(job_id, attempt, v1::JOB_STATE_PENDING, message,
+                   [](v1::Job& j) { j.clear_placement(); });
   StopGang(job_id, "another rank's worker is shutting down");
   started_ranks_.erase(job_id);
   succeeded_ranks_.erase(job_id);
@@ -373,11 +372,10 @@ void Coordinator::FailAttempt(const std::string& job_id, uint32_t attempt, const
   const uint32_t restarts = job->restarts();
   // The API fills max_restarts in at submission (job_spec_rules.h).
   const uint32_t max_restarts = job->spec().max_restarts();
-  absl::Status s;
   if (retryable && restarts < max_restarts) {
     std::string message = absl::StrCat(why, "; restart ", restarts + 1, " of ", max_restarts);
     spdlog::warn("job {}: {}", job_id, message);
-    s = jobs_.Transition(job_id, v1::JOB_STATE_RESTARTING, message, [](v1::Job& j) {
+    RecordTransition(job_id, attempt, v1::JOB_STATE_RESTARTING, message, [](v1::Job& j) {
       j.set_restarts(j.restarts() + 1);
       j.clear_placement();
     });
@@ -386,12 +384,49 @@ void Coordinator::FailAttempt(const std::string& job_id, uint32_t attempt, const
     std::string message =
         retryable ? absl::StrCat(why, "; no restarts left (max_restarts ", max_restarts, ")") : why;
     spdlog::warn("job {} failed: {}", job_id, message);
-    s = jobs_.Transition(job_id, v1::JOB_STATE_FAILED, message);
+    RecordTransition(job_id, attempt, v1::JOB_STATE_FAILED, message);
     StopGang(job_id, "another rank of this job failed");
   }
-  if (!s.ok()) spdlog::error("job {}: {}", job_id, s.ToString());
   started_ranks_.erase(job_id);
   succeeded_ranks_.erase(job_id);
+}
+
+void Coordinator::RecordTransition(const std::string& job_id, uint32_t attempt, v1::JobState state,
+                                   const std::string& message,
+                                   const std::function<void(v1::Job&)>& edit) {
+  // Behind an earlier unsaved change of this job: stored after it, never before.
+  const bool behind = std::any_of(unsaved_transitions_.begin(), unsaved_transitions_.end(),
+                                  [&](const UnsavedTransition& t) { return t.job_id == job_id; });
+  if (!behind) {
+    const absl::Status s = jobs_.Transition(job_id, state, message, edit);
+    if (s.ok() || absl::IsFailedPrecondition(s) || absl::IsNotFound(s)) {
+      if (!s.ok()) spdlog::error("job {}: {}", job_id, s.ToString());
+      return;
+    }
+    spdlog::error("job {}: could not store its move to {} ({}); trying again every tick", job_id,
+                  StateName(state), s.ToString());
+  }
+  unsaved_transitions_.push_back({job_id, attempt, state, message, edit});
+}
+
+void Coordinator::RetryUnsavedTransitions() {
+  std::vector<UnsavedTransition> left;
+  std::set<std::string> blocked;  // jobs whose earlier change is still unsaved
+  for (auto& t : unsaved_transitions_) {
+    const v1::Job* job = jobs_.FindActive(t.job_id);
+    if (job == nullptr || job->attempt() != t.attempt) continue;  // overtaken (cancelled, say)
+    if (blocked.count(t.job_id) == 0) {
+      const absl::Status s = jobs_.Transition(t.job_id, t.state, t.message, t.edit);
+      if (s.ok()) {
+        spdlog::info("job {}: its move to {} is stored now", t.job_id, StateName(t.state));
+        continue;
+      }
+      if (absl::IsFailedPrecondition(s) || absl::IsNotFound(s)) continue;
+    }
+    blocked.insert(t.job_id);
+    left.push_back(std::move(t));
+  }
+  unsaved_transitions_ = std::move(left);
 }
 
 void Coordinator::ForgetDiagnoses(const std::string& job_id) {
@@ -416,6 +451,7 @@ void Coordinator::StopGang(const std::string& job_id, const std::string& reason)
 
 void Coordinator::Tick() {
   std::lock_guard<std::mutex> lock(mu_);
+  RetryUnsavedTransitions();
   for (const auto& worker_id : workers_.Silent(clock_.Now(), options_.heartbeat_timeout)) {
     WorkerEntry* worker = workers_.Find(worker_id);
     const WorkerConnection* connection = worker->connection.get();

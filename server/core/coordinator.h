@@ -6,6 +6,7 @@
 #pragma once
 
 #include <condition_variable>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -100,6 +101,14 @@ class Coordinator {
   void RequeueAttempt(const std::string& job_id, uint32_t attempt, const std::string& why);
   // Tells every worker still on the job to stop; their devices free up when they confirm.
   void StopGang(const std::string& job_id, const std::string& reason);
+  // A state change the job's workers have brought about (it started, finished, failed):
+  // it happened whether or not the store took it, so one the store refused (a full disk)
+  // is kept and tried again on every tick, in order, until it is stored or no longer
+  // applies. Until then nothing acts on it: the job keeps its stored state.
+  void RecordTransition(const std::string& job_id, uint32_t attempt, v1::JobState state,
+                        const std::string& message,
+                        const std::function<void(v1::Job&)>& edit = nullptr);
+  void RetryUnsavedTransitions();
   void RemoveWorker(WorkerEntry entry, const std::string& why);
   void Schedule();
   void StartJob(const PlannedStart& start);
@@ -126,6 +135,14 @@ class Coordinator {
   std::map<std::string, std::string> waiting_;
   bool shutting_down_ = false;
   uint16_t next_rendezvous_port_ = 0;
+  struct UnsavedTransition {
+    std::string job_id;
+    uint32_t attempt;
+    v1::JobState state;
+    std::string message;
+    std::function<void(v1::Job&)> edit;
+  };
+  std::vector<UnsavedTransition> unsaved_transitions_;
 
   std::mutex tick_mu_;
   std::condition_variable tick_cv_;

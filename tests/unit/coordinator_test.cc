@@ -36,6 +36,37 @@ class RecordingConnection final : public WorkerConnection {
   std::string closed_because;
 };
 
+// The real store, which a test can make refuse every write as a full disk does (the one
+// fake here is the failure; SqliteJobStoreTest fills a real store to the same error).
+class FillableStore final : public JobStore {
+ public:
+  explicit FillableStore(std::unique_ptr<SqliteJobStore> store) : sqlite_(std::move(store)) {}
+  bool full = false;
+
+  absl::StatusOr<v1::Job> CreateJob(v1::Job job, absl::Span<const v1::JobEvent> events) override {
+    if (full) return Full();
+    return sqlite_->CreateJob(std::move(job), events);
+  }
+  absl::Status Commit(const v1::Job& job, absl::Span<const v1::JobEvent> events) override {
+    if (full) return Full();
+    return sqlite_->Commit(job, events);
+  }
+  absl::StatusOr<v1::Job> GetJob(const std::string& id) override { return sqlite_->GetJob(id); }
+  absl::StatusOr<JobPage> ListJobs(const JobQuery& query) override {
+    return sqlite_->ListJobs(query);
+  }
+  absl::StatusOr<std::vector<v1::JobEvent>> ReadEvents(const std::string& job_id, uint64_t from_seq,
+                                                       uint32_t limit) override {
+    return sqlite_->ReadEvents(job_id, from_seq, limit);
+  }
+
+ private:
+  static absl::Status Full() {
+    return absl::ResourceExhaustedError("job store: database or disk is full");
+  }
+  std::unique_ptr<SqliteJobStore> sqlite_;
+};
+
 class CoordinatorTest : public ::testing::Test {
  protected:
   void SetUp() override { Open(); }
@@ -44,7 +75,7 @@ class CoordinatorTest : public ::testing::Test {
     core_.reset();
     hub_.reset();
     store_.reset();
-    store_ = *SqliteJobStore::Open({dir_.File("stoke.db")});
+    store_ = std::make_unique<FillableStore>(*SqliteJobStore::Open({dir_.File("stoke.db")}));
     hub_ = std::make_unique<EventHub>(*store_);
     Coordinator::Options options;
     options.heartbeat_timeout = absl::Seconds(10);
@@ -111,7 +142,7 @@ class CoordinatorTest : public ::testing::Test {
 
   stoke::testing::TempDir dir_;
   FakeClock clock_;
-  std::unique_ptr<SqliteJobStore> store_;
+  std::unique_ptr<FillableStore> store_;
   std::unique_ptr<EventHub> hub_;
   std::unique_ptr<Coordinator> core_;
   int attached_ = 0;  // workers attached so far: worker N connects from 10.0.0.N
@@ -131,6 +162,49 @@ TEST_F(CoordinatorTest, JobRunsOnAnIdleWorkerToSuccess) {
   Finished("w1", id, 1, v1::TASK_OUTCOME_SUCCEEDED);
   EXPECT_EQ(GetJob(id).state(), v1::JOB_STATE_SUCCEEDED);
   EXPECT_EQ(WorkerState("w1"), v1::WORKER_STATE_IDLE);
+}
+
+// The disk fills while jobs run: what their workers report (started, finished, failed)
+// is not lost, only stored late, once there is room again; until then the jobs keep the
+// state the store has, and nothing acts on the new one.
+TEST_F(CoordinatorTest, StateChangesTheStoreRefusedAreStoredOnceItHasRoomAgain) {
+  Attach("w1");
+  Attach("w2");
+  const std::string finishing = Submit();
+  const std::string failing = Submit(1, /*max_restarts=*/1);
+  Started("w1", finishing, 1);
+  store_->full = true;
+  Started("w2", failing, 1);  // its RUNNING cannot be stored
+  Finished("w1", finishing, 1, v1::TASK_OUTCOME_SUCCEEDED);
+  Finished("w2", failing, 1, v1::TASK_OUTCOME_FAILED);
+  core_->Tick();  // still full
+  EXPECT_EQ(GetJob(finishing).state(), v1::JOB_STATE_RUNNING);
+  EXPECT_EQ(GetJob(failing).state(), v1::JOB_STATE_SCHEDULED);
+  EXPECT_EQ(GetJob(failing).attempt(), 1u) << "restarted before its failure was stored";
+  EXPECT_EQ(WorkerState("w1"), v1::WORKER_STATE_IDLE);
+
+  store_->full = false;
+  core_->Tick();
+  v1::Job done = GetJob(finishing);
+  EXPECT_EQ(done.state(), v1::JOB_STATE_SUCCEEDED);
+  EXPECT_EQ(done.message(), "done");
+  // The failed job went RUNNING, then RESTARTING (one restart), and was started again.
+  v1::Job retried = GetJob(failing);
+  EXPECT_EQ(retried.restarts(), 1u);
+  EXPECT_EQ(retried.state(), v1::JOB_STATE_SCHEDULED);
+  EXPECT_EQ(retried.attempt(), 2u);
+  std::vector<v1::JobState> states;
+  const auto events = store_->ReadEvents(failing, 1, 100);
+  ASSERT_TRUE(events.ok()) << events.status();
+  for (const auto& e : *events) {
+    if (e.has_state_change()) states.push_back(e.state_change().state());
+  }
+  EXPECT_EQ(states, (std::vector<v1::JobState>{v1::JOB_STATE_PENDING, v1::JOB_STATE_SCHEDULED,
+                                               v1::JOB_STATE_RUNNING, v1::JOB_STATE_RESTARTING,
+                                               v1::JOB_STATE_SCHEDULED}));
+  // A new coordinator on the same store finds what the first one stored.
+  Open();
+  EXPECT_EQ(GetJob(finishing).state(), v1::JOB_STATE_SUCCEEDED);
 }
 
 TEST_F(CoordinatorTest, GangWaitsForAllItsDevicesThenGetsRanks) {

@@ -109,6 +109,7 @@ absl::StatusOr<Client::Download> Client::DownloadModel(const std::string& id, ui
   Download download;
   uint64_t expected = 0;
   v1::FileChunk chunk;
+  std::string write_error;  // the first failed write's cause (a full disk, say)
   while (reader->Read(&chunk)) {
     if (chunk.total_bytes() > 0 || chunk.step() > 0) {
       expected = chunk.total_bytes();
@@ -116,10 +117,18 @@ absl::StatusOr<Client::Download> Client::DownloadModel(const std::string& id, ui
     }
     out.write(chunk.data().data(), static_cast<std::streamsize>(chunk.data().size()));
     download.bytes += chunk.data().size();
+    if (!out) {
+      write_error = std::strerror(errno);
+      context.TryCancel();  // no use receiving the rest
+      break;
+    }
   }
   auto status = FromGrpcStatus(reader->Finish());
   out.close();
-  if (status.ok() && (!out || download.bytes != expected)) {
+  if (!out && write_error.empty()) write_error = std::strerror(errno);
+  if (!write_error.empty()) {
+    status = absl::UnavailableError(absl::StrCat(path, ": cannot write: ", write_error));
+  } else if (status.ok() && download.bytes != expected) {
     status = absl::DataLossError(
         absl::StrCat(path, ": received ", download.bytes, " of ", expected, " bytes"));
   }

@@ -860,6 +860,15 @@ TEST(TokenFileFormat, TokenizeBytesWritesOneIdPerInputByte) {
   auto missing = data::TokenizeBytes(dir.File("absent.txt"), dir.File("x.bin"));
   ASSERT_FALSE(missing.ok());
   EXPECT_PRED2(Contains, std::string(missing.status().message()), dir.File("absent.txt"));
+
+  // A full disk (/dev/full refuses every write), even for a file small enough to sit in
+  // the stream's buffer until it is closed.
+  if (access("/dev/full", W_OK) == 0) {
+    auto full = data::TokenizeBytes(dir.File("in.txt"), "/dev/full");
+    ASSERT_FALSE(full.ok()) << "tokens written to a full disk were reported stored";
+    EXPECT_PRED2(Contains, std::string(full.status().message()),
+                 "/dev/full: cannot write: No space left on device");
+  }
 }
 
 // ---------------------------------------------------------------------------------------

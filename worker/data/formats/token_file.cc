@@ -66,7 +66,7 @@ absl::StatusOr<int64_t> TokenizeBytes(const std::string& text_path, const std::s
   std::vector<char> buffer(1 << 20);
   std::vector<uint16_t> tokens;
   int64_t count = 0;
-  while (in) {
+  while (in && out) {
     in.read(buffer.data(), static_cast<std::streamsize>(buffer.size()));
     const std::streamsize n = in.gcount();
     tokens.resize(static_cast<size_t>(n));
@@ -75,7 +75,13 @@ absl::StatusOr<int64_t> TokenizeBytes(const std::string& text_path, const std::s
     out.write(reinterpret_cast<const char*>(tokens.data()), n * 2);
     count += n;
   }
-  if (!out) return absl::UnavailableError(absl::StrCat(token_path, ": write failed (disk full?)"));
+  // Closed here, not by the destructor: the last buffered bytes are written now, and a
+  // failure to write them (a full disk) is reported instead of lost.
+  if (out) out.close();
+  if (!out) {
+    return absl::UnavailableError(
+        absl::StrCat(token_path, ": cannot write: ", std::strerror(errno)));
+  }
   return count;
 }
 

@@ -7,7 +7,10 @@
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
+#include <cerrno>
+#include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 
@@ -26,12 +29,22 @@ using namespace stoke::server;
 
 namespace {
 
-// Tools and scripts poll for these files: they must never see one half written.
-void WriteAtomically(const std::string& path, const std::string& text) {
+// Tools and scripts poll for these files: they must never see one half written, and a
+// coordinator that cannot write them (a full disk) says so rather than leave them waiting.
+absl::Status WriteAtomically(const std::string& path, const std::string& text) {
   const std::string tmp = path + ".tmp";
-  std::ofstream(tmp) << text;
+  std::ofstream out(tmp, std::ios::trunc);
+  out << text;
+  out.close();
+  if (!out) {
+    const std::string cause = std::strerror(errno);
+    std::remove(tmp.c_str());
+    return absl::UnavailableError(absl::StrCat(path, ": cannot write: ", cause));
+  }
   std::error_code ec;
   fs::rename(tmp, path, ec);
+  if (ec) return absl::UnavailableError(absl::StrCat(path, ": cannot write: ", ec.message()));
+  return absl::OkStatus();
 }
 
 std::string DefaultDataDir() {
@@ -149,7 +162,10 @@ int main(int argc, char** argv) {
     if (!started.ok()) return Fail(started.status());
     metrics = *std::move(started);
     spdlog::info("Prometheus metrics on http://{}/metrics", metrics->address());
-    WriteAtomically(data_dir + "/metrics.address", metrics->address() + "\n");
+    if (auto s = WriteAtomically(data_dir + "/metrics.address", metrics->address() + "\n");
+        !s.ok()) {
+      return Fail(s);
+    }
   }
   CoordinatorService coordinator_service(**core, hub, executor, std::move(roots));
   WorkerLinkService worker_link_service(**core, executor);
@@ -161,7 +177,10 @@ int main(int argc, char** argv) {
   spdlog::info("stoke-coordinator {} listening on {}, data in {}", STOKE_VERSION,
                (*server)->address(), data_dir);
   // Tools and tests that start us on port 0 read the real address here.
-  WriteAtomically(data_dir + "/coordinator.address", (*server)->address() + "\n");
+  if (auto s = WriteAtomically(data_dir + "/coordinator.address", (*server)->address() + "\n");
+      !s.ok()) {
+    return Fail(s);
+  }
 
   std::unique_ptr<LocalWorkerSupervisor> supervisor;
   auto plan = PlanLocalWorkers(local_workers, worker_binary);

@@ -2,6 +2,8 @@
 // refuses, and the exit codes scripts depend on.
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
 #include <fstream>
 
 #include "tests/support/coordinator_process.h"
@@ -195,6 +197,23 @@ TEST(CliWithoutCoordinator, SaysSoAndExitsThree) {
   EXPECT_EQ(result.exit_code, 3);
   EXPECT_NE(result.err.find("cannot reach a coordinator at 127.0.0.1:1"), std::string::npos)
       << result.err;
+}
+
+// Scripts and tools wait for coordinator.address; on a full disk (the file being written
+// is /dev/full) the coordinator exits naming it instead of leaving them waiting.
+TEST(CoordinatorStartup, AnAddressFileItCannotWriteEndsItNamingTheFile) {
+  if (access("/dev/full", W_OK) != 0) GTEST_SKIP() << "no writable /dev/full";
+  TempDir dir;
+  ASSERT_EQ(symlink("/dev/full", dir.File("coordinator.address.tmp").c_str()), 0);
+  // Under timeout(1): a coordinator that ignored the failure would serve on (exit 124).
+  CommandResult result =
+      RunCommand({"/usr/bin/timeout", "30", STOKE_COORDINATOR_BINARY, "--address", "127.0.0.1:0",
+                  "--data-dir", dir.path(), "--local-workers", "0", "--metrics-address", ""});
+  EXPECT_EQ(result.exit_code, 1);
+  const std::string log = result.out + result.err;
+  EXPECT_NE(log.find(dir.File("coordinator.address") + ": cannot write: No space left on device"),
+            std::string::npos)
+      << log;
 }
 
 TEST(CliUsage, UnknownCommandsAndFlagsAreUsageErrors) {

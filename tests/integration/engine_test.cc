@@ -56,6 +56,13 @@ class EngineTest : public ::testing::Test {
     ASSERT_EQ(kill(pid, SIGKILL), 0);
   }
 
+  // `stoke submit <spec>`: the new job's id, or empty (and the test failed) if refused.
+  std::string SubmitFile(const std::string& spec) {
+    CommandResult submit = Stoke({"submit", spec});
+    EXPECT_EQ(submit.exit_code, 0) << submit.err;
+    return submit.exit_code == 0 ? submit.out.substr(0, submit.out.find('\n')) : std::string();
+  }
+
   std::string Write(const std::string& name, const std::string& text) {
     std::ofstream(files_.File(name)) << text;
     return files_.File(name);
@@ -118,9 +125,8 @@ training: {steps: 6000, batch_size: 64}
 metrics: {interval_steps: 100}
 checkpoint: {interval_steps: 500, keep: 2}
 )");
-  CommandResult submit = Stoke({"submit", job});
-  ASSERT_EQ(submit.exit_code, 0) << submit.err;
-  const std::string id = submit.out.substr(0, submit.out.find('\n'));
+  const std::string id = SubmitFile(job);
+  ASSERT_FALSE(id.empty());
   auto& client = coordinator_->client();
   ASSERT_TRUE(
       WaitFor([&] { return client.GetJob(id)->latest_metrics().step() >= 1200; }, seconds(120)))
@@ -193,9 +199,8 @@ metrics: {interval_steps: 100}
 checkpoint: {interval_steps: 300, keep: 2}
 distributed: {timeout_seconds: 10}
 )");
-  CommandResult submit = Stoke({"submit", job});
-  ASSERT_EQ(submit.exit_code, 0) << submit.err;
-  const std::string id = submit.out.substr(0, submit.out.find('\n'));
+  const std::string id = SubmitFile(job);
+  ASSERT_FALSE(id.empty());
   auto& client = coordinator_->client();
   ASSERT_TRUE(
       WaitFor([&] { return client.GetJob(id)->latest_metrics().step() >= 700; }, seconds(120)))
@@ -257,9 +262,8 @@ distributed: {timeout_seconds: 20}
 )");
   std::vector<std::string> ids;
   for (int i = 0; i < 2; ++i) {
-    CommandResult submit = Stoke({"submit", spec});
-    ASSERT_EQ(submit.exit_code, 0) << submit.err;
-    ids.push_back(submit.out.substr(0, submit.out.find('\n')));
+    ids.push_back(SubmitFile(spec));
+    ASSERT_FALSE(ids.back().empty());
   }
   auto running = [&](const std::string& id) {
     auto job = client.GetJob(id);

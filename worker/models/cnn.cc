@@ -7,6 +7,8 @@
 
 #include <stdexcept>
 
+#include "worker/engine/fused_batch_norm.h"
+
 namespace stoke::worker {
 
 CnnImpl::CnnImpl(const CnnConfig& config, const std::vector<int64_t>& image, int64_t num_classes)
@@ -41,8 +43,9 @@ torch::Tensor CnnImpl::forward(const torch::Tensor& inputs) {
   torch::Tensor x = inputs;
   for (size_t i = 0; i < convs_->size(); ++i) {
     x = convs_[i]->as<torch::nn::Conv2d>()->forward(x);
-    x = norms_[i]->as<torch::nn::BatchNorm2d>()->forward(x);
-    x = torch::max_pool2d(torch::relu(x), 2);
+    // Norm and ReLU in one pass each way where Stoke's kernels apply (fused_batch_norm.h).
+    x = BatchNormAct(*norms_[i]->as<torch::nn::BatchNorm2d>(), x, torch::Tensor(), /*relu=*/true);
+    x = torch::max_pool2d(x, 2);
   }
   x = torch::relu(hidden_->forward(x.flatten(1)));
   if (config_.dropout > 0) {

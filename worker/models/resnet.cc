@@ -9,6 +9,7 @@
 #include <utility>
 
 #include "worker/engine/activation_checkpoint.h"
+#include "worker/engine/fused_batch_norm.h"
 
 namespace stoke::worker {
 namespace {
@@ -78,14 +79,18 @@ ResidualBlockImpl::ResidualBlockImpl(int64_t in_channels, int64_t width, int64_t
 torch::Tensor ResidualBlockImpl::forward(const torch::Tensor& inputs) {
   torch::Tensor x = inputs;
   const size_t last = convs_->size() - 1;
-  for (size_t i = 0; i <= last; ++i) {
+  for (size_t i = 0; i < last; ++i) {
     x = convs_[i]->as<torch::nn::Conv2d>()->forward(x);
-    x = norms_[i]->as<torch::nn::BatchNorm2d>()->forward(x);
-    if (i != last) x = torch::relu(x);
+    x = BatchNormAct(*norms_[i]->as<torch::nn::BatchNorm2d>(), x, torch::Tensor(), /*relu=*/true);
   }
   const torch::Tensor identity =
-      shortcut_ ? shortcut_norm_->forward(shortcut_->forward(inputs)) : inputs;
-  return torch::relu(x + identity);
+      shortcut_ ? BatchNormAct(*shortcut_norm_, shortcut_->forward(inputs), torch::Tensor(),
+                               /*relu=*/false)
+                : inputs;
+  // The last norm, the residual add and the ReLU: one pass each way where the kernels
+  // apply (fused_batch_norm.h).
+  x = convs_[last]->as<torch::nn::Conv2d>()->forward(x);
+  return BatchNormAct(*norms_[last]->as<torch::nn::BatchNorm2d>(), x, identity, /*relu=*/true);
 }
 
 int64_t ResidualBlockImpl::Macs(int64_t height, int64_t width) const {
@@ -143,7 +148,7 @@ ResNetImpl::ResNetImpl(const ResNetConfig& config, const std::vector<int64_t>& i
 }
 
 torch::Tensor ResNetImpl::forward(const torch::Tensor& inputs) {
-  torch::Tensor x = torch::relu(stem_norm_->forward(stem_->forward(inputs)));
+  torch::Tensor x = BatchNormAct(*stem_norm_, stem_->forward(inputs), torch::Tensor(), true);
   if (!small_stem_) x = torch::max_pool2d(x, 3, 2, 1);
   for (const auto& block : *blocks_) {
     if (checkpoint_blocks_) {

@@ -7,6 +7,7 @@
 #include <cmath>
 #include <stdexcept>
 #include <string>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -101,11 +102,23 @@ torch::Tensor GptBlockImpl::Dropout(const torch::Tensor& x) {
 }
 
 torch::Tensor GptBlockImpl::forward(const torch::Tensor& inputs) {
+  const auto [x, branch] = ForwardLeavingLastAdd(inputs, torch::Tensor());
+  return x + branch;
+}
+
+std::pair<torch::Tensor, torch::Tensor> GptBlockImpl::ForwardLeavingLastAdd(
+    const torch::Tensor& stream, const torch::Tensor& pending) {
+  torch::Tensor inputs = stream;
+  torch::Tensor attention_in;
+  if (pending.defined()) {
+    std::tie(inputs, attention_in) = AddNorm(attention_norm_, stream, pending);
+  } else {
+    attention_in = Norm(attention_norm_, stream);
+  }
   const int64_t batch = inputs.size(0), time = inputs.size(1), width = inputs.size(2);
   const int64_t head_dim = width / heads_;
   // One matrix product for queries, keys and values; then [B, T, H, Q] -> [B, H, T, Q].
-  const std::vector<torch::Tensor> qkv =
-      Dense(qkv_, Norm(attention_norm_, inputs)).split(width, /*dim=*/-1);
+  const std::vector<torch::Tensor> qkv = Dense(qkv_, attention_in).split(width, /*dim=*/-1);
   auto heads = [&](const torch::Tensor& t) {
     return t.view({batch, time, heads_, head_dim}).transpose(1, 2);
   };
@@ -114,7 +127,7 @@ torch::Tensor GptBlockImpl::forward(const torch::Tensor& inputs) {
   attended = attended.transpose(1, 2).reshape({batch, time, width});
   const auto [x, normed] = AddNorm(mlp_norm_, inputs, Dropout(Dense(attention_out_, attended)));
   const torch::Tensor hidden = torch::gelu(Dense(mlp_in_, normed));
-  return x + Dropout(Dense(mlp_out_, hidden));
+  return {x, Dropout(Dense(mlp_out_, hidden))};
 }
 
 GptImpl::GptImpl(const GptConfig& config) : config_(config) {
@@ -163,18 +176,24 @@ torch::Tensor GptImpl::Trunk(const torch::Tensor& tokens) {
       torch::arange(time, torch::TensorOptions().dtype(torch::kLong).device(tokens.device()));
   torch::Tensor x = token_embedding_->forward(tokens) + position_embedding_->forward(positions);
   if (config_.dropout > 0) x = torch::dropout(x, config_.dropout, is_training());
-  for (const auto& block : *blocks_) {
-    if (checkpoint_blocks_) {
-      // The lambda holds the block's shared pointer: backward calls it again, and the
-      // graph keeps it alive for as long as that may happen.
-      CheckpointOptions options;
-      options.preserve_rng_state = config_.dropout > 0 && is_training();
-      x = CheckpointedForward(
-          [block](const torch::Tensor& in) { return block->as<GptBlockImpl>()->forward(in); }, x,
-          std::move(options));
-    } else {
-      x = block->as<GptBlockImpl>()->forward(x);
+  if (!checkpoint_blocks_) {
+    // Each block's last residual add is done by the norm after it, in the next block or
+    // the final one: with the fused norm, one kernel each way instead of an add forward
+    // and, backward, a gradient sum and a cast to the branch's type.
+    torch::Tensor pending;
+    for (const auto& block : *blocks_) {
+      std::tie(x, pending) = block->as<GptBlockImpl>()->ForwardLeavingLastAdd(x, pending);
     }
+    return pending.defined() ? AddNorm(final_norm_, x, pending).second : Norm(final_norm_, x);
+  }
+  for (const auto& block : *blocks_) {
+    // The lambda holds the block's shared pointer: backward calls it again, and the graph
+    // keeps it alive for as long as that may happen.
+    CheckpointOptions options;
+    options.preserve_rng_state = config_.dropout > 0 && is_training();
+    x = CheckpointedForward(
+        [block](const torch::Tensor& in) { return block->as<GptBlockImpl>()->forward(in); }, x,
+        std::move(options));
   }
   return Norm(final_norm_, x);
 }

@@ -9,6 +9,7 @@
 #include <torch/nn/modules/normalization.h>
 
 #include <cstdint>
+#include <utility>
 
 #include "worker/common/task.h"
 #include "worker/models/network.h"
@@ -21,6 +22,12 @@ class GptBlockImpl : public torch::nn::Module {
   explicit GptBlockImpl(const GptConfig& config);
   // [B, T, width] -> [B, T, width].
   torch::Tensor forward(const torch::Tensor& inputs);
+  // The block with the residual adds that meet a norm done by that norm (AddNorm): given
+  // the stream and the branch the block before left to add (undefined: none), returns the
+  // stream before this block's MLP branch is added, and that branch. The caller adds it,
+  // through the next block's first norm or the final one.
+  std::pair<torch::Tensor, torch::Tensor> ForwardLeavingLastAdd(const torch::Tensor& stream,
+                                                                const torch::Tensor& pending);
 
  private:
   torch::Tensor Dropout(const torch::Tensor& x);

@@ -10,6 +10,7 @@
 
 #include "worker/engine/activation_checkpoint.h"
 #include "worker/engine/fused_batch_norm.h"
+#include "worker/engine/fused_max_pool.h"
 
 namespace stoke::worker {
 namespace {
@@ -149,7 +150,7 @@ ResNetImpl::ResNetImpl(const ResNetConfig& config, const std::vector<int64_t>& i
 
 torch::Tensor ResNetImpl::forward(const torch::Tensor& inputs) {
   torch::Tensor x = BatchNormAct(*stem_norm_, stem_->forward(inputs), torch::Tensor(), true);
-  if (!small_stem_) x = torch::max_pool2d(x, 3, 2, 1);
+  if (!small_stem_) x = MaxPool2d(x, 3, 2, 1);
   for (const auto& block : *blocks_) {
     if (checkpoint_blocks_) {
       CheckpointOptions options;

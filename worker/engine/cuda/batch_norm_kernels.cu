@@ -100,15 +100,6 @@ __device__ inline void LoadFloats(const float* p, float (&out)[kVector]) {
   out[4] = b.x, out[5] = b.y, out[6] = b.z, out[7] = b.w;
 }
 
-template <typename T>
-__device__ inline void Store(T* p, const float (&v)[kVector]) {
-  uint4 bits;
-  T* out = reinterpret_cast<T*>(&bits);
-#pragma unroll
-  for (int k = 0; k < kVector; ++k) out[k] = FromFloat<T>(v[k]);
-  *reinterpret_cast<uint4*>(p) = bits;
-}
-
 // Per slice of rows and tile of channels: each channel's mean and sum of squared
 // deviations over the slice, into partials [slice][2][channels]. A thread sums its rows'
 // deviations from the first of them (no division per row, as Welford's update would
@@ -256,7 +247,7 @@ __global__ void __launch_bounds__(kThreads)
       if (residual != nullptr) v[k] += rs[j][k];
       if (relu) v[k] = Relu(v[k]);
     }
-    Store(y + i * kVector, v);
+    StoreVector8(y + i * kVector, v);
   }
 }
 
@@ -395,8 +386,8 @@ __global__ void __launch_bounds__(kThreads)
       dz[k] = Masked(gs[j], ys[j], k, relu);
       v[k] = a[k] * dz[k] + b[k] * xs[j][k] + c[k];
     }
-    Store(dx + i * kVector, v);
-    if (dresidual != nullptr) Store(dresidual + i * kVector, dz);
+    StoreVector8(dx + i * kVector, v);
+    if (dresidual != nullptr) StoreVector8(dresidual + i * kVector, dz);
   }
 }
 

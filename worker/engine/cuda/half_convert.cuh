@@ -21,4 +21,23 @@ __device__ inline __half FromFloat<__half>(float v) {
   return __float2half_rn(v);
 }
 
+// Eight neighbouring 16-bit values (16 bytes, aligned) to and from fp32: the vector the
+// channels-last kernels read and write per thread.
+template <typename T>
+__device__ inline void LoadVector8(const T* p, float (&v)[8]) {
+  const uint4 bits = *reinterpret_cast<const uint4*>(p);
+  const T* h = reinterpret_cast<const T*>(&bits);
+#pragma unroll
+  for (int k = 0; k < 8; ++k) v[k] = ToFloat(h[k]);
+}
+
+template <typename T>
+__device__ inline void StoreVector8(T* p, const float (&v)[8]) {
+  uint4 bits;
+  T* h = reinterpret_cast<T*>(&bits);
+#pragma unroll
+  for (int k = 0; k < 8; ++k) h[k] = FromFloat<T>(v[k]);
+  *reinterpret_cast<uint4*>(p) = bits;
+}
+
 }  // namespace stoke::worker::cuda

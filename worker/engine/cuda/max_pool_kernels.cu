@@ -17,23 +17,6 @@ namespace {
 constexpr int kVector = 8;
 constexpr int kThreads = 256;
 
-template <typename T>
-__device__ inline void LoadVector(const T* p, float (&v)[kVector]) {
-  const uint4 bits = *reinterpret_cast<const uint4*>(p);
-  const T* h = reinterpret_cast<const T*>(&bits);
-#pragma unroll
-  for (int k = 0; k < kVector; ++k) v[k] = ToFloat(h[k]);
-}
-
-template <typename T>
-__device__ inline void StoreVector(T* p, const float (&v)[kVector]) {
-  uint4 bits;
-  T* h = reinterpret_cast<T*>(&bits);
-#pragma unroll
-  for (int k = 0; k < kVector; ++k) h[k] = FromFloat<T>(v[k]);
-  *reinterpret_cast<uint4*>(p) = bits;
-}
-
 // One output position's 8 channels: the window's largest (compared in fp32, which holds
 // bf16 and fp16 exactly), in torch's order (rows, then columns) and with its rule for ties
 // and NaN, and the tap it came from.
@@ -67,7 +50,7 @@ __global__ void __launch_bounds__(kThreads)
   for (int64_t h = h_begin; h < h_end; ++h) {
     for (int64_t w = w_begin; w < w_end; ++w) {
       float v[kVector];
-      LoadVector(x + ((n * s.height + h) * s.width + w) * s.channels + c0, v);
+      LoadVector8(x + ((n * s.height + h) * s.width + w) * s.channels + c0, v);
       const int t = static_cast<int>((h - h0) * s.kernel + (w - w0));
 #pragma unroll
       for (int k = 0; k < kVector; ++k) {
@@ -78,7 +61,7 @@ __global__ void __launch_bounds__(kThreads)
       }
     }
   }
-  StoreVector(y + i * kVector, best);
+  StoreVector8(y + i * kVector, best);
   uint2 packed;
   uint8_t* bytes = reinterpret_cast<uint8_t*>(&packed);
 #pragma unroll
@@ -115,14 +98,14 @@ __global__ void __launch_bounds__(kThreads)
       const uint8_t* took = reinterpret_cast<const uint8_t*>(&packed);
       const int t = static_cast<int>((hp - oh * s.stride) * s.kernel + (wp - ow * s.stride));
       float g[kVector];
-      LoadVector(dy + at, g);
+      LoadVector8(dy + at, g);
 #pragma unroll
       for (int k = 0; k < kVector; ++k) {
         if (took[k] == t) sum[k] += g[k];
       }
     }
   }
-  StoreVector(dx + i * kVector, sum);
+  StoreVector8(dx + i * kVector, sum);
 }
 
 const char* LastError() {

@@ -56,6 +56,7 @@ class MaxPoolFunction : public torch::autograd::Function<MaxPoolFunction> {
                 "max pool forward");
     ctx->save_for_backward({taps});
     ctx->saved_data["sizes"] = x.sizes().vec();
+    ctx->saved_data["type"] = static_cast<int64_t>(x.scalar_type());
     ctx->saved_data["kernel"] = kernel;
     ctx->saved_data["stride"] = stride;
     ctx->saved_data["padding"] = padding;
@@ -68,10 +69,10 @@ class MaxPoolFunction : public torch::autograd::Function<MaxPoolFunction> {
     const torch::Tensor taps = ctx->get_saved_variables()[0];
     const c10::cuda::CUDAGuard device(taps.device());
     const std::vector<int64_t> sizes = ctx->saved_data["sizes"].toIntVector();
-    const torch::Tensor& dy = grad_outputs[0];
-    const at::ScalarType type = dy.scalar_type();
-    const torch::Tensor dy_rows = dy.contiguous(kChannelsLast);
-    const torch::Tensor dx = at::empty(sizes, dy.options(), kChannelsLast);
+    // The gradient in the output's type and layout, whatever autograd brings.
+    const auto type = static_cast<at::ScalarType>(ctx->saved_data["type"].toInt());
+    const torch::Tensor dy_rows = grad_outputs[0].to(type).contiguous(kChannelsLast);
+    const torch::Tensor dx = at::empty(sizes, dy_rows.options(), kChannelsLast);
     const cuda::PoolShape s =
         ShapeOf(dx, ctx->saved_data["kernel"].toInt(), ctx->saved_data["stride"].toInt(),
                 ctx->saved_data["padding"].toInt());

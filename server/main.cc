@@ -43,7 +43,10 @@ absl::Status WriteAtomically(const std::string& path, const std::string& text) {
   }
   std::error_code ec;
   fs::rename(tmp, path, ec);
-  if (ec) return absl::UnavailableError(absl::StrCat(path, ": cannot write: ", ec.message()));
+  if (ec) {
+    std::remove(tmp.c_str());  // no half-done file left beside the real one
+    return absl::UnavailableError(absl::StrCat(path, ": cannot write: ", ec.message()));
+  }
   return absl::OkStatus();
 }
 

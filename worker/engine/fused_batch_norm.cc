@@ -67,9 +67,9 @@ class BatchNormActFunction : public torch::autograd::Function<BatchNormActFuncti
                     running_var.data_ptr<float>(), y.data_ptr(), mean.data_ptr<float>(),
                     invstd.data_ptr<float>(), scratch.data_ptr<float>(), CurrentStreamOf(x)),
                 "batch norm forward");
-    // The output is the ReLU's mask; the next convolution keeps it alive anyway.
+    // The output is the ReLU's mask (saved only with a ReLU: its presence says there was
+    // one); the next convolution keeps it alive anyway.
     ctx->save_for_backward({x, relu ? y : torch::Tensor(), weight, mean, invstd});
-    ctx->saved_data["relu"] = relu;
     ctx->saved_data["residual"] = has_residual;
     return y;
   }
@@ -81,7 +81,7 @@ class BatchNormActFunction : public torch::autograd::Function<BatchNormActFuncti
     const torch::Tensor& x = saved[0];
     const torch::Tensor& y = saved[1];
     const c10::cuda::CUDAGuard device(x.device());
-    const bool relu = ctx->saved_data["relu"].toBool();
+    const bool relu = y.defined();
     const bool has_residual = ctx->saved_data["residual"].toBool();
     const int64_t channels = x.size(1);
     const int64_t rows = Rows(x);

@@ -55,14 +55,7 @@ __global__ void __launch_bounds__(kThreads)
       }
     }
   }
-  float* lane_dz = shared + threadIdx.y * width + threadIdx.x * kVector;
-  float* lane_dzx = lane_dz + lanes * width;
-#pragma unroll
-  for (int k = 0; k < kVector; ++k) {
-    lane_dz[k] = sum_dz[k];
-    lane_dzx[k] = sum_dzx[k];
-  }
-  __syncthreads();
+  StageLanePair(shared, sum_dz, sum_dzx);
   const int t = threadIdx.y * groups + threadIdx.x;
   const int64_t c = static_cast<int64_t>(blockIdx.y) * width + t;
   if (t >= width || c >= channels) return;

@@ -74,14 +74,7 @@ __global__ void __launch_bounds__(kThreads)
       m2[k] = fmaxf(s2[k] - s1[k] * d, 0.f);
     }
   }
-  float* lane_mean = shared + threadIdx.y * width + threadIdx.x * kVector;
-  float* lane_m2 = lane_mean + lanes * width;
-#pragma unroll
-  for (int k = 0; k < kVector; ++k) {
-    lane_mean[k] = mean[k];
-    lane_m2[k] = m2[k];
-  }
-  __syncthreads();
+  StageLanePair(shared, mean, m2);
   const int t = threadIdx.y * groups + threadIdx.x;
   const int64_t c = static_cast<int64_t>(blockIdx.y) * width + t;
   if (t >= width || c >= channels) return;

@@ -82,6 +82,23 @@ __device__ inline void LoadFloats(const float* p, float (&out)[kVector]) {
   out[4] = b.x, out[5] = b.y, out[6] = b.z, out[7] = b.w;
 }
 
+// The row-reduction kernels' hand-over from row lanes to channels: each thread puts its
+// two 8-channel vectors where one thread per channel then reads them all, `first` at
+// shared[lane][column], `second` at shared[lanes + lane][column] (2 * lanes * width
+// floats, width = 8 * blockDim.x), and the block waits for every lane's.
+__device__ inline void StageLanePair(float* shared, const float (&first)[kVector],
+                                     const float (&second)[kVector]) {
+  const int width = blockDim.x * kVector;
+  float* a = shared + threadIdx.y * width + threadIdx.x * kVector;
+  float* b = a + blockDim.y * width;
+#pragma unroll
+  for (int k = 0; k < kVector; ++k) {
+    a[k] = first[k];
+    b[k] = second[k];
+  }
+  __syncthreads();
+}
+
 inline const char* LastError() {
   const cudaError_t error = cudaGetLastError();
   return error == cudaSuccess ? nullptr : cudaGetErrorString(error);

@@ -17,6 +17,18 @@ namespace {
 constexpr int kVector = 8;
 constexpr int kThreads = 256;
 
+// Where thread i's vector lies in an NHWC tensor of `height` x `width` images: its image,
+// row, column and first channel (vectors run fastest along the channels).
+struct Spot {
+  int64_t n, row, column, channel;
+};
+
+__device__ inline Spot SpotOf(int64_t i, int64_t channels, int64_t height, int64_t width) {
+  const int64_t vectors = channels / kVector;
+  const int64_t pixel = i / vectors;
+  return {pixel / width / height, (pixel / width) % height, pixel % width, (i % vectors) * kVector};
+}
+
 // One output position's 8 channels: the window's largest (compared in fp32, which holds
 // bf16 and fp16 exactly), in torch's order (rows, then columns) and with its rule for ties
 // and NaN, and the tap it came from.
@@ -26,13 +38,8 @@ __global__ void __launch_bounds__(kThreads)
                          uint8_t* __restrict__ taps) {
   const int64_t i = static_cast<int64_t>(blockIdx.x) * kThreads + threadIdx.x;
   if (i >= outputs) return;
-  const int64_t vectors = s.channels / kVector;
-  const int64_t c0 = (i % vectors) * kVector;
-  int64_t rest = i / vectors;
-  const int64_t ow = rest % s.out_width;
-  rest /= s.out_width;
-  const int64_t oh = rest % s.out_height;
-  const int64_t n = rest / s.out_height;
+  const Spot at = SpotOf(i, s.channels, s.out_height, s.out_width);
+  const int64_t n = at.n, oh = at.row, ow = at.column, c0 = at.channel;
   const int64_t h0 = oh * s.stride - s.padding;
   const int64_t w0 = ow * s.stride - s.padding;
   const int64_t h_begin = h0 < 0 ? 0 : h0;
@@ -77,13 +84,8 @@ __global__ void __launch_bounds__(kThreads)
                           int64_t inputs, T* __restrict__ dx) {
   const int64_t i = static_cast<int64_t>(blockIdx.x) * kThreads + threadIdx.x;
   if (i >= inputs) return;
-  const int64_t vectors = s.channels / kVector;
-  const int64_t c0 = (i % vectors) * kVector;
-  int64_t rest = i / vectors;
-  const int64_t w = rest % s.width;
-  rest /= s.width;
-  const int64_t h = rest % s.height;
-  const int64_t n = rest / s.height;
+  const Spot at = SpotOf(i, s.channels, s.height, s.width);
+  const int64_t n = at.n, h = at.row, w = at.column, c0 = at.channel;
   // Outputs oh whose window [oh * stride - padding, + kernel) holds h.
   const int64_t hp = h + s.padding, wp = w + s.padding;
   const int64_t oh_begin = hp < s.kernel ? 0 : (hp - s.kernel) / s.stride + 1;

@@ -6,6 +6,7 @@ kernels (launch-bound steps leave gaps). Given several traces, the kinds side by
     python3 trace_summary.py --steps 5 stoke=gpt-stoke.json eager=gpt-eager.json
 """
 import argparse
+import bisect
 import collections
 import gzip
 import json
@@ -30,6 +31,10 @@ KINDS = [
 ]
 
 
+# Kinds whose kernels are listed by the operator that launched them.
+ATTRIBUTED = ("copy / cast / fill", "reduction", "element-wise", "other")
+
+
 def kind_of(name):
     low = name.lower()
     for kind, pattern in KINDS:
@@ -39,12 +44,56 @@ def kind_of(name):
 
 
 def load(path):
+    """The trace's device events, and its host events (CPU operators, runtime calls)."""
     opener = gzip.open if path.endswith(".gz") else open
     with opener(path, "rt") as f:
         trace = json.load(f)
     events = trace["traceEvents"] if isinstance(trace, dict) else trace
-    return [e for e in events if e.get("ph") == "X" and
-            e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset") and "dur" in e]
+    complete = [e for e in events if e.get("ph") == "X" and "dur" in e]
+    device = [e for e in complete if e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset")]
+    return device, complete
+
+
+def launchers(complete):
+    """correlation id -> the operators the launch happened inside, innermost first: which
+    line of the model a kernel or memset comes from, where its name does not say."""
+    ops = collections.defaultdict(list)
+    for e in complete:
+        if e.get("cat") in ("cpu_op", "user_annotation"):
+            ops[(e.get("pid"), e.get("tid"))].append((e["ts"], e["ts"] + e["dur"], e["name"]))
+    for spans in ops.values():
+        spans.sort(key=lambda s: (s[0], -s[1]))
+    found = {}
+    for e in complete:
+        if e.get("cat") not in ("cuda_runtime", "cuda_driver"):
+            continue
+        corr = (e.get("args") or {}).get("correlation")
+        spans = ops.get((e.get("pid"), e.get("tid")), [])
+        if corr is None or not spans:
+            continue
+        i = bisect.bisect_right(spans, (e["ts"], float("inf"), "")) - 1
+        chain = []
+        # Spans opening before the call that still enclose it; nesting makes them its stack.
+        while i >= 0 and len(chain) < 40:
+            start, stop, name = spans[i]
+            if start <= e["ts"] <= stop and name not in chain:
+                chain.append(name)
+            i -= 1
+            if start < e["ts"] - 5e6:  # no operator lasts 5 s within a traced step
+                break
+        found[corr] = chain
+    return found
+
+
+def origin(chain):
+    """The innermost operators (up to three), and the autograd node around them."""
+    if not chain:
+        return "(no operator)"
+    names = chain[:3]
+    node = next((n for n in chain if "evaluate_function" in n), None)
+    if node and node not in names:
+        names.append(node.replace("autograd::engine::evaluate_function: ", "backward of "))
+    return " < ".join(names)
 
 
 def busy_and_span(kernels):
@@ -67,7 +116,7 @@ def short(name, width=70):
 
 
 def summarize(label, path, steps, top):
-    kernels = load(path)
+    kernels, complete = load(path)
     busy, span = busy_and_span(kernels)
     by_kind = collections.defaultdict(float)
     by_name = collections.defaultdict(lambda: [0.0, 0])
@@ -86,6 +135,22 @@ def summarize(label, path, steps, top):
     for name, (us, calls) in sorted(by_name.items(), key=lambda kv: -kv[1][0])[:top]:
         print(f"| `{short(name)}` ({kind_of(name)}) | {calls / steps:.0f} | {ms(us):.3f} | "
               f"{100 * us / total:.1f}% |")
+    # Small kernels by the operator that launched them: their names say nothing of which
+    # tensor they touch, and a captured step pays for each one as a graph node.
+    chains = launchers(complete)
+    by_origin = collections.defaultdict(lambda: [0.0, 0])
+    for e in kernels:
+        if kind_of(e["name"]) not in ATTRIBUTED:
+            continue
+        corr = (e.get("args") or {}).get("correlation")
+        key = (short(e["name"], 40), short(origin(chains.get(corr, [])), 140))
+        by_origin[key][0] += e["dur"]
+        by_origin[key][1] += 1
+    if by_origin:
+        print("\n| copy, cast, fill, reduction, element-wise, other | launched by | calls per step | ms per step |")
+        print("|---|---|---|---|")
+        for (name, where), (us, calls) in sorted(by_origin.items(), key=lambda kv: -kv[1][1])[:2 * top]:
+            print(f"| `{name}` | `{where}` | {calls / steps:.1f} | {ms(us):.3f} |")
     return {k: ms(v) for k, v in by_kind.items()}, ms(busy), ms(span)
 
 

@@ -91,6 +91,69 @@ TEST_P(HalfLinearGpuTest, MatchesAutocastLinearWithAnExactBiasGradient) {
   EXPECT_TRUE(torch::allclose(db1, db2, rounding, 0)) << "dbias against ATen's";
 }
 
+// Linear + exact GELU with the GELU's backward and the bias gradient in one kernel,
+// against ATen's linear and gelu under the same autocast: the same output, the same
+// gradients of input and weight (through the same rounded GELU gradient), and a bias
+// gradient equal to the fp64 sum of ATen's rounded GELU input gradient.
+TEST_P(HalfLinearGpuTest, WithGeluMatchesAtensLinearAndGelu) {
+  const auto [dtype, which] = GetParam();
+  // GPT-2's MLP input layer at a small batch; the same at the full batch; a layer whose
+  // width is no multiple of 8 (the scalar kernel).
+  const Shape shape = which == 0   ? Shape{{4, 333, 768}, 3072, dtype}
+                      : which == 1 ? Shape{{16, 1024, 768}, 3072, dtype}
+                                   : Shape{{512, 96}, 100, torch::kFloat32};
+  torch::manual_seed(11);
+  const auto cuda = torch::TensorOptions().device(torch::kCUDA);
+  const torch::Tensor x = torch::randn(shape.input, cuda).to(shape.input_type);
+  const int64_t in = shape.input.back();
+  const torch::Tensor weight = torch::randn({shape.out, in}, cuda) * 0.05;
+  const torch::Tensor bias = torch::randn({shape.out}, cuda);
+  std::vector<int64_t> out_sizes = shape.input;
+  out_sizes.back() = shape.out;
+  const torch::Tensor dy = (torch::randn(out_sizes, cuda) + 0.5).to(dtype);
+
+  compat::SetAutocast(c10::DeviceType::CUDA, true, dtype);
+  auto run = [&](bool ours) {
+    torch::Tensor xl = x.clone().requires_grad_(true);
+    torch::Tensor wl = weight.clone().requires_grad_(true);
+    torch::Tensor bl = bias.clone().requires_grad_(true);
+    torch::Tensor pre;
+    torch::Tensor y;
+    if (ours) {
+      y = AutocastLinearGelu(xl, wl, bl);
+    } else {
+      pre = torch::linear(xl, wl, bl);
+      pre.retain_grad();
+      y = torch::gelu(pre);
+    }
+    y.backward(dy);
+    return std::make_tuple(y.detach(), xl.grad(), wl.grad(), bl.grad(),
+                           ours ? torch::Tensor() : pre.grad());
+  };
+  const auto [y1, dx1, dw1, db1, unused] = run(true);
+  const auto [y2, dx2, dw2, db2, dpre] = run(false);
+  compat::SetAutocast(c10::DeviceType::CUDA, false, dtype);
+
+  EXPECT_EQ(y1.scalar_type(), y2.scalar_type());
+  EXPECT_EQ(y1.sizes(), y2.sizes());
+  EXPECT_TRUE(torch::allclose(y1.to(torch::kFloat32), y2.to(torch::kFloat32), 1e-2, 1e-2))
+      << "output: largest difference " << MaxAbs(y1.to(torch::kFloat32) - y2.to(torch::kFloat32));
+  EXPECT_TRUE(torch::allclose(dx1.to(torch::kFloat32), dx2.to(torch::kFloat32), 2e-2, 2e-3))
+      << "dx: largest difference " << MaxAbs(dx1.to(torch::kFloat32) - dx2.to(torch::kFloat32));
+  EXPECT_TRUE(torch::allclose(dw1, dw2, 2e-2, 1e-2 * MaxAbs(dw2)))
+      << "dweight: largest difference " << MaxAbs(dw1 - dw2);
+  ASSERT_EQ(db1.scalar_type(), torch::kFloat32);
+  const torch::Tensor exact = dpre.to(torch::kFloat64).reshape({-1, shape.out}).sum(0);
+  // Our GELU gradient may round a value to the neighbouring 16-bit number where ATen's
+  // erf differs in its last fp32 bit: allow that much per row, summed.
+  const double ulp = dtype == torch::kBFloat16 ? 1.0 / 128 : 1.0 / 1024;
+  const double rows = static_cast<double>(dpre.numel() / shape.out);
+  EXPECT_TRUE(torch::allclose(db1.to(torch::kFloat64), exact, 1e-4,
+                              1e-3 * ulp * rows * MaxAbs(dpre.to(torch::kFloat64))))
+      << "dbias: largest difference from the fp64 sum of ATen's GELU gradient "
+      << MaxAbs(db1.to(torch::kFloat64) - exact);
+}
+
 TEST(HalfLinearGpu, OutsideAutocastOrWithoutGradientsItIsAtensLinear) {
   if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device";
   const auto cuda = torch::TensorOptions().device(torch::kCUDA);

@@ -4,6 +4,8 @@
 #include <torch/torch.h>
 
 #include <optional>
+#include <tuple>
+#include <utility>
 
 #include "worker/engine/torch_compat.h"
 
@@ -38,19 +40,58 @@ torch::Tensor WeightGradient(const torch::Tensor& dy, const torch::Tensor& rows,
   return dweight;
 }
 
+// What follows the matrix product inside the function.
+enum class Activation : int64_t { kNone = 0, kGelu = 1 };
+
+// Column sums of dy [rows, width] (bf16/fp16, contiguous) in fp32: a bias gradient.
+torch::Tensor BiasGradient(const torch::Tensor& dy) {
+  const int64_t n = dy.size(0);
+  const int64_t width = dy.size(1);
+  const auto f32 = dy.options().dtype(torch::kFloat32);
+  torch::Tensor dbias = torch::empty({width}, f32);
+  torch::Tensor partials = torch::empty({cuda::ColumnSumScratch(n, width)}, f32);
+  CheckKernel(
+      cuda::ColumnSums(dy.data_ptr(), HalfTypeOf(dy.scalar_type(), "AutocastLinear"), n, width,
+                       dbias.data_ptr<float>(), partials.data_ptr<float>(), CurrentStreamOf(dy)),
+      "column-sum");
+  return dbias;
+}
+
+// (dy * gelu'(pre), its column sums in fp32) for dy and pre [rows, width], contiguous and
+// of one 16-bit type.
+std::pair<torch::Tensor, torch::Tensor> GeluBackwardAndBiasGradient(const torch::Tensor& dy,
+                                                                    const torch::Tensor& pre) {
+  const int64_t n = dy.size(0);
+  const int64_t width = dy.size(1);
+  const auto f32 = dy.options().dtype(torch::kFloat32);
+  torch::Tensor dpre = torch::empty_like(dy);
+  torch::Tensor dbias = torch::empty({width}, f32);
+  torch::Tensor partials = torch::empty({cuda::ColumnSumScratch(n, width)}, f32);
+  CheckKernel(cuda::GeluBackwardColumnSums(dy.data_ptr(), pre.data_ptr(),
+                                           HalfTypeOf(dy.scalar_type(), "AutocastLinearGelu"), n,
+                                           width, dpre.data_ptr(), dbias.data_ptr<float>(),
+                                           partials.data_ptr<float>(), CurrentStreamOf(dy)),
+              "GELU backward and column-sum");
+  return {std::move(dpre), std::move(dbias)};
+}
+
 class HalfLinearFunction : public torch::autograd::Function<HalfLinearFunction> {
  public:
   static torch::Tensor forward(  // NOLINT(readability-identifier-naming)
       AutogradContext* ctx, const torch::Tensor& x, const torch::Tensor& weight,
-      const torch::Tensor& bias, int64_t half_type) {
+      const torch::Tensor& bias, int64_t half_type, int64_t activation) {
     // The casts autocast would make, made here once, and nothing cast again inside.
     c10::impl::ExcludeDispatchKeyGuard no_autocast(c10::autocast_dispatch_keyset);
     const auto type = static_cast<at::ScalarType>(half_type);
     const int64_t in = weight.size(1);
     const torch::Tensor rows = x.to(type).reshape({-1, in});
     const torch::Tensor w = weight.to(type);
-    const torch::Tensor out = torch::addmm(bias.to(type), rows, w.t());
-    ctx->save_for_backward({rows, w});
+    torch::Tensor out = torch::addmm(bias.to(type), rows, w.t());
+    // With a GELU, backward needs its input (saved in place of the output autograd would
+    // have kept for ATen's gelu backward) and the output is the GELU's.
+    const bool gelu = static_cast<Activation>(activation) == Activation::kGelu;
+    ctx->save_for_backward({rows, w, gelu ? out : torch::Tensor()});
+    if (gelu) out = torch::gelu(out);
     ctx->saved_data["x_sizes"] = x.sizes().vec();
     ctx->saved_data["x_type"] = static_cast<int64_t>(x.scalar_type());
     ctx->saved_data["weight_type"] = static_cast<int64_t>(weight.scalar_type());
@@ -72,10 +113,15 @@ class HalfLinearFunction : public torch::autograd::Function<HalfLinearFunction> 
     auto type_of = [&](const char* key) {
       return static_cast<at::ScalarType>(ctx->saved_data[key].toInt());
     };
-    const torch::Tensor dy = grad_outputs[0].to(rows.scalar_type()).reshape({-1, w.size(0)});
+    torch::Tensor dy = grad_outputs[0].to(rows.scalar_type()).reshape({-1, w.size(0)});
+    torch::Tensor dbias;
+    if (saved[2].defined()) {
+      // Through the GELU first; its input's gradient is the product's output gradient,
+      // and the bias gradient is summed in the same pass.
+      std::tie(dy, dbias) = GeluBackwardAndBiasGradient(dy.contiguous(), saved[2]);
+    }
     torch::Tensor dx;
     torch::Tensor dweight;
-    torch::Tensor dbias;
     if (ctx->needs_input_grad(0)) {
       dx = dy.mm(w).view(ctx->saved_data["x_sizes"].toIntVector()).to(type_of("x_type"));
     }
@@ -84,20 +130,10 @@ class HalfLinearFunction : public torch::autograd::Function<HalfLinearFunction> 
           WeightGradient(dy, rows, type_of("weight_type"), ctx->saved_data["weight_key"].toInt());
     }
     if (ctx->needs_input_grad(2)) {
-      const torch::Tensor contiguous = dy.contiguous();
-      const int64_t n = contiguous.size(0);
-      const int64_t width = contiguous.size(1);
-      const auto f32 = contiguous.options().dtype(torch::kFloat32);
-      dbias = torch::empty({width}, f32);
-      torch::Tensor partials = torch::empty({cuda::ColumnSumScratch(n, width)}, f32);
-      CheckKernel(cuda::ColumnSums(contiguous.data_ptr(),
-                                   HalfTypeOf(contiguous.scalar_type(), "AutocastLinear"), n, width,
-                                   dbias.data_ptr<float>(), partials.data_ptr<float>(),
-                                   CurrentStreamOf(contiguous)),
-                  "column-sum");
+      if (!dbias.defined()) dbias = BiasGradient(dy.contiguous());
       dbias = dbias.to(type_of("bias_type"));
     }
-    return {dx, dweight, dbias, torch::Tensor()};
+    return {dx, dweight, dbias, torch::Tensor(), torch::Tensor()};
   }
 };
 
@@ -121,7 +157,16 @@ torch::Tensor AutocastLinear(const torch::Tensor& x, const torch::Tensor& weight
                              const torch::Tensor& bias) {
   const std::optional<at::ScalarType> type = OwnKernelType(x, bias);
   if (!type) return torch::linear(x, weight, bias);
-  return HalfLinearFunction::apply(x, weight, bias, static_cast<int64_t>(*type));
+  return HalfLinearFunction::apply(x, weight, bias, static_cast<int64_t>(*type),
+                                   static_cast<int64_t>(Activation::kNone));
+}
+
+torch::Tensor AutocastLinearGelu(const torch::Tensor& x, const torch::Tensor& weight,
+                                 const torch::Tensor& bias) {
+  const std::optional<at::ScalarType> type = OwnKernelType(x, bias);
+  if (!type) return torch::gelu(torch::linear(x, weight, bias));
+  return HalfLinearFunction::apply(x, weight, bias, static_cast<int64_t>(*type),
+                                   static_cast<int64_t>(Activation::kGelu));
 }
 
 #else
@@ -133,6 +178,11 @@ bool AutocastLinearUsesOwnKernels(const torch::Tensor& /*x*/, const torch::Tenso
 torch::Tensor AutocastLinear(const torch::Tensor& x, const torch::Tensor& weight,
                              const torch::Tensor& bias) {
   return torch::linear(x, weight, bias);
+}
+
+torch::Tensor AutocastLinearGelu(const torch::Tensor& x, const torch::Tensor& weight,
+                                 const torch::Tensor& bias) {
+  return torch::gelu(torch::linear(x, weight, bias));
 }
 
 #endif

@@ -15,6 +15,12 @@ namespace stoke::worker {
 torch::Tensor AutocastLinear(const torch::Tensor& x, const torch::Tensor& weight,
                              const torch::Tensor& bias);
 
+// torch::gelu(torch::linear(x, weight, bias)) (exact GELU), on the same path as
+// AutocastLinear, where backward takes the GELU's gradient and the bias gradient in one
+// pass over the output gradient (column_sum_kernels.h) instead of two.
+torch::Tensor AutocastLinearGelu(const torch::Tensor& x, const torch::Tensor& weight,
+                                 const torch::Tensor& bias);
+
 // Whether AutocastLinear would take Stoke's path for x now (for tests).
 bool AutocastLinearUsesOwnKernels(const torch::Tensor& x, const torch::Tensor& bias);
 

@@ -18,16 +18,16 @@ namespace {
 // then depends on nothing but what the autograd graph holds.
 torch::Tensor HiddenLayer(torch::nn::LinearImpl& linear, Activation activation, double dropout,
                           bool training, const torch::Tensor& inputs) {
-  torch::Tensor x = AutocastLinear(inputs, linear.weight, linear.bias);
+  torch::Tensor x;
   switch (activation) {
     case Activation::kRelu:
-      x = torch::relu(x);
+      x = torch::relu(AutocastLinear(inputs, linear.weight, linear.bias));
       break;
     case Activation::kGelu:
-      x = torch::gelu(x);
+      x = AutocastLinearGelu(inputs, linear.weight, linear.bias);
       break;
     case Activation::kTanh:
-      x = torch::tanh(x);
+      x = torch::tanh(AutocastLinear(inputs, linear.weight, linear.bias));
       break;
   }
   if (dropout > 0) {

@@ -28,11 +28,28 @@ int64_t Slices(int64_t rows) {
   return std::max<int64_t>(1, (rows + kRowsPerSlice - 1) / kRowsPerSlice);
 }
 
+// What the partial kernels sum: the input itself, or (with a GELU) the gradient of a GELU's
+// input, dy * gelu'(pre), which they also write to dpre as they go, rounded to T.
+template <typename T>
+struct GeluInput {
+  const T* pre = nullptr;  // nullptr: sum the input as it is
+  T* dpre = nullptr;
+};
+
+// d gelu(x) / dx for the exact (erf) GELU, as ATen's gelu_backward computes it in fp32.
+__device__ inline float GeluGrad(float x) {
+  constexpr float kInvSqrt2 = 0.70710678118654752440f;
+  constexpr float kInvSqrt2Pi = 0.39894228040143267794f;
+  const float cdf = 0.5f * (1.f + erff(x * kInvSqrt2));
+  const float pdf = expf(-0.5f * x * x) * kInvSqrt2Pi;
+  return cdf + x * pdf;
+}
+
 // partials[slice][c] = sum over the slice's rows of in[r][c], for the block's columns.
 // Vector path: width % 8 == 0 and 16-byte aligned rows.
 template <typename T>
-__global__ void ColumnSumPartialVectorKernel(const T* in, int64_t rows, int64_t width,
-                                             float* partials) {
+__global__ void ColumnSumPartialVectorKernel(const T* in, GeluInput<T> gelu, int64_t rows,
+                                             int64_t width, float* partials) {
   __shared__ float sums[kLanes][kGroups * kVector];
   const int64_t c0 = (static_cast<int64_t>(blockIdx.y) * kGroups + threadIdx.x) * kVector;
   const int64_t first = static_cast<int64_t>(blockIdx.x) * kRowsPerSlice;
@@ -41,10 +58,17 @@ __global__ void ColumnSumPartialVectorKernel(const T* in, int64_t rows, int64_t 
   if (c0 < width) {
 #pragma unroll 8
     for (int64_t r = first + threadIdx.y; r < last; r += kLanes) {
-      const uint4 pack = *reinterpret_cast<const uint4*>(in + r * width + c0);
-      const T* v = reinterpret_cast<const T*>(&pack);
+      float v[kVector];
+      LoadVector8(in + r * width + c0, v);
+      if (gelu.pre != nullptr) {
+        float pre[kVector];
+        LoadVector8(gelu.pre + r * width + c0, pre);
 #pragma unroll
-      for (int k = 0; k < kVector; ++k) acc[k] += ToFloat(v[k]);
+        for (int k = 0; k < kVector; ++k) v[k] = ToFloat(FromFloat<T>(v[k] * GeluGrad(pre[k])));
+        StoreVector8(gelu.dpre + r * width + c0, v);
+      }
+#pragma unroll
+      for (int k = 0; k < kVector; ++k) acc[k] += v[k];
     }
   }
 #pragma unroll
@@ -63,15 +87,24 @@ __global__ void ColumnSumPartialVectorKernel(const T* in, int64_t rows, int64_t 
 
 // Any width and alignment: a thread per column.
 template <typename T>
-__global__ void ColumnSumPartialScalarKernel(const T* in, int64_t rows, int64_t width,
-                                             float* partials) {
+__global__ void ColumnSumPartialScalarKernel(const T* in, GeluInput<T> gelu, int64_t rows,
+                                             int64_t width, float* partials) {
   __shared__ float sums[kLanes][kGroups];
   const int64_t c = static_cast<int64_t>(blockIdx.y) * kGroups + threadIdx.x;
   const int64_t first = static_cast<int64_t>(blockIdx.x) * kRowsPerSlice;
   const int64_t last = min(first + kRowsPerSlice, rows);
   float acc = 0.f;
   if (c < width) {
-    for (int64_t r = first + threadIdx.y; r < last; r += kLanes) acc += ToFloat(in[r * width + c]);
+    for (int64_t r = first + threadIdx.y; r < last; r += kLanes) {
+      const int64_t i = r * width + c;
+      if (gelu.pre == nullptr) {
+        acc += ToFloat(in[i]);
+        continue;
+      }
+      const T d = FromFloat<T>(ToFloat(in[i]) * GeluGrad(ToFloat(gelu.pre[i])));
+      gelu.dpre[i] = d;
+      acc += ToFloat(d);
+    }
   }
   sums[threadIdx.y][threadIdx.x] = acc;
   __syncthreads();
@@ -103,20 +136,24 @@ __global__ void ColumnSumFinishKernel(const float* partials, int64_t slices, int
   }
 }
 
+bool Aligned16(const void* p) { return reinterpret_cast<std::uintptr_t>(p) % 16 == 0; }
+
 template <typename T>
-void Launch(const T* in, int64_t rows, int64_t width, float* out, float* partials, cudaStream_t s) {
+void Launch(const T* in, GeluInput<T> gelu, int64_t rows, int64_t width, float* out,
+            float* partials, cudaStream_t s) {
   const int64_t slices = Slices(rows);
   const dim3 block(kGroups, kLanes);
-  const bool vector = width % kVector == 0 && reinterpret_cast<std::uintptr_t>(in) % 16 == 0;
+  const bool vector =
+      width % kVector == 0 && Aligned16(in) && Aligned16(gelu.pre) && Aligned16(gelu.dpre);
   if (vector) {
     const int64_t per_block = kGroups * kVector;
     const dim3 grid(static_cast<unsigned>(slices),
                     static_cast<unsigned>((width + per_block - 1) / per_block));
-    ColumnSumPartialVectorKernel<<<grid, block, 0, s>>>(in, rows, width, partials);
+    ColumnSumPartialVectorKernel<<<grid, block, 0, s>>>(in, gelu, rows, width, partials);
   } else {
     const dim3 grid(static_cast<unsigned>(slices),
                     static_cast<unsigned>((width + kGroups - 1) / kGroups));
-    ColumnSumPartialScalarKernel<<<grid, block, 0, s>>>(in, rows, width, partials);
+    ColumnSumPartialScalarKernel<<<grid, block, 0, s>>>(in, gelu, rows, width, partials);
   }
   ColumnSumFinishKernel<<<static_cast<unsigned>((width + kGroups - 1) / kGroups),
                           dim3(kGroups, kFinishLanes), 0, s>>>(partials, slices, width, out);
@@ -133,9 +170,32 @@ const char* ColumnSums(const void* in, HalfType type, int64_t rows, int64_t widt
   if (rows == 0) {
     cudaMemsetAsync(out, 0, sizeof(float) * width, s);
   } else if (type == HalfType::kBFloat16) {
-    Launch(static_cast<const __nv_bfloat16*>(in), rows, width, out, partials, s);
+    Launch(static_cast<const __nv_bfloat16*>(in), GeluInput<__nv_bfloat16>{}, rows, width, out,
+           partials, s);
   } else {
-    Launch(static_cast<const __half*>(in), rows, width, out, partials, s);
+    Launch(static_cast<const __half*>(in), GeluInput<__half>{}, rows, width, out, partials, s);
+  }
+  const cudaError_t error = cudaGetLastError();
+  return error == cudaSuccess ? nullptr : cudaGetErrorString(error);
+}
+
+const char* GeluBackwardColumnSums(const void* dy, const void* pre, HalfType type, int64_t rows,
+                                   int64_t width, void* dpre, float* out, float* partials,
+                                   void* stream) {
+  const auto s = static_cast<cudaStream_t>(stream);
+  if (width == 0) return nullptr;
+  if (rows == 0) {
+    cudaMemsetAsync(out, 0, sizeof(float) * width, s);
+  } else if (type == HalfType::kBFloat16) {
+    using T = __nv_bfloat16;
+    Launch(static_cast<const T*>(dy),
+           GeluInput<T>{static_cast<const T*>(pre), static_cast<T*>(dpre)}, rows, width, out,
+           partials, s);
+  } else {
+    using T = __half;
+    Launch(static_cast<const T*>(dy),
+           GeluInput<T>{static_cast<const T*>(pre), static_cast<T*>(dpre)}, rows, width, out,
+           partials, s);
   }
   const cudaError_t error = cudaGetLastError();
   return error == cudaSuccess ? nullptr : cudaGetErrorString(error);

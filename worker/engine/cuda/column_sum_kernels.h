@@ -25,4 +25,13 @@ int64_t ColumnSumScratch(int64_t rows, int64_t width);
 const char* ColumnSums(const void* in, HalfType type, int64_t rows, int64_t width, float* out,
                        float* partials, void* stream);
 
+// The backward of gelu(pre) (exact, erf form) followed by the column sums above:
+// dpre = dy * gelu'(pre), written in `type`, and out[c] = sum over rows of dpre[r][c] as
+// written (the bias gradient of the linear layer whose output went into the GELU). dy,
+// pre and dpre are [rows, width] contiguous; the gradient is summed in the same pass
+// that writes it, instead of being read again.
+const char* GeluBackwardColumnSums(const void* dy, const void* pre, HalfType type, int64_t rows,
+                                   int64_t width, void* dpre, float* out, float* partials,
+                                   void* stream);
+
 }  // namespace stoke::worker::cuda

@@ -6,8 +6,10 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <initializer_list>
 
 #include "worker/engine/cuda/half_convert.cuh"
+#include "worker/engine/cuda/layer_norm_row_kernels.cuh"
 
 namespace stoke::worker::cuda {
 namespace {
@@ -162,23 +164,101 @@ int64_t Slices(int64_t rows) {
   return std::max<int64_t>(1, (rows + kRowsPerSlice - 1) / kRowsPerSlice);
 }
 
+bool Aligned(const void* p, std::uintptr_t bytes) {
+  return reinterpret_cast<std::uintptr_t>(p) % bytes == 0;
+}
+
+// Whether the register-resident kernels (layer_norm_row_kernels.cuh) take rows of this
+// width: a multiple of 4 up to kMaxRowWidth, fp32 arrays on 16 bytes and 16-bit ones on 8
+// (nullptr counts as aligned).
+bool RowKernelsApply(int64_t width, std::initializer_list<const void*> fp32,
+                     std::initializer_list<const void*> half) {
+  if (width % 4 != 0 || width > kMaxRowWidth) return false;
+  for (const void* p : fp32) {
+    if (!Aligned(p, 16)) return false;
+  }
+  for (const void* p : half) {
+    if (!Aligned(p, 8)) return false;
+  }
+  return true;
+}
+
+// The instantiation for `vectors` = ceil(width / 128) vectors of 4 per lane.
+template <typename T, int V = 1>
+void LaunchForwardRows(int vectors, const float* x, const T* branch, float* sum, const float* gamma,
+                       const float* beta, int64_t rows, int width, float eps, T* y, float* mean,
+                       float* rstd, cudaStream_t s) {
+  if constexpr (V < kMaxRowWidth / 128) {
+    if (vectors > V) {
+      LaunchForwardRows<T, V + 1>(vectors, x, branch, sum, gamma, beta, rows, width, eps, y, mean,
+                                  rstd, s);
+      return;
+    }
+  }
+  const auto blocks = static_cast<unsigned>((rows + kRowWarps - 1) / kRowWarps);
+  LayerNormForwardRowKernel<T, V><<<blocks, dim3(32, kRowWarps), 0, s>>>(
+      x, branch, sum, gamma, beta, rows, width, eps, y, mean, rstd);
+}
+
+template <typename T, int V = 1>
+void LaunchBackwardRows(int vectors, const T* dy, const float* x, const float* gamma,
+                        const float* mean, const float* rstd, const float* residual_grad,
+                        int64_t rows, int width, float* dx, T* dx_low, float* partials,
+                        cudaStream_t s) {
+  if constexpr (V < kMaxRowWidth / 128) {
+    if (vectors > V) {
+      LaunchBackwardRows<T, V + 1>(vectors, dy, x, gamma, mean, rstd, residual_grad, rows, width,
+                                   dx, dx_low, partials, s);
+      return;
+    }
+  }
+  const auto blocks = static_cast<unsigned>((rows + kRowSliceRows - 1) / kRowSliceRows);
+  LayerNormBackwardRowKernel<T, V><<<blocks, dim3(32, kRowWarps), 0, s>>>(
+      dy, x, gamma, mean, rstd, residual_grad, rows, width, dx, dx_low, partials);
+}
+
+int VectorsPerLane(int64_t width) { return static_cast<int>((width + 127) / 128); }
+
+template <typename T>
+void LaunchForward(const float* x, const T* branch, float* sum, const float* gamma,
+                   const float* beta, int64_t rows, int64_t width, float eps, T* y, float* mean,
+                   float* rstd, cudaStream_t s) {
+  if (RowKernelsApply(width, {x, sum, gamma, beta}, {branch, y})) {
+    LaunchForwardRows(VectorsPerLane(width), x, branch, sum, gamma, beta, rows,
+                      static_cast<int>(width), eps, y, mean, rstd, s);
+    return;
+  }
+  const dim3 block(32, kRowsPerBlock);
+  const auto blocks = static_cast<unsigned>((rows + kRowsPerBlock - 1) / kRowsPerBlock);
+  LayerNormForwardKernel<<<blocks, block, 0, s>>>(x, branch, sum, gamma, beta, rows, width, eps, y,
+                                                  mean, rstd);
+}
+
 template <typename T>
 void LaunchBackward(const T* dy, const float* x, const float* gamma, const float* mean,
                     const float* rstd, const float* residual_grad, int64_t rows, int64_t width,
                     float* dx, T* dx_low, float* dgamma, float* dbeta, float* partials,
                     cudaStream_t s) {
-  const dim3 row_block(32, kRowsPerBlock);
-  const auto row_blocks = static_cast<unsigned>((rows + kRowsPerBlock - 1) / kRowsPerBlock);
-  LayerNormInputGradKernel<<<row_blocks, row_block, 0, s>>>(dy, x, gamma, mean, rstd, residual_grad,
-                                                            rows, width, dx, dx_low);
-  const dim3 tile_block(kColumnTile, kRowLanes);
-  // Slices along x, which allows 2^31 - 1 of them (y stops at 65,535).
-  const dim3 tiles(static_cast<unsigned>(Slices(rows)),
-                   static_cast<unsigned>((width + kColumnTile - 1) / kColumnTile));
-  LayerNormParamGradPartialKernel<<<tiles, tile_block, 0, s>>>(dy, x, mean, rstd, rows, width,
-                                                               partials);
-  LayerNormParamGradSumKernel<<<static_cast<unsigned>((width + 255) / 256), 256, 0, s>>>(
-      partials, Slices(rows), width, dgamma, dbeta);
+  if (RowKernelsApply(width, {x, gamma, residual_grad, dx}, {dy, dx_low})) {
+    LaunchBackwardRows(VectorsPerLane(width), dy, x, gamma, mean, rstd, residual_grad, rows,
+                       static_cast<int>(width), dx, dx_low, partials, s);
+    LayerNormParamGradSlicesKernel<<<static_cast<unsigned>((width + 31) / 32), dim3(32, kSumLanes),
+                                     0, s>>>(partials, (rows + kRowSliceRows - 1) / kRowSliceRows,
+                                             width, dgamma, dbeta);
+  } else {
+    const dim3 row_block(32, kRowsPerBlock);
+    const auto row_blocks = static_cast<unsigned>((rows + kRowsPerBlock - 1) / kRowsPerBlock);
+    LayerNormInputGradKernel<<<row_blocks, row_block, 0, s>>>(
+        dy, x, gamma, mean, rstd, residual_grad, rows, width, dx, dx_low);
+    const dim3 tile_block(kColumnTile, kRowLanes);
+    // Slices along x, which allows 2^31 - 1 of them (y stops at 65,535).
+    const dim3 tiles(static_cast<unsigned>(Slices(rows)),
+                     static_cast<unsigned>((width + kColumnTile - 1) / kColumnTile));
+    LayerNormParamGradPartialKernel<<<tiles, tile_block, 0, s>>>(dy, x, mean, rstd, rows, width,
+                                                                 partials);
+    LayerNormParamGradSumKernel<<<static_cast<unsigned>((width + 255) / 256), 256, 0, s>>>(
+        partials, Slices(rows), width, dgamma, dbeta);
+  }
 }
 
 }  // namespace
@@ -188,21 +268,21 @@ const char* LayerNormForward(const float* x, const void* branch, float* sum, con
                              HalfType out, float* mean, float* rstd, void* stream) {
   if (rows == 0) return nullptr;
   const auto s = static_cast<cudaStream_t>(stream);
-  const dim3 block(32, kRowsPerBlock);
-  const auto blocks = static_cast<unsigned>((rows + kRowsPerBlock - 1) / kRowsPerBlock);
   if (out == HalfType::kBFloat16) {
-    LayerNormForwardKernel<<<blocks, block, 0, s>>>(x, static_cast<const __nv_bfloat16*>(branch),
-                                                    sum, gamma, beta, rows, width, eps,
-                                                    static_cast<__nv_bfloat16*>(y), mean, rstd);
+    LaunchForward(x, static_cast<const __nv_bfloat16*>(branch), sum, gamma, beta, rows, width, eps,
+                  static_cast<__nv_bfloat16*>(y), mean, rstd, s);
   } else {
-    LayerNormForwardKernel<<<blocks, block, 0, s>>>(x, static_cast<const __half*>(branch), sum,
-                                                    gamma, beta, rows, width, eps,
-                                                    static_cast<__half*>(y), mean, rstd);
+    LaunchForward(x, static_cast<const __half*>(branch), sum, gamma, beta, rows, width, eps,
+                  static_cast<__half*>(y), mean, rstd, s);
   }
   return LastError();
 }
 
-int64_t LayerNormBackwardScratch(int64_t rows, int64_t width) { return Slices(rows) * 2 * width; }
+int64_t LayerNormBackwardScratch(int64_t rows, int64_t width) {
+  // Room for either route's slices (the row kernels' are the smaller, so more of them).
+  const int64_t row_slices = (rows + kRowSliceRows - 1) / kRowSliceRows;
+  return std::max(Slices(rows), row_slices) * 2 * width;
+}
 
 const char* LayerNormBackward(const void* dy, HalfType dy_type, const float* x, const float* gamma,
                               const float* mean, const float* rstd, const float* residual_grad,

@@ -36,6 +36,26 @@ class HalfLinearGpuTest : public ::testing::TestWithParam<std::tuple<at::ScalarT
 
 double MaxAbs(const torch::Tensor& t) { return t.abs().max().item<double>(); }
 
+// A layer's input, parameters and output gradient, drawn on the GPU.
+struct LayerCase {
+  torch::Tensor x, weight, bias, dy;
+};
+
+LayerCase MakeLayerCase(const Shape& shape, at::ScalarType grad_type, double weight_std,
+                        uint64_t seed) {
+  torch::manual_seed(seed);
+  const auto cuda = torch::TensorOptions().device(torch::kCUDA);
+  LayerCase c;
+  c.x = torch::randn(shape.input, cuda).to(shape.input_type);
+  c.weight = torch::randn({shape.out, shape.input.back()}, cuda) * weight_std;
+  // An offset in every column, so a sum kept in 16 bits would show its rounding.
+  c.bias = torch::randn({shape.out}, cuda);
+  std::vector<int64_t> out_sizes = shape.input;
+  out_sizes.back() = shape.out;
+  c.dy = (torch::randn(out_sizes, cuda) + 0.5).to(grad_type);
+  return c;
+}
+
 TEST_P(HalfLinearGpuTest, MatchesAutocastLinearWithAnExactBiasGradient) {
   const auto [dtype, which] = GetParam();
   // A GPT-2 block's first layer at a small batch; its output layer at the full batch
@@ -44,16 +64,11 @@ TEST_P(HalfLinearGpuTest, MatchesAutocastLinearWithAnExactBiasGradient) {
   const Shape shape = which == 0   ? Shape{{4, 333, 768}, 2304, dtype}
                       : which == 1 ? Shape{{16, 1024, 3072}, 768, dtype}
                                    : Shape{{512, 1024}, 10, torch::kFloat32};
-  torch::manual_seed(9);
-  const auto cuda = torch::TensorOptions().device(torch::kCUDA);
-  const torch::Tensor x = torch::randn(shape.input, cuda).to(shape.input_type);
-  const int64_t in = shape.input.back();
-  const torch::Tensor weight = torch::randn({shape.out, in}, cuda) * 0.02;
-  // An offset in every column, so a sum kept in 16 bits would show its rounding.
-  const torch::Tensor bias = torch::randn({shape.out}, cuda);
-  std::vector<int64_t> out_sizes = shape.input;
-  out_sizes.back() = shape.out;
-  const torch::Tensor dy = (torch::randn(out_sizes, cuda) + 0.5).to(dtype);
+  const LayerCase layer = MakeLayerCase(shape, dtype, 0.02, 9);
+  const torch::Tensor& x = layer.x;
+  const torch::Tensor& weight = layer.weight;
+  const torch::Tensor& bias = layer.bias;
+  const torch::Tensor& dy = layer.dy;
 
   compat::SetAutocast(c10::DeviceType::CUDA, true, dtype);
   auto run = [&](bool ours) {
@@ -102,15 +117,11 @@ TEST_P(HalfLinearGpuTest, WithGeluMatchesAtensLinearAndGelu) {
   const Shape shape = which == 0   ? Shape{{4, 333, 768}, 3072, dtype}
                       : which == 1 ? Shape{{16, 1024, 768}, 3072, dtype}
                                    : Shape{{512, 96}, 100, torch::kFloat32};
-  torch::manual_seed(11);
-  const auto cuda = torch::TensorOptions().device(torch::kCUDA);
-  const torch::Tensor x = torch::randn(shape.input, cuda).to(shape.input_type);
-  const int64_t in = shape.input.back();
-  const torch::Tensor weight = torch::randn({shape.out, in}, cuda) * 0.05;
-  const torch::Tensor bias = torch::randn({shape.out}, cuda);
-  std::vector<int64_t> out_sizes = shape.input;
-  out_sizes.back() = shape.out;
-  const torch::Tensor dy = (torch::randn(out_sizes, cuda) + 0.5).to(dtype);
+  const LayerCase layer = MakeLayerCase(shape, dtype, 0.05, 11);
+  const torch::Tensor& x = layer.x;
+  const torch::Tensor& weight = layer.weight;
+  const torch::Tensor& bias = layer.bias;
+  const torch::Tensor& dy = layer.dy;
 
   compat::SetAutocast(c10::DeviceType::CUDA, true, dtype);
   auto run = [&](bool ours) {

@@ -142,8 +142,8 @@ __global__ void __launch_bounds__(kThreads)
       dz[k] = Masked(gs[j], ys[j], k, relu);
       v[k] = a[k] * dz[k] + b[k] * xs[j][k] + c[k];
     }
-    StoreVector8(dx + i * kVector, v);
-    if (dresidual != nullptr) StoreVector8(dresidual + i * kVector, dz);
+    StoreVector(dx + i * kVector, v);
+    if (dresidual != nullptr) StoreVector(dresidual + i * kVector, dz);
   }
 }
 

@@ -173,7 +173,7 @@ __global__ void __launch_bounds__(kThreads)
       if (residual != nullptr) v[k] += rs[j][k];
       if (relu) v[k] = Relu(v[k]);
     }
-    StoreVector8(y + i * kVector, v);
+    StoreVector(y + i * kVector, v);
   }
 }
 

@@ -59,13 +59,13 @@ __global__ void ColumnSumPartialVectorKernel(const T* in, GeluInput<T> gelu, int
 #pragma unroll 8
     for (int64_t r = first + threadIdx.y; r < last; r += kLanes) {
       float v[kVector];
-      LoadVector8(in + r * width + c0, v);
+      LoadVector(in + r * width + c0, v);
       if (gelu.pre != nullptr) {
         float pre[kVector];
-        LoadVector8(gelu.pre + r * width + c0, pre);
+        LoadVector(gelu.pre + r * width + c0, pre);
 #pragma unroll
         for (int k = 0; k < kVector; ++k) v[k] = ToFloat(FromFloat<T>(v[k] * GeluGrad(pre[k])));
-        StoreVector8(gelu.dpre + r * width + c0, v);
+        StoreVector(gelu.dpre + r * width + c0, v);
       }
 #pragma unroll
       for (int k = 0; k < kVector; ++k) acc[k] += v[k];

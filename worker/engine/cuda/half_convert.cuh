@@ -21,23 +21,51 @@ __device__ inline __half FromFloat<__half>(float v) {
   return __float2half_rn(v);
 }
 
-// Eight neighbouring 16-bit values (16 bytes, aligned) to and from fp32: the vector the
-// channels-last kernels read and write per thread.
-template <typename T>
-__device__ inline void LoadVector8(const T* p, float (&v)[8]) {
-  const uint4 bits = *reinterpret_cast<const uint4*>(p);
+// N neighbouring 16-bit values (8 or 16 bytes, aligned to that) to and from fp32: the
+// vectors the kernels here read and write per thread, 8 wide in the channels-last and
+// column-sum kernels, 4 wide in the layer norm's rows.
+template <int N>
+struct HalfVectorBits;
+template <>
+struct HalfVectorBits<4> {
+  using Type = uint2;
+};
+template <>
+struct HalfVectorBits<8> {
+  using Type = uint4;
+};
+
+template <typename T, int N>
+__device__ inline void LoadVector(const T* p, float (&v)[N]) {
+  using Bits = typename HalfVectorBits<N>::Type;
+  const Bits bits = *reinterpret_cast<const Bits*>(p);
   const T* h = reinterpret_cast<const T*>(&bits);
 #pragma unroll
-  for (int k = 0; k < 8; ++k) v[k] = ToFloat(h[k]);
+  for (int k = 0; k < N; ++k) v[k] = ToFloat(h[k]);
 }
 
-template <typename T>
-__device__ inline void StoreVector8(T* p, const float (&v)[8]) {
-  uint4 bits;
+template <typename T, int N>
+__device__ inline void StoreVector(T* p, const float (&v)[N]) {
+  using Bits = typename HalfVectorBits<N>::Type;
+  Bits bits;
   T* h = reinterpret_cast<T*>(&bits);
 #pragma unroll
-  for (int k = 0; k < 8; ++k) h[k] = FromFloat<T>(v[k]);
-  *reinterpret_cast<uint4*>(p) = bits;
+  for (int k = 0; k < N; ++k) h[k] = FromFloat<T>(v[k]);
+  *reinterpret_cast<Bits*>(p) = bits;
+}
+
+// Four neighbouring fp32 values (16 bytes, aligned), for kernels that mix fp32 and 16-bit
+// rows under the same names.
+__device__ inline void LoadVector(const float* p, float (&v)[4]) {
+  const float4 q = *reinterpret_cast<const float4*>(p);
+  v[0] = q.x;
+  v[1] = q.y;
+  v[2] = q.z;
+  v[3] = q.w;
+}
+
+__device__ inline void StoreVector(float* p, const float (&v)[4]) {
+  *reinterpret_cast<float4*>(p) = make_float4(v[0], v[1], v[2], v[3]);
 }
 
 }  // namespace stoke::worker::cuda

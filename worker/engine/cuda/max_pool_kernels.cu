@@ -57,7 +57,7 @@ __global__ void __launch_bounds__(kThreads)
   for (int64_t h = h_begin; h < h_end; ++h) {
     for (int64_t w = w_begin; w < w_end; ++w) {
       float v[kVector];
-      LoadVector8(x + ((n * s.height + h) * s.width + w) * s.channels + c0, v);
+      LoadVector(x + ((n * s.height + h) * s.width + w) * s.channels + c0, v);
       const int t = static_cast<int>((h - h0) * s.kernel + (w - w0));
 #pragma unroll
       for (int k = 0; k < kVector; ++k) {
@@ -68,7 +68,7 @@ __global__ void __launch_bounds__(kThreads)
       }
     }
   }
-  StoreVector8(y + i * kVector, best);
+  StoreVector(y + i * kVector, best);
   uint2 packed;
   uint8_t* bytes = reinterpret_cast<uint8_t*>(&packed);
 #pragma unroll
@@ -100,14 +100,14 @@ __global__ void __launch_bounds__(kThreads)
       const uint8_t* took = reinterpret_cast<const uint8_t*>(&packed);
       const int t = static_cast<int>((hp - oh * s.stride) * s.kernel + (wp - ow * s.stride));
       float g[kVector];
-      LoadVector8(dy + at, g);
+      LoadVector(dy + at, g);
 #pragma unroll
       for (int k = 0; k < kVector; ++k) {
         if (took[k] == t) sum[k] += g[k];
       }
     }
   }
-  StoreVector8(dx + i * kVector, sum);
+  StoreVector(dx + i * kVector, sum);
 }
 
 const char* LastError() {

@@ -12,6 +12,7 @@
 
 #include "worker/engine/fused_layer_norm.h"
 #include "worker/engine/half_linear.h"
+#include "worker/engine/half_weights.h"
 #include "worker/engine/torch_compat.h"
 
 namespace stoke::worker {
@@ -163,6 +164,59 @@ TEST_P(HalfLinearGpuTest, WithGeluMatchesAtensLinearAndGelu) {
                               1e-3 * ulp * rows * MaxAbs(dpre.to(torch::kFloat64))))
       << "dbias: largest difference from the fp64 sum of ATen's GELU gradient "
       << MaxAbs(db1.to(torch::kFloat64) - exact);
+}
+
+// The step's 16-bit copies of the weights (half_weights.h): a layer uses the copy while
+// it is its parameter's value, exactly as if it had cast the parameter itself, and never
+// after the parameter changes in place or the step releases the copies.
+TEST(HalfLinearGpu, StepCopiesOfTheWeightsServeOnlyWhileCurrent) {
+  if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device";
+  const auto cuda = torch::TensorOptions().device(torch::kCUDA);
+  if (!FusedLayerNormApplies(torch::zeros({1}, cuda))) {
+    GTEST_SKIP() << "built without Stoke's CUDA kernels";
+  }
+  torch::manual_seed(5);
+  const torch::Tensor x = torch::randn({64, 96}, cuda).to(torch::kBFloat16);
+  // Odd sizes: the copies' 16-byte starts leave gaps in the step's buffer.
+  torch::Tensor weight = (torch::randn({130, 96}, cuda) * 0.1).requires_grad_(true);
+  torch::Tensor bias = torch::randn({130}, cuda).requires_grad_(true);
+  const std::vector<torch::Tensor> parameters{weight, bias};
+  HalfWeights& table = HalfWeights::Process();
+  auto expected = [&] {
+    return torch::addmm(bias.detach().to(torch::kBFloat16), x,
+                        weight.detach().to(torch::kBFloat16).t());
+  };
+  compat::SetAutocast(c10::DeviceType::CUDA, true, torch::kBFloat16);
+
+  // The first call casts for itself and asks for copies from then on.
+  EXPECT_TRUE(torch::equal(AutocastLinear(x, weight, bias).detach(), expected()));
+  table.Refresh(parameters);
+  const torch::Tensor copy = table.Find(weight, torch::kBFloat16);
+  ASSERT_TRUE(copy.defined()) << "Refresh made no copy of a weight a layer had cast";
+  EXPECT_TRUE(torch::equal(copy, weight.detach().to(torch::kBFloat16)));
+  EXPECT_TRUE(torch::equal(table.Find(bias, torch::kBFloat16), bias.detach().to(torch::kBFloat16)));
+  EXPECT_FALSE(table.Find(weight, torch::kHalf).defined());
+  torch::Tensor y = AutocastLinear(x, weight, bias);
+  EXPECT_TRUE(torch::equal(y.detach(), expected()));
+  // Gradients still reach the fp32 parameters.
+  y.sum().backward();
+  ASSERT_TRUE(weight.grad().defined());
+  EXPECT_EQ(weight.grad().scalar_type(), torch::kFloat32);
+
+  // Changed in place (as an optimizer step does): the copy is retired.
+  {
+    const torch::NoGradGuard no_grad;
+    weight.mul_(2);
+  }
+  EXPECT_FALSE(table.Find(weight, torch::kBFloat16).defined());
+  EXPECT_TRUE(torch::equal(AutocastLinear(x, weight, bias).detach(), expected()));
+  // Released at the step's end: none is handed out, though the bias did not change.
+  table.Release(parameters);
+  EXPECT_FALSE(table.Find(bias, torch::kBFloat16).defined());
+  table.Forget(parameters);
+  table.Refresh(parameters);
+  EXPECT_FALSE(table.Find(bias, torch::kBFloat16).defined()) << "forgotten, yet copied";
+  compat::SetAutocast(c10::DeviceType::CUDA, false, torch::kBFloat16);
 }
 
 TEST(HalfLinearGpu, OutsideAutocastOrWithoutGradientsItIsAtensLinear) {

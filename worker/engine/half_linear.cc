@@ -14,6 +14,7 @@
 
 #include "worker/engine/cuda/column_sum_kernels.h"
 #include "worker/engine/gradient_destinations.h"
+#include "worker/engine/half_weights.h"
 #include "worker/engine/own_kernel_call.h"
 #endif
 
@@ -38,6 +39,17 @@ torch::Tensor WeightGradient(const torch::Tensor& dy, const torch::Tensor& rows,
   }
   compat::MatmulInto(dweight, dy.t(), rows);
   return dweight;
+}
+
+// `parameter` in `type`: the copy the step made of it with the rest (half_weights.h), or
+// cast here, once, asking for a copy from the next step on.
+torch::Tensor HalfCopy(const torch::Tensor& parameter, at::ScalarType type) {
+  if (parameter.scalar_type() == type) return parameter;
+  HalfWeights& table = HalfWeights::Process();
+  torch::Tensor copy = table.Find(parameter, type);
+  if (copy.defined()) return copy;
+  table.Want(parameter, type);
+  return parameter.to(type);
 }
 
 // What follows the matrix product inside the function.
@@ -85,8 +97,8 @@ class HalfLinearFunction : public torch::autograd::Function<HalfLinearFunction> 
     const auto type = static_cast<at::ScalarType>(half_type);
     const int64_t in = weight.size(1);
     const torch::Tensor rows = x.to(type).reshape({-1, in});
-    const torch::Tensor w = weight.to(type);
-    torch::Tensor out = torch::addmm(bias.to(type), rows, w.t());
+    const torch::Tensor w = HalfCopy(weight, type);
+    torch::Tensor out = torch::addmm(HalfCopy(bias, type), rows, w.t());
     // With a GELU, backward needs its input (saved in place of the output autograd would
     // have kept for ATen's gelu backward) and the output is the GELU's.
     const bool gelu = static_cast<Activation>(activation) == Activation::kGelu;

@@ -5,6 +5,7 @@
 #include <stdexcept>
 
 #include "worker/dist/gradient_reducer.h"
+#include "worker/engine/half_weights.h"
 #include "worker/engine/loss_scaler.h"
 #include "worker/engine/multi_tensor_adamw.h"
 #include "worker/engine/step_graph.h"
@@ -54,7 +55,7 @@ StepRunner::StepRunner(StepParts parts, bool graph, std::function<void(const std
   }
 }
 
-StepRunner::~StepRunner() = default;
+StepRunner::~StepRunner() { HalfWeights::Process().Forget(parts_.parameters); }
 
 void StepRunner::ResetGrads() {
   // set_to_none: the next backward writes fresh gradients instead of adding to zeros.
@@ -62,6 +63,17 @@ void StepRunner::ResetGrads() {
 }
 
 std::vector<torch::Tensor> StepRunner::Body(const std::vector<Batch>& micro_batches) {
+  // The 16-bit copies of the weights the layers multiply, in one launch, for this step's
+  // forward passes (and the recomputed ones of checkpointed blocks); dropped at its end.
+  HalfWeights& half_weights = HalfWeights::Process();
+  if (parts_.autocast && parts_.device.is_cuda()) half_weights.Refresh(parts_.parameters);
+  std::vector<torch::Tensor> losses = ForwardBackwardAndUpdate(micro_batches);
+  half_weights.Release(parts_.parameters);
+  return losses;
+}
+
+std::vector<torch::Tensor> StepRunner::ForwardBackwardAndUpdate(
+    const std::vector<Batch>& micro_batches) {
   const int64_t micro_steps = static_cast<int64_t>(micro_batches.size());
   std::vector<torch::Tensor> losses;
   losses.reserve(micro_batches.size());

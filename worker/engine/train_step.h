@@ -60,6 +60,7 @@ class StepRunner {
  private:
   // Forward, backward and optimizer over these batches; gradients are left in .grad.
   std::vector<torch::Tensor> Body(const std::vector<Batch>& micro_batches);
+  std::vector<torch::Tensor> ForwardBackwardAndUpdate(const std::vector<Batch>& micro_batches);
   std::vector<torch::Tensor> RunEager(const std::vector<Batch>& micro_batches);
   void ResetGrads();
   void CaptureOrFallBack(const std::vector<Batch>& micro_batches);

@@ -40,6 +40,11 @@ double MaxAbs(const torch::Tensor& t) { return t.abs().max().item<double>(); }
 // A layer's input, parameters and output gradient, drawn on the GPU.
 struct LayerCase {
   torch::Tensor x, weight, bias, dy;
+  // Fresh copies of input, weight and bias that record their gradients.
+  std::tuple<torch::Tensor, torch::Tensor, torch::Tensor> Leaves() const {
+    return {x.clone().requires_grad_(true), weight.clone().requires_grad_(true),
+            bias.clone().requires_grad_(true)};
+  }
 };
 
 LayerCase MakeLayerCase(const Shape& shape, at::ScalarType grad_type, double weight_std,
@@ -67,15 +72,11 @@ TEST_P(HalfLinearGpuTest, MatchesAutocastLinearWithAnExactBiasGradient) {
                                    : Shape{{512, 1024}, 10, torch::kFloat32};
   const LayerCase layer = MakeLayerCase(shape, dtype, 0.02, 9);
   const torch::Tensor& x = layer.x;
-  const torch::Tensor& weight = layer.weight;
-  const torch::Tensor& bias = layer.bias;
   const torch::Tensor& dy = layer.dy;
 
   compat::SetAutocast(c10::DeviceType::CUDA, true, dtype);
   auto run = [&](bool ours) {
-    torch::Tensor xl = x.clone().requires_grad_(true);
-    torch::Tensor wl = weight.clone().requires_grad_(true);
-    torch::Tensor bl = bias.clone().requires_grad_(true);
+    auto [xl, wl, bl] = layer.Leaves();
     if (ours) {
       EXPECT_TRUE(AutocastLinearUsesOwnKernels(xl, bl));
     }
@@ -119,16 +120,11 @@ TEST_P(HalfLinearGpuTest, WithGeluMatchesAtensLinearAndGelu) {
                       : which == 1 ? Shape{{16, 1024, 768}, 3072, dtype}
                                    : Shape{{512, 96}, 100, torch::kFloat32};
   const LayerCase layer = MakeLayerCase(shape, dtype, 0.05, 11);
-  const torch::Tensor& x = layer.x;
-  const torch::Tensor& weight = layer.weight;
-  const torch::Tensor& bias = layer.bias;
   const torch::Tensor& dy = layer.dy;
 
   compat::SetAutocast(c10::DeviceType::CUDA, true, dtype);
   auto run = [&](bool ours) {
-    torch::Tensor xl = x.clone().requires_grad_(true);
-    torch::Tensor wl = weight.clone().requires_grad_(true);
-    torch::Tensor bl = bias.clone().requires_grad_(true);
+    auto [xl, wl, bl] = layer.Leaves();
     torch::Tensor pre;
     torch::Tensor y;
     if (ours) {

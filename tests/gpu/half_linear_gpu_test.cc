@@ -240,9 +240,9 @@ INSTANTIATE_TEST_SUITE_P(Layers, HalfLinearGpuTest,
                            return std::string(std::get<0>(info.param) == torch::kBFloat16
                                                   ? "Bf16"
                                                   : "Fp16") +
-                                  (which == 0   ? "GptQkv"
-                                   : which == 1 ? "GptMlpOutFullBatch"
-                                                : "Classifier");
+                                  (which == 0   ? "GptLayerSmallBatch"
+                                   : which == 1 ? "GptLayerFullBatch"
+                                                : "NarrowLayerFp32Input");
                          });
 
 }  // namespace

@@ -214,6 +214,7 @@ absl::Status ValidateTraining(const v1::TrainingSpec& t) {
       {"training.tf32", t.tf32()},
       {"training.channels_last", t.channels_last()},
       {"training.cudnn_benchmark", t.cudnn_benchmark()},
+      {"training.fused_kernels", t.fused_kernels()},
   };
   for (const auto& [field, value] : switches) {
     if (!v1::Switch_IsValid(value)) return Invalid(field, "unknown value");

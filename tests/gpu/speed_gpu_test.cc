@@ -14,6 +14,8 @@
 
 #include "tests/support/recording_observer.h"
 #include "worker/engine/devices.h"
+#include "worker/engine/fused_layer_norm.h"
+#include "worker/engine/own_kernels.h"
 #include "worker/engine/trainer.h"
 #include "worker/telemetry/device_sampler.h"
 
@@ -141,6 +143,32 @@ TEST_F(SpeedGpuTest, CudaGraphReplayFollowsTheEagerLossCurveMlp) { ExpectSameCur
 TEST_F(SpeedGpuTest, CudaGraphReplayFollowsTheEagerLossCurveGpt) { ExpectSameCurve(GptJob()); }
 TEST_F(SpeedGpuTest, CudaGraphReplayFollowsTheEagerLossCurveResNet) {
   ExpectSameCurve(ResNetJob());
+}
+
+// training.fused_kernels: off trains a ResNet and a GPT (between them every kernel of
+// Stoke's own: batch norm, max pool, layer norm, GELU backward, bias sums, weight casts,
+// the loss) on ATen's operations, says so in the job's log, decides so while the job
+// runs (not after), and follows the curve the kernels give within what different
+// rounding and summation orders move a bf16 run.
+TEST_F(SpeedGpuTest, FusedKernelsOffTrainsOnAtensOperationsAlongTheSameCurve) {
+  for (TrainTask task : {ResNetJob(), GptJob()}) {
+    const std::vector<double> own = Losses(task, true);
+    task.training.fused_kernels = Toggle::kOff;
+    Recorder recorder;
+    const std::vector<double> aten = Losses(task, true, &recorder);
+    EXPECT_TRUE(Said(recorder, "ATen's kernels only")) << task.name;
+    ASSERT_EQ(aten.size(), own.size());
+    for (size_t i = 0; i < own.size(); ++i) {
+      EXPECT_NEAR(aten[i], own[i], 0.05 * std::abs(own[i]) + 1e-3) << task.name << " window " << i;
+    }
+  }
+  // The setting lives as long as its job: Stoke's kernels apply again afterwards.
+  EXPECT_TRUE(OwnKernelsAllowed());
+  {
+    const OwnKernelsSetting off(false);
+    EXPECT_FALSE(
+        FusedLayerNormApplies(torch::zeros({4, 8}, torch::TensorOptions().device(torch::kCUDA))));
+  }
 }
 
 TEST_F(SpeedGpuTest, AGraphWithAccumulationAndClippingMatchesEagerToo) {

@@ -73,6 +73,7 @@ training:
   cuda_graph: off
   activation_checkpointing: on
   tf32: off
+  fused_kernels: off
 )",
                            "job.yaml");
   ASSERT_TRUE(spec.ok()) << spec.status();
@@ -85,6 +86,7 @@ training:
   EXPECT_EQ(t.cuda_graph(), v1::SWITCH_OFF);
   EXPECT_EQ(t.activation_checkpointing(), v1::SWITCH_ON);
   EXPECT_EQ(t.tf32(), v1::SWITCH_OFF);
+  EXPECT_EQ(t.fused_kernels(), v1::SWITCH_OFF);
   EXPECT_EQ(t.channels_last(), v1::SWITCH_DEFAULT);
 
   // "auto" only where the field has an automatic choice.

@@ -190,6 +190,7 @@ struct TrainingConfig {
   Toggle tf32 = Toggle::kDefault;                      // default: on
   Toggle channels_last = Toggle::kDefault;             // default: on for CNNs on CUDA
   Toggle cudnn_benchmark = Toggle::kDefault;           // default: on
+  Toggle fused_kernels = Toggle::kDefault;             // default: on
   LossScaleConfig loss_scale;                          // fp16 only
 };
 

@@ -5,6 +5,8 @@
 
 #include <cstdint>
 
+#include "worker/engine/own_kernels.h"
+
 #if STOKE_WITH_CUDA_KERNELS
 #include <c10/cuda/CUDAGuard.h>
 
@@ -35,7 +37,7 @@ bool Aligned(const torch::Tensor& t) {
 
 // A 4-d bf16/fp16 activation the kernels read as [N * H * W, C] rows of 8-channel vectors.
 bool KernelsRead(const torch::Tensor& x) {
-  return x.is_cuda() && x.dim() == 4 &&
+  return OwnKernelsAllowed() && x.is_cuda() && x.dim() == 4 &&
          (x.scalar_type() == torch::kBFloat16 || x.scalar_type() == torch::kHalf) &&
          x.is_contiguous(kChannelsLast) && x.size(1) >= 8 && x.size(1) % 8 == 0 &&
          x.numel() / x.size(1) >= 2 && Aligned(x);

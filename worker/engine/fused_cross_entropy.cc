@@ -2,6 +2,8 @@
 
 #include <torch/torch.h>
 
+#include "worker/engine/own_kernels.h"
+
 #if STOKE_WITH_CUDA_KERNELS
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
@@ -33,7 +35,7 @@ void CheckShapes(const torch::Tensor& logits, const torch::Tensor& targets) {
 }  // namespace
 
 bool FusedCrossEntropyApplies(const torch::Tensor& logits) {
-  return logits.is_cuda() &&
+  return OwnKernelsAllowed() && logits.is_cuda() &&
          (logits.scalar_type() == torch::kBFloat16 || logits.scalar_type() == torch::kHalf);
 }
 

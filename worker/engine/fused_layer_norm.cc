@@ -6,6 +6,8 @@
 #include <utility>
 #include <vector>
 
+#include "worker/engine/own_kernels.h"
+
 #if STOKE_WITH_CUDA_KERNELS
 #include <c10/cuda/CUDAGuard.h>
 
@@ -172,7 +174,8 @@ class FusedAddLayerNormFunction : public torch::autograd::Function<FusedAddLayer
 }  // namespace
 
 bool FusedLayerNormApplies(const torch::Tensor& x) {
-  return x.is_cuda() && x.scalar_type() == torch::kFloat32 && x.dim() >= 1 && x.size(-1) > 0;
+  return OwnKernelsAllowed() && x.is_cuda() && x.scalar_type() == torch::kFloat32 && x.dim() >= 1 &&
+         x.size(-1) > 0;
 }
 
 torch::Tensor FusedLayerNorm(const torch::Tensor& x, const torch::Tensor& weight,

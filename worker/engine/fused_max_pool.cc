@@ -6,6 +6,8 @@
 #include <cstdint>
 #include <vector>
 
+#include "worker/engine/own_kernels.h"
+
 #if STOKE_WITH_CUDA_KERNELS
 #include <c10/cuda/CUDAGuard.h>
 
@@ -90,7 +92,7 @@ class MaxPoolFunction : public torch::autograd::Function<MaxPoolFunction> {
 
 bool MaxPoolUsesOwnKernels(const torch::Tensor& x, int64_t kernel, int64_t padding) {
 #if STOKE_WITH_CUDA_KERNELS
-  return x.is_cuda() && x.dim() == 4 &&
+  return OwnKernelsAllowed() && x.is_cuda() && x.dim() == 4 &&
          (x.scalar_type() == torch::kBFloat16 || x.scalar_type() == torch::kHalf) &&
          x.is_contiguous(at::MemoryFormat::ChannelsLast) && x.size(1) >= 8 && x.size(1) % 8 == 0 &&
          reinterpret_cast<std::uintptr_t>(x.data_ptr()) % 16 == 0 && kernel >= 1 &&

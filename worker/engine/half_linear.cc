@@ -7,6 +7,7 @@
 #include <tuple>
 #include <utility>
 
+#include "worker/engine/own_kernels.h"
 #include "worker/engine/torch_compat.h"
 
 #if STOKE_WITH_CUDA_KERNELS
@@ -151,7 +152,9 @@ class HalfLinearFunction : public torch::autograd::Function<HalfLinearFunction> 
 
 // The autocast type Stoke's path would compute in, or nullopt where ATen's linear runs.
 std::optional<at::ScalarType> OwnKernelType(const torch::Tensor& x, const torch::Tensor& bias) {
-  if (!x.is_cuda() || !bias.defined() || !torch::GradMode::is_enabled()) return std::nullopt;
+  if (!OwnKernelsAllowed() || !x.is_cuda() || !bias.defined() || !torch::GradMode::is_enabled()) {
+    return std::nullopt;
+  }
   const compat::AutocastState autocast = compat::GetAutocast(c10::DeviceType::CUDA);
   if (!autocast.enabled || (autocast.dtype != torch::kBFloat16 && autocast.dtype != torch::kHalf)) {
     return std::nullopt;

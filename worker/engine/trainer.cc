@@ -21,6 +21,7 @@
 #include "worker/engine/metric_window.h"
 #include "worker/engine/multi_tensor_adamw.h"
 #include "worker/engine/optimizers.h"
+#include "worker/engine/own_kernels.h"
 #include "worker/engine/step_math.h"
 #include "worker/engine/step_trace.h"
 #include "worker/engine/torch_compat.h"
@@ -204,6 +205,9 @@ std::string Describe(const TrainTask& task, Network& net, const DeviceInfo& devi
   out << ", " << math.label;
   if (layout.channels_last) out << ", channels_last";
   if (layout.checkpoint_blocks) out << ", activation checkpointing";
+  if (device.device.kind == DeviceKind::kCuda && !OwnKernelsAllowed()) {
+    out << ", ATen's kernels only (fused_kernels off)";
+  }
   out << ", " << optimizer << ", " << total_steps << " steps";
   return out.str();
 }
@@ -259,6 +263,8 @@ TrainOutcome RunTraining(const TrainTask& job_task, const DeviceRef& device_ref,
       ConfigureCudaMath(Resolve(task.training.tf32, true),
                         Resolve(task.training.cudnn_benchmark, true));
     }
+    // For the whole run: the batch search, the steps and evaluation decide alike.
+    const OwnKernelsSetting own_kernels(Resolve(task.training.fused_kernels, true));
     std::unique_ptr<Communicator> communicator;
     if (task.world_size > 1) communicator = Communicator::Connect(task, device);
     if (task.training.batch_size_auto) {

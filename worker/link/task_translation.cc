@@ -222,6 +222,7 @@ absl::StatusOr<TrainTask> TaskFromAssignment(const v1::Assignment& a) {
   task.training.tf32 = ToggleFrom(t.tf32());
   task.training.channels_last = ToggleFrom(t.channels_last());
   task.training.cudnn_benchmark = ToggleFrom(t.cudnn_benchmark());
+  task.training.fused_kernels = ToggleFrom(t.fused_kernels());
   if (t.loss_scale().initial() > 0) task.training.loss_scale.initial = t.loss_scale().initial();
   if (t.loss_scale().growth_interval() > 0) {
     task.training.loss_scale.growth_interval = t.loss_scale().growth_interval();

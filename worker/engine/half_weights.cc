@@ -1,5 +1,6 @@
 #include "worker/engine/half_weights.h"
 
+#include <iterator>
 #include <map>
 #include <tuple>
 #include <utility>
@@ -18,12 +19,29 @@ HalfWeights& HalfWeights::Process() {
   return table;
 }
 
+HalfWeights::Entry* HalfWeights::EntryOf(const torch::Tensor& parameter) {
+  auto it = entries_.find(parameter.unsafeGetTensorImpl());
+  if (it == entries_.end()) return nullptr;
+  if (it->second.parameter.lock().get() != parameter.unsafeGetTensorImpl()) {
+    entries_.erase(it);
+    return nullptr;
+  }
+  return &it->second;
+}
+
 void HalfWeights::Want(const torch::Tensor& parameter, at::ScalarType type) {
   std::lock_guard<std::mutex> lock(mutex_);
-  Entry& entry = entries_[parameter.unsafeGetTensorImpl()];
-  entry.parameter = parameter;
-  if (entry.type != type) entry.copy = torch::Tensor();
-  entry.type = type;
+  Entry* entry = EntryOf(parameter);
+  if (entry == nullptr) {
+    // A new entry is rare (a layer's first step): the moment to drop those of tensors
+    // that are gone.
+    for (auto it = entries_.begin(); it != entries_.end();) {
+      it = it->second.parameter.expired() ? entries_.erase(it) : std::next(it);
+    }
+    entry = &entries_.emplace(parameter.unsafeGetTensorImpl(), Entry(parameter)).first->second;
+  }
+  if (entry->type != type) entry->copy = torch::Tensor();
+  entry->type = type;
 }
 
 void HalfWeights::Refresh(const std::vector<torch::Tensor>& parameters) {
@@ -31,24 +49,24 @@ void HalfWeights::Refresh(const std::vector<torch::Tensor>& parameters) {
   std::lock_guard<std::mutex> lock(mutex_);
   // The wanted parameters by device and type, in the order given (so each step's
   // buffers are laid out alike).
-  std::map<std::pair<int, at::ScalarType>, std::vector<Entry*>> groups;
+  using Wanted = std::pair<Entry*, const torch::Tensor*>;
+  std::map<std::pair<int, at::ScalarType>, std::vector<Wanted>> groups;
   for (const torch::Tensor& p : parameters) {
-    auto it = entries_.find(p.unsafeGetTensorImpl());
-    if (it == entries_.end()) continue;
-    Entry& entry = it->second;
-    entry.copy = torch::Tensor();
+    Entry* entry = EntryOf(p);
+    if (entry == nullptr) continue;
+    entry->copy = torch::Tensor();
     if (!p.is_cuda() || p.scalar_type() != at::kFloat || !p.is_contiguous()) continue;
-    groups[{p.get_device(), entry.type}].push_back(&entry);
+    groups[{p.get_device(), entry->type}].emplace_back(entry, &p);
   }
-  for (auto& [key, entries] : groups) {
+  for (const auto& [key, wanted] : groups) {
     const auto& [device, type] = key;
     const c10::cuda::CUDAGuard guard(static_cast<c10::DeviceIndex>(device));
     std::vector<cuda::CastSegment> segments;
     int64_t total = 0;
-    for (const Entry* entry : entries) {
+    for (const auto& [entry, p] : wanted) {
       cuda::CastSegment segment;
-      segment.source = entry->parameter.data_ptr<float>();
-      segment.count = entry->parameter.numel();
+      segment.source = p->data_ptr<float>();
+      segment.count = p->numel();
       segment.offset = total;
       segments.push_back(segment);
       total += (segment.count + 7) / 8 * 8;  // each copy starts on 16 bytes
@@ -61,11 +79,10 @@ void HalfWeights::Refresh(const std::vector<torch::Tensor>& parameters) {
         cuda::CastToHalf(segments.data(), static_cast<int>(segments.size()), buffer.data_ptr(),
                          HalfTypeOf(type, "HalfWeights"), CurrentStreamOf(buffer)),
         "weight cast");
-    for (size_t k = 0; k < entries.size(); ++k) {
-      Entry& entry = *entries[k];
-      entry.copy =
-          buffer.narrow(0, segments[k].offset, segments[k].count).view(entry.parameter.sizes());
-      entry.version = static_cast<int64_t>(entry.parameter._version());
+    for (size_t k = 0; k < wanted.size(); ++k) {
+      const auto& [entry, p] = wanted[k];
+      entry->copy = buffer.narrow(0, segments[k].offset, segments[k].count).view(p->sizes());
+      entry->version = static_cast<int64_t>(p->_version());
     }
   }
 #else
@@ -75,21 +92,18 @@ void HalfWeights::Refresh(const std::vector<torch::Tensor>& parameters) {
 
 torch::Tensor HalfWeights::Find(const torch::Tensor& parameter, at::ScalarType type) {
   std::lock_guard<std::mutex> lock(mutex_);
-  auto it = entries_.find(parameter.unsafeGetTensorImpl());
-  if (it == entries_.end()) return {};
-  const Entry& entry = it->second;
-  if (!entry.copy.defined() || entry.type != type ||
-      entry.version != static_cast<int64_t>(parameter._version())) {
+  const Entry* entry = EntryOf(parameter);
+  if (entry == nullptr || !entry->copy.defined() || entry->type != type ||
+      entry->version != static_cast<int64_t>(parameter._version())) {
     return {};
   }
-  return entry.copy;
+  return entry->copy;
 }
 
 void HalfWeights::Release(const std::vector<torch::Tensor>& parameters) {
   std::lock_guard<std::mutex> lock(mutex_);
   for (const torch::Tensor& p : parameters) {
-    auto it = entries_.find(p.unsafeGetTensorImpl());
-    if (it != entries_.end()) it->second.copy = torch::Tensor();
+    if (Entry* entry = EntryOf(p)) entry->copy = torch::Tensor();
   }
 }
 

@@ -15,10 +15,13 @@
 // and every layer casts for itself.
 //
 // The table is the process's, like GradientDestinations: layers and the step runner meet
-// here without knowing of each other. Entries hold their parameter, so an address cannot
-// be reused while its entry lives; Forget drops them when a job's step runner goes.
+// here without knowing of each other. Entries hold their parameter weakly (a batch
+// search's trial network asks too, and its memory must go with it) and are matched to
+// the tensor itself, not just to its address, which a later tensor may reuse; Forget drops
+// them when a job's step runner goes.
 #pragma once
 
+#include <c10/util/intrusive_ptr.h>
 #include <torch/types.h>
 
 #include <cstdint>
@@ -47,11 +50,16 @@ class HalfWeights {
 
  private:
   struct Entry {
-    torch::Tensor parameter;
+    explicit Entry(const torch::Tensor& p) : parameter(p.getIntrusivePtr()) {}
+    c10::weak_intrusive_ptr<c10::TensorImpl, c10::UndefinedTensorImpl> parameter;
     at::ScalarType type = at::kBFloat16;
     torch::Tensor copy;
     int64_t version = -1;  // the parameter's at the cast
   };
+  // The entry of `parameter` itself, or nullptr (an entry left by a dead tensor at the
+  // same address is dropped). Called with mutex_ held.
+  Entry* EntryOf(const torch::Tensor& parameter);
+
   std::mutex mutex_;
   std::unordered_map<const void*, Entry> entries_;
 };

@@ -65,11 +65,12 @@ void StepRunner::ResetGrads() {
 std::vector<torch::Tensor> StepRunner::Body(const std::vector<Batch>& micro_batches) {
   // The 16-bit copies of the weights the layers multiply, in one launch, for this step's
   // forward passes (and the recomputed ones of checkpointed blocks); dropped at its end.
-  HalfWeights& half_weights = HalfWeights::Process();
-  if (parts_.autocast && parts_.device.is_cuda()) half_weights.Refresh(parts_.parameters);
-  std::vector<torch::Tensor> losses = ForwardBackwardAndUpdate(micro_batches);
-  half_weights.Release(parts_.parameters);
-  return losses;
+  struct ReleasedAtTheEnd {  // however the step ends
+    const std::vector<torch::Tensor>& parameters;
+    ~ReleasedAtTheEnd() { HalfWeights::Process().Release(parameters); }
+  } release{parts_.parameters};
+  if (parts_.autocast && parts_.device.is_cuda()) HalfWeights::Process().Refresh(parts_.parameters);
+  return ForwardBackwardAndUpdate(micro_batches);
 }
 
 std::vector<torch::Tensor> StepRunner::ForwardBackwardAndUpdate(

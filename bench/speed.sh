@@ -7,7 +7,8 @@
 # backward, AdamW) captured as one CUDA graph (compile-cuda-graph); each warms up 30 steps
 # (rounded up to whole windows: 40), then times 6 windows of 20 steps between CUDA events
 # and reports the median window. Then an ablation on one model: what each of Stoke's
-# settings adds, from an fp32 eager baseline. Prints two Markdown tables (also
+# settings adds, from an fp32 eager baseline on ATen's operations to Stoke's own CUDA
+# kernels last (`training.fused_kernels`). Prints two Markdown tables (also
 # $OUT/speed.md; raw JSON lines in $OUT/speed.jsonl, each run's log beside them). From the
 # repo root on the GPU machine:
 #   source .gpu-deps/setup-device.sh && bench/speed.sh
@@ -133,6 +134,8 @@ if [ "$ablation" != none ]; then
     bf16=(--set training.precision=bf16)
     rest=(--set training.tf32=off --set training.cuda_graph=off)
     graph=(--set training.tf32=off --set training.cuda_graph=on)
+    # Stoke's own CUDA kernels come last: every row before runs on ATen's operations.
+    aten=(--set training.fused_kernels=off)
     loop=(--set optimizer.adamw.implementation=per_parameter)
     fused=(--set optimizer.adamw.implementation=fused)
     # Real data has a loader to switch off: one thread, one batch ahead, pageable buffers.
@@ -140,16 +143,18 @@ if [ "$ablation" != none ]; then
     [ "$ablation" = fmnist-cnn ] && unpiped=(--set data.loader.threads=1
       --set data.loader.prefetch=1 --set data.loader.pin_memory=false)
     stoke_run ablation "$ablation" baseline -- "${fp32[@]}" "${rest[@]}" "${loop[@]}" \
-      ${unpiped[@]+"${unpiped[@]}"} --set "training.batch_size=$batch"
+      "${aten[@]}" ${unpiped[@]+"${unpiped[@]}"} --set "training.batch_size=$batch"
     [ ${#unpiped[@]} -gt 0 ] && stoke_run ablation "$ablation" pipeline -- "${fp32[@]}" \
-      "${rest[@]}" "${loop[@]}" --set "training.batch_size=$batch"
-    stoke_run ablation "$ablation" bf16 -- "${bf16[@]}" "${rest[@]}" "${loop[@]}" \
+      "${rest[@]}" "${loop[@]}" "${aten[@]}" --set "training.batch_size=$batch"
+    stoke_run ablation "$ablation" bf16 -- "${bf16[@]}" "${rest[@]}" "${loop[@]}" "${aten[@]}" \
       --set "training.batch_size=$batch"
-    stoke_run ablation "$ablation" batch -- "${bf16[@]}" "${rest[@]}" "${loop[@]}" \
+    stoke_run ablation "$ablation" batch -- "${bf16[@]}" "${rest[@]}" "${loop[@]}" "${aten[@]}" \
       --set "training.batch_size=$big"
-    stoke_run ablation "$ablation" fused -- "${bf16[@]}" "${rest[@]}" "${fused[@]}" \
+    stoke_run ablation "$ablation" fused -- "${bf16[@]}" "${rest[@]}" "${fused[@]}" "${aten[@]}" \
       --set "training.batch_size=$big"
-    stoke_run ablation "$ablation" graph -- "${bf16[@]}" "${graph[@]}" "${fused[@]}" \
+    stoke_run ablation "$ablation" graph -- "${bf16[@]}" "${graph[@]}" "${fused[@]}" "${aten[@]}" \
+      --set "training.batch_size=$big"
+    stoke_run ablation "$ablation" kernels -- "${bf16[@]}" "${graph[@]}" "${fused[@]}" \
       --set "training.batch_size=$big"
     if [ -n "$py_modes" ]; then  # the nearest Python settings to each row
       python_run ablation "$ablation" baseline eager -- --batch "$batch" --fp32 --no-tf32 \
@@ -158,6 +163,8 @@ if [ "$ablation" != none ]; then
       python_run ablation "$ablation" batch eager -- --batch "$big" --no-tf32 --adamw for-loop
       python_run ablation "$ablation" fused eager -- --batch "$big" --no-tf32 --adamw fused
       python_run ablation "$ablation" graph cuda-graph -- --batch "$big" --no-tf32 --adamw fused
+      python_run ablation "$ablation" kernels compile-reduce-overhead -- --batch "$big" --no-tf32 \
+        --adamw fused
     fi
   else
     skip ablation "$ablation" "cannot run this case (unknown, or FMNIST_DIR not set)"
@@ -279,9 +286,14 @@ elif abl:
              ("fused", "+ fused AdamW (`optimizer.adamw.implementation=fused`)", "python-eager",
               "eager, bf16, TF32 off, fused AdamW, ×4 batch"),
              ("graph", "+ whole-step CUDA graph (`training.cuda_graph=on`)", "python-cuda-graph",
-              "eager + whole-step CUDA graph, bf16, TF32 off, fused AdamW, ×4 batch")]
+              "eager + whole-step CUDA graph, bf16, TF32 off, fused AdamW, ×4 batch"),
+             ("kernels", "+ Stoke's own CUDA kernels (`training.fused_kernels=on`)",
+              "python-compile-reduce-overhead",
+              "`torch.compile(mode=\"reduce-overhead\")` (Inductor's fused kernels), bf16, "
+              "TF32 off, fused AdamW, ×4 batch")]
     print(f"\nAblation, {name(case)}: Stoke's settings added one at a time (each row keeps the "
-          "ones above it); same timing as above.\n")
+          "ones above it; all but the last on ATen's operations, `training.fused_kernels=off`); "
+          "same timing as above.\n")
     print("| step | Stoke samples/s | × baseline | × previous row | Python, nearest settings "
           "| Python samples/s |")
     print("|---|---|---|---|---|---|")

@@ -56,33 +56,26 @@ torch::Tensor HalfCopy(const torch::Tensor& parameter, at::ScalarType type) {
 // What follows the matrix product inside the function.
 enum class Activation : int64_t { kNone = 0, kGelu = 1 };
 
-// Column sums of dy [rows, width] (bf16/fp16, contiguous) in fp32: a bias gradient.
-torch::Tensor BiasGradient(const torch::Tensor& dy) {
+// For dy [rows, width] (bf16/fp16, contiguous), the gradient of the matrix product's
+// output and its column sums in fp32 (the bias gradient), in one pass: dy itself, or
+// through the GELU whose input was `gelu_input` (same shape and type; undefined: none).
+std::pair<torch::Tensor, torch::Tensor> ProductAndBiasGradients(const torch::Tensor& dy,
+                                                                const torch::Tensor& gelu_input) {
   const int64_t n = dy.size(0);
   const int64_t width = dy.size(1);
   const auto f32 = dy.options().dtype(torch::kFloat32);
   torch::Tensor dbias = torch::empty({width}, f32);
   torch::Tensor partials = torch::empty({cuda::ColumnSumScratch(n, width)}, f32);
-  CheckKernel(
-      cuda::ColumnSums(dy.data_ptr(), HalfTypeOf(dy.scalar_type(), "AutocastLinear"), n, width,
-                       dbias.data_ptr<float>(), partials.data_ptr<float>(), CurrentStreamOf(dy)),
-      "column-sum");
-  return dbias;
-}
-
-// (dy * gelu'(pre), its column sums in fp32) for dy and pre [rows, width], contiguous and
-// of one 16-bit type.
-std::pair<torch::Tensor, torch::Tensor> GeluBackwardAndBiasGradient(const torch::Tensor& dy,
-                                                                    const torch::Tensor& pre) {
-  const int64_t n = dy.size(0);
-  const int64_t width = dy.size(1);
-  const auto f32 = dy.options().dtype(torch::kFloat32);
+  const cuda::HalfType type = HalfTypeOf(dy.scalar_type(), "AutocastLinear");
+  if (!gelu_input.defined()) {
+    CheckKernel(cuda::ColumnSums(dy.data_ptr(), type, n, width, dbias.data_ptr<float>(),
+                                 partials.data_ptr<float>(), CurrentStreamOf(dy)),
+                "column-sum");
+    return {dy, std::move(dbias)};
+  }
   torch::Tensor dpre = torch::empty_like(dy);
-  torch::Tensor dbias = torch::empty({width}, f32);
-  torch::Tensor partials = torch::empty({cuda::ColumnSumScratch(n, width)}, f32);
-  CheckKernel(cuda::GeluBackwardColumnSums(dy.data_ptr(), pre.data_ptr(),
-                                           HalfTypeOf(dy.scalar_type(), "AutocastLinearGelu"), n,
-                                           width, dpre.data_ptr(), dbias.data_ptr<float>(),
+  CheckKernel(cuda::GeluBackwardColumnSums(dy.data_ptr(), gelu_input.data_ptr(), type, n, width,
+                                           dpre.data_ptr(), dbias.data_ptr<float>(),
                                            partials.data_ptr<float>(), CurrentStreamOf(dy)),
               "GELU backward and column-sum");
   return {std::move(dpre), std::move(dbias)};
@@ -127,11 +120,12 @@ class HalfLinearFunction : public torch::autograd::Function<HalfLinearFunction> 
       return static_cast<at::ScalarType>(ctx->saved_data[key].toInt());
     };
     torch::Tensor dy = grad_outputs[0].to(rows.scalar_type()).reshape({-1, w.size(0)});
+    const torch::Tensor& gelu_input = saved[2];
     torch::Tensor dbias;
-    if (saved[2].defined()) {
-      // Through the GELU first; its input's gradient is the product's output gradient,
-      // and the bias gradient is summed in the same pass.
-      std::tie(dy, dbias) = GeluBackwardAndBiasGradient(dy.contiguous(), saved[2]);
+    // With a GELU, its backward comes first (its input's gradient is the product's output
+    // gradient), and the bias gradient is summed in the same pass.
+    if (gelu_input.defined() || ctx->needs_input_grad(2)) {
+      std::tie(dy, dbias) = ProductAndBiasGradients(dy.contiguous(), gelu_input);
     }
     torch::Tensor dx;
     torch::Tensor dweight;
@@ -142,10 +136,7 @@ class HalfLinearFunction : public torch::autograd::Function<HalfLinearFunction> 
       dweight =
           WeightGradient(dy, rows, type_of("weight_type"), ctx->saved_data["weight_key"].toInt());
     }
-    if (ctx->needs_input_grad(2)) {
-      if (!dbias.defined()) dbias = BiasGradient(dy.contiguous());
-      dbias = dbias.to(type_of("bias_type"));
-    }
+    if (ctx->needs_input_grad(2)) dbias = dbias.to(type_of("bias_type"));
     return {dx, dweight, dbias, torch::Tensor(), torch::Tensor()};
   }
 };

@@ -44,11 +44,7 @@ __global__ void __launch_bounds__(kThreads)
     StatsPartialKernel(const T* __restrict__ x, int64_t rows, int64_t channels,
                        int64_t rows_per_slice, float* __restrict__ partials) {
   extern __shared__ float shared[];
-  const int groups = blockDim.x, lanes = blockDim.y;
-  const int width = groups * kVector;
-  const int64_t vector = static_cast<int64_t>(blockIdx.y) * groups + threadIdx.x;
-  const int64_t first = static_cast<int64_t>(blockIdx.x) * rows_per_slice;
-  const int64_t last = min(first + rows_per_slice, rows);
+  const auto [groups, lanes, width, vector, first, last] = SliceOfBlock(rows, rows_per_slice);
   float mean[kVector] = {};
   float m2[kVector] = {};
   const int64_t own = first + threadIdx.y;

@@ -82,6 +82,25 @@ __device__ inline void LoadFloats(const float* p, float (&out)[kVector]) {
   out[4] = b.x, out[5] = b.y, out[6] = b.z, out[7] = b.w;
 }
 
+// Where a thread of a row-reduction block works: the block is `groups` channel groups
+// across by `lanes` row lanes down (`width` = 8 * groups channels), the thread's 8-channel
+// vector, and the rows [first, last) of the block's slice.
+struct BlockSlice {
+  int groups, lanes, width;
+  int64_t vector, first, last;
+};
+
+__device__ inline BlockSlice SliceOfBlock(int64_t rows, int64_t rows_per_slice) {
+  BlockSlice b;
+  b.groups = static_cast<int>(blockDim.x);
+  b.lanes = static_cast<int>(blockDim.y);
+  b.width = b.groups * kVector;
+  b.vector = static_cast<int64_t>(blockIdx.y) * b.groups + threadIdx.x;
+  b.first = static_cast<int64_t>(blockIdx.x) * rows_per_slice;
+  b.last = min(b.first + rows_per_slice, rows);
+  return b;
+}
+
 // The row-reduction kernels' hand-over from row lanes to channels: each thread puts its
 // two 8-channel vectors where one thread per channel then reads them all, `first` at
 // shared[lane][column], `second` at shared[lanes + lane][column] (2 * lanes * width

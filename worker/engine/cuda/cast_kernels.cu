@@ -36,7 +36,7 @@ __global__ void __launch_bounds__(kThreads) CastKernel(CastBatch batch, T* out) 
   // Two 16-byte loads and one 16-byte store per 8 elements where the source allows
   // (the target's offsets are multiples of 8); the rest one by one.
   int64_t scalar_from = begin;
-  if (reinterpret_cast<std::uintptr_t>(source) % 16 == 0) {
+  if (AlignedTo(source, 16)) {
     const int64_t vector_end = begin + (end - begin) / 8 * 8;
     for (int64_t i = begin + threadIdx.x * 8; i < vector_end; i += kThreads * 8) {
       float v[8];

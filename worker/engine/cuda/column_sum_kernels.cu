@@ -148,15 +148,13 @@ __global__ void ColumnSumFinishKernel(const float* partials, int64_t slices, int
   }
 }
 
-bool Aligned16(const void* p) { return reinterpret_cast<std::uintptr_t>(p) % 16 == 0; }
-
 template <typename T>
 void Launch(const T* in, GeluInput<T> gelu, int64_t rows, int64_t width, float* out,
             float* partials, cudaStream_t s) {
   const int64_t slices = Slices(rows);
   const dim3 block(kGroups, kLanes);
-  const bool vector =
-      width % kVector == 0 && Aligned16(in) && Aligned16(gelu.pre) && Aligned16(gelu.dpre);
+  const bool vector = width % kVector == 0 && AlignedTo(in, 16) && AlignedTo(gelu.pre, 16) &&
+                      AlignedTo(gelu.dpre, 16);
   if (vector) {
     const int64_t per_block = kGroups * kVector;
     const dim3 grid(static_cast<unsigned>(slices),
@@ -175,42 +173,42 @@ void Launch(const T* in, GeluInput<T> gelu, int64_t rows, int64_t width, float* 
 
 int64_t ColumnSumScratch(int64_t rows, int64_t width) { return Slices(rows) * width; }
 
-const char* ColumnSums(const void* in, HalfType type, int64_t rows, int64_t width, float* out,
-                       float* partials, void* stream) {
+namespace {
+
+// Both entry points: pre and dpre nullptr for plain sums.
+template <typename T>
+void LaunchTyped(const void* in, const void* pre, void* dpre, int64_t rows, int64_t width,
+                 float* out, float* partials, cudaStream_t s) {
+  Launch(static_cast<const T*>(in), GeluInput<T>{static_cast<const T*>(pre), static_cast<T*>(dpre)},
+         rows, width, out, partials, s);
+}
+
+const char* Sums(const void* in, const void* pre, void* dpre, HalfType type, int64_t rows,
+                 int64_t width, float* out, float* partials, void* stream) {
   const auto s = static_cast<cudaStream_t>(stream);
   if (width == 0) return nullptr;
   if (rows == 0) {
     cudaMemsetAsync(out, 0, sizeof(float) * width, s);
   } else if (type == HalfType::kBFloat16) {
-    Launch(static_cast<const __nv_bfloat16*>(in), GeluInput<__nv_bfloat16>{}, rows, width, out,
-           partials, s);
+    LaunchTyped<__nv_bfloat16>(in, pre, dpre, rows, width, out, partials, s);
   } else {
-    Launch(static_cast<const __half*>(in), GeluInput<__half>{}, rows, width, out, partials, s);
+    LaunchTyped<__half>(in, pre, dpre, rows, width, out, partials, s);
   }
   const cudaError_t error = cudaGetLastError();
   return error == cudaSuccess ? nullptr : cudaGetErrorString(error);
 }
 
+}  // namespace
+
+const char* ColumnSums(const void* in, HalfType type, int64_t rows, int64_t width, float* out,
+                       float* partials, void* stream) {
+  return Sums(in, nullptr, nullptr, type, rows, width, out, partials, stream);
+}
+
 const char* GeluBackwardColumnSums(const void* dy, const void* pre, HalfType type, int64_t rows,
                                    int64_t width, void* dpre, float* out, float* partials,
                                    void* stream) {
-  const auto s = static_cast<cudaStream_t>(stream);
-  if (width == 0) return nullptr;
-  if (rows == 0) {
-    cudaMemsetAsync(out, 0, sizeof(float) * width, s);
-  } else if (type == HalfType::kBFloat16) {
-    using T = __nv_bfloat16;
-    Launch(static_cast<const T*>(dy),
-           GeluInput<T>{static_cast<const T*>(pre), static_cast<T*>(dpre)}, rows, width, out,
-           partials, s);
-  } else {
-    using T = __half;
-    Launch(static_cast<const T*>(dy),
-           GeluInput<T>{static_cast<const T*>(pre), static_cast<T*>(dpre)}, rows, width, out,
-           partials, s);
-  }
-  const cudaError_t error = cudaGetLastError();
-  return error == cudaSuccess ? nullptr : cudaGetErrorString(error);
+  return Sums(dy, pre, dpre, type, rows, width, out, partials, stream);
 }
 
 }  // namespace stoke::worker::cuda

@@ -139,8 +139,6 @@ int ThreadsFor(int64_t items) {
   return threads;
 }
 
-bool Aligned(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
-
 const char* LastError() {
   const cudaError_t error = cudaGetLastError();
   return error == cudaSuccess ? nullptr : cudaGetErrorString(error);
@@ -152,7 +150,7 @@ const char* CrossEntropyForward(const void* logits, HalfType type, const int64_t
                                 int64_t rows, int64_t cols, float* row_loss, float* row_lse,
                                 void* stream) {
   if (rows == 0) return nullptr;
-  const bool packed = cols % kPack == 0 && Aligned(logits);
+  const bool packed = cols % kPack == 0 && AlignedTo(logits, 16);
   const int threads = ThreadsFor(packed ? cols / kPack : cols);
   const auto s = static_cast<cudaStream_t>(stream);
   const auto blocks = static_cast<unsigned>(rows);
@@ -170,7 +168,7 @@ const char* CrossEntropyBackward(const void* logits, HalfType type, const int64_
                                  const float* row_lse, const float* grad_loss, float scale,
                                  int64_t rows, int64_t cols, void* grad, void* stream) {
   if (rows == 0) return nullptr;
-  const bool packed = cols % kPack == 0 && Aligned(logits) && Aligned(grad);
+  const bool packed = cols % kPack == 0 && AlignedTo(logits, 16) && AlignedTo(grad, 16);
   const int threads = ThreadsFor(packed ? cols / kPack : cols);
   const auto s = static_cast<cudaStream_t>(stream);
   const auto blocks = static_cast<unsigned>(rows);

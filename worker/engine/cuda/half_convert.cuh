@@ -1,11 +1,25 @@
-// bf16/fp16 to and from fp32 by overload, so that one kernel template serves both types.
-// Device code only: included by the .cu files of this folder.
+// bf16/fp16 to and from fp32 by overload, so that one kernel template serves both types,
+// and the vector loads, alignment test and warp sum the kernels share. Included by the .cu
+// files of this folder only.
 #pragma once
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
+#include <cstdint>
+
 namespace stoke::worker::cuda {
+
+// Whether p sits on a multiple of `bytes` (nullptr does): the vector paths' condition.
+__host__ __device__ inline bool AlignedTo(const void* p, std::uintptr_t bytes) {
+  return reinterpret_cast<std::uintptr_t>(p) % bytes == 0;
+}
+
+// The sum of v over a warp's 32 lanes, in every lane.
+__device__ inline float WarpSum(float v) {
+  for (int offset = 16; offset > 0; offset /= 2) v += __shfl_xor_sync(0xffffffffu, v, offset);
+  return v;
+}
 
 __device__ inline float ToFloat(__nv_bfloat16 v) { return __bfloat162float(v); }
 __device__ inline float ToFloat(__half v) { return __half2float(v); }

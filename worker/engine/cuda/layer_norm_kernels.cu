@@ -23,11 +23,6 @@ constexpr int kColumnTile = 32;
 constexpr int kRowLanes = 8;
 constexpr int64_t kRowsPerSlice = 512;
 
-__device__ inline float WarpSum(float v) {
-  for (int offset = 16; offset > 0; offset /= 2) v += __shfl_xor_sync(0xffffffffu, v, offset);
-  return v;
-}
-
 // Mean and variance in two passes over the row (the second from L1): no cancellation
 // from E[x^2] - E[x]^2 when a row's mean is large against its spread. With a branch, the
 // row normalised is x + branch, written to `sum` first (each lane rereads only what it
@@ -164,10 +159,6 @@ int64_t Slices(int64_t rows) {
   return std::max<int64_t>(1, (rows + kRowsPerSlice - 1) / kRowsPerSlice);
 }
 
-bool Aligned(const void* p, std::uintptr_t bytes) {
-  return reinterpret_cast<std::uintptr_t>(p) % bytes == 0;
-}
-
 // Whether the register-resident kernels (layer_norm_row_kernels.cuh) take rows of this
 // width: a multiple of 4 up to kMaxRowWidth, fp32 arrays on 16 bytes and 16-bit ones on 8
 // (nullptr counts as aligned).
@@ -175,10 +166,10 @@ bool RowKernelsApply(int64_t width, std::initializer_list<const void*> fp32,
                      std::initializer_list<const void*> half) {
   if (width % 4 != 0 || width > kMaxRowWidth) return false;
   for (const void* p : fp32) {
-    if (!Aligned(p, 16)) return false;
+    if (!AlignedTo(p, 16)) return false;
   }
   for (const void* p : half) {
-    if (!Aligned(p, 8)) return false;
+    if (!AlignedTo(p, 8)) return false;
   }
   return true;
 }

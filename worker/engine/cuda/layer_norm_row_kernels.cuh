@@ -26,11 +26,6 @@ constexpr int kMaxRowWidth = 1024;  // 8 vectors of 4 per lane
 constexpr int kRowWarps = 4;        // rows (forward) or row lanes (backward) per block
 constexpr int64_t kRowSliceRows = 32;
 
-__device__ inline float RowWarpSum(float v) {
-  for (int offset = 16; offset > 0; offset /= 2) v += __shfl_xor_sync(0xffffffffu, v, offset);
-  return v;
-}
-
 // The first column of a lane's k-th vector: lanes take neighbouring vectors, so a warp's
 // load of one k is 512 (fp32) or 256 (16-bit) contiguous bytes.
 __device__ inline int VectorColumn(int k) { return (static_cast<int>(threadIdx.x) + 32 * k) * 4; }
@@ -62,7 +57,7 @@ __global__ void __launch_bounds__(32 * kRowWarps)
     for (int q = 0; q < 4; ++q) total += v[k][q];
   }
   const float inv_width = 1.f / static_cast<float>(width);
-  const float mean = RowWarpSum(total) * inv_width;
+  const float mean = WarpSum(total) * inv_width;
   // Variance around the mean from the registers: no E[x^2] - E[x]^2 cancellation.
   float squares = 0.f;
 #pragma unroll
@@ -74,7 +69,7 @@ __global__ void __launch_bounds__(32 * kRowWarps)
       squares += d * d;
     }
   }
-  const float rstd = rsqrtf(RowWarpSum(squares) * inv_width + eps);
+  const float rstd = rsqrtf(WarpSum(squares) * inv_width + eps);
 #pragma unroll
   for (int k = 0; k < V; ++k) {
     const int c = VectorColumn(k);
@@ -148,8 +143,8 @@ __global__ void __launch_bounds__(32 * kRowWarps, 4)
       StoreVector(dgamma + c, sg);
       StoreVector(dbeta + c, sb);
     }
-    const float mean_g = RowWarpSum(sum_g) * inv_width;
-    const float mean_gx = RowWarpSum(sum_gx) * inv_width;
+    const float mean_g = WarpSum(sum_g) * inv_width;
+    const float mean_gx = WarpSum(sum_gx) * inv_width;
 #pragma unroll
     for (int k = 0; k < V; ++k) {
       const int c = VectorColumn(k);

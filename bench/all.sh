@@ -11,7 +11,8 @@
 # real data pipeline), stoke-<case> (the same, Stoke alone), profile (bench/profile.sh, PROFILE_MODELS, PROFILE_PY_MODES), telemetry
 # (bench/telemetry-overhead.sh, TELEMETRY_MODES, TELEMETRY_STEPS, TELEMETRY_RUNS),
 # checkpointing (bench/checkpointing.sh); DDP_STEPS for ddp. ALL="ddp" names the all-GPU parts;
-# LANE0 and LANE1 the single-GPU ones (with one GPU, LANE1 runs after LANE0).
+# LANE0 and LANE1 the single-GPU ones (with one GPU, LANE1 runs after LANE0). LANE_TIMEOUT
+# (seconds) stops a lane that overruns, so that what finished still comes back.
 set -uo pipefail
 out="${OUT:-$PWD/bench-out}"
 mkdir -p "$out"
@@ -69,7 +70,7 @@ if [ "$gpus" -ge 2 ]; then
   timeout -k 10 "${LANE_TIMEOUT:-100000}" bash -c "$(declare -f part lane); lane 1 ${LANE1:-}" &
   wait
 else
-  lane 0 ${LANE0:-} ${LANE1:-}
+  timeout -k 10 "${LANE_TIMEOUT:-100000}" bash -c "$(declare -f part lane); lane 0 ${LANE0:-} ${LANE1:-}"
 fi
 
 for f in "$out"/*/*.md; do

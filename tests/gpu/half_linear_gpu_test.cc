@@ -2,7 +2,8 @@
 // linear under the same autocast: the same output and input/weight gradients, and a bias
 // gradient equal to the fp64 sum of the output gradient within fp32 rounding, for a
 // GPT-shaped layers (bf16 input, 16-byte rows) and a classifier (fp32 input, 10 outputs:
-// the kernel's path for widths that are no multiple of 8). Skips without CUDA or kernels.
+// the kernel's path for widths that are no multiple of 8); the same with a GELU or a ReLU
+// after the product (AutocastLinearGelu, AutocastLinearRelu). Skips without CUDA or kernels.
 #include <gtest/gtest.h>
 #include <torch/cuda.h>
 #include <torch/torch.h>
@@ -160,6 +161,55 @@ TEST_P(HalfLinearGpuTest, WithGeluMatchesAtensLinearAndGelu) {
                               1e-3 * ulp * rows * MaxAbs(dpre.to(torch::kFloat64))))
       << "dbias: largest difference from the fp64 sum of ATen's GELU gradient "
       << MaxAbs(db1.to(torch::kFloat64) - exact);
+}
+
+// Linear + ReLU with bias and ReLU in the matrix product's epilogue (_addmm_activation)
+// and the ReLU's backward taken with the bias gradient in one kernel, against ATen's
+// linear and relu under the same autocast. The output matches; the gradients are checked
+// against ATen's linear backward given the ReLU gradient our output implies (dy where the
+// output is positive): two matrix-product algorithms may round a value near zero to
+// opposite signs, and that is not what this test is about; how many do is bounded instead.
+TEST_P(HalfLinearGpuTest, WithReluMatchesAtensLinearAndRelu) {
+  const auto [dtype, which] = GetParam();
+  // The GELU test's layers: 333-row and 16,384-row batches of a 768 -> 3072 layer, and
+  // a layer whose width is no multiple of 8 (the scalar kernel).
+  const Shape shape = which == 0   ? Shape{{4, 333, 768}, 3072, dtype}
+                      : which == 1 ? Shape{{16, 1024, 768}, 3072, dtype}
+                                   : Shape{{512, 96}, 100, torch::kFloat32};
+  const LayerCase layer = MakeLayerCase(shape, dtype, 0.05, 13);
+
+  compat::SetAutocast(c10::DeviceType::CUDA, true, dtype);
+  auto [x1, w1, b1] = layer.Leaves();
+  ASSERT_TRUE(AutocastLinearUsesOwnKernels(x1, b1));
+  const torch::Tensor y1 = AutocastLinearRelu(x1, w1, b1);
+  y1.backward(layer.dy);
+  auto [x2, w2, b2] = layer.Leaves();
+  const torch::Tensor pre = torch::linear(x2, w2, b2);
+  const torch::Tensor y2 = torch::relu(pre);
+  const torch::Tensor dpre = layer.dy * (y1.detach() > 0).to(layer.dy.scalar_type());
+  pre.backward(dpre);
+  compat::SetAutocast(c10::DeviceType::CUDA, false, dtype);
+
+  EXPECT_EQ(y1.scalar_type(), y2.scalar_type());
+  EXPECT_EQ(y1.sizes(), y2.sizes());
+  EXPECT_TRUE(torch::allclose(y1.to(torch::kFloat32), y2.to(torch::kFloat32), 1e-2, 1e-2))
+      << "output: largest difference " << MaxAbs(y1.to(torch::kFloat32) - y2.to(torch::kFloat32));
+  // Half the outputs are positive; a sign that differs is a rounding of a value near zero.
+  const double flipped = ((y1 > 0) != (y2 > 0)).sum().item<double>() / y1.numel();
+  EXPECT_LT(flipped, 1e-3) << "share of outputs whose sign differs from ATen's";
+  EXPECT_EQ(x1.grad().scalar_type(), layer.x.scalar_type());
+  EXPECT_TRUE(
+      torch::allclose(x1.grad().to(torch::kFloat32), x2.grad().to(torch::kFloat32), 1e-2, 1e-3))
+      << "dx: largest difference "
+      << MaxAbs(x1.grad().to(torch::kFloat32) - x2.grad().to(torch::kFloat32));
+  EXPECT_TRUE(torch::allclose(w1.grad(), w2.grad(), 1e-2, 1e-2 * MaxAbs(w2.grad())))
+      << "dweight: largest difference " << MaxAbs(w1.grad() - w2.grad());
+  ASSERT_EQ(b1.grad().scalar_type(), torch::kFloat32);
+  // The ReLU's gradient is dy or zero, exactly: the bias gradient is its sum to fp32.
+  const torch::Tensor exact = dpre.to(torch::kFloat64).reshape({-1, shape.out}).sum(0);
+  EXPECT_TRUE(torch::allclose(b1.grad().to(torch::kFloat64), exact, 1e-5, 1e-6 * MaxAbs(exact)))
+      << "dbias: largest difference from the fp64 sum "
+      << MaxAbs(b1.grad().to(torch::kFloat64) - exact);
 }
 
 // The step's 16-bit copies of the weights (half_weights.h): a layer uses the copy while

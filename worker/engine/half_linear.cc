@@ -54,30 +54,40 @@ torch::Tensor HalfCopy(const torch::Tensor& parameter, at::ScalarType type) {
 }
 
 // What follows the matrix product inside the function.
-enum class Activation : int64_t { kNone = 0, kGelu = 1 };
+enum class Activation : int64_t { kNone = 0, kGelu = 1, kRelu = 2 };
 
 // For dy [rows, width] (bf16/fp16, contiguous), the gradient of the matrix product's
 // output and its column sums in fp32 (the bias gradient), in one pass: dy itself, or
-// through the GELU whose input was `gelu_input` (same shape and type; undefined: none).
+// through the activation, given what forward saved of it (same shape and type): the
+// GELU's input, or the ReLU's output.
 std::pair<torch::Tensor, torch::Tensor> ProductAndBiasGradients(const torch::Tensor& dy,
-                                                                const torch::Tensor& gelu_input) {
+                                                                Activation activation,
+                                                                const torch::Tensor& saved) {
   const int64_t n = dy.size(0);
   const int64_t width = dy.size(1);
   const auto f32 = dy.options().dtype(torch::kFloat32);
   torch::Tensor dbias = torch::empty({width}, f32);
   torch::Tensor partials = torch::empty({cuda::ColumnSumScratch(n, width)}, f32);
   const cuda::HalfType type = HalfTypeOf(dy.scalar_type(), "AutocastLinear");
-  if (!gelu_input.defined()) {
+  void* const stream = CurrentStreamOf(dy);
+  if (activation == Activation::kNone) {
     CheckKernel(cuda::ColumnSums(dy.data_ptr(), type, n, width, dbias.data_ptr<float>(),
-                                 partials.data_ptr<float>(), CurrentStreamOf(dy)),
+                                 partials.data_ptr<float>(), stream),
                 "column-sum");
     return {dy, std::move(dbias)};
   }
   torch::Tensor dpre = torch::empty_like(dy);
-  CheckKernel(cuda::GeluBackwardColumnSums(dy.data_ptr(), gelu_input.data_ptr(), type, n, width,
-                                           dpre.data_ptr(), dbias.data_ptr<float>(),
-                                           partials.data_ptr<float>(), CurrentStreamOf(dy)),
-              "GELU backward and column-sum");
+  if (activation == Activation::kGelu) {
+    CheckKernel(cuda::GeluBackwardColumnSums(dy.data_ptr(), saved.data_ptr(), type, n, width,
+                                             dpre.data_ptr(), dbias.data_ptr<float>(),
+                                             partials.data_ptr<float>(), stream),
+                "GELU backward and column-sum");
+  } else {
+    CheckKernel(cuda::ReluBackwardColumnSums(dy.data_ptr(), saved.data_ptr(), type, n, width,
+                                             dpre.data_ptr(), dbias.data_ptr<float>(),
+                                             partials.data_ptr<float>(), stream),
+                "ReLU backward and column-sum");
+  }
   return {std::move(dpre), std::move(dbias)};
 }
 
@@ -92,12 +102,23 @@ class HalfLinearFunction : public torch::autograd::Function<HalfLinearFunction> 
     const int64_t in = weight.size(1);
     const torch::Tensor rows = x.to(type).reshape({-1, in});
     const torch::Tensor w = HalfCopy(weight, type);
-    torch::Tensor out = torch::addmm(HalfCopy(bias, type), rows, w.t());
-    // With a GELU, backward needs its input (saved in place of the output autograd would
-    // have kept for ATen's gelu backward) and the output is the GELU's.
-    const bool gelu = static_cast<Activation>(activation) == Activation::kGelu;
-    ctx->save_for_backward({rows, w, gelu ? out : torch::Tensor()});
-    if (gelu) out = torch::gelu(out);
+    const auto act = static_cast<Activation>(activation);
+    torch::Tensor out;
+    if (act == Activation::kRelu) {
+      // Bias and ReLU in the matrix product's epilogue (cuBLASLt's where ATen can use it).
+      // Backward needs only the output: x > 0 exactly where relu(x) > 0.
+      out = at::_addmm_activation(HalfCopy(bias, type), rows, w.t(), 1, 1, /*use_gelu=*/false);
+      ctx->save_for_backward({rows, w, out});
+    } else {
+      out = torch::addmm(HalfCopy(bias, type), rows, w.t());
+      // With a GELU, backward needs its input (saved in place of the output autograd
+      // would have kept for ATen's gelu backward) and the output is the GELU's. ATen's
+      // GELU epilogue is not used: it computes the tanh approximation, and returns no
+      // input for backward.
+      ctx->save_for_backward({rows, w, act == Activation::kGelu ? out : torch::Tensor()});
+      if (act == Activation::kGelu) out = torch::gelu(out);
+    }
+    ctx->saved_data["activation"] = activation;
     ctx->saved_data["x_sizes"] = x.sizes().vec();
     ctx->saved_data["x_type"] = static_cast<int64_t>(x.scalar_type());
     ctx->saved_data["weight_type"] = static_cast<int64_t>(weight.scalar_type());
@@ -120,12 +141,12 @@ class HalfLinearFunction : public torch::autograd::Function<HalfLinearFunction> 
       return static_cast<at::ScalarType>(ctx->saved_data[key].toInt());
     };
     torch::Tensor dy = grad_outputs[0].to(rows.scalar_type()).reshape({-1, w.size(0)});
-    const torch::Tensor& gelu_input = saved[2];
+    const auto activation = static_cast<Activation>(ctx->saved_data["activation"].toInt());
     torch::Tensor dbias;
-    // With a GELU, its backward comes first (its input's gradient is the product's output
-    // gradient), and the bias gradient is summed in the same pass.
-    if (gelu_input.defined() || ctx->needs_input_grad(2)) {
-      std::tie(dy, dbias) = ProductAndBiasGradients(dy.contiguous(), gelu_input);
+    // With an activation, its backward comes first (its input's gradient is the product's
+    // output gradient), and the bias gradient is summed in the same pass.
+    if (activation != Activation::kNone || ctx->needs_input_grad(2)) {
+      std::tie(dy, dbias) = ProductAndBiasGradients(dy.contiguous(), activation, saved[2]);
     }
     torch::Tensor dx;
     torch::Tensor dweight;
@@ -175,6 +196,14 @@ torch::Tensor AutocastLinearGelu(const torch::Tensor& x, const torch::Tensor& we
                                    static_cast<int64_t>(Activation::kGelu));
 }
 
+torch::Tensor AutocastLinearRelu(const torch::Tensor& x, const torch::Tensor& weight,
+                                 const torch::Tensor& bias) {
+  const std::optional<at::ScalarType> type = OwnKernelType(x, bias);
+  if (!type) return torch::relu(torch::linear(x, weight, bias));
+  return HalfLinearFunction::apply(x, weight, bias, static_cast<int64_t>(*type),
+                                   static_cast<int64_t>(Activation::kRelu));
+}
+
 #else
 
 bool AutocastLinearUsesOwnKernels(const torch::Tensor& /*x*/, const torch::Tensor& /*bias*/) {
@@ -189,6 +218,11 @@ torch::Tensor AutocastLinear(const torch::Tensor& x, const torch::Tensor& weight
 torch::Tensor AutocastLinearGelu(const torch::Tensor& x, const torch::Tensor& weight,
                                  const torch::Tensor& bias) {
   return torch::gelu(torch::linear(x, weight, bias));
+}
+
+torch::Tensor AutocastLinearRelu(const torch::Tensor& x, const torch::Tensor& weight,
+                                 const torch::Tensor& bias) {
+  return torch::relu(torch::linear(x, weight, bias));
 }
 
 #endif

@@ -21,6 +21,12 @@ torch::Tensor AutocastLinear(const torch::Tensor& x, const torch::Tensor& weight
 torch::Tensor AutocastLinearGelu(const torch::Tensor& x, const torch::Tensor& weight,
                                  const torch::Tensor& bias);
 
+// torch::relu(torch::linear(x, weight, bias)), on the same path, with the bias and the
+// ReLU in the matrix product's epilogue (ATen's _addmm_activation) and the ReLU's backward
+// taken with the bias gradient in one pass, from the output alone.
+torch::Tensor AutocastLinearRelu(const torch::Tensor& x, const torch::Tensor& weight,
+                                 const torch::Tensor& bias);
+
 // Whether AutocastLinear would take Stoke's path for x now (for tests).
 bool AutocastLinearUsesOwnKernels(const torch::Tensor& x, const torch::Tensor& bias);
 

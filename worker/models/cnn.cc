@@ -8,6 +8,7 @@
 #include <stdexcept>
 
 #include "worker/engine/fused_batch_norm.h"
+#include "worker/engine/half_linear.h"
 
 namespace stoke::worker {
 
@@ -47,12 +48,13 @@ torch::Tensor CnnImpl::forward(const torch::Tensor& inputs) {
     x = BatchNormAct(*norms_[i]->as<torch::nn::BatchNorm2d>(), x, torch::Tensor(), /*relu=*/true);
     x = torch::max_pool2d(x, 2);
   }
-  x = torch::relu(hidden_->forward(x.flatten(1)));
+  // Bias and ReLU in the matrix product's epilogue under autocast (half_linear.h).
+  x = AutocastLinearRelu(x.flatten(1), hidden_->weight, hidden_->bias);
   if (config_.dropout > 0) {
     x = torch::nn::functional::dropout(
         x, torch::nn::functional::DropoutFuncOptions().p(config_.dropout).training(is_training()));
   }
-  return out_->forward(x);
+  return AutocastLinear(x, out_->weight, out_->bias);
 }
 
 }  // namespace stoke::worker

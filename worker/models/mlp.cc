@@ -21,7 +21,7 @@ torch::Tensor HiddenLayer(torch::nn::LinearImpl& linear, Activation activation, 
   torch::Tensor x;
   switch (activation) {
     case Activation::kRelu:
-      x = torch::relu(AutocastLinear(inputs, linear.weight, linear.bias));
+      x = AutocastLinearRelu(inputs, linear.weight, linear.bias);
       break;
     case Activation::kGelu:
       x = AutocastLinearGelu(inputs, linear.weight, linear.bias);

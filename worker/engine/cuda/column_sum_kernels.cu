@@ -38,11 +38,14 @@ int64_t Slices(int64_t rows) {
   return std::max<int64_t>(1, (rows + per_slice - 1) / per_slice);
 }
 
-// What the partial kernels sum: the input itself, or (with a GELU) the gradient of a GELU's
-// input, dy * gelu'(pre), which they also write to dpre as they go, rounded to T.
+// What the partial kernels sum: the input itself, or (after an activation) the gradient
+// of the activation's input, dy * act'(saved), which they also write to dpre as they go,
+// rounded to T. GELU saves its input; ReLU its output (x > 0 exactly where relu(x) > 0).
+enum class Act { kNone, kGelu, kRelu };
+
 template <typename T>
-struct GeluInput {
-  const T* pre = nullptr;  // nullptr: sum the input as it is
+struct ActivationInput {
+  const T* saved = nullptr;  // nullptr with kNone
   T* dpre = nullptr;
 };
 
@@ -55,10 +58,20 @@ __device__ inline float GeluGrad(float x) {
   return cdf + x * pdf;
 }
 
+// The activation input's gradient for one element, as ATen's gelu_backward and
+// threshold_backward give it (the ReLU's is dy itself or zero: no rounding).
+template <Act kAct>
+__device__ inline float ActivationGrad(float dy, float saved) {
+  if constexpr (kAct == Act::kGelu) return dy * GeluGrad(saved);
+  return saved > 0.f ? dy : 0.f;
+}
+
 // partials[slice][c] = sum over the slice's rows of in[r][c], for the block's columns.
-// Vector path: width % 8 == 0 and 16-byte aligned rows.
-template <typename T>
-__global__ void ColumnSumPartialVectorKernel(const T* in, GeluInput<T> gelu, int64_t rows,
+// Vector path: width % 8 == 0 and 16-byte aligned rows. One instance per activation:
+// chosen at run time, the plain sums carried the activations' registers (37 per thread
+// alone, 96 with GELU's and ReLU's branches: a third of the blocks per SM).
+template <typename T, Act kAct>
+__global__ void ColumnSumPartialVectorKernel(const T* in, ActivationInput<T> act, int64_t rows,
                                              int64_t width, float* partials) {
   __shared__ float sums[kLanes][kGroups * kVector];
   const int64_t c0 = (static_cast<int64_t>(blockIdx.y) * kGroups + threadIdx.x) * kVector;
@@ -71,12 +84,14 @@ __global__ void ColumnSumPartialVectorKernel(const T* in, GeluInput<T> gelu, int
     for (int64_t r = first + threadIdx.y; r < last; r += kLanes) {
       float v[kVector];
       LoadVector(in + r * width + c0, v);
-      if (gelu.pre != nullptr) {
-        float pre[kVector];
-        LoadVector(gelu.pre + r * width + c0, pre);
+      if constexpr (kAct != Act::kNone) {
+        float saved[kVector];
+        LoadVector(act.saved + r * width + c0, saved);
 #pragma unroll
-        for (int k = 0; k < kVector; ++k) v[k] = ToFloat(FromFloat<T>(v[k] * GeluGrad(pre[k])));
-        StoreVector(gelu.dpre + r * width + c0, v);
+        for (int k = 0; k < kVector; ++k) {
+          v[k] = ToFloat(FromFloat<T>(ActivationGrad<kAct>(v[k], saved[k])));
+        }
+        StoreVector(act.dpre + r * width + c0, v);
       }
 #pragma unroll
       for (int k = 0; k < kVector; ++k) acc[k] += v[k];
@@ -97,8 +112,8 @@ __global__ void ColumnSumPartialVectorKernel(const T* in, GeluInput<T> gelu, int
 }
 
 // Any width and alignment: a thread per column.
-template <typename T>
-__global__ void ColumnSumPartialScalarKernel(const T* in, GeluInput<T> gelu, int64_t rows,
+template <typename T, Act kAct>
+__global__ void ColumnSumPartialScalarKernel(const T* in, ActivationInput<T> act, int64_t rows,
                                              int64_t width, float* partials) {
   __shared__ float sums[kLanes][kGroups];
   const int64_t c = static_cast<int64_t>(blockIdx.y) * kGroups + threadIdx.x;
@@ -109,13 +124,13 @@ __global__ void ColumnSumPartialScalarKernel(const T* in, GeluInput<T> gelu, int
   if (c < width) {
     for (int64_t r = first + threadIdx.y; r < last; r += kLanes) {
       const int64_t i = r * width + c;
-      if (gelu.pre == nullptr) {
+      if constexpr (kAct == Act::kNone) {
         acc += ToFloat(in[i]);
-        continue;
+      } else {
+        const T d = FromFloat<T>(ActivationGrad<kAct>(ToFloat(in[i]), ToFloat(act.saved[i])));
+        act.dpre[i] = d;
+        acc += ToFloat(d);
       }
-      const T d = FromFloat<T>(ToFloat(in[i]) * GeluGrad(ToFloat(gelu.pre[i])));
-      gelu.dpre[i] = d;
-      acc += ToFloat(d);
     }
   }
   sums[threadIdx.y][threadIdx.x] = acc;
@@ -148,22 +163,22 @@ __global__ void ColumnSumFinishKernel(const float* partials, int64_t slices, int
   }
 }
 
-template <typename T>
-void Launch(const T* in, GeluInput<T> gelu, int64_t rows, int64_t width, float* out,
+template <typename T, Act kAct>
+void Launch(const T* in, ActivationInput<T> act, int64_t rows, int64_t width, float* out,
             float* partials, cudaStream_t s) {
   const int64_t slices = Slices(rows);
   const dim3 block(kGroups, kLanes);
-  const bool vector = width % kVector == 0 && AlignedTo(in, 16) && AlignedTo(gelu.pre, 16) &&
-                      AlignedTo(gelu.dpre, 16);
+  const bool vector = width % kVector == 0 && AlignedTo(in, 16) && AlignedTo(act.saved, 16) &&
+                      AlignedTo(act.dpre, 16);
   if (vector) {
     const int64_t per_block = kGroups * kVector;
     const dim3 grid(static_cast<unsigned>(slices),
                     static_cast<unsigned>((width + per_block - 1) / per_block));
-    ColumnSumPartialVectorKernel<<<grid, block, 0, s>>>(in, gelu, rows, width, partials);
+    ColumnSumPartialVectorKernel<T, kAct><<<grid, block, 0, s>>>(in, act, rows, width, partials);
   } else {
     const dim3 grid(static_cast<unsigned>(slices),
                     static_cast<unsigned>((width + kGroups - 1) / kGroups));
-    ColumnSumPartialScalarKernel<<<grid, block, 0, s>>>(in, gelu, rows, width, partials);
+    ColumnSumPartialScalarKernel<T, kAct><<<grid, block, 0, s>>>(in, act, rows, width, partials);
   }
   ColumnSumFinishKernel<<<static_cast<unsigned>((width + kGroups - 1) / kGroups),
                           dim3(kGroups, kFinishLanes), 0, s>>>(partials, slices, width, out);
@@ -175,24 +190,32 @@ int64_t ColumnSumScratch(int64_t rows, int64_t width) { return Slices(rows) * wi
 
 namespace {
 
-// Both entry points: pre and dpre nullptr for plain sums.
+// Every entry point: saved and dpre nullptr for plain sums.
 template <typename T>
-void LaunchTyped(const void* in, const void* pre, void* dpre, int64_t rows, int64_t width,
-                 float* out, float* partials, cudaStream_t s) {
-  Launch(static_cast<const T*>(in), GeluInput<T>{static_cast<const T*>(pre), static_cast<T*>(dpre)},
-         rows, width, out, partials, s);
+void LaunchTyped(const void* in, Act act, const void* saved, void* dpre, int64_t rows,
+                 int64_t width, float* out, float* partials, cudaStream_t s) {
+  const ActivationInput<T> input{static_cast<const T*>(saved), static_cast<T*>(dpre)};
+  const T* typed = static_cast<const T*>(in);
+  switch (act) {
+    case Act::kNone:
+      return Launch<T, Act::kNone>(typed, input, rows, width, out, partials, s);
+    case Act::kGelu:
+      return Launch<T, Act::kGelu>(typed, input, rows, width, out, partials, s);
+    case Act::kRelu:
+      return Launch<T, Act::kRelu>(typed, input, rows, width, out, partials, s);
+  }
 }
 
-const char* Sums(const void* in, const void* pre, void* dpre, HalfType type, int64_t rows,
-                 int64_t width, float* out, float* partials, void* stream) {
+const char* Sums(const void* in, Act act, const void* saved, void* dpre, HalfType type,
+                 int64_t rows, int64_t width, float* out, float* partials, void* stream) {
   const auto s = static_cast<cudaStream_t>(stream);
   if (width == 0) return nullptr;
   if (rows == 0) {
     cudaMemsetAsync(out, 0, sizeof(float) * width, s);
   } else if (type == HalfType::kBFloat16) {
-    LaunchTyped<__nv_bfloat16>(in, pre, dpre, rows, width, out, partials, s);
+    LaunchTyped<__nv_bfloat16>(in, act, saved, dpre, rows, width, out, partials, s);
   } else {
-    LaunchTyped<__half>(in, pre, dpre, rows, width, out, partials, s);
+    LaunchTyped<__half>(in, act, saved, dpre, rows, width, out, partials, s);
   }
   const cudaError_t error = cudaGetLastError();
   return error == cudaSuccess ? nullptr : cudaGetErrorString(error);
@@ -202,13 +225,19 @@ const char* Sums(const void* in, const void* pre, void* dpre, HalfType type, int
 
 const char* ColumnSums(const void* in, HalfType type, int64_t rows, int64_t width, float* out,
                        float* partials, void* stream) {
-  return Sums(in, nullptr, nullptr, type, rows, width, out, partials, stream);
+  return Sums(in, Act::kNone, nullptr, nullptr, type, rows, width, out, partials, stream);
 }
 
 const char* GeluBackwardColumnSums(const void* dy, const void* pre, HalfType type, int64_t rows,
                                    int64_t width, void* dpre, float* out, float* partials,
                                    void* stream) {
-  return Sums(dy, pre, dpre, type, rows, width, out, partials, stream);
+  return Sums(dy, Act::kGelu, pre, dpre, type, rows, width, out, partials, stream);
+}
+
+const char* ReluBackwardColumnSums(const void* dy, const void* relu_out, HalfType type,
+                                   int64_t rows, int64_t width, void* dpre, float* out,
+                                   float* partials, void* stream) {
+  return Sums(dy, Act::kRelu, relu_out, dpre, type, rows, width, out, partials, stream);
 }
 
 }  // namespace stoke::worker::cuda

@@ -34,4 +34,10 @@ const char* GeluBackwardColumnSums(const void* dy, const void* pre, HalfType typ
                                    int64_t width, void* dpre, float* out, float* partials,
                                    void* stream);
 
+// The same for relu(pre), from the ReLU's output: dpre = relu_out > 0 ? dy : 0 (what
+// ATen's threshold_backward gives), and its column sums.
+const char* ReluBackwardColumnSums(const void* dy, const void* relu_out, HalfType type,
+                                   int64_t rows, int64_t width, void* dpre, float* out,
+                                   float* partials, void* stream);
+
 }  // namespace stoke::worker::cuda

@@ -63,6 +63,14 @@ LayerCase MakeLayerCase(const Shape& shape, at::ScalarType grad_type, double wei
   return c;
 }
 
+// A layer with an activation after it: GPT-2's MLP input layer at a small batch; the
+// same at the full batch; a layer whose width is no multiple of 8 (the scalar kernel).
+Shape ActivationLayerShape(at::ScalarType dtype, int which) {
+  return which == 0   ? Shape{{4, 333, 768}, 3072, dtype}
+         : which == 1 ? Shape{{16, 1024, 768}, 3072, dtype}
+                      : Shape{{512, 96}, 100, torch::kFloat32};
+}
+
 TEST_P(HalfLinearGpuTest, MatchesAutocastLinearWithAnExactBiasGradient) {
   const auto [dtype, which] = GetParam();
   // A GPT-2 block's first layer at a small batch; its output layer at the full batch
@@ -115,11 +123,7 @@ TEST_P(HalfLinearGpuTest, MatchesAutocastLinearWithAnExactBiasGradient) {
 // gradient equal to the fp64 sum of ATen's rounded GELU input gradient.
 TEST_P(HalfLinearGpuTest, WithGeluMatchesAtensLinearAndGelu) {
   const auto [dtype, which] = GetParam();
-  // GPT-2's MLP input layer at a small batch; the same at the full batch; a layer whose
-  // width is no multiple of 8 (the scalar kernel).
-  const Shape shape = which == 0   ? Shape{{4, 333, 768}, 3072, dtype}
-                      : which == 1 ? Shape{{16, 1024, 768}, 3072, dtype}
-                                   : Shape{{512, 96}, 100, torch::kFloat32};
+  const Shape shape = ActivationLayerShape(dtype, which);
   const LayerCase layer = MakeLayerCase(shape, dtype, 0.05, 11);
   const torch::Tensor& dy = layer.dy;
 
@@ -171,11 +175,7 @@ TEST_P(HalfLinearGpuTest, WithGeluMatchesAtensLinearAndGelu) {
 // opposite signs, and that is not what this test is about; how many do is bounded instead.
 TEST_P(HalfLinearGpuTest, WithReluMatchesAtensLinearAndRelu) {
   const auto [dtype, which] = GetParam();
-  // The GELU test's layers: 333-row and 16,384-row batches of a 768 -> 3072 layer, and
-  // a layer whose width is no multiple of 8 (the scalar kernel).
-  const Shape shape = which == 0   ? Shape{{4, 333, 768}, 3072, dtype}
-                      : which == 1 ? Shape{{16, 1024, 768}, 3072, dtype}
-                                   : Shape{{512, 96}, 100, torch::kFloat32};
+  const Shape shape = ActivationLayerShape(dtype, which);
   const LayerCase layer = MakeLayerCase(shape, dtype, 0.05, 13);
 
   compat::SetAutocast(c10::DeviceType::CUDA, true, dtype);

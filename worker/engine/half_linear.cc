@@ -20,9 +20,12 @@
 #endif
 
 namespace stoke::worker {
+namespace {
+
+// What follows the matrix product inside the function.
+enum class Activation : int64_t { kNone = 0, kGelu = 1, kRelu = 2 };
 
 #if STOKE_WITH_CUDA_KERNELS
-namespace {
 
 using torch::autograd::AutogradContext;
 using torch::autograd::variable_list;
@@ -52,9 +55,6 @@ torch::Tensor HalfCopy(const torch::Tensor& parameter, at::ScalarType type) {
   table.Want(parameter, type);
   return parameter.to(type);
 }
-
-// What follows the matrix product inside the function.
-enum class Activation : int64_t { kNone = 0, kGelu = 1, kRelu = 2 };
 
 // For dy [rows, width] (bf16/fp16, contiguous), the gradient of the matrix product's
 // output and its column sums in fp32 (the bias gradient), in one pass: dy itself, or
@@ -174,6 +174,29 @@ std::optional<at::ScalarType> OwnKernelType(const torch::Tensor& x, const torch:
   return autocast.dtype;
 }
 
+// Stoke's path for x, with `activation` after the product; nullopt where ATen's runs.
+std::optional<torch::Tensor> OwnLinear(const torch::Tensor& x, const torch::Tensor& weight,
+                                       const torch::Tensor& bias, Activation activation) {
+  const std::optional<at::ScalarType> type = OwnKernelType(x, bias);
+  if (!type) return std::nullopt;
+  return HalfLinearFunction::apply(x, weight, bias, static_cast<int64_t>(*type),
+                                   static_cast<int64_t>(activation));
+}
+
+#else
+
+std::optional<at::ScalarType> OwnKernelType(const torch::Tensor& /*x*/,
+                                            const torch::Tensor& /*bias*/) {
+  return std::nullopt;
+}
+
+std::optional<torch::Tensor> OwnLinear(const torch::Tensor& /*x*/, const torch::Tensor& /*weight*/,
+                                       const torch::Tensor& /*bias*/, Activation /*activation*/) {
+  return std::nullopt;
+}
+
+#endif
+
 }  // namespace
 
 bool AutocastLinearUsesOwnKernels(const torch::Tensor& x, const torch::Tensor& bias) {
@@ -182,49 +205,20 @@ bool AutocastLinearUsesOwnKernels(const torch::Tensor& x, const torch::Tensor& b
 
 torch::Tensor AutocastLinear(const torch::Tensor& x, const torch::Tensor& weight,
                              const torch::Tensor& bias) {
-  const std::optional<at::ScalarType> type = OwnKernelType(x, bias);
-  if (!type) return torch::linear(x, weight, bias);
-  return HalfLinearFunction::apply(x, weight, bias, static_cast<int64_t>(*type),
-                                   static_cast<int64_t>(Activation::kNone));
-}
-
-torch::Tensor AutocastLinearGelu(const torch::Tensor& x, const torch::Tensor& weight,
-                                 const torch::Tensor& bias) {
-  const std::optional<at::ScalarType> type = OwnKernelType(x, bias);
-  if (!type) return torch::gelu(torch::linear(x, weight, bias));
-  return HalfLinearFunction::apply(x, weight, bias, static_cast<int64_t>(*type),
-                                   static_cast<int64_t>(Activation::kGelu));
-}
-
-torch::Tensor AutocastLinearRelu(const torch::Tensor& x, const torch::Tensor& weight,
-                                 const torch::Tensor& bias) {
-  const std::optional<at::ScalarType> type = OwnKernelType(x, bias);
-  if (!type) return torch::relu(torch::linear(x, weight, bias));
-  return HalfLinearFunction::apply(x, weight, bias, static_cast<int64_t>(*type),
-                                   static_cast<int64_t>(Activation::kRelu));
-}
-
-#else
-
-bool AutocastLinearUsesOwnKernels(const torch::Tensor& /*x*/, const torch::Tensor& /*bias*/) {
-  return false;
-}
-
-torch::Tensor AutocastLinear(const torch::Tensor& x, const torch::Tensor& weight,
-                             const torch::Tensor& bias) {
+  if (auto y = OwnLinear(x, weight, bias, Activation::kNone)) return *std::move(y);
   return torch::linear(x, weight, bias);
 }
 
 torch::Tensor AutocastLinearGelu(const torch::Tensor& x, const torch::Tensor& weight,
                                  const torch::Tensor& bias) {
+  if (auto y = OwnLinear(x, weight, bias, Activation::kGelu)) return *std::move(y);
   return torch::gelu(torch::linear(x, weight, bias));
 }
 
 torch::Tensor AutocastLinearRelu(const torch::Tensor& x, const torch::Tensor& weight,
                                  const torch::Tensor& bias) {
+  if (auto y = OwnLinear(x, weight, bias, Activation::kRelu)) return *std::move(y);
   return torch::relu(torch::linear(x, weight, bias));
 }
-
-#endif
 
 }  // namespace stoke::worker

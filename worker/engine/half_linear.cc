@@ -77,17 +77,12 @@ std::pair<torch::Tensor, torch::Tensor> ProductAndBiasGradients(const torch::Ten
     return {dy, std::move(dbias)};
   }
   torch::Tensor dpre = torch::empty_like(dy);
-  if (activation == Activation::kGelu) {
-    CheckKernel(cuda::GeluBackwardColumnSums(dy.data_ptr(), saved.data_ptr(), type, n, width,
-                                             dpre.data_ptr(), dbias.data_ptr<float>(),
-                                             partials.data_ptr<float>(), stream),
-                "GELU backward and column-sum");
-  } else {
-    CheckKernel(cuda::ReluBackwardColumnSums(dy.data_ptr(), saved.data_ptr(), type, n, width,
-                                             dpre.data_ptr(), dbias.data_ptr<float>(),
-                                             partials.data_ptr<float>(), stream),
-                "ReLU backward and column-sum");
-  }
+  const bool gelu = activation == Activation::kGelu;
+  const auto activation_backward =
+      gelu ? cuda::GeluBackwardColumnSums : cuda::ReluBackwardColumnSums;
+  CheckKernel(activation_backward(dy.data_ptr(), saved.data_ptr(), type, n, width, dpre.data_ptr(),
+                                  dbias.data_ptr<float>(), partials.data_ptr<float>(), stream),
+              gelu ? "GELU backward and column-sum" : "ReLU backward and column-sum");
   return {std::move(dpre), std::move(dbias)};
 }
 

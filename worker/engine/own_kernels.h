@@ -1,8 +1,9 @@
 // Whether Stoke's own CUDA kernels (worker/engine/cuda/: layer norm, batch norm with its
-// add and ReLU, max pooling, the loss, bias gradients, the GELU's backward, the step's
-// weight casts) may run where they apply: the job spec's `training.fused_kernels`. Off,
-// every layer takes ATen's operations, as a build without nvcc does: to compare the two,
-// or to rule Stoke's kernels out when a result looks wrong.
+// add and ReLU, max pooling, the loss, bias gradients with the GELU's or ReLU's backward,
+// bias and ReLU in the matrix product's epilogue, the step's weight casts) may run where
+// they apply: the job spec's `training.fused_kernels`. Off, every layer takes ATen's
+// operations, as a build without nvcc does: to compare the two, or to rule Stoke's kernels
+// out when a result looks wrong.
 //
 // The process's setting, not a thread's: a worker trains one job at a time, and the
 // autograd threads that recompute checkpointed blocks in backward must decide as the

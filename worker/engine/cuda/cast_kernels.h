@@ -1,7 +1,7 @@
 // Many fp32 arrays cast to bf16/fp16 in one kernel launch (a few, for more than
 // kMaxCastSegments): the weights and biases a step's linear layers multiply in 16 bits.
-// Autocast casts each of them in a kernel of its own, 97 a GPT-2 small step, each a
-// node of the captured graph.
+// Autocast casts each of them in a kernel of its own, 96 a GPT-2 small step (its linear
+// layers' weights and biases), each a node of the captured graph.
 //
 // Torch-free and CUDA-free like the other headers here: raw device pointers, the stream
 // as void*, nullptr or CUDA's error text back.

@@ -27,10 +27,10 @@
 #include "server/api/data_checks.h"
 #include "server/api/job_spec_rules.h"
 #include "stoke/v1/worker_link.pb.h"
-#include "worker/engine/devices.h"
-#include "worker/engine/kernel_trace.h"
 #include "worker/engine/trainer.h"
 #include "worker/link/task_translation.h"
+#include "worker/runtime/devices.h"
+#include "worker/runtime/kernel_trace.h"
 
 namespace stoke {
 

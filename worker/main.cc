@@ -11,9 +11,9 @@
 #include <thread>
 
 #include "worker/common/task.h"
-#include "worker/engine/devices.h"
 #include "worker/engine/trainer.h"
 #include "worker/link/worker_agent.h"
+#include "worker/runtime/devices.h"
 #include "worker/telemetry/device_sampler.h"
 
 using namespace stoke::worker;

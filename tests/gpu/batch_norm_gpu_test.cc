@@ -11,7 +11,7 @@
 #include <string>
 #include <tuple>
 
-#include "worker/engine/fused_batch_norm.h"
+#include "worker/ops/fused_batch_norm.h"
 
 namespace stoke::worker {
 namespace {

@@ -11,10 +11,10 @@
 #include <string>
 #include <tuple>
 
-#include "worker/engine/fused_layer_norm.h"
-#include "worker/engine/half_linear.h"
-#include "worker/engine/half_weights.h"
-#include "worker/engine/torch_compat.h"
+#include "worker/ops/fused_layer_norm.h"
+#include "worker/ops/half_linear.h"
+#include "worker/ops/half_weights.h"
+#include "worker/runtime/torch_compat.h"
 
 namespace stoke::worker {
 namespace {

@@ -10,7 +10,7 @@
 #include <string>
 #include <tuple>
 
-#include "worker/engine/fused_layer_norm.h"
+#include "worker/ops/fused_layer_norm.h"
 
 namespace stoke::worker {
 namespace {

@@ -8,8 +8,8 @@
 
 #include <tuple>
 
-#include "worker/engine/chunked_cross_entropy.h"
-#include "worker/engine/softmax_cross_entropy.h"
+#include "worker/ops/chunked_cross_entropy.h"
+#include "worker/ops/softmax_cross_entropy.h"
 
 namespace stoke::worker {
 namespace {

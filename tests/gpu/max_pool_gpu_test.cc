@@ -11,7 +11,7 @@
 #include <string>
 #include <tuple>
 
-#include "worker/engine/fused_max_pool.h"
+#include "worker/ops/fused_max_pool.h"
 
 namespace stoke::worker {
 namespace {

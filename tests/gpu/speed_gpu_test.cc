@@ -13,10 +13,10 @@
 #include <iostream>
 
 #include "tests/support/recording_observer.h"
-#include "worker/engine/devices.h"
-#include "worker/engine/fused_layer_norm.h"
-#include "worker/engine/own_kernels.h"
 #include "worker/engine/trainer.h"
+#include "worker/ops/fused_layer_norm.h"
+#include "worker/ops/own_kernels.h"
+#include "worker/runtime/devices.h"
 #include "worker/telemetry/device_sampler.h"
 
 #if STOKE_WITH_CUDA

@@ -6,8 +6,8 @@
 #include <atomic>
 
 #include "tests/support/recording_observer.h"
-#include "worker/engine/devices.h"
 #include "worker/engine/trainer.h"
+#include "worker/runtime/devices.h"
 
 namespace stoke::worker {
 namespace {

@@ -12,9 +12,9 @@
 #include <unordered_set>
 #include <vector>
 
-#include "worker/engine/activation_checkpoint.h"
-#include "worker/engine/torch_compat.h"
 #include "worker/models/model_factory.h"
+#include "worker/ops/activation_checkpoint.h"
+#include "worker/runtime/torch_compat.h"
 
 namespace stoke::worker {
 namespace {

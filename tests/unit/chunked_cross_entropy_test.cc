@@ -1,14 +1,14 @@
-// The chunked output layer and cross-entropy (worker/engine/chunked_cross_entropy.h) give
+// The chunked output layer and cross-entropy (worker/ops/chunked_cross_entropy.h) give
 // the loss and gradients of the plain logits-then-cross-entropy, whatever the chunking;
 // GPT with activation checkpointing trains through it with the same step as without.
-#include "worker/engine/chunked_cross_entropy.h"
+#include "worker/ops/chunked_cross_entropy.h"
 
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
 #include "worker/engine/step_math.h"
-#include "worker/engine/torch_compat.h"
 #include "worker/models/gpt.h"
+#include "worker/runtime/torch_compat.h"
 
 namespace stoke::worker {
 namespace {

@@ -15,7 +15,7 @@
 
 #include "tests/support/subprocess.h"
 #include "worker/dist/communicator.h"
-#include "worker/engine/gradient_destinations.h"
+#include "worker/ops/gradient_destinations.h"
 
 namespace stoke::worker {
 namespace {

@@ -1,4 +1,4 @@
-// The step's table of 16-bit weight copies (worker/engine/half_weights.h) on what a CPU
+// The step's table of 16-bit weight copies (worker/ops/half_weights.h) on what a CPU
 // can check: it never keeps a parameter alive (a batch search's trial network must free
 // its memory), and it hands out no copy that no step made. Copies themselves need
 // Stoke's CUDA kernels: tests/gpu/half_linear_gpu_test.cc.
@@ -7,7 +7,7 @@
 
 #include <vector>
 
-#include "worker/engine/half_weights.h"
+#include "worker/ops/half_weights.h"
 
 namespace stoke::worker {
 namespace {

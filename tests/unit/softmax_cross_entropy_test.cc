@@ -1,7 +1,7 @@
-// The low-precision-logits cross-entropy (worker/engine/softmax_cross_entropy.h) gives the
+// The low-precision-logits cross-entropy (worker/ops/softmax_cross_entropy.h) gives the
 // loss of ATen's cross-entropy of the logits cast to fp32, and its gradient rounded once
 // to the logits' dtype, confident targets included; ComputeLoss takes it for bf16 logits.
-#include "worker/engine/softmax_cross_entropy.h"
+#include "worker/ops/softmax_cross_entropy.h"
 
 #include <gtest/gtest.h>
 #include <torch/torch.h>

@@ -3,7 +3,7 @@
 // written is reported without stopping the job. (Debian's CPU LibTorch has no Kineto, so
 // here the trace is expected to be reported as impossible; on the GPU machine it is
 // written.)
-#include "worker/engine/step_trace.h"
+#include "worker/runtime/step_trace.h"
 
 #include <gtest/gtest.h>
 #include <sys/stat.h>

@@ -13,7 +13,7 @@
 #include <torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp>
 #endif
 
-#include "worker/engine/torch_compat.h"
+#include "worker/runtime/torch_compat.h"
 
 namespace stoke::worker {
 namespace {

@@ -8,8 +8,8 @@
 #include <functional>
 #include <stdexcept>
 
-#include "worker/engine/device_timer.h"
-#include "worker/engine/gradient_destinations.h"
+#include "worker/ops/gradient_destinations.h"
+#include "worker/runtime/device_timer.h"
 
 namespace stoke::worker {
 namespace {

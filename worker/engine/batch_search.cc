@@ -11,10 +11,10 @@
 #include <stdexcept>
 #include <string>
 
-#include "worker/engine/devices.h"
 #include "worker/engine/step_math.h"
-#include "worker/engine/torch_compat.h"
 #include "worker/models/network.h"
+#include "worker/runtime/devices.h"
+#include "worker/runtime/torch_compat.h"
 
 namespace stoke::worker {
 namespace {

@@ -8,7 +8,7 @@
 #include <stdexcept>
 
 #include "worker/common/files.h"
-#include "worker/engine/torch_device.h"
+#include "worker/runtime/torch_device.h"
 
 #if STOKE_WITH_CUDA
 #include <ATen/cuda/CUDAGeneratorImpl.h>

@@ -5,7 +5,7 @@
 #include <cmath>
 
 #include "worker/engine/step_math.h"
-#include "worker/engine/torch_compat.h"
+#include "worker/runtime/torch_compat.h"
 
 namespace stoke::worker {
 

@@ -2,7 +2,7 @@
 
 #include <torch/torch.h>
 
-#include "worker/engine/torch_compat.h"
+#include "worker/runtime/torch_compat.h"
 
 namespace stoke::worker {
 

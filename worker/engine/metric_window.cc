@@ -2,7 +2,7 @@
 
 #include <torch/torch.h>
 
-#include "worker/engine/device_timer.h"
+#include "worker/runtime/device_timer.h"
 
 namespace stoke::worker {
 

@@ -12,7 +12,7 @@
 #include <type_traits>
 #include <unordered_map>
 
-#include "worker/engine/torch_compat.h"
+#include "worker/runtime/torch_compat.h"
 
 namespace stoke::worker {
 namespace {

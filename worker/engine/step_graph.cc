@@ -3,7 +3,7 @@
 #include <stdexcept>
 #include <string>
 
-#include "worker/engine/torch_compat.h"
+#include "worker/runtime/torch_compat.h"
 
 #if STOKE_WITH_CUDA && STOKE_TORCH_AT_LEAST(2, 0)
 #define STOKE_CUDA_GRAPHS 1

@@ -4,7 +4,7 @@
 
 #include <cmath>
 
-#include "worker/engine/softmax_cross_entropy.h"
+#include "worker/ops/softmax_cross_entropy.h"
 
 namespace stoke::worker {
 

@@ -5,12 +5,12 @@
 #include <stdexcept>
 
 #include "worker/dist/gradient_reducer.h"
-#include "worker/engine/half_weights.h"
 #include "worker/engine/loss_scaler.h"
 #include "worker/engine/multi_tensor_adamw.h"
 #include "worker/engine/step_graph.h"
 #include "worker/engine/step_math.h"
-#include "worker/engine/torch_compat.h"
+#include "worker/ops/half_weights.h"
+#include "worker/runtime/torch_compat.h"
 
 namespace stoke::worker {
 

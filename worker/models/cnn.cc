@@ -7,8 +7,8 @@
 
 #include <stdexcept>
 
-#include "worker/engine/fused_batch_norm.h"
-#include "worker/engine/half_linear.h"
+#include "worker/ops/fused_batch_norm.h"
+#include "worker/ops/half_linear.h"
 
 namespace stoke::worker {
 

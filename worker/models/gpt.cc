@@ -11,11 +11,11 @@
 #include <utility>
 #include <vector>
 
-#include "worker/engine/activation_checkpoint.h"
-#include "worker/engine/chunked_cross_entropy.h"
-#include "worker/engine/fused_layer_norm.h"
-#include "worker/engine/half_linear.h"
-#include "worker/engine/torch_compat.h"
+#include "worker/ops/activation_checkpoint.h"
+#include "worker/ops/chunked_cross_entropy.h"
+#include "worker/ops/fused_layer_norm.h"
+#include "worker/ops/half_linear.h"
+#include "worker/runtime/torch_compat.h"
 
 namespace stoke::worker {
 namespace {

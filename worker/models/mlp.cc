@@ -7,8 +7,8 @@
 
 #include <utility>
 
-#include "worker/engine/activation_checkpoint.h"
-#include "worker/engine/half_linear.h"
+#include "worker/ops/activation_checkpoint.h"
+#include "worker/ops/half_linear.h"
 
 namespace stoke::worker {
 namespace {

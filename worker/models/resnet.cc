@@ -8,9 +8,9 @@
 #include <string>
 #include <utility>
 
-#include "worker/engine/activation_checkpoint.h"
-#include "worker/engine/fused_batch_norm.h"
-#include "worker/engine/fused_max_pool.h"
+#include "worker/ops/activation_checkpoint.h"
+#include "worker/ops/fused_batch_norm.h"
+#include "worker/ops/fused_max_pool.h"
 
 namespace stoke::worker {
 namespace {

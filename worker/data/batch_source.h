@@ -7,7 +7,7 @@
 
 #include <cstdint>
 
-#include "worker/models/network.h"
+#include "worker/common/data_shape.h"
 
 namespace stoke::worker {
 

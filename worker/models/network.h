@@ -10,19 +10,10 @@
 #include <stdexcept>
 #include <vector>
 
+#include "worker/common/data_shape.h"
 #include "worker/common/task.h"
 
 namespace stoke::worker {
-
-// The samples a data source yields, as models see them.
-struct DataShape {
-  enum class Kind { kVector, kImage, kTokens };
-  Kind kind = Kind::kVector;
-  // One input sample: [features], [channels, height, width] or [context].
-  std::vector<int64_t> sample;
-  int64_t num_classes = 0;  // classifiers: targets are class indices [B]
-  int64_t vocab_size = 0;   // tokens: targets are next tokens [B, context]
-};
 
 class Network : public torch::nn::Module {
  public:

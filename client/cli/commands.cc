@@ -13,7 +13,7 @@
 #include "client/cli/format.h"
 #include "client/cli/progress.h"
 #include "client/lib/job_spec_file.h"
-#include "worker/data/formats/token_file.h"
+#include "formats/token_file.h"
 
 namespace stoke::client {
 namespace {

@@ -10,8 +10,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "worker/data/formats/image_set.h"
-#include "worker/data/formats/token_file.h"
+#include "formats/image_set.h"
+#include "formats/token_file.h"
 
 namespace stoke::server {
 namespace {

@@ -1,6 +1,6 @@
 // Submission-time checks of the files a job spec names: each path must lie under one of
 // the coordinator's data roots (--data-root), exist, and hold data in the right format
-// and size. Read with the worker's own torch-free readers (worker/data/formats), so what
+// and size. Read with the worker's own torch-free readers (formats/), so what
 // passes here loads there. The facts learned (sample shape, classes, vocabulary, how
 // many samples) let the spec rules check the model and batch size against the data.
 #pragma once

@@ -10,10 +10,10 @@
 #include <fstream>
 #include <iostream>
 
+#include "formats/token_file.h"
 #include "tests/support/recording_observer.h"
 #include "tests/support/temp_dir.h"
 #include "worker/common/files.h"
-#include "worker/data/formats/token_file.h"
 #include "worker/engine/trainer.h"
 
 namespace stoke::worker {

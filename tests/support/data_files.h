@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "worker/data/formats/image_set.h"
+#include "formats/image_set.h"
 
 namespace stoke::testing {
 

@@ -20,6 +20,9 @@
 #include <thread>
 #include <vector>
 
+#include "formats/idx_file.h"
+#include "formats/image_set.h"
+#include "formats/token_file.h"
 #include "tests/support/data_files.h"
 #include "tests/support/temp_dir.h"
 #include "worker/common/files.h"
@@ -27,9 +30,6 @@
 #include "worker/data/dataset.h"
 #include "worker/data/epoch_sampler.h"
 #include "worker/data/eval_set.h"
-#include "worker/data/formats/idx_file.h"
-#include "worker/data/formats/image_set.h"
-#include "worker/data/formats/token_file.h"
 #include "worker/data/loader.h"
 #include "worker/data/sources.h"
 

@@ -9,9 +9,9 @@
 #include <memory>
 #include <vector>
 
+#include "formats/image_set.h"
+#include "formats/token_file.h"
 #include "worker/common/data_shape.h"
-#include "worker/data/formats/image_set.h"
-#include "worker/data/formats/token_file.h"
 
 namespace stoke::worker {
 

@@ -6,8 +6,8 @@
 #include <stdexcept>
 #include <thread>
 
-#include "worker/data/formats/image_set.h"
-#include "worker/data/formats/token_file.h"
+#include "formats/image_set.h"
+#include "formats/token_file.h"
 #include "worker/data/loader.h"
 #include "worker/data/synthetic.h"
 

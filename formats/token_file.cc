@@ -1,4 +1,4 @@
-#include "worker/data/formats/token_file.h"
+#include "formats/token_file.h"
 
 #include <fcntl.h>
 #include <sys/mman.h>

@@ -1,4 +1,4 @@
-#include "worker/data/formats/idx_file.h"
+#include "formats/idx_file.h"
 
 #include <zlib.h>
 

@@ -1,4 +1,4 @@
-#include "worker/data/formats/image_set.h"
+#include "formats/image_set.h"
 
 #include <sys/stat.h>
 
@@ -8,7 +8,7 @@
 #include <fstream>
 
 #include "absl/strings/str_cat.h"
-#include "worker/data/formats/idx_file.h"
+#include "formats/idx_file.h"
 
 namespace stoke::data {
 namespace {

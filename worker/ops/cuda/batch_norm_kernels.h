@@ -2,7 +2,7 @@
 // it and the residual add before that ReLU folded in, in kernels of Stoke's own. ATen
 // runs a ResNet block's norm, add and ReLU as separate passes over the activation each
 // way (statistics, transform, ReLU, add; ReLU's backward, the norm's reduce and
-// element-wise backward): two thirds of a ResNet-50 step on an H200 went to them. Here
+// element-wise backward): most of a ResNet-50 step went to them (BENCHMARKS.md). Here
 // forward is two passes (statistics, then normalise + add + ReLU) and backward two
 // (per-channel sums of the masked gradient, then the input's and the residual's
 // gradients).

@@ -23,7 +23,7 @@ constexpr int kVector = 8;
 // layer (GPT-2's 768 columns over 16k rows: 768 blocks), while the partial sums stay a
 // few percent of the input for the second pass to read. Fewer rows when there are few
 // (at least a lane's worth each): an MLP's 512 rows make 64 slices of 8, not 8 of 64,
-// which left most SMs idle (10 us for a 4096-wide GELU backward that moves 12 MB). A
+// which left most SMs idle (a 4096-wide GELU backward was latency-bound). A
 // function of the row count alone, so sums do not depend on the device.
 constexpr int64_t kMaxRowsPerSlice = 64;
 constexpr int64_t kTargetSlices = 256;
@@ -143,7 +143,7 @@ __global__ void ColumnSumPartialScalarKernel(const T* in, ActivationInput<T> act
 
 // Sums the slices' partials per column. A block is 32 columns by 32 slice lanes: a lane
 // adds every 32nd slice, then the lanes are added in a fixed order. (A thread per column
-// looping over all slices ran 48 such sums at 20 us each on GPT-2: too few threads.)
+// looping over all slices was slow on GPT-2's many such sums: too few threads.)
 constexpr int kFinishLanes = 32;
 
 __global__ void ColumnSumFinishKernel(const float* partials, int64_t slices, int64_t width,

@@ -1,8 +1,8 @@
 // Column sums of a bf16/fp16 matrix into fp32: the bias gradient of a linear layer (the
 // sum of the output gradient over all rows). ATen reduces the low-precision gradient
-// across rows with its generic reduction, then casts the result to the fp32 bias: on
-// GPT-2 small that was 1.8 ms of a 36 ms step on an H200 for 2.7 GB read. These read each
-// element once in 16-byte loads and write fp32 straight away.
+// across rows with its generic reduction, then casts the result to the fp32 bias, far
+// slower than its bytes need (BENCHMARKS.md). These read each element once in 16-byte
+// loads and write fp32 straight away.
 //
 // Deterministic: each slice of rows is summed by one block, and the slices' partial sums
 // are added in a fixed order by a second kernel.

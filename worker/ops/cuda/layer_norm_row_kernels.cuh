@@ -2,8 +2,8 @@
 // width is a multiple of 4 (a transformer's: GPT-2's 768). A warp reads its row once, in
 // 16-byte (fp32) and 8-byte (bf16/fp16) vectors, and computes everything from registers.
 // The generic kernels in layer_norm_kernels.cu read element by element and come back to
-// the row for each pass. On GPT-2 small (batch 16, H200) these took a norm's forward from
-// 59 to 40 us and its backward from 103 us (three kernels) to 76 (two).
+// the row for each pass; here backward is two kernels instead of three (the figures for
+// GPT-2 small are in BENCHMARKS.md).
 //
 // Backward also sums gamma's and beta's gradients while it has the row: each block
 // sums its slice of kRowSliceRows rows into partials [slice][2][width], in a fixed order
@@ -92,7 +92,7 @@ __global__ void __launch_bounds__(32 * kRowWarps)
 // b takes rows [b * kRowSliceRows, +kRowSliceRows), its warps every kRowWarps-th of them.
 // Each lane keeps its columns' gamma and beta sums in shared memory rather than
 // registers, so that four blocks fit an SM (128 registers a thread) and GPT-2's 512
-// blocks run in one wave on an H200's 132 SMs.
+// blocks run in one wave on an H100/H200-sized GPU.
 template <typename T, int V>
 __global__ void __launch_bounds__(32 * kRowWarps, 4)
     LayerNormBackwardRowKernel(const T* dy, const float* x, const float* gamma, const float* mean,

@@ -1,9 +1,9 @@
 // Max pooling of a channels-last bf16/fp16 activation (a ResNet's stem), in kernels of
-// Stoke's own. ATen's channels-last max-pool kernels took 0.8 ms forward and 1.8 ms
-// backward of a ResNet-50 step at batch 256 on an H200 (7% of it), several times what
-// their bytes need. Forward here writes, besides the output, which tap of its window
-// each output took (a byte); backward gathers, for each input position, the gradients of
-// the at most few outputs whose windows hold it and took it, with no atomics.
+// Stoke's own. ATen's channels-last max-pool kernels take several times what their bytes
+// need (a ResNet-50 step's share is in BENCHMARKS.md). Forward here writes, besides the
+// output, which tap of its window each output took (a byte); backward gathers, for each
+// input position, the gradients of the at most few outputs whose windows hold it and took
+// it, with no atomics.
 //
 // Torch-free and CUDA-free like the other headers of this folder. Activations are NHWC
 // with the channels a multiple of 8 and 16-byte aligned pointers; windows square

@@ -12,15 +12,17 @@
 #include "absl/strings/str_join.h"
 #include "formats/image_set.h"
 #include "formats/token_file.h"
+#include "spec/job_defaults.h"
 
 namespace stoke::server {
 namespace {
 
-constexpr uint32_t kDefaultFeatures = 256;
-constexpr uint32_t kDefaultClasses = 10;
-constexpr uint64_t kDefaultSamplesPerEpoch = 65536;
-constexpr uint32_t kDefaultVocab = 256;
-constexpr uint32_t kDefaultContext = 256;
+// What an unset field of the data spec will be (the job defaults).
+constexpr uint32_t kDefaultFeatures = defaults::kSyntheticFeatures;
+constexpr uint32_t kDefaultClasses = defaults::kSyntheticClasses;
+constexpr uint64_t kDefaultSamplesPerEpoch = defaults::kSyntheticSamplesPerEpoch;
+constexpr uint32_t kDefaultVocab = defaults::kVocabSize;
+constexpr uint32_t kDefaultContext = defaults::kContext;
 
 absl::Status Invalid(absl::string_view field, absl::string_view problem) {
   return absl::InvalidArgumentError(absl::StrCat(field, ": ", problem));

@@ -5,6 +5,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "spec/job_defaults.h"
 
 namespace stoke::server {
 namespace {
@@ -18,7 +19,7 @@ constexpr uint32_t kMaxBucketMb = 1024;
 constexpr uint32_t kMaxLayerWidth = 1u << 20;
 constexpr uint32_t kMaxVocab = 1u << 16;  // token files hold uint16 ids
 constexpr size_t kMaxNameLength = 200;
-constexpr uint32_t kDefaultBatchSize = 256;
+constexpr uint32_t kDefaultBatchSize = defaults::kBatchSize;
 
 absl::Status Invalid(absl::string_view field, absl::string_view problem) {
   return absl::InvalidArgumentError(absl::StrCat(field, ": ", problem));
@@ -362,11 +363,11 @@ void ApplyJobSpecDefaults(v1::JobSpec& spec, const DataFacts& data) {
     if (!t->context()) t->set_context(static_cast<uint32_t>(data.sample[0]));
   }
   auto* loader = spec.mutable_data()->mutable_loader();
-  if (!loader->prefetch()) loader->set_prefetch(4);
-  if (!loader->has_pin_memory()) loader->set_pin_memory(true);
-  if (!loader->has_shuffle()) loader->set_shuffle(true);
+  if (!loader->prefetch()) loader->set_prefetch(defaults::kLoaderPrefetch);
+  if (!loader->has_pin_memory()) loader->set_pin_memory(defaults::kPinMemory);
+  if (!loader->has_shuffle()) loader->set_shuffle(defaults::kShuffle);
   if (!spec.data().augment().has_normalize())
-    spec.mutable_data()->mutable_augment()->set_normalize(true);
+    spec.mutable_data()->mutable_augment()->set_normalize(defaults::kNormalize);
 
   auto* model = spec.mutable_model();
   const uint32_t classes = static_cast<uint32_t>(data.num_classes);
@@ -374,26 +375,27 @@ void ApplyJobSpecDefaults(v1::JobSpec& spec, const DataFacts& data) {
     auto* mlp = model->mutable_mlp();
     if (!mlp->input_dim()) mlp->set_input_dim(static_cast<uint32_t>(Product(data.sample)));
     if (!mlp->num_classes()) mlp->set_num_classes(classes);
-    if (mlp->hidden_size() == 0) mlp->add_hidden(4 * mlp->input_dim());
+    if (mlp->hidden_size() == 0) {
+      mlp->add_hidden(static_cast<uint32_t>(defaults::kMlpHiddenPerInput) * mlp->input_dim());
+    }
     if (mlp->activation() == v1::ACTIVATION_UNSPECIFIED) mlp->set_activation(v1::ACTIVATION_GELU);
   } else if (model->has_cnn()) {
     auto* cnn = model->mutable_cnn();
     if (cnn->channels_size() == 0) {
-      cnn->add_channels(32);
-      cnn->add_channels(64);
+      for (int64_t c : defaults::kCnnChannels) cnn->add_channels(static_cast<uint32_t>(c));
     }
-    if (!cnn->hidden()) cnn->set_hidden(128);
+    if (!cnn->hidden()) cnn->set_hidden(defaults::kCnnHidden);
     if (!cnn->num_classes()) cnn->set_num_classes(classes);
   } else if (model->has_resnet()) {
     auto* resnet = model->mutable_resnet();
-    if (!resnet->depth()) resnet->set_depth(18);
+    if (!resnet->depth()) resnet->set_depth(defaults::kResNetDepth);
     if (resnet->stem() == v1::RESNET_STEM_UNSPECIFIED) resnet->set_stem(v1::RESNET_STEM_AUTO);
     if (!resnet->num_classes()) resnet->set_num_classes(classes);
   } else if (model->has_gpt()) {
     auto* gpt = model->mutable_gpt();
-    if (!gpt->layers()) gpt->set_layers(6);
-    if (!gpt->heads()) gpt->set_heads(6);
-    if (!gpt->width()) gpt->set_width(384);
+    if (!gpt->layers()) gpt->set_layers(defaults::kGptLayers);
+    if (!gpt->heads()) gpt->set_heads(defaults::kGptHeads);
+    if (!gpt->width()) gpt->set_width(defaults::kGptWidth);
     if (!gpt->context()) gpt->set_context(static_cast<uint32_t>(data.sample[0]));
     if (!gpt->vocab_size()) gpt->set_vocab_size(static_cast<uint32_t>(data.vocab_size));
   } else if (model->has_torchscript()) {
@@ -407,35 +409,37 @@ void ApplyJobSpecDefaults(v1::JobSpec& spec, const DataFacts& data) {
 
   auto* opt = spec.mutable_optimizer();
   if (opt->kind_case() == v1::OptimizerSpec::KIND_NOT_SET) opt->mutable_adamw();
-  if (opt->lr() == 0) opt->set_lr(1e-3);
+  if (opt->lr() == 0) opt->set_lr(defaults::kLearningRate);
   if (opt->has_adamw()) {
     auto* a = opt->mutable_adamw();
-    if (!a->has_beta1()) a->set_beta1(0.9);
-    if (!a->has_beta2()) a->set_beta2(0.999);
-    if (!a->has_eps()) a->set_eps(1e-8);
+    if (!a->has_beta1()) a->set_beta1(defaults::kAdamBeta1);
+    if (!a->has_beta2()) a->set_beta2(defaults::kAdamBeta2);
+    if (!a->has_eps()) a->set_eps(defaults::kAdamEps);
     if (a->implementation() == v1::ADAM_W_IMPLEMENTATION_UNSPECIFIED) {
       a->set_implementation(v1::ADAM_W_IMPLEMENTATION_AUTO);
     }
   }
   if (opt->schedule() == v1::LR_SCHEDULE_UNSPECIFIED) opt->set_schedule(v1::LR_SCHEDULE_CONSTANT);
-  if (!opt->has_min_lr_ratio()) opt->set_min_lr_ratio(0.1);
+  if (!opt->has_min_lr_ratio()) opt->set_min_lr_ratio(defaults::kMinLrRatio);
 
   auto* t = spec.mutable_training();
   if (!t->batch_size() && !t->batch_size_auto()) t->set_batch_size(kDefaultBatchSize);
-  if (!t->grad_accum_steps()) t->set_grad_accum_steps(1);
+  if (!t->grad_accum_steps()) t->set_grad_accum_steps(defaults::kGradAccumSteps);
   if (t->precision() == v1::PRECISION_UNSPECIFIED) t->set_precision(v1::PRECISION_AUTO);
-  if (!t->seed()) t->set_seed(1);
+  if (!t->seed()) t->set_seed(defaults::kSeed);
 
   auto* r = spec.mutable_resources();
-  if (!r->gpus()) r->set_gpus(1);
-  if (!spec.metrics().interval_steps()) spec.mutable_metrics()->set_interval_steps(50);
-  if (!spec.checkpoint().interval_steps()) spec.mutable_checkpoint()->set_interval_steps(1000);
-  if (!spec.checkpoint().keep()) spec.mutable_checkpoint()->set_keep(3);
-  if (!spec.has_max_restarts()) spec.set_max_restarts(3);
+  if (!r->gpus()) r->set_gpus(defaults::kGpus);
+  if (!spec.metrics().interval_steps())
+    spec.mutable_metrics()->set_interval_steps(defaults::kMetricsIntervalSteps);
+  if (!spec.checkpoint().interval_steps())
+    spec.mutable_checkpoint()->set_interval_steps(defaults::kCheckpointIntervalSteps);
+  if (!spec.checkpoint().keep()) spec.mutable_checkpoint()->set_keep(defaults::kCheckpointKeep);
+  if (!spec.has_max_restarts()) spec.set_max_restarts(defaults::kMaxRestarts);
   if (r->gpus() > 1) {
     auto* d = spec.mutable_distributed();
-    if (!d->timeout_seconds()) d->set_timeout_seconds(60);
-    if (!d->bucket_mb()) d->set_bucket_mb(25);
+    if (!d->timeout_seconds()) d->set_timeout_seconds(defaults::kDistributedTimeoutSeconds);
+    if (!d->bucket_mb()) d->set_bucket_mb(defaults::kBucketMb);
   }
 }
 

@@ -1,14 +1,18 @@
 // The plain structs where the worker's two halves meet. worker/link (gRPC, protobuf)
 // fills them from an Assignment; worker/engine (LibTorch) trains from them and reports
-// back through TrainingObserver. Neither half includes the other's headers: the torch
+// back through TrainingObserver. Their defaults are the job defaults (spec/job_defaults.h),
+// the same a submitted job gets. Neither half includes the other's headers: the torch
 // wheel on the GPU machines ships its own protobuf headers, which must not meet ours.
 #pragma once
 
 #include <cstdint>
+#include <iterator>
 #include <optional>
 #include <string>
 #include <variant>
 #include <vector>
+
+#include "spec/job_defaults.h"
 
 namespace stoke::worker {
 
@@ -40,14 +44,15 @@ struct MlpConfig {
 };
 
 struct CnnConfig {
-  std::vector<int64_t> channels = {32, 64};
-  int64_t hidden = 128;
+  std::vector<int64_t> channels = {std::begin(defaults::kCnnChannels),
+                                   std::end(defaults::kCnnChannels)};
+  int64_t hidden = defaults::kCnnHidden;
   double dropout = 0.0;
   int64_t num_classes = 0;  // 0: from the data
 };
 
 struct ResNetConfig {
-  int depth = 18;  // 18, 34 or 50
+  int depth = defaults::kResNetDepth;  // 18, 34 or 50
   // Small-image stem (3x3 stride 1, no max-pool); otherwise ImageNet's 7x7/2 + max-pool.
   // Unset: chosen from the image size (up to 64 pixels: small).
   std::optional<bool> small_stem;
@@ -55,9 +60,9 @@ struct ResNetConfig {
 };
 
 struct GptConfig {
-  int64_t layers = 6;
-  int64_t heads = 6;
-  int64_t width = 384;
+  int64_t layers = defaults::kGptLayers;
+  int64_t heads = defaults::kGptHeads;
+  int64_t width = defaults::kGptWidth;
   int64_t context = 0;     // 0: from the data
   int64_t vocab_size = 0;  // 0: from the data
   double dropout = 0.0;
@@ -76,9 +81,9 @@ struct TorchScriptConfig {
 using ModelConfig = std::variant<MlpConfig, CnnConfig, ResNetConfig, GptConfig, TorchScriptConfig>;
 
 struct SyntheticDataConfig {
-  int64_t features = 256;
-  int64_t num_classes = 10;
-  int64_t samples_per_epoch = 65536;
+  int64_t features = defaults::kSyntheticFeatures;
+  int64_t num_classes = defaults::kSyntheticClasses;
+  int64_t samples_per_epoch = defaults::kSyntheticSamplesPerEpoch;
   std::vector<int64_t> image_shape;  // [C, H, W]: images instead of vectors
   int64_t vocab_size = 0;            // with context: token sequences instead
   int64_t context = 0;
@@ -99,22 +104,22 @@ struct Cifar10DataConfig {
 struct TokenDataConfig {
   std::string train_path;
   std::string val_path;  // empty: the last 10% of train_path
-  int64_t vocab_size = 256;
-  int64_t context = 256;
+  int64_t vocab_size = defaults::kVocabSize;
+  int64_t context = defaults::kContext;
   int64_t samples_per_epoch = 0;  // 0: training tokens / context
 };
 
 struct LoaderConfig {
   int threads = 0;  // 0: one per core, at most 8
-  int prefetch = 4;
-  bool pin_memory = true;
-  bool shuffle = true;
+  int prefetch = defaults::kLoaderPrefetch;
+  bool pin_memory = defaults::kPinMemory;
+  bool shuffle = defaults::kShuffle;
 };
 
 struct AugmentConfig {
   int64_t crop_padding = 0;
   bool horizontal_flip = false;
-  bool normalize = true;
+  bool normalize = defaults::kNormalize;
 };
 
 struct DataConfig {
@@ -131,9 +136,9 @@ enum class AdamWRoute {
 };
 
 struct AdamWConfig {
-  double beta1 = 0.9;
-  double beta2 = 0.999;
-  double eps = 1e-8;
+  double beta1 = defaults::kAdamBeta1;
+  double beta2 = defaults::kAdamBeta2;
+  double eps = defaults::kAdamEps;
   AdamWRoute route = AdamWRoute::kAuto;
 };
 
@@ -146,11 +151,11 @@ enum class LrSchedule { kConstant, kCosine };
 
 struct OptimizerConfig {
   std::variant<AdamWConfig, SgdConfig> kind;
-  double lr = 1e-3;
+  double lr = defaults::kLearningRate;
   double weight_decay = 0.0;
   int64_t warmup_steps = 0;
   LrSchedule schedule = LrSchedule::kConstant;
-  double min_lr_ratio = 0.1;
+  double min_lr_ratio = defaults::kMinLrRatio;
   double grad_clip_norm = 0.0;  // 0: off
 };
 
@@ -165,21 +170,21 @@ inline bool Resolve(Toggle toggle, bool default_value) {
 
 // fp16's dynamic loss scale (PyTorch's GradScaler defaults).
 struct LossScaleConfig {
-  double initial = 65536.0;
-  uint32_t growth_interval = 2000;
-  double growth_factor = 2.0;
-  double backoff_factor = 0.5;
+  double initial = defaults::kLossScaleInitial;
+  uint32_t growth_interval = defaults::kLossScaleGrowthInterval;
+  double growth_factor = defaults::kLossScaleGrowthFactor;
+  double backoff_factor = defaults::kLossScaleBackoffFactor;
 };
 
 struct TrainingConfig {
   // Exactly one of steps and epochs is non-zero.
   uint64_t steps = 0;
   uint32_t epochs = 0;
-  int64_t batch_size = 256;
+  int64_t batch_size = defaults::kBatchSize;
   Precision precision = Precision::kAuto;
-  int64_t grad_accum_steps = 1;
-  uint64_t seed = 1;
-  uint32_t metrics_interval_steps = 50;
+  int64_t grad_accum_steps = defaults::kGradAccumSteps;
+  uint64_t seed = defaults::kSeed;
+  uint32_t metrics_interval_steps = defaults::kMetricsIntervalSteps;
   // Search for the largest batch that fits the device instead of batch_size; with
   // effective_batch_size, accumulate micro-batches to reach that many samples per step
   // across all ranks.
@@ -200,19 +205,17 @@ struct EvalConfig {
 };
 
 struct CheckpointConfig {
-  uint32_t interval_steps = 1000;
-  uint32_t keep = 3;
+  uint32_t interval_steps = defaults::kCheckpointIntervalSteps;
+  uint32_t keep = defaults::kCheckpointKeep;
 };
 
 // How the ranks of a job of several devices meet and reduce their gradients.
 struct DistributedConfig {
   std::string rendezvous_address;  // host:port of rank 0's store
   std::string advertise_address;   // this rank's own address; empty: any
-  uint32_t timeout_seconds = 60;   // for the rendezvous and every collective
-  int64_t bucket_bytes = 25ll << 20;
-  // The first bucket (the last layers' gradients, ready first) is small, so that
-  // communication starts early in backward.
-  int64_t first_bucket_bytes = 1ll << 20;
+  uint32_t timeout_seconds = defaults::kDistributedTimeoutSeconds;  // rendezvous, collectives
+  int64_t bucket_bytes = defaults::kBucketMb << 20;
+  int64_t first_bucket_bytes = defaults::kFirstBucketBytes;
 };
 
 // One rank of one attempt of a job.

@@ -1,3 +1,5 @@
+// Fields a spec leaves unset keep the TrainTask's defaults, which are the job defaults
+// (spec/job_defaults.h): the coordinator fills a submitted spec from the same table.
 #include "worker/link/task_translation.h"
 
 #include "absl/strings/str_cat.h"
@@ -78,8 +80,8 @@ absl::StatusOr<DataConfig> DataFrom(const v1::DataSpec& spec) {
     case v1::DataSpec::kSynthetic: {
       const auto& s = spec.synthetic();
       SyntheticDataConfig c;
-      c.features = s.features();
-      c.num_classes = s.num_classes();
+      if (s.features() > 0) c.features = s.features();
+      if (s.num_classes() > 0) c.num_classes = s.num_classes();
       c.samples_per_epoch = static_cast<int64_t>(s.samples_per_epoch());
       c.image_shape = Dims(s.image_shape());
       c.vocab_size = s.vocab_size();
@@ -123,7 +125,7 @@ absl::StatusOr<DataConfig> DataFrom(const v1::DataSpec& spec) {
 
 OptimizerConfig OptimizerFrom(const v1::OptimizerSpec& spec) {
   OptimizerConfig c;
-  c.lr = spec.lr();
+  if (spec.lr() > 0) c.lr = spec.lr();
   c.weight_decay = spec.weight_decay();
   if (spec.has_sgd()) {
     c.kind = SgdConfig{spec.sgd().momentum(), spec.sgd().nesterov()};
@@ -214,7 +216,7 @@ absl::StatusOr<TrainTask> TaskFromAssignment(const v1::Assignment& a) {
   task.training.batch_size = t.batch_size();
   task.training.precision = PrecisionFrom(t.precision());
   task.training.grad_accum_steps = std::max<uint32_t>(1, t.grad_accum_steps());
-  task.training.seed = t.seed();
+  if (t.seed() > 0) task.training.seed = t.seed();
   task.training.batch_size_auto = t.batch_size_auto();
   task.training.effective_batch_size = t.effective_batch_size();
   task.training.cuda_graph = ToggleFrom(t.cuda_graph());
@@ -227,7 +229,9 @@ absl::StatusOr<TrainTask> TaskFromAssignment(const v1::Assignment& a) {
   if (t.loss_scale().growth_interval() > 0) {
     task.training.loss_scale.growth_interval = t.loss_scale().growth_interval();
   }
-  task.training.metrics_interval_steps = spec.metrics().interval_steps();
+  if (spec.metrics().interval_steps() > 0) {
+    task.training.metrics_interval_steps = spec.metrics().interval_steps();
+  }
   task.eval.interval_steps = spec.eval().interval_steps();
   task.eval.batches = spec.eval().batches();
   if (spec.checkpoint().interval_steps() > 0) {

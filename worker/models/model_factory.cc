@@ -34,7 +34,7 @@ struct Builder {
     // Images are flattened: an MLP sees C*H*W features.
     if (c.input_dim == 0) c.input_dim = Product(data.sample);
     c.num_classes = Classes(c.num_classes, data, "model.mlp.num_classes");
-    if (c.hidden.empty()) c.hidden = {4 * c.input_dim};
+    if (c.hidden.empty()) c.hidden = {defaults::kMlpHiddenPerInput * c.input_dim};
     return std::make_shared<MlpImpl>(c);
   }
   std::shared_ptr<Network> operator()(const CnnConfig& config) const {

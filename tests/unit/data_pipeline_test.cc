@@ -26,6 +26,7 @@
 #include "tests/support/data_files.h"
 #include "tests/support/temp_dir.h"
 #include "worker/common/files.h"
+#include "worker/common/status_error.h"
 #include "worker/data/batch_prep.h"
 #include "worker/data/dataset.h"
 #include "worker/data/epoch_sampler.h"
@@ -944,6 +945,8 @@ TEST(OpenData, ABatchLargerThanTheTrainingSplitIsRefused) {
   }
 }
 
+// A missing file is NOT_FOUND (it may be there for a later attempt: a volume still being
+// mounted), and the error names it.
 TEST(OpenData, ABrokenFolderIsRefusedNamingTheFile) {
   TempDir dir;
   testing::WriteMnistFolder(dir.path(), testing::PatternImages(20, 4, 4, 10),
@@ -952,7 +955,8 @@ TEST(OpenData, ABrokenFolderIsRefusedNamingTheFile) {
   try {
     OpenData(ImageTask(dir.path()), torch::kCPU, 0);
     ADD_FAILURE() << "a folder without training images was accepted";
-  } catch (const std::invalid_argument& e) {
+  } catch (const StatusError& e) {
+    EXPECT_EQ(e.code(), absl::StatusCode::kNotFound) << e.what();
     EXPECT_PRED2(Contains, e.what(), testing::kMnistTrainImages);
   }
 }

@@ -1,5 +1,6 @@
 // The training engine on CPU: it learns, reports in order without gaps, stops when
-// cancelled, and fails clearly (and for good) when the loss diverges.
+// cancelled, fails clearly (and for good) when the loss diverges or the spec is wrong,
+// and retryably when its data is not there yet.
 #include "worker/engine/trainer.h"
 
 #include <gtest/gtest.h>
@@ -112,6 +113,45 @@ TEST(Trainer, MissingDeviceFailsNamingIt) {
       RunTraining(SmallTask(10), DeviceRef{DeviceKind::kCuda, 7}, observer, cancel);
   EXPECT_EQ(outcome.kind, TrainOutcome::Kind::kFailed);
   EXPECT_NE(outcome.message.find("cuda:7"), std::string::npos) << outcome.message;
+}
+
+// A data path that is not there yet (a file system still being mounted) may be there for
+// the next attempt: the failure is retried. Its message names the path.
+TEST(Trainer, ADataPathThatDoesNotExistYetIsRetried) {
+  stoke::testing::TempDir dir;
+  TrainTask task = SmallTask(10);
+  task.model = GptConfig{};
+  TokenDataConfig tokens;
+  tokens.train_path = dir.File("not-mounted-yet/train.bin");
+  tokens.context = 16;
+  task.data.source = tokens;
+  RecordingObserver observer;
+  std::atomic<bool> cancel{false};
+  TrainOutcome outcome = RunTraining(task, kCpu, observer, cancel);
+  EXPECT_EQ(outcome.kind, TrainOutcome::Kind::kFailed);
+  EXPECT_TRUE(outcome.retryable) << outcome.message;
+  EXPECT_NE(outcome.message.find("not-mounted-yet/train.bin"), std::string::npos)
+      << outcome.message;
+}
+
+// What no later attempt can fix fails at once: data that is not what the spec says it
+// is (a folder where a token file should be), or a model that cannot take the data.
+TEST(Trainer, AnInvalidSpecIsNotRetried) {
+  stoke::testing::TempDir dir;
+  TrainTask tokens_task = SmallTask(10);
+  tokens_task.model = GptConfig{};
+  TokenDataConfig tokens;
+  tokens.train_path = dir.path();
+  tokens_task.data.source = tokens;
+  TrainTask model_task = SmallTask(10);
+  model_task.model = GptConfig{};  // a language model on labelled vectors
+  for (const TrainTask& task : {tokens_task, model_task}) {
+    RecordingObserver observer;
+    std::atomic<bool> cancel{false};
+    TrainOutcome outcome = RunTraining(task, kCpu, observer, cancel);
+    EXPECT_EQ(outcome.kind, TrainOutcome::Kind::kFailed);
+    EXPECT_FALSE(outcome.retryable) << outcome.message;
+  }
 }
 
 }  // namespace

@@ -8,6 +8,7 @@
 
 #include "formats/image_set.h"
 #include "formats/token_file.h"
+#include "worker/common/status_error.h"
 #include "worker/data/loader.h"
 #include "worker/data/synthetic.h"
 
@@ -16,12 +17,6 @@ namespace {
 
 // Batches drawn for evaluation on synthetic data when the spec does not say.
 constexpr int64_t kSyntheticEvalBatches = 10;
-
-template <typename T>
-T OrThrow(absl::StatusOr<T> value) {
-  if (!value.ok()) throw std::invalid_argument(std::string(value.status().message()));
-  return *std::move(value);
-}
 
 BatchLoader::Options LoaderOptions(const TrainTask& task, torch::Device device,
                                    int64_t start_batch) {
@@ -61,7 +56,7 @@ DataPipeline OpenImages(const TrainTask& task, data::ImageSplits splits, torch::
 
 DataPipeline OpenTokens(const TrainTask& task, const TokenDataConfig& config, torch::Device device,
                         int64_t start_batch) {
-  auto train_file = OrThrow(data::TokenFile::Open(config.train_path));
+  auto train_file = ValueOrThrow(data::TokenFile::Open(config.train_path));
   std::shared_ptr<const data::TokenFile> val_file = train_file;
   int64_t train_end = train_file->size();
   int64_t val_begin = 0;
@@ -70,7 +65,7 @@ DataPipeline OpenTokens(const TrainTask& task, const TokenDataConfig& config, to
     train_end = train_file->size() - train_file->size() / 10;
     val_begin = train_end;
   } else {
-    val_file = OrThrow(data::TokenFile::Open(config.val_path));
+    val_file = ValueOrThrow(data::TokenFile::Open(config.val_path));
   }
   for (const auto& file : {train_file, val_file}) {
     int64_t id = 0;
@@ -117,10 +112,11 @@ DataPipeline OpenData(const TrainTask& task, torch::Device device, int64_t start
     return pipeline;
   }
   if (const auto* mnist = std::get_if<MnistDataConfig>(&source)) {
-    return OpenImages(task, OrThrow(data::ReadMnistFolder(mnist->path)), device, start_batch);
+    return OpenImages(task, ValueOrThrow(data::ReadMnistFolder(mnist->path)), device, start_batch);
   }
   if (const auto* cifar = std::get_if<Cifar10DataConfig>(&source)) {
-    return OpenImages(task, OrThrow(data::ReadCifar10Folder(cifar->path)), device, start_batch);
+    return OpenImages(task, ValueOrThrow(data::ReadCifar10Folder(cifar->path)), device,
+                      start_batch);
   }
   return OpenTokens(task, std::get<TokenDataConfig>(source), device, start_batch);
 }

@@ -15,8 +15,8 @@ struct DataPipeline {
   std::unique_ptr<EvalSet> eval;
 };
 
-// `start_batch`: the first training batch to produce (non-zero when resuming). Throws
-// std::invalid_argument naming the data field or file when the data cannot be used.
+// `start_batch`: the first training batch to produce (non-zero when resuming). Throws, naming
+// the field or file, StatusError (a reader's code) or std::invalid_argument (a bad spec).
 DataPipeline OpenData(const TrainTask& task, torch::Device device, int64_t start_batch);
 
 }  // namespace stoke::worker

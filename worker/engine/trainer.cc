@@ -10,6 +10,7 @@
 #include <stdexcept>
 #include <variant>
 
+#include "worker/common/status_error.h"
 #include "worker/data/sources.h"
 #include "worker/dist/communicator.h"
 #include "worker/dist/gradient_reducer.h"
@@ -437,6 +438,9 @@ TrainOutcome RunTraining(const TrainTask& job_task, const DeviceRef& device_ref,
     return {TrainOutcome::Kind::kFailed,
             "LibTorch error at step " + std::to_string(step) + ": " + e.what_without_backtrace(),
             true};
+  } catch (const StatusError& e) {
+    // Classified by its code: a data path not mounted yet is retried, a bad file is not.
+    return {TrainOutcome::Kind::kFailed, e.what(), IsRetryable(e.code())};
   } catch (const std::invalid_argument& e) {
     // The spec asks for something this data or model cannot do: retrying will not help.
     return {TrainOutcome::Kind::kFailed, e.what(), false};

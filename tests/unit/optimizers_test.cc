@@ -1,11 +1,14 @@
 // The multi-tensor AdamW against LibTorch's own, step for step: same parameters, same
-// state, checkpoints that load into either.
+// state, checkpoints that load into either. And what the loop sees of each optimizer
+// through the Optimizer interface.
 #include "worker/engine/multi_tensor_adamw.h"
 
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
 #include <sstream>
+
+#include "worker/engine/optimizers.h"
 
 namespace stoke::worker {
 namespace {
@@ -111,6 +114,47 @@ TEST(MultiTensorAdamW, StepInPartsUpdatesEachPartAfterItsCallAndMatchesOneStep) 
     }
   }
   EXPECT_FALSE(torch::allclose(parted[0], Parameters()[0], 1e-3, 1e-3));
+}
+
+// SGD updates all at once: StepInParts lets every part's wait happen first, then steps,
+// and the loop asks for no bucket-by-bucket update. Its rate is the one set last.
+TEST(Optimizers, SgdWaitsForEveryPartThenStepsAtTheRateSetLast) {
+  std::vector<torch::Tensor> params = Parameters();
+  OptimizerConfig config;
+  config.kind = SgdConfig{};
+  const auto sgd = MakeOptimizer(config, params, torch::kCPU);
+  EXPECT_EQ(sgd->name(), "SGD");
+  EXPECT_FALSE(sgd->StepsInParts());
+  for (auto& p : params) p.mutable_grad() = torch::ones_like(p);
+  std::vector<torch::Tensor> before;
+  for (const auto& p : params) before.push_back(p.detach().clone());
+  sgd->SetLearningRate(0.5);
+  std::vector<size_t> calls;
+  sgd->StepInParts({{params[0]}, {params[1], params[2]}}, [&](size_t k) {
+    calls.push_back(k);
+    for (size_t i = 0; i < params.size(); ++i) EXPECT_TRUE(torch::equal(params[i], before[i]));
+  });
+  EXPECT_EQ(calls, (std::vector<size_t>{0, 1}));
+  for (size_t i = 0; i < params.size(); ++i) {
+    EXPECT_TRUE(torch::allclose(params[i], before[i] - 0.5)) << "parameter " << i;
+  }
+  EXPECT_NE(sgd->WhyNotCapturable(/*learning_rate_changes=*/true, false), "");
+  EXPECT_EQ(sgd->WhyNotCapturable(false, false), "");
+  EXPECT_FALSE(sgd->SkipOnDeviceWhere(torch::zeros({1})));
+}
+
+// AdamW names its route; off a GPU's fused kernel it cannot be captured or skip a step on
+// the device.
+TEST(Optimizers, AdamWOnACpuIsForeachAndNotCapturable) {
+  OptimizerConfig config;
+  config.kind = AdamWConfig{};
+  const auto adamw = MakeOptimizer(config, Parameters(), torch::kCPU);
+  EXPECT_EQ(adamw->name(), "AdamW (foreach)");
+  EXPECT_TRUE(adamw->StepsInParts());
+  EXPECT_NE(adamw->WhyNotCapturable(false, false), "");
+  EXPECT_FALSE(adamw->SkipOnDeviceWhere(torch::zeros({1})));
+  EXPECT_NE(dynamic_cast<torch::optim::AdamW*>(&adamw->state()), nullptr)
+      << "checkpoints keep LibTorch's AdamW state";
 }
 
 }  // namespace

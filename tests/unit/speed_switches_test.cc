@@ -15,7 +15,7 @@
 #include "tests/support/temp_dir.h"
 #include "worker/engine/batch_search.h"
 #include "worker/engine/loss_scaler.h"
-#include "worker/engine/multi_tensor_adamw.h"
+#include "worker/engine/optimizers.h"
 #include "worker/engine/train_step.h"
 #include "worker/engine/trainer.h"
 #include "worker/models/mlp.h"
@@ -74,11 +74,14 @@ TEST(LossScaler, AStepWithAnInfiniteGradientIsSkippedAndTheScaleLowered) {
   config.num_classes = 3;
   Mlp net(config);
   const std::vector<torch::Tensor> params = net->parameters();
-  MultiTensorAdamW optimizer(params, torch::optim::AdamWOptions(1e-2), AdamWRoute::kForeach);
+  OptimizerConfig adamw;
+  adamw.kind = AdamWConfig{0.9, 0.999, 1e-8, AdamWRoute::kForeach};
+  adamw.lr = 1e-2;
+  const auto optimizer = MakeOptimizer(adamw, params, torch::kCPU);
   LossScaler scaler(LossScaleConfig{}, torch::kCPU);  // 65536
   StepParts parts;
   parts.net = net.get();
-  parts.optimizer = &optimizer;
+  parts.optimizer = optimizer.get();
   parts.parameters = params;
   parts.scaler = &scaler;
   StepRunner runner(parts, /*graph=*/false, [](const std::string&) {});

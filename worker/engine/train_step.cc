@@ -6,7 +6,6 @@
 
 #include "worker/dist/gradient_reducer.h"
 #include "worker/engine/loss_scaler.h"
-#include "worker/engine/multi_tensor_adamw.h"
 #include "worker/engine/step_graph.h"
 #include "worker/engine/step_math.h"
 #include "worker/ops/half_weights.h"
@@ -21,37 +20,19 @@ std::string WhyNotCapturable(const StepParts& parts, bool learning_rate_changes)
     return "gradient all-reduces between ranks are not captured; jobs of several devices "
            "run eagerly";
   }
-  const auto* adamw = dynamic_cast<const MultiTensorAdamW*>(parts.optimizer);
-  if (adamw != nullptr) {
-    if (!adamw->Capturable(parts.device)) {
-      return "only the fused AdamW keeps its step count and learning rate on the device "
-             "(optimizer.adamw.implementation: fused or auto)";
-    }
-  } else if (learning_rate_changes) {
-    return "SGD reads its learning rate from the host; capture needs a constant rate "
-           "(no warmup or schedule) or AdamW";
-  } else if (parts.scaler != nullptr) {
-    return "fp16 with SGD checks for overflow on the host";
-  }
-  return "";
+  return parts.optimizer->WhyNotCapturable(learning_rate_changes, parts.scaler != nullptr);
 }
 
 StepRunner::StepRunner(StepParts parts, bool graph, std::function<void(const std::string&)> log)
     : parts_(std::move(parts)), want_graph_(graph), log_(std::move(log)) {
   if (want_graph_) graph_ = std::make_unique<StepGraph>(parts_.device);
-  auto* adamw = dynamic_cast<MultiTensorAdamW*>(parts_.optimizer);
   // Nothing needs every gradient at once (no overflow check, no clipping norm): each
   // bucket's parameters can be updated as soon as that bucket is reduced, while the last
   // buckets' reductions are still in flight.
-  if (parts_.reducer && adamw && !parts_.scaler && parts_.grad_clip_norm <= 0) {
-    bucketwise_adamw_ = adamw;
-  }
+  bucketwise_ = parts_.reducer && parts_.optimizer->StepsInParts() && !parts_.scaler &&
+                parts_.grad_clip_norm <= 0;
   if (parts_.scaler) {
-    if (adamw != nullptr && adamw->Capturable(parts_.device)) {
-      adamw->SetFoundInf(parts_.scaler->found_inf());
-    } else {
-      host_checks_overflow_ = true;
-    }
+    host_checks_overflow_ = !parts_.optimizer->SkipOnDeviceWhere(parts_.scaler->found_inf());
   }
 }
 
@@ -99,11 +80,10 @@ std::vector<torch::Tensor> StepRunner::ForwardBackwardAndUpdate(
     if (parts_.scaler) objective = parts_.scaler->Scale(objective);
     objective.backward();
   }
-  if (bucketwise_adamw_) {
+  if (bucketwise_) {
     parts_.reducer->LaunchRest();
-    bucketwise_adamw_->StepInParts(parts_.reducer->BucketParameters(), [this](size_t bucket) {
-      parts_.reducer->WaitForBucket(bucket);
-    });
+    parts_.optimizer->StepInParts(parts_.reducer->BucketParameters(),
+                                  [this](size_t bucket) { parts_.reducer->WaitForBucket(bucket); });
     return losses;
   }
   if (parts_.reducer) parts_.reducer->Finish();
@@ -118,7 +98,7 @@ std::vector<torch::Tensor> StepRunner::ForwardBackwardAndUpdate(
     if (host_checks_overflow_) step = parts_.scaler->found_inf().item<float>() == 0;
   }
   if (parts_.grad_clip_norm > 0) ClipGradNorm(parts_.parameters, parts_.grad_clip_norm);
-  if (step) parts_.optimizer->step();
+  if (step) parts_.optimizer->Step();
   if (parts_.scaler) parts_.scaler->Update();
   return losses;
 }

@@ -6,7 +6,6 @@
 // eager with the reason logged, never silently.
 #pragma once
 
-#include <torch/optim/optimizer.h>
 #include <torch/types.h>
 
 #include <functional>
@@ -15,18 +14,18 @@
 #include <vector>
 
 #include "worker/data/batch_source.h"
+#include "worker/engine/optimizer.h"
 #include "worker/models/network.h"
 
 namespace stoke::worker {
 
 class GradientReducer;
 class LossScaler;
-class MultiTensorAdamW;
 class StepGraph;
 
 struct StepParts {
   Network* net = nullptr;
-  torch::optim::Optimizer* optimizer = nullptr;
+  Optimizer* optimizer = nullptr;
   std::vector<torch::Tensor> parameters;
   LossScaler* scaler = nullptr;        // fp16 only
   GradientReducer* reducer = nullptr;  // several ranks only
@@ -66,11 +65,11 @@ class StepRunner {
   void CaptureOrFallBack(const std::vector<Batch>& micro_batches);
 
   StepParts parts_;
-  // fp16: the fused AdamW skips an overflowing step on the device; other optimizers need
-  // the flag read on the host.
+  // fp16: an optimizer that can skips an overflowing step on the device (the fused
+  // AdamW); for the others the flag is read on the host.
   bool host_checks_overflow_ = false;
   // Set when each gradient bucket's parameters are updated as soon as it is reduced.
-  MultiTensorAdamW* bucketwise_adamw_ = nullptr;
+  bool bucketwise_ = false;
   bool want_graph_;
   bool graphed_ = false;
   int steps_run_ = 0;

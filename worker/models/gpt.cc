@@ -30,8 +30,8 @@ torch::nn::Linear Linear(int64_t in, int64_t out, double std) {
 }
 
 // torch::nn::Linear's forward, given more than two dimensions, multiplies and then adds
-// the bias in a separate broadcasting kernel (with a dtype cast under autocast: 12% of a
-// GPT-2 step on an H200). ATen's linear folds the leading dimensions into one matrix
+// the bias in a separate broadcasting kernel (with a dtype cast under autocast: a large
+// share of a GPT-2 step, BENCHMARKS.md). ATen's linear folds the leading dimensions into one matrix
 // product whose epilogue adds the bias, as PyTorch's Python F.linear does; under autocast
 // on a GPU, its bias gradient is summed by Stoke's kernel (half_linear.h).
 torch::Tensor Dense(const torch::nn::Linear& layer, const torch::Tensor& x) {

@@ -206,7 +206,7 @@ class Client:
         """
         if page_size <= 0:
             raise ValueError(f"page_size must be positive, not {page_size}")
-        states = [int(s) for s in parse_states(state)]
+        states = [f"JOB_STATE_{s.name}" for s in parse_states(state)]
         token = ""
         while True:
             request = coordinator_pb2.ListJobsRequest(

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import math
 import os
+import re
 from pathlib import Path
 from typing import Any, Dict, Mapping, Optional, Union
 
@@ -75,6 +76,17 @@ def _construct_mapping(loader: _LineLoader, node: yaml.MappingNode):
 
 
 _LineLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_mapping)
+
+# YAML 1.1 reads on/off/yes/no as booleans, which would turn `cuda_graph: off` (a Switch)
+# into False. As in YAML 1.2 and the CLI's parser, only true and false are booleans here.
+_BOOL_TAG = "tag:yaml.org,2002:bool"
+_LineLoader.yaml_implicit_resolvers = {
+    first: [(tag, regexp) for tag, regexp in resolvers if tag != _BOOL_TAG]
+    for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
+}
+_LineLoader.add_implicit_resolver(
+    _BOOL_TAG, re.compile(r"^(?:true|True|TRUE|false|False|FALSE)$"), list("tTfF")
+)
 
 
 class _SpecWalker:
@@ -140,10 +152,10 @@ class _SpecWalker:
                 raise self._error(path, line, f"expected {_type_name(field)}, got {_describe(value)}")
             return number
         if field.type in _FLOATS:
-            number = _as_float(value)
-            if number is None:
+            real = _as_float(value)
+            if real is None:
                 raise self._error(path, line, f"expected a number, got {_describe(value)}")
-            return number
+            return real
         if field.type == FieldDescriptor.TYPE_BOOL:
             if isinstance(value, bool):
                 return value
@@ -159,7 +171,11 @@ class _SpecWalker:
         raise self._error(path, line, "unsupported field type")
 
     def _enum(self, value: Any, enum: EnumDescriptor, path: str, line: Optional[int]) -> str:
-        if isinstance(value, int) and not isinstance(value, bool):
+        if isinstance(value, bool):  # a Switch written as True / False in Python
+            name = _enum_prefix(enum) + ("ON" if value else "OFF")
+            if name in enum.values_by_name:
+                return name
+        elif isinstance(value, int):
             if value in enum.values_by_number:
                 return enum.values_by_number[value].name
         elif isinstance(value, str):

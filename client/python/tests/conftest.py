@@ -53,17 +53,19 @@ class Coordinator:
         """Starts it (on ``address``) and waits until it answers and its workers attached."""
         address_file = self.data_dir / "coordinator.address"
         address_file.unlink(missing_ok=True)  # a killed coordinator leaves it behind
+        command = [
+            str(binary("stoke-coordinator")),
+            "--address", address,
+            "--data-dir", str(self.data_dir),
+            "--local-workers", self.local_workers,
+            "--metrics-address", "127.0.0.1:0",
+            "--heartbeat-timeout", "6",
+        ]
+        if self.local_workers != "0":
+            command += ["--worker-binary", str(binary("stoke-worker"))]
         with open(self.data_dir / "coordinator.log", "ab") as log:
             self._process = subprocess.Popen(
-                [
-                    str(binary("stoke-coordinator")),
-                    "--address", address,
-                    "--data-dir", str(self.data_dir),
-                    "--local-workers", self.local_workers,
-                    "--worker-binary", str(binary("stoke-worker")),
-                    "--metrics-address", "127.0.0.1:0",
-                    "--heartbeat-timeout", "6",
-                ],
+                command,
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,

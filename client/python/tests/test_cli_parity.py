@@ -53,6 +53,8 @@ def test_example_job_files_are_stored_alike(
         "model:\n  mlp:\n    hidden: 64\n",
         "data:\n  augment:\n    normalize: maybe\n",
         "optimizer:\n  lr: fast\n",
+        "data:\n  augment:\n    horizontal_flip: yes\n",
+        "training: {tf32: maybe}\n",
         "name: x\ntrainer: {}\n",
     ],
 )

@@ -37,6 +37,18 @@ def test_short_enum_names_in_any_case_and_oneof_kinds_by_key() -> None:
     assert spec.training.WhichOneof("length") == "steps"
 
 
+def test_switches_read_on_and_off_and_only_true_false_are_booleans(tmp_path: Path) -> None:
+    path = write(tmp_path, "training: {cuda_graph: on, tf32: OFF, fused_kernels: default}\n")
+    training = stoke.load_job_spec(path).training
+    assert training.cuda_graph == job_spec_pb2.SWITCH_ON
+    assert training.tf32 == job_spec_pb2.SWITCH_OFF
+    assert training.fused_kernels == job_spec_pb2.SWITCH_DEFAULT
+    assert stoke.load_job_spec({"training": {"tf32": False}}).training.tf32 == job_spec_pb2.SWITCH_OFF
+    assert stoke.load_job_spec(write(tmp_path, "data: {augment: {horizontal_flip: True}}\n", "t.yaml")).data.augment.horizontal_flip
+    with pytest.raises(stoke.InvalidSpec, match='expected true or false, got "yes"'):
+        stoke.load_job_spec(write(tmp_path, "data: {augment: {horizontal_flip: yes}}\n", "y.yaml"))
+
+
 def test_empty_member_selects_it_with_defaults() -> None:
     spec = stoke.load_job_spec({"model": {"mlp": None}, "optimizer": {"adamw": {}}})
     assert spec.model.WhichOneof("kind") == "mlp"

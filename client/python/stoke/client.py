@@ -380,9 +380,11 @@ class Client:
     ) -> None:
         """Waits until the channel is connected again, or raises."""
         limit = give_up_at if deadline is None else min(give_up_at, deadline)
+        ready = grpc.channel_ready_future(self._channel)
         try:
-            grpc.channel_ready_future(self._channel).result(timeout=max(limit - time.monotonic(), 0))
+            ready.result(timeout=max(limit - time.monotonic(), 0))
         except grpc.FutureTimeoutError:
+            ready.cancel()  # stop watching the channel's state
             if deadline is not None and time.monotonic() >= deadline:
                 raise DeadlineExceeded(
                     f"job {job_id} had not finished after the timeout",

@@ -122,3 +122,17 @@ def test_an_unreachable_coordinator_raises_unavailable() -> None:
 )
 def test_split_field_reads_the_path_prefix(message: str, field: str, rest: str) -> None:
     assert split_field(message) == (field, rest)
+
+
+def test_exporting_a_job_without_checkpoints_fails_and_writes_nothing(
+    idle_client: stoke.Client, tmp_path
+) -> None:
+    job = idle_client.submit(tiny_job())
+    assert job.checkpoints() == []
+    with pytest.raises(stoke.FailedPrecondition, match="has no checkpoints yet"):
+        job.export(tmp_path / "model.pt")
+    assert list(tmp_path.iterdir()) == []
+    with pytest.raises(stoke.NotFound):
+        idle_client.export("987654", tmp_path / "model.pt")
+    assert list(tmp_path.iterdir()) == []
+    job.cancel()

@@ -11,12 +11,13 @@ from typing import Any, Callable, Iterable, Iterator, List, Optional, Tuple, Uni
 
 import grpc
 
-from stoke.errors import DeadlineExceeded, StokeError, Unavailable, error_from_rpc
-from stoke.events import Event, event_from_proto
+from stoke.errors import StokeError, error_from_rpc
+from stoke.events import Event
 from stoke.job import Job
 from stoke.job_spec import SpecLike, load_job_spec
 from stoke.states import StateLike, parse_states
 from stoke.v1 import coordinator_pb2, coordinator_pb2_grpc
+from stoke.watch import WatchTarget, resumable_watch
 
 __all__ = ["Client", "Checkpoint", "Export", "DEFAULT_ADDRESS"]
 
@@ -25,14 +26,6 @@ DEFAULT_ADDRESS = "127.0.0.1:50051"
 
 JobRef = Union[Job, str, int]
 TlsOption = Union[bool, str, "os.PathLike[str]", grpc.ChannelCredentials, None]
-
-# Failures a watch outlives: the connection went, or the coordinator is restarting.
-_RETRYABLE = (
-    grpc.StatusCode.UNAVAILABLE,
-    grpc.StatusCode.CANCELLED,
-    grpc.StatusCode.DEADLINE_EXCEEDED,
-)
-
 
 @dataclass(frozen=True)
 class Checkpoint:
@@ -333,65 +326,12 @@ class Client:
             raise error_from_rpc(error, spec=spec) from error
 
     def _watch(
-        self,
-        job_id: str,
-        from_seq: int,
-        reconnect_for: Optional[float],
-        deadline: Optional[float],
+        self, job_id: str, from_seq: int, reconnect_for: Optional[float], deadline: Optional[float]
     ) -> Iterator[Event]:
-        reconnect_for = self.reconnect_for if reconnect_for is None else reconnect_for
-        next_seq = max(from_seq, 1)
-        unreachable_since = time.monotonic()
-        backoff = 0.2
-        while True:
-            remaining = None if deadline is None else max(deadline - time.monotonic(), 0.0)
-            request = coordinator_pb2.WatchJobRequest(id=job_id, from_seq=next_seq)
-            # No deadline of its own: a job may train for days.
-            call = self._stub.WatchJob(request, metadata=self._metadata, timeout=remaining)
-            delivered_any = False
-            try:
-                for proto in call:
-                    delivered_any = True
-                    if proto.seq < next_seq:
-                        continue  # never yield one twice
-                    next_seq = proto.seq + 1
-                    yield event_from_proto(proto)
-                return  # the job finished and every event was delivered
-            except grpc.RpcError as error:
-                failure = error
-            finally:
-                call.cancel()
-            now = time.monotonic()
-            if deadline is not None and now >= deadline:
-                raise DeadlineExceeded(
-                    f"job {job_id} had not finished after the timeout",
-                    code=grpc.StatusCode.DEADLINE_EXCEEDED,
-                )
-            if failure.code() not in _RETRYABLE:
-                raise error_from_rpc(failure) from failure
-            if delivered_any:
-                unreachable_since = now
-            self._await_coordinator(job_id, unreachable_since + reconnect_for, deadline, failure)
-            time.sleep(backoff)
-            backoff = min(backoff * 2, 2.0)
-
-    def _await_coordinator(
-        self, job_id: str, give_up_at: float, deadline: Optional[float], failure: grpc.RpcError
-    ) -> None:
-        """Waits until the channel is connected again, or raises."""
-        limit = give_up_at if deadline is None else min(give_up_at, deadline)
-        ready = grpc.channel_ready_future(self._channel)
-        try:
-            ready.result(timeout=max(limit - time.monotonic(), 0))
-        except grpc.FutureTimeoutError:
-            ready.cancel()  # stop watching the channel's state
-            if deadline is not None and time.monotonic() >= deadline:
-                raise DeadlineExceeded(
-                    f"job {job_id} had not finished after the timeout",
-                    code=grpc.StatusCode.DEADLINE_EXCEEDED,
-                ) from None
-            raise Unavailable(
-                f"lost the coordinator at {self.address} while watching job {job_id}: "
-                f"{failure.details()}",
-                code=grpc.StatusCode.UNAVAILABLE,
-            ) from failure
+        return resumable_watch(
+            WatchTarget(self._stub, self._channel, self._metadata, self.address),
+            job_id,
+            from_seq,
+            reconnect_for=self.reconnect_for if reconnect_for is None else reconnect_for,
+            deadline=deadline,
+        )

@@ -11,6 +11,8 @@ packages=(
   libspdlog-dev libfmt-dev libgtest-dev libgmock-dev
   libtorch-dev libgloo-dev
   prometheus dataset-fashion-mnist
+  python3-grpcio python3-protobuf python3-yaml python3-pytest python3-pip python3-setuptools
+  openssl
   clang-format
 )
 

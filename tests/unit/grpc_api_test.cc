@@ -366,8 +366,10 @@ TEST(GrpcApi, LongErrorMessagesAreCutToFitInTrailers) {
   EXPECT_NE(status.error_message().find("more bytes)"), std::string::npos);
 }
 
-// A string field that is not UTF-8 cannot be parsed as the request: the call fails
-// (without an answer from the handler) and the coordinator keeps serving.
+// A string field that is not UTF-8 cannot be parsed as the request. gRPC's callback
+// handlers (1.51) answer such a call themselves, as UNIMPLEMENTED with no message, before
+// any Stoke code runs, so it cannot be mapped to INVALID_ARGUMENT here; what matters is
+// that the call fails and the coordinator keeps serving.
 TEST(GrpcApi, InvalidUtf8IsRefusedAndTheServerStaysUp) {
   InProcessCoordinator coordinator;
   auto channel = grpc::CreateChannel(coordinator.address(), grpc::InsecureChannelCredentials());
@@ -391,7 +393,7 @@ TEST(GrpcApi, InvalidUtf8IsRefusedAndTheServerStaysUp) {
     std::unique_lock<std::mutex> lock(mu);
     cv.wait(lock, [&] { return done; });
   }
-  EXPECT_FALSE(status.ok());
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::UNIMPLEMENTED) << status.error_message();
   grpc::ClientContext next;
   v1::Cluster cluster;
   EXPECT_TRUE(coordinator.Stub()->GetCluster(&next, v1::GetClusterRequest(), &cluster).ok());

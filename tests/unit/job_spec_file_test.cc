@@ -169,7 +169,7 @@ TEST(JobSpecFile, AKeyGivenTwiceIsRefused) {
 
 TEST(JobSpecFile, ASecondDocumentIsRefused) {
   const std::string error = ErrorOf("model: {mlp: {}}\n---\nmodel: {cnn: {}}\n");
-  EXPECT_EQ(error.rfind("job.yaml:3: ", 0), 0u) << error;
+  EXPECT_EQ(error.rfind("job.yaml:2: ", 0), 0u) << error;  // the line of the ---
   EXPECT_NE(error.find("second YAML document"), std::string::npos) << error;
 }
 

@@ -12,6 +12,7 @@ packages=(
   libtorch-dev libgloo-dev
   prometheus dataset-fashion-mnist
   clang-format
+  clang libclang-rt-14-dev  # the libFuzzer targets (tests/fuzz, -DSTOKE_FUZZ=ON)
 )
 
 missing=()

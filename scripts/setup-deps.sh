@@ -14,6 +14,7 @@ packages=(
   python3-grpcio python3-protobuf python3-yaml python3-pytest python3-pip python3-setuptools
   openssl
   clang-format
+  clang libclang-rt-14-dev  # the libFuzzer targets (tests/fuzz, -DSTOKE_FUZZ=ON)
 )
 
 missing=()

@@ -87,6 +87,7 @@ int main(int argc, char** argv) {
   std::string metrics_address = "127.0.0.1:9464";
   std::string worker_binary = DefaultWorkerBinary();
   double heartbeat_timeout_s = 15;
+  double start_timeout_s = 600;
   double backfill_window_s = 120;
   std::string log_level = "info";
   std::vector<std::string> data_roots;
@@ -108,6 +109,10 @@ int main(int argc, char** argv) {
   app.add_option("--heartbeat-timeout", heartbeat_timeout_s,
                  "Seconds of silence after which a worker is presumed dead")
       ->capture_default_str();
+  app.add_option("--start-timeout", start_timeout_s,
+                 "Seconds a worker has to start a job assigned to it; after that the job goes "
+                 "back to the queue (no restart counted) and the worker is evicted (0: no limit)")
+      ->capture_default_str();
   app.add_option("--backfill-window", backfill_window_s,
                  "Seconds a blocked job lets smaller jobs pass it before it reserves devices")
       ->capture_default_str();
@@ -116,8 +121,24 @@ int main(int argc, char** argv) {
                  "/usr/share/datasets and DATA_DIR/datasets)");
   app.add_option("--log-level", log_level, "trace, debug, info, warn or error")
       ->capture_default_str();
+  std::string backup_path;
+  app.add_option("--backup", backup_path,
+                 "Write a consistent copy of DATA_DIR/stoke.db to this file and exit (safe "
+                 "while a coordinator runs on the same data dir)");
   CLI11_PARSE(app, argc, argv);
   spdlog::set_level(spdlog::level::from_str(log_level));
+
+  if (!backup_path.empty()) {
+    const std::string db = data_dir + "/stoke.db";
+    if (!fs::exists(db)) {
+      return Fail(absl::NotFoundError(absl::StrCat("--backup: no job store at ", db)));
+    }
+    auto store = SqliteJobStore::Open({db});
+    if (!store.ok()) return Fail(store.status());
+    if (auto s = (*store)->BackupTo(backup_path); !s.ok()) return Fail(s);
+    spdlog::info("job store {} copied to {}", db, backup_path);
+    return 0;
+  }
 
   // Blocked in every thread started from here on; main waits for them with sigwait.
   sigset_t stop_signals;
@@ -136,6 +157,9 @@ int main(int argc, char** argv) {
   }
   data_dir = fs::canonical(data_dir).string();
 
+  if (auto s = CheckStoreNotEmptied(data_dir + "/stoke.db", data_dir + "/jobs"); !s.ok()) {
+    return Fail(s);
+  }
   auto store = SqliteJobStore::Open({data_dir + "/stoke.db"});
   if (!store.ok()) return Fail(store.status());
   EventHub hub(**store);
@@ -143,6 +167,7 @@ int main(int argc, char** argv) {
   Coordinator::Options core_options;
   core_options.jobs_dir = data_dir + "/jobs";
   core_options.heartbeat_timeout = absl::Seconds(heartbeat_timeout_s);
+  core_options.start_timeout = absl::Seconds(start_timeout_s);
   core_options.scheduler.backfill_window = absl::Seconds(backfill_window_s);
   auto core = Coordinator::Create(core_options, **store, hub, clock);
   if (!core.ok()) return Fail(core.status());

@@ -3,12 +3,15 @@
 #include <grpcpp/grpcpp.h>
 
 #include <cerrno>
+#include <chrono>
 #include <cstdio>
 #include <cstring>
 #include <fstream>
+#include <random>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
+#include "proto/stoke/v1/limits.h"
 
 namespace stoke::client {
 
@@ -21,7 +24,8 @@ std::unique_ptr<Client> Client::Connect(const ClientOptions& options) {
   grpc::ChannelArguments args;
   args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 2'000);
   args.SetInt(GRPC_ARG_KEEPALIVE_TIME_MS, 20'000);
-  args.SetMaxReceiveMessageSize(16 * 1024 * 1024);
+  args.SetMaxReceiveMessageSize(v1::kMaxMessageBytes);
+  args.SetMaxSendMessageSize(v1::kMaxMessageBytes);
   auto channel =
       grpc::CreateCustomChannel(options.address, grpc::InsecureChannelCredentials(), args);
   return std::unique_ptr<Client>(new Client(options, std::move(channel)));
@@ -31,15 +35,36 @@ void Client::PrepareContext(grpc::ClientContext& context) const {
   context.set_deadline(std::chrono::system_clock::now() + options_.call_timeout);
 }
 
-absl::StatusOr<v1::Job> Client::SubmitJob(const v1::JobSpec& spec) {
-  grpc::ClientContext context;
-  PrepareContext(context);
+namespace {
+
+// 128 random bits, in hex: unique among every submission a coordinator will see.
+std::string NewRequestId() {
+  std::random_device random;
+  std::string id;
+  for (int i = 0; i < 4; ++i) absl::StrAppend(&id, absl::Hex(random(), absl::kZeroPad8));
+  return id;
+}
+
+}  // namespace
+
+absl::StatusOr<v1::Job> Client::SubmitJob(const v1::JobSpec& spec, std::string request_id) {
   v1::SubmitJobRequest request;
   *request.mutable_spec() = spec;
-  v1::SubmitJobResponse response;
-  auto status = FromGrpcStatus(stub_->SubmitJob(&context, request, &response));
-  if (!status.ok()) return status;
-  return response.job();
+  request.set_request_id(request_id.empty() ? NewRequestId() : std::move(request_id));
+  absl::Status status;
+  for (int attempt = 0; attempt < 3; ++attempt) {
+    if (attempt > 0) std::this_thread::sleep_for(std::chrono::milliseconds(500 * attempt));
+    grpc::ClientContext context;
+    PrepareContext(context);
+    v1::SubmitJobResponse response;
+    status = FromGrpcStatus(stub_->SubmitJob(&context, request, &response));
+    if (status.ok()) return response.job();
+    if (status.code() != absl::StatusCode::kUnavailable &&
+        status.code() != absl::StatusCode::kDeadlineExceeded) {
+      break;
+    }
+  }
+  return status;
 }
 
 absl::StatusOr<v1::Job> Client::GetJob(const std::string& id) {

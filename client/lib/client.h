@@ -35,7 +35,10 @@ class Client {
   // Does not contact the coordinator; the first call does.
   static std::unique_ptr<Client> Connect(const ClientOptions& options);
 
-  absl::StatusOr<v1::Job> SubmitJob(const v1::JobSpec& spec);
+  // Safe to retry: every submission carries a request id (a random one unless given), and
+  // a call that fails as UNAVAILABLE or DEADLINE_EXCEEDED (the answer may have been lost)
+  // is tried again, up to 3 times, with the same id, so it never creates a second job.
+  absl::StatusOr<v1::Job> SubmitJob(const v1::JobSpec& spec, std::string request_id = "");
   absl::StatusOr<v1::Job> GetJob(const std::string& id);
   absl::StatusOr<v1::ListJobsResponse> ListJobs(const v1::ListJobsRequest& request);
   absl::StatusOr<v1::Job> CancelJob(const std::string& id, const std::string& reason = "");

@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "proto/stoke/v1/limits.h"
 #include "server/api/file_stream_reactor.h"
 #include "server/api/grpc_status.h"
 #include "server/api/job_spec_rules.h"
@@ -13,11 +14,14 @@
 namespace stoke::server {
 namespace {
 
-constexpr uint32_t kDefaultPageSize = 50;
-constexpr uint32_t kMaxPageSize = 1000;
+using v1::kDefaultPageSize;
+using v1::kMaxPageSize;
 
 absl::Status RequireId(const std::string& id) {
   if (id.empty()) return absl::InvalidArgumentError("id: required");
+  if (id.size() > v1::kMaxIdBytes) {
+    return absl::InvalidArgumentError(absl::StrCat("id: at most ", v1::kMaxIdBytes, " bytes"));
+  }
   return absl::OkStatus();
 }
 
@@ -35,7 +39,18 @@ grpc::ServerUnaryReactor* CoordinatorService::SubmitJob(grpc::CallbackServerCont
                                                         v1::SubmitJobResponse* response) {
   return Defer(context, [this, request, response]() -> absl::Status {
     if (!request->has_spec()) return absl::InvalidArgumentError("spec: required");
+    if (request->request_id().size() > v1::kMaxIdBytes) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("request_id: at most ", v1::kMaxIdBytes, " bytes"));
+    }
     v1::JobSpec spec = request->spec();
+    // Fields this coordinator does not know are never stored: they would ride along in
+    // every ListJobs answer and every assignment.
+    spec.DiscardUnknownFields();
+    if (const size_t bytes = spec.ByteSizeLong(); bytes > v1::kMaxSpecBytes) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("spec: ", bytes, " bytes; a job spec may take at most ", v1::kMaxSpecBytes));
+    }
     auto in_spec = [](const absl::Status& s) {
       return absl::Status(s.code(), absl::StrCat("spec.", s.message()));
     };
@@ -44,7 +59,7 @@ grpc::ServerUnaryReactor* CoordinatorService::SubmitJob(grpc::CallbackServerCont
     if (!data.ok()) return in_spec(data.status());
     if (auto s = ValidateAgainstData(spec, *data); !s.ok()) return in_spec(s);
     ApplyJobSpecDefaults(spec, *data);
-    auto job = core_.SubmitJob(spec);
+    auto job = core_.SubmitJob(spec, request->request_id());
     if (!job.ok()) return job.status();
     *response->mutable_job() = *std::move(job);
     return absl::OkStatus();
@@ -85,8 +100,19 @@ grpc::ServerUnaryReactor* CoordinatorService::ListJobs(grpc::CallbackServerConte
     }
     auto page = core_.ListJobs(query);
     if (!page.ok()) return page.status();
-    for (auto& job : page->jobs) *response->add_jobs() = std::move(job);
-    if (page->more && response->jobs_size() > 0) {
+    size_t bytes = 0;
+    bool cut = false;
+    for (auto& job : page->jobs) {
+      // A page stops short of the message limit however large the jobs are; the token
+      // leads on from the last job it holds.
+      bytes += job.ByteSizeLong();
+      if (response->jobs_size() > 0 && bytes > v1::kMaxPageBytes) {
+        cut = true;
+        break;
+      }
+      *response->add_jobs() = std::move(job);
+    }
+    if ((page->more || cut) && response->jobs_size() > 0) {
       response->set_next_page_token(response->jobs(response->jobs_size() - 1).id());
     }
     return absl::OkStatus();
@@ -98,6 +124,10 @@ grpc::ServerUnaryReactor* CoordinatorService::CancelJob(grpc::CallbackServerCont
                                                         v1::Job* response) {
   return Defer(context, [this, request, response]() -> absl::Status {
     if (auto s = RequireId(request->id()); !s.ok()) return s;
+    if (request->reason().size() > v1::kMaxReasonBytes) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("reason: at most ", v1::kMaxReasonBytes, " bytes"));
+    }
     auto job = core_.CancelJob(request->id(), request->reason());
     if (!job.ok()) return job.status();
     *response = *std::move(job);
@@ -148,9 +178,8 @@ grpc::ServerWriteReactor<v1::FileChunk>* CoordinatorService::DownloadModel(
   (void)context;
   // Choosing the file takes a few stat calls, made here; the file itself is read on the
   // executor, a chunk at a time.
-  if (request->id().empty()) {
-    return FileStreamReactor::Fail(
-        grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "id: required"));
+  if (auto s = RequireId(request->id()); !s.ok()) {
+    return FileStreamReactor::Fail(ToGrpcStatus(s));
   }
   auto checkpoints = core_.ListCheckpoints(request->id());
   if (!checkpoints.ok()) return FileStreamReactor::Fail(ToGrpcStatus(checkpoints.status()));

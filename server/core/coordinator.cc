@@ -76,9 +76,24 @@ void Coordinator::TickLoop() {
 
 // ----------------------------------------------------------------------------- public API
 
-absl::StatusOr<v1::Job> Coordinator::SubmitJob(const v1::JobSpec& spec) {
+absl::StatusOr<v1::Job> Coordinator::SubmitJob(const v1::JobSpec& spec,
+                                               const std::string& request_id) {
   std::lock_guard<std::mutex> lock(mu_);
-  auto job = jobs_.Create(spec);
+  if (!request_id.empty()) {
+    // Under mu_, so two racing retries cannot both create a job.
+    auto earlier = store_.FindJobByRequestId(request_id);
+    if (earlier.ok()) {
+      if (earlier->spec().SerializeAsString() != spec.SerializeAsString()) {
+        return absl::AlreadyExistsError(
+            absl::StrCat("request_id: job ", earlier->id(),
+                         " was submitted with this request_id and another spec"));
+      }
+      auto current = jobs_.Get(earlier->id());
+      return current.ok() ? WithWaitingReason(*current) : *earlier;
+    }
+    if (earlier.status().code() != absl::StatusCode::kNotFound) return earlier.status();
+  }
+  auto job = jobs_.Create(spec, request_id);
   if (!job.ok()) return job.status();
   spdlog::info("job {} submitted: {}", job->id(), spec.name());
   Schedule();
@@ -462,7 +477,50 @@ void Coordinator::Tick() {
     RemoveWorker(std::move(*entry),
                  absl::StrCat("worker ", worker_id, " stopped sending heartbeats"));
   }
+  WithdrawUnstartedAssignments();
   Schedule();
+}
+
+void Coordinator::WithdrawUnstartedAssignments() {
+  const absl::Time now = clock_.Now();
+  std::vector<std::pair<std::string, uint32_t>> late;
+  for (auto it = scheduled_at_.begin(); it != scheduled_at_.end();) {
+    const v1::Job* job = jobs_.FindActive(it->first);
+    if (!job || job->state() != v1::JOB_STATE_SCHEDULED || job->attempt() != it->second.first) {
+      it = scheduled_at_.erase(it);  // started, finished or re-queued meanwhile
+      continue;
+    }
+    if (options_.start_timeout > absl::ZeroDuration() &&
+        now - it->second.second >= options_.start_timeout) {
+      late.emplace_back(it->first, it->second.first);
+    }
+    ++it;
+  }
+  for (const auto& [job_id, attempt] : late) {
+    const v1::Job* job = jobs_.FindActive(job_id);
+    const std::set<uint32_t>& started = started_ranks_[job_id];
+    std::vector<std::string> idle;
+    for (const auto& p : job->placement()) {
+      if (!started.count(p.rank())) idle.push_back(p.worker_id());
+    }
+    const std::string why =
+        absl::StrCat(idle.size() == 1 ? "worker " : "workers ", absl::StrJoin(idle, ", "),
+                     " did not start it within ", absl::FormatDuration(options_.start_timeout));
+    // Not the job's fault: back to the queue with no restart counted.
+    RequeueAttempt(job_id, attempt, why);
+    scheduled_at_.erase(job_id);
+    for (const auto& worker_id : idle) {
+      WorkerEntry* worker = workers_.Find(worker_id);
+      if (!worker) continue;
+      spdlog::warn("worker {} evicted: it did not start job {} within {}", worker_id, job_id,
+                   absl::FormatDuration(options_.start_timeout));
+      const WorkerConnection* connection = worker->connection.get();
+      worker->connection->Close(absl::StrCat("did not start job ", job_id, " within ",
+                                             absl::FormatDuration(options_.start_timeout)));
+      auto entry = workers_.Detach(worker_id, connection);
+      if (entry) RemoveWorker(std::move(*entry), why);
+    }
+  }
 }
 
 // ----------------------------------------------------------------------------- scheduling
@@ -522,6 +580,7 @@ void Coordinator::StartJob(const PlannedStart& start) {
   job = jobs_.FindActive(start.job_id);
   started_ranks_.erase(job->id());
   succeeded_ranks_.erase(job->id());
+  scheduled_at_[job->id()] = {job->attempt(), clock_.Now()};
   spdlog::info("job {} attempt {} scheduled on {}", job->id(), job->attempt(),
                absl::StrJoin(where, ", "));
   for (size_t rank = 0; rank < start.worker_ids.size(); ++rank) {

@@ -36,6 +36,11 @@ class Coordinator {
   struct Options {
     // A worker not heard from for this long is presumed dead and its job re-queued.
     absl::Duration heartbeat_timeout = absl::Seconds(15);
+    // A job scheduled but not started by all its workers within this time (a worker that
+    // heartbeats but never starts its assignment) goes back to the queue, without counting
+    // as a restart of the job, and the workers that did not start are evicted. Zero: no
+    // deadline.
+    absl::Duration start_timeout = absl::Minutes(10);
     // How often workers are asked to send a heartbeat.
     absl::Duration heartbeat_interval = absl::Seconds(2);
     Scheduler::Options scheduler;
@@ -62,7 +67,9 @@ class Coordinator {
   void Stop();
 
   // --- The public API (validated requests). ---
-  absl::StatusOr<v1::Job> SubmitJob(const v1::JobSpec& spec);
+  // With a request_id (SubmitJobRequest.request_id): a retry of an earlier submission
+  // returns that job; ALREADY_EXISTS when the id came with another spec.
+  absl::StatusOr<v1::Job> SubmitJob(const v1::JobSpec& spec, const std::string& request_id = "");
   absl::StatusOr<v1::Job> GetJob(const std::string& id);
   absl::StatusOr<JobPage> ListJobs(const JobQuery& query);
   absl::StatusOr<v1::Job> CancelJob(const std::string& id, const std::string& reason);
@@ -110,6 +117,9 @@ class Coordinator {
                         const std::function<void(v1::Job&)>& edit = nullptr);
   void RetryUnsavedTransitions();
   void RemoveWorker(WorkerEntry entry, const std::string& why);
+  // Tick: jobs past their start deadline go back to the queue; the workers that did not
+  // start them are evicted.
+  void WithdrawUnstartedAssignments();
   void Schedule();
   void StartJob(const PlannedStart& start);
   v1::Job WithWaitingReason(v1::Job job) const;
@@ -129,6 +139,8 @@ class Coordinator {
   // Ranks of the current attempt that have started / succeeded, by job.
   std::map<std::string, std::set<uint32_t>> started_ranks_;
   std::map<std::string, std::set<uint32_t>> succeeded_ranks_;
+  // When each job's current attempt was assigned: (attempt, time).
+  std::map<std::string, std::pair<uint32_t, absl::Time>> scheduled_at_;
   // Per (job, rank): the history its diagnoses are drawn from.
   std::map<std::pair<std::string, uint32_t>, RankDiagnostician> diagnosticians_;
   // Why each queued job is still waiting (from the last scheduling pass).

@@ -263,7 +263,8 @@ void CoordinatorMetrics::SetJob(JobSeries& series, const v1::Job& job, bool fini
                                                             {"host", p.host()},
                                                             {"gpu", DeviceLabel(p.device())},
                                                             {"uuid", p.device().uuid()},
-                                                            {"rank", std::to_string(p.rank())}});
+                                                            {"rank", std::to_string(p.rank())},
+                                                            {"worker", p.worker_id()}});
       series.placements[p.worker_id()]->Set(1);
     }
   }
@@ -327,10 +328,14 @@ void CoordinatorMetrics::RefreshDevices(const v1::Cluster& cluster) {
   std::set<std::string> attached;
   for (const auto& w : cluster.workers()) {
     if (!w.has_device_stats()) continue;
-    attached.insert(w.id());
+    // One series per worker id, and the id is among its labels: two workers that report
+    // the same device (two `--device cpu` workers on one host) never share a child, so
+    // removing one worker's series never frees a gauge the other still caches.
+    if (!attached.insert(w.id()).second) continue;
     DeviceSeries& series = device_series_[w.id()];
     if (series.labels.empty()) {
-      series.labels = {{"host", w.host()},
+      series.labels = {{"worker", w.id()},
+                       {"host", w.host()},
                        {"gpu", DeviceLabel(w.device())},
                        {"uuid", w.device().uuid()},
                        {"name", w.device().name()}};

@@ -43,6 +43,10 @@ class JobStore {
   // NOT_FOUND when no job has this id.
   virtual absl::StatusOr<v1::Job> GetJob(const std::string& id) = 0;
 
+  // The job created with this SubmitJobRequest.request_id (stored by CreateJob from
+  // job.request_id); NOT_FOUND when none was.
+  virtual absl::StatusOr<v1::Job> FindJobByRequestId(const std::string& request_id) = 0;
+
   virtual absl::StatusOr<JobPage> ListJobs(const JobQuery& query) = 0;
 
   // Events with seq >= from_seq, in order, at most `limit`.

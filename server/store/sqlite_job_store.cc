@@ -1,9 +1,12 @@
 #include "server/store/sqlite_job_store.h"
 
+#include <dirent.h>
 #include <sqlite3.h>
+#include <sys/stat.h>
 
 #include <algorithm>
 #include <charconv>
+#include <cstdint>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -43,9 +46,10 @@ class Statement {
   int rc_ = SQLITE_OK;
 };
 
-// Job ids are decimal row ids; anything else names no job.
+// Job ids are decimal row ids, written one way only: "01" or "+1" name no job, so that
+// every RPC (all of which come here) agrees on what an id means.
 bool ParseJobId(const std::string& id, int64_t* out) {
-  if (id.empty() || id.size() > 18) return false;
+  if (id.empty() || id.size() > 18 || id[0] < '1' || id[0] > '9') return false;
   auto [end, ec] = std::from_chars(id.data(), id.data() + id.size(), *out);
   return ec == std::errc() && end == id.data() + id.size() && *out > 0;
 }
@@ -99,8 +103,77 @@ absl::StatusOr<std::unique_ptr<SqliteJobStore>> SqliteJobStore::Open(const Optio
       return s;
     }
   }
+  if (auto s = store->QuickCheck(); !s.ok()) return s;
   if (auto s = store->Migrate(); !s.ok()) return s;
   return store;
+}
+
+absl::Status SqliteJobStore::QuickCheck() {
+  std::lock_guard<std::mutex> lock(mu_);
+  Statement stmt(db_, "PRAGMA quick_check(1)");
+  const int rc = stmt.Step();
+  if (rc != SQLITE_ROW) return Error(rc, sqlite3_errmsg(db_));
+  const std::string result = stmt.ColumnBlob(0);
+  if (result == "ok") return absl::OkStatus();
+  return absl::DataLossError(
+      absl::StrCat("job store ", path_, " is damaged (PRAGMA quick_check: ", result,
+                   "); restore it from a backup (stoke-coordinator --backup; see README, "
+                   "\"Backup and restore\") or move it aside to start with an empty store"));
+}
+
+absl::Status SqliteJobStore::BackupTo(const std::string& destination) {
+  sqlite3* out = nullptr;
+  int rc = sqlite3_open_v2(destination.c_str(), &out, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE,
+                           nullptr);
+  if (rc != SQLITE_OK) {
+    std::string msg = out ? sqlite3_errmsg(out) : sqlite3_errstr(rc);
+    sqlite3_close(out);
+    return absl::UnavailableError(absl::StrCat("backup ", destination, ": ", msg));
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  sqlite3_backup* backup = sqlite3_backup_init(out, "main", db_, "main");
+  if (backup == nullptr) {
+    std::string msg = sqlite3_errmsg(out);
+    sqlite3_close(out);
+    return absl::UnavailableError(absl::StrCat("backup ", destination, ": ", msg));
+  }
+  // All pages in one step: from this connection, other writers wait on the busy timeout
+  // rather than restart the copy.
+  rc = sqlite3_backup_step(backup, -1);
+  sqlite3_backup_finish(backup);
+  std::string msg = sqlite3_errmsg(out);
+  sqlite3_close(out);
+  if (rc != SQLITE_DONE) {
+    return absl::UnavailableError(absl::StrCat("backup ", destination, ": ", msg));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CheckStoreNotEmptied(const std::string& db_path, const std::string& jobs_dir) {
+  struct stat st;
+  if (stat(db_path.c_str(), &st) != 0 || st.st_size != 0) return absl::OkStatus();
+  std::string evidence;
+  struct stat wal;
+  if (stat((db_path + "-wal").c_str(), &wal) == 0 && wal.st_size > 0) {
+    evidence = absl::StrCat(db_path, "-wal (", wal.st_size, " bytes)");
+  } else if (DIR* dir = opendir(jobs_dir.c_str())) {
+    while (dirent* entry = readdir(dir)) {
+      const std::string name = entry->d_name;
+      if (name != "." && name != "..") {
+        evidence = absl::StrCat(jobs_dir, "/", name);
+        break;
+      }
+    }
+    closedir(dir);
+  }
+  if (evidence.empty()) return absl::OkStatus();
+  return absl::FailedPreconditionError(absl::StrCat(
+      "job store ", db_path, " is empty (0 bytes), but ", evidence,
+      " shows it held jobs: it was truncated or replaced. Refusing to start with an empty "
+      "store. Restore it from a backup (copy the backup file to ",
+      db_path, " and remove ", db_path, "-wal and ", db_path,
+      "-shm), or, to start over without the old jobs, move ", db_path,
+      ", its -wal and -shm files and ", jobs_dir, " aside"));
 }
 
 SqliteJobStore::~SqliteJobStore() { sqlite3_close(db_); }
@@ -145,7 +218,8 @@ absl::Status SqliteJobStore::Migrate() {
         kSchemaVersion, "; run a newer stoke-coordinator or use another --data-dir"));
   }
   if (version == kSchemaVersion) return absl::OkStatus();
-  // Version 0 is an empty file: create everything in one transaction.
+  // Version 0 is an empty file, version 1 lacks submit_requests: every statement below
+  // creates only what is missing, in one transaction.
   return Exec(R"sql(
     BEGIN;
     CREATE TABLE IF NOT EXISTS jobs (
@@ -160,7 +234,11 @@ absl::Status SqliteJobStore::Migrate() {
       event BLOB NOT NULL,
       PRIMARY KEY (job_id, seq)
     ) WITHOUT ROWID;
-    PRAGMA user_version = 1;
+    CREATE TABLE IF NOT EXISTS submit_requests (
+      request_id TEXT PRIMARY KEY,
+      job_id INTEGER NOT NULL REFERENCES jobs(id)
+    ) WITHOUT ROWID;
+    PRAGMA user_version = 2;
     COMMIT;
   )sql");
 }
@@ -215,8 +293,28 @@ absl::StatusOr<v1::Job> SqliteJobStore::CreateJob(v1::Job job,
   job.set_id(std::to_string(id));
   if (auto s = WriteJobRow(job, /*insert=*/false, &id); !s.ok()) return s;
   if (auto s = WriteEvents(id, events); !s.ok()) return s;
+  if (!job.request_id().empty()) {
+    Statement stmt(db_, "INSERT INTO submit_requests(request_id, job_id) VALUES (?, ?)");
+    stmt.BindBlob(1, job.request_id());
+    stmt.Bind(2, id);
+    if (int rc = stmt.Step(); rc != SQLITE_DONE) return Error(rc, sqlite3_errmsg(db_));
+  }
   if (int rc = txn.Commit(); rc != SQLITE_OK) return Error(rc, sqlite3_errmsg(db_));
   return job;
+}
+
+absl::StatusOr<v1::Job> SqliteJobStore::FindJobByRequestId(const std::string& request_id) {
+  int64_t job_id = 0;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    Statement stmt(db_, "SELECT job_id FROM submit_requests WHERE request_id = ?");
+    stmt.BindBlob(1, request_id);
+    const int rc = stmt.Step();
+    if (rc == SQLITE_DONE) return absl::NotFoundError("no job with this request_id");
+    if (rc != SQLITE_ROW) return Error(rc, sqlite3_errmsg(db_));
+    job_id = sqlite3_column_int64(stmt.get(), 0);
+  }
+  return GetJob(std::to_string(job_id));
 }
 
 absl::Status SqliteJobStore::Commit(const v1::Job& job, absl::Span<const v1::JobEvent> events) {
@@ -289,7 +387,9 @@ absl::StatusOr<std::vector<v1::JobEvent>> SqliteJobStore::ReadEvents(const std::
   Statement stmt(db_,
                  "SELECT event FROM events WHERE job_id = ? AND seq >= ? ORDER BY seq LIMIT ?");
   stmt.Bind(1, row);
-  stmt.Bind(2, static_cast<int64_t>(from_seq));
+  // Sequence numbers are below 2^63; a larger from_seq must not wrap to a negative one
+  // (which would replay the job from its start).
+  stmt.Bind(2, static_cast<int64_t>(std::min<uint64_t>(from_seq, INT64_MAX)));
   stmt.Bind(3, limit);
   std::vector<v1::JobEvent> events;
   int rc;

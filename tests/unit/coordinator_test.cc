@@ -52,6 +52,9 @@ class FillableStore final : public JobStore {
     return sqlite_->Commit(job, events);
   }
   absl::StatusOr<v1::Job> GetJob(const std::string& id) override { return sqlite_->GetJob(id); }
+  absl::StatusOr<v1::Job> FindJobByRequestId(const std::string& request_id) override {
+    return sqlite_->FindJobByRequestId(request_id);
+  }
   absl::StatusOr<JobPage> ListJobs(const JobQuery& query) override {
     return sqlite_->ListJobs(query);
   }
@@ -81,6 +84,7 @@ class CoordinatorTest : public ::testing::Test {
     options.heartbeat_timeout = absl::Seconds(10);
     options.heartbeat_interval = absl::Seconds(2);
     options.tick_interval = absl::ZeroDuration();  // the test calls Tick
+    options.start_timeout = start_timeout_;
     options.jobs_dir = dir_.File("jobs");
     core_ = *Coordinator::Create(options, *store_, *hub_, clock_);
     ASSERT_TRUE(core_->Start().ok());
@@ -142,6 +146,7 @@ class CoordinatorTest : public ::testing::Test {
 
   stoke::testing::TempDir dir_;
   FakeClock clock_;
+  absl::Duration start_timeout_ = absl::Minutes(10);
   std::unique_ptr<FillableStore> store_;
   std::unique_ptr<EventHub> hub_;
   std::unique_ptr<Coordinator> core_;
@@ -287,6 +292,44 @@ TEST_F(CoordinatorTest, SilentWorkerIsPresumedDeadAndItsJobRequeued) {
   auto w2 = Attach("w2");
   ASSERT_EQ(w2->Assignments().size(), 1u);
   EXPECT_EQ(w2->Assignments()[0].attempt(), 2u);
+}
+
+TEST_F(CoordinatorTest, AWorkerThatNeverStartsItsJobIsEvictedAndTheJobRequeued) {
+  start_timeout_ = absl::Seconds(60);
+  Open();
+  auto w1 = Attach("w1");
+  std::string id = Submit();
+  ASSERT_EQ(w1->Assignments().size(), 1u);
+  auto beat_and_tick = [&] {
+    clock_.Advance(absl::Seconds(4));
+    v1::WorkerMessage beat;
+    beat.mutable_heartbeat();
+    Send("w1", beat);
+    core_->Tick();
+  };
+  for (int i = 0; i < 14; ++i) beat_and_tick();  // 56 s: alive, but never started
+  EXPECT_EQ(GetJob(id).state(), v1::JOB_STATE_SCHEDULED);
+  beat_and_tick();  // 60 s
+  v1::Job job = GetJob(id);
+  EXPECT_EQ(job.state(), v1::JOB_STATE_PENDING);
+  EXPECT_EQ(job.restarts(), 0u) << "not the job's fault";
+  EXPECT_NE(job.message().find("worker w1 did not start it within 1m"), std::string::npos)
+      << job.message();
+  EXPECT_NE(w1->closed_because.find("did not start job " + id), std::string::npos)
+      << w1->closed_because;
+  EXPECT_TRUE(core_->GetCluster().workers().empty());
+  auto w2 = Attach("w2");
+  ASSERT_EQ(w2->Assignments().size(), 1u);
+  EXPECT_EQ(w2->Assignments()[0].attempt(), 2u);
+  Started("w2", id, 2);
+  for (int i = 0; i < 30; ++i) {  // a started job has no deadline
+    clock_.Advance(absl::Seconds(4));
+    v1::WorkerMessage beat;
+    beat.mutable_heartbeat();
+    Send("w2", beat);
+    core_->Tick();
+  }
+  EXPECT_EQ(GetJob(id).state(), v1::JOB_STATE_RUNNING);
 }
 
 TEST_F(CoordinatorTest, HeartbeatsKeepAWorkerAlive) {

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 
+#include "proto/stoke/v1/limits.h"
 #include "worker/link/task_translation.h"
 
 namespace stoke::worker {
@@ -139,6 +140,9 @@ void WorkerAgent::Run() {
   args.SetInt(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, 10'000);
   args.SetInt(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
   args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 2'000);
+  // The coordinator's own limit, so that whatever it accepts reaches its workers.
+  args.SetMaxReceiveMessageSize(v1::kMaxMessageBytes);
+  args.SetMaxSendMessageSize(v1::kMaxMessageBytes);
   auto channel = grpc::CreateCustomChannel(options_.coordinator_address,
                                            grpc::InsecureChannelCredentials(), args);
   auto stub = v1::WorkerLink::NewStub(channel);

@@ -12,6 +12,7 @@ packages=(
   libtorch-dev libgloo-dev
   prometheus dataset-fashion-mnist
   clang-format
+  libssl-dev openssl
 )
 
 missing=()

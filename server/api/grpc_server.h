@@ -22,6 +22,8 @@ class GrpcServer {
     int max_message_bytes = 16 * 1024 * 1024;
     // Told of every call (for /metrics); may be null. Must outlive the server.
     RpcObserver* observer = nullptr;
+    // TLS (security::MakeServerCredentials); null means plaintext.
+    std::shared_ptr<grpc::ServerCredentials> credentials;
   };
 
   static absl::StatusOr<std::unique_ptr<GrpcServer>> Start(

@@ -7,6 +7,7 @@
 #include <mutex>
 
 #include "server/api/grpc_status.h"
+#include "server/api/worker_text.h"
 
 namespace stoke::server {
 namespace {
@@ -45,11 +46,23 @@ class StreamConnection final : public WorkerConnection {
 class WorkerStream final
     : public grpc::ServerBidiReactor<v1::WorkerMessage, v1::CoordinatorMessage> {
  public:
-  WorkerStream(Coordinator& core, Executor& executor, std::string peer)
+  // A stream whose caller could not be identified ends at once with that status.
+  WorkerStream(Coordinator& core, Executor& executor, AuditLog& audit, std::string peer,
+               absl::StatusOr<Caller> caller)
       : core_(core),
         executor_(executor),
+        audit_(audit),
         peer_(std::move(peer)),
         connection_(std::make_shared<StreamConnection>(this)) {
+    if (!caller.ok()) {
+      spdlog::warn("worker link from {} refused: {}", peer_, caller.status().ToString());
+      Post([this, status = caller.status()] {  // the store is not written on gRPC's thread
+        audit_.Record(Caller{"?", security::Role::kWorker, peer_}, "Attach", "", status);
+      });
+      FinishOnce(ToGrpcStatus(caller.status()));
+      return;
+    }
+    caller_ = *std::move(caller);
     StartRead(&incoming_);
   }
 
@@ -62,7 +75,8 @@ class WorkerStream final
       });
       return;
     }
-    Post([this, message = std::move(incoming_)] {
+    Post([this, message = std::move(incoming_)]() mutable {
+      SanitizeWorkerMessage(message);
       if (Handle(message)) {
         std::lock_guard<std::mutex> lock(mu_);
         if (!finished_) StartRead(&incoming_);
@@ -100,7 +114,10 @@ class WorkerStream final
                                 "the first message on a worker link must be register"));
         return false;
       }
-      auto s = core_.AttachWorker(message.register_(), PeerHost(peer_), connection_);
+      // Without authentication there is no credential to bind the id to.
+      const std::string credential = caller_.name == "anonymous" ? "" : caller_.name;
+      auto s = core_.AttachWorker(message.register_(), PeerHost(peer_), connection_, credential);
+      audit_.Record(caller_, "Attach", message.register_().worker_id(), s);
       if (!s.ok()) {
         spdlog::warn("worker registration from {} refused: {}", peer_, s.ToString());
         FinishOnce(ToGrpcStatus(s));
@@ -130,7 +147,9 @@ class WorkerStream final
 
   Coordinator& core_;
   Executor& executor_;
+  AuditLog& audit_;
   const std::string peer_;
+  Caller caller_;
   std::shared_ptr<StreamConnection> connection_;
   v1::WorkerMessage incoming_;
   std::string worker_id_;  // set once registered; touched only by one task at a time
@@ -179,7 +198,8 @@ void StreamConnection::Detach() {
 
 grpc::ServerBidiReactor<v1::WorkerMessage, v1::CoordinatorMessage>* WorkerLinkService::Attach(
     grpc::CallbackServerContext* context) {
-  return new WorkerStream(core_, executor_, context->peer());
+  return new WorkerStream(core_, executor_, audit_, context->peer(),
+                          access_.IdentifyWorker(*context));
 }
 
 }  // namespace stoke::server

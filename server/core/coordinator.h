@@ -62,7 +62,8 @@ class Coordinator {
   void Stop();
 
   // --- The public API (validated requests). ---
-  absl::StatusOr<v1::Job> SubmitJob(const v1::JobSpec& spec);
+  // `owner`: the submitting credential's name ("" when the coordinator has no tokens).
+  absl::StatusOr<v1::Job> SubmitJob(const v1::JobSpec& spec, const std::string& owner = "");
   absl::StatusOr<v1::Job> GetJob(const std::string& id);
   absl::StatusOr<JobPage> ListJobs(const JobQuery& query);
   absl::StatusOr<v1::Job> CancelJob(const std::string& id, const std::string& reason);
@@ -74,8 +75,11 @@ class Coordinator {
 
   // --- The worker link. ---
   // `address`: where the worker connected from, as the coordinator saw it.
+  // `credential`: the name of what the worker authenticated with (a join token, a client
+  // certificate); the id stays bound to the first one. Empty: no authentication.
   absl::Status AttachWorker(const v1::RegisterWorker& registration, const std::string& address,
-                            std::shared_ptr<WorkerConnection> connection);
+                            std::shared_ptr<WorkerConnection> connection,
+                            const std::string& credential = "");
   void DetachWorker(const std::string& worker_id, const WorkerConnection* connection,
                     const std::string& reason);
   void HandleWorkerMessage(const std::string& worker_id, const v1::WorkerMessage& message);
@@ -91,6 +95,8 @@ class Coordinator {
   void OnTaskReport(const std::string& worker_id, const v1::TaskReport& report);
   void OnTaskFinished(const std::string& worker_id, const v1::TaskFinished& finished);
   void OnLeaving(const std::string& worker_id, const v1::Leaving& leaving);
+  // A message about a job the sender does not hold (stale, or forged): ignored, counted.
+  void RefuseReport(const std::string& worker_id, const char* kind, const std::string& job_id);
 
   // A rank of `job_id`'s attempt is gone or failed: stop the rest of the gang and
   // re-queue the job, or fail it when it has used up its restarts.
@@ -134,6 +140,7 @@ class Coordinator {
   // Why each queued job is still waiting (from the last scheduling pass).
   std::map<std::string, std::string> waiting_;
   bool shutting_down_ = false;
+  uint64_t refused_reports_ = 0;
   uint16_t next_rendezvous_port_ = 0;
   struct UnsavedTransition {
     std::string job_id;

@@ -28,7 +28,7 @@ class JobBook {
   absl::Status Recover();
 
   // Stores a new PENDING job for an already validated spec.
-  absl::StatusOr<v1::Job> Create(const v1::JobSpec& spec);
+  absl::StatusOr<v1::Job> Create(const v1::JobSpec& spec, const std::string& owner = "");
 
   // An unfinished job, or null.
   const v1::Job* FindActive(const std::string& id) const;

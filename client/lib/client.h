@@ -22,12 +22,12 @@ struct ClientOptions {
   // Deadline of each unary call.
   std::chrono::milliseconds call_timeout{10'000};
   // Bearer token for coordinators with --auth-tokens; empty sends none.
-  std::string token;
+  std::string token{};
   // PEM CA file to verify the coordinator with: TLS when set, plaintext when empty.
-  std::string tls_ca;
+  std::string tls_ca{};
   // PEM client certificate and key, for coordinators that ask for mutual TLS.
-  std::string tls_cert;
-  std::string tls_key;
+  std::string tls_cert{};
+  std::string tls_key{};
 };
 
 struct WatchOptions {

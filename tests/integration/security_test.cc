@@ -29,36 +29,42 @@ struct Credential {
 
 class SecurityTest : public ::testing::Test {
  protected:
-  static void SetUpTestSuite() {
-    dir_ = new TempDir();
+  // Made by the first test rather than in SetUpTestSuite, so that a failure fails it
+  // (from SetUpTestSuite, gtest would only skip the tests).
+  static bool MakeCredentials() {
     // The server's certificate is self-signed (so local workers can verify with it);
     // workers' client certificates come from a CA of their own.
-    ASSERT_TRUE(
-        OpenSsl({"req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2", "-subj",
-                 "/CN=stoke-coordinator", "-addext", "subjectAltName=IP:127.0.0.1,DNS:localhost",
-                 "-keyout", Path("server.key"), "-out", Path("server.pem")}));
-    ASSERT_TRUE(
-        OpenSsl({"req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2", "-subj",
-                 "/CN=stoke-worker-ca", "-keyout", Path("ca.key"), "-out", Path("ca.pem")}));
-    ASSERT_TRUE(OpenSsl({"req", "-newkey", "rsa:2048", "-nodes", "-subj", "/CN=gpu-host-7",
-                         "-keyout", Path("worker.key"), "-out", Path("worker.csr")}));
-    ASSERT_TRUE(
-        OpenSsl({"x509", "-req", "-in", Path("worker.csr"), "-CA", Path("ca.pem"), "-CAkey",
-                 Path("ca.key"), "-CAcreateserial", "-days", "2", "-out", Path("worker.pem")}));
+    if (!OpenSsl({"req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2", "-subj",
+                  "/CN=stoke-coordinator", "-addext", "subjectAltName=IP:127.0.0.1,DNS:localhost",
+                  "-keyout", Path("server.key"), "-out", Path("server.pem")}) ||
+        !OpenSsl({"req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2", "-subj",
+                  "/CN=stoke-worker-ca", "-keyout", Path("ca.key"), "-out", Path("ca.pem")}) ||
+        !OpenSsl({"req", "-newkey", "rsa:2048", "-nodes", "-subj", "/CN=gpu-host-7", "-keyout",
+                  Path("worker.key"), "-out", Path("worker.csr")}) ||
+        !OpenSsl({"x509", "-req", "-in", Path("worker.csr"), "-CA", Path("ca.pem"), "-CAkey",
+                  Path("ca.key"), "-CAcreateserial", "-days", "2", "-out", Path("worker.pem")})) {
+      return false;
+    }
     std::ofstream tokens(Path("tokens"));
     tokens << "# name role hash\n";
     for (const auto& c : Credentials()) {
       tokens << c.name << " " << c.role << " " << security::HashToken(c.token) << "\n";
     }
     std::ofstream(Path("metrics.token")) << "scrape-secret\n";
+    return true;
   }
   static void TearDownTestSuite() {
     delete coordinator_;
     coordinator_ = nullptr;
     delete dir_;
+    dir_ = nullptr;
   }
 
   void SetUp() override {
+    if (!dir_) {
+      dir_ = new TempDir();
+      ASSERT_TRUE(MakeCredentials());
+    }
     if (!coordinator_) {
       CoordinatorProcess::Options options{Path("data")};
       options.local_workers = "cpu:1";
@@ -90,7 +96,7 @@ class SecurityTest : public ::testing::Test {
   }
   static std::string Path(const std::string& name) { return dir_->File(name); }
   static bool OpenSsl(std::vector<std::string> args) {
-    args.insert(args.begin(), "openssl");
+    args.insert(args.begin(), "/usr/bin/openssl");
     CommandResult r = RunCommand(args);
     EXPECT_EQ(r.exit_code, 0) << r.err;
     return r.exit_code == 0;

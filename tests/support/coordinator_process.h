@@ -22,8 +22,8 @@ class CoordinatorProcess {
     std::string local_workers = "cpu:2";
     std::vector<std::string> extra_args = {"--heartbeat-timeout", "6"};
     // The test's own client: the token it sends and the CA it verifies TLS with.
-    std::string client_token;
-    std::string client_tls_ca;
+    std::string client_token{};
+    std::string client_tls_ca{};
   };
 
   // Starts it and waits until it listens and every local worker has attached. Fails the

@@ -15,6 +15,7 @@ packages=(
   openssl
   clang-format
   clang libclang-rt-14-dev  # the libFuzzer targets (tests/fuzz, -DSTOKE_FUZZ=ON)
+  libssl-dev openssl
 )
 
 missing=()

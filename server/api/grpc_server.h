@@ -23,6 +23,8 @@ class GrpcServer {
     int max_message_bytes = v1::kMaxMessageBytes;
     // Told of every call (for /metrics); may be null. Must outlive the server.
     RpcObserver* observer = nullptr;
+    // TLS (security::MakeServerCredentials); null means plaintext.
+    std::shared_ptr<grpc::ServerCredentials> credentials;
   };
 
   static absl::StatusOr<std::unique_ptr<GrpcServer>> Start(

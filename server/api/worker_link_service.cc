@@ -9,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "proto/stoke/v1/limits.h"
 #include "server/api/grpc_status.h"
+#include "server/api/worker_text.h"
 
 namespace stoke::server {
 namespace {
@@ -104,11 +105,23 @@ class StreamConnection final : public WorkerConnection {
 class WorkerStream final
     : public grpc::ServerBidiReactor<v1::WorkerMessage, v1::CoordinatorMessage> {
  public:
-  WorkerStream(Coordinator& core, Executor& executor, std::string peer)
+  // A stream whose caller could not be identified ends at once with that status.
+  WorkerStream(Coordinator& core, Executor& executor, AuditLog& audit, std::string peer,
+               absl::StatusOr<Caller> caller)
       : core_(core),
         executor_(executor),
+        audit_(audit),
         peer_(std::move(peer)),
         connection_(std::make_shared<StreamConnection>(this)) {
+    if (!caller.ok()) {
+      spdlog::warn("worker link from {} refused: {}", peer_, caller.status().ToString());
+      Post([this, status = caller.status()] {  // the store is not written on gRPC's thread
+        audit_.Record(Caller{"?", security::Role::kWorker, peer_}, "Attach", "", status);
+      });
+      connection_->Finish(ToGrpcStatus(caller.status()));
+      return;
+    }
+    caller_ = *std::move(caller);
     connection_->StartRead(&incoming_);
   }
 
@@ -123,6 +136,7 @@ class WorkerStream final
     }
     Post([this, message = std::move(incoming_)]() mutable {
       BoundTaskText(message);
+      SanitizeWorkerMessage(message);
       if (Handle(message)) connection_->StartRead(&incoming_);
     });
   }
@@ -149,7 +163,12 @@ class WorkerStream final
         return false;
       }
       absl::Status s = CheckRegistration(message.register_());
-      if (s.ok()) s = core_.AttachWorker(message.register_(), PeerHost(peer_), connection_);
+      // Without authentication there is no credential to bind the id to.
+      const std::string credential = caller_.name == "anonymous" ? "" : caller_.name;
+      if (s.ok()) {
+        s = core_.AttachWorker(message.register_(), PeerHost(peer_), connection_, credential);
+      }
+      audit_.Record(caller_, "Attach", message.register_().worker_id(), s);
       if (!s.ok()) {
         spdlog::warn("worker registration from {} refused: {}", peer_, s.ToString());
         connection_->Finish(ToGrpcStatus(s));
@@ -179,7 +198,9 @@ class WorkerStream final
 
   Coordinator& core_;
   Executor& executor_;
+  AuditLog& audit_;
   const std::string peer_;
+  Caller caller_;
   std::shared_ptr<StreamConnection> connection_;
   v1::WorkerMessage incoming_;
   std::string worker_id_;  // set once registered; touched only by one task at a time
@@ -241,7 +262,8 @@ void StreamConnection::Detach() {
 
 grpc::ServerBidiReactor<v1::WorkerMessage, v1::CoordinatorMessage>* WorkerLinkService::Attach(
     grpc::CallbackServerContext* context) {
-  return new WorkerStream(core_, executor_, context->peer());
+  return new WorkerStream(core_, executor_, audit_, context->peer(),
+                          access_.IdentifyWorker(*context));
 }
 
 }  // namespace stoke::server

@@ -77,12 +77,17 @@ void Coordinator::TickLoop() {
 // ----------------------------------------------------------------------------- public API
 
 absl::StatusOr<v1::Job> Coordinator::SubmitJob(const v1::JobSpec& spec,
-                                               const std::string& request_id) {
+                                               const std::string& request_id,
+                                               const std::string& owner) {
   std::lock_guard<std::mutex> lock(mu_);
   if (!request_id.empty()) {
     // Under mu_, so two racing retries cannot both create a job.
     auto earlier = store_.FindJobByRequestId(request_id);
     if (earlier.ok()) {
+      // Someone else's id answers nothing about their job.
+      if (earlier->owner() != owner) {
+        return absl::AlreadyExistsError("request_id: already used by another submitter");
+      }
       if (earlier->spec().SerializeAsString() != spec.SerializeAsString()) {
         return absl::AlreadyExistsError(
             absl::StrCat("request_id: job ", earlier->id(),
@@ -93,7 +98,7 @@ absl::StatusOr<v1::Job> Coordinator::SubmitJob(const v1::JobSpec& spec,
     }
     if (earlier.status().code() != absl::StatusCode::kNotFound) return earlier.status();
   }
-  auto job = jobs_.Create(spec, request_id);
+  auto job = jobs_.Create(spec, request_id, owner);
   if (!job.ok()) return job.status();
   spdlog::info("job {} submitted: {}", job->id(), spec.name());
   Schedule();
@@ -154,7 +159,15 @@ v1::Cluster Coordinator::GetCluster() {
     }
   }
   cluster.set_coordinator_version(STOKE_VERSION);
+  cluster.set_refused_worker_reports(refused_reports_);
   return cluster;
+}
+
+void Coordinator::RefuseReport(const std::string& worker_id, const char* kind,
+                               const std::string& job_id) {
+  ++refused_reports_;
+  spdlog::warn("worker {}: {} for job {} refused: the job's current attempt is not assigned to it",
+               worker_id, kind, job_id);
 }
 
 std::vector<v1::Job> Coordinator::ActiveJobs() {
@@ -176,12 +189,24 @@ absl::StatusOr<std::vector<CheckpointFiles>> Coordinator::ListCheckpoints(const 
 
 absl::Status Coordinator::AttachWorker(const v1::RegisterWorker& registration,
                                        const std::string& address,
-                                       std::shared_ptr<WorkerConnection> connection) {
+                                       std::shared_ptr<WorkerConnection> connection,
+                                       const std::string& credential) {
   if (registration.worker_id().empty()) {
     return absl::InvalidArgumentError("register.worker_id: must not be empty");
   }
   if (registration.device().type() == v1::DEVICE_TYPE_UNSPECIFIED) {
     return absl::InvalidArgumentError("register.device.type: must be CPU or CUDA");
+  }
+  if (!credential.empty()) {
+    // Checked before anything changes: a process that may not take this id must not
+    // evict the worker that holds it.
+    auto bound = store_.BindWorkerCredential(registration.worker_id(), credential);
+    if (!bound.ok()) return bound.status();
+    if (*bound != credential) {
+      return absl::PermissionDeniedError(absl::StrCat(
+          "register.worker_id: ", registration.worker_id(),
+          " is bound to another credential; a worker keeps the id it first registered with"));
+    }
   }
   std::lock_guard<std::mutex> lock(mu_);
   v1::Worker info;
@@ -269,6 +294,7 @@ void Coordinator::OnTaskStarted(const std::string& worker_id, const v1::TaskStar
   if (!worker || !job || worker->info.state() != v1::WORKER_STATE_BUSY ||
       worker->info.job_id() != started.job_id() || worker->attempt != started.attempt() ||
       job->attempt() != started.attempt() || job->state() != v1::JOB_STATE_SCHEDULED) {
+    RefuseReport(worker_id, "started", started.job_id());
     return;
   }
   auto& ranks = started_ranks_[job->id()];
@@ -287,11 +313,28 @@ void Coordinator::OnTaskReport(const std::string& worker_id, const v1::TaskRepor
   const v1::Job* job = jobs_.FindActive(report.job_id());
   if (!worker || !job || worker->info.job_id() != report.job_id() ||
       worker->attempt != report.attempt() || job->attempt() != report.attempt()) {
-    return;  // a late report of an attempt already given up on
+    RefuseReport(worker_id, "report", report.job_id());
+    return;  // a late report of an attempt already given up on, or a forged one
   }
   if (report.dropped_samples() > 0) {
     spdlog::warn("worker {} dropped {} metric samples of job {} (link too slow)", worker_id,
                  report.dropped_samples(), report.job_id());
+  }
+  // A worker that claimed a GPU must show one: every training sample of a CUDA rank
+  // carries the CUDA caching allocator's readings, which a process without a GPU has none
+  // of. One that does not has lied about its device: its attempt fails, and it goes.
+  if (worker->info.device().type() == v1::DEVICE_TYPE_CUDA) {
+    for (const auto& sample : report.metrics()) {
+      if (sample.has_eval() || sample.memory_reserved_bytes() > 0) continue;
+      const std::string why = absl::StrCat(
+          "worker ", worker_id, " claimed ", DeviceLabel(worker->info.device()),
+          " but its metrics carry no CUDA memory readings; it is not trusted with GPU jobs");
+      spdlog::warn("job {}: {}", report.job_id(), why);
+      const uint32_t attempt = worker->attempt;
+      worker->connection->Close(why);
+      FailAttempt(report.job_id(), attempt, why, /*retryable=*/true);
+      return;
+    }
   }
   // Diagnoses join each training sample before it is stored and streamed.
   v1::TaskReport diagnosed = report;
@@ -314,6 +357,7 @@ void Coordinator::OnTaskFinished(const std::string& worker_id, const v1::TaskFin
   WorkerEntry* worker = workers_.Find(worker_id);
   if (!worker || worker->info.job_id() != finished.job_id() ||
       worker->attempt != finished.attempt()) {
+    RefuseReport(worker_id, "finished", finished.job_id());
     return;
   }
   const uint32_t rank = worker->info.rank();

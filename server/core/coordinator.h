@@ -68,8 +68,11 @@ class Coordinator {
 
   // --- The public API (validated requests). ---
   // With a request_id (SubmitJobRequest.request_id): a retry of an earlier submission
-  // returns that job; ALREADY_EXISTS when the id came with another spec.
-  absl::StatusOr<v1::Job> SubmitJob(const v1::JobSpec& spec, const std::string& request_id = "");
+  // returns that job; ALREADY_EXISTS when the id came with another spec or from another
+  // owner. `owner`: the submitting credential's name ("" when the coordinator has no
+  // tokens).
+  absl::StatusOr<v1::Job> SubmitJob(const v1::JobSpec& spec, const std::string& request_id = "",
+                                    const std::string& owner = "");
   absl::StatusOr<v1::Job> GetJob(const std::string& id);
   absl::StatusOr<JobPage> ListJobs(const JobQuery& query);
   absl::StatusOr<v1::Job> CancelJob(const std::string& id, const std::string& reason);
@@ -81,8 +84,11 @@ class Coordinator {
 
   // --- The worker link. ---
   // `address`: where the worker connected from, as the coordinator saw it.
+  // `credential`: the name of what the worker authenticated with (a join token, a client
+  // certificate); the id stays bound to the first one. Empty: no authentication.
   absl::Status AttachWorker(const v1::RegisterWorker& registration, const std::string& address,
-                            std::shared_ptr<WorkerConnection> connection);
+                            std::shared_ptr<WorkerConnection> connection,
+                            const std::string& credential = "");
   void DetachWorker(const std::string& worker_id, const WorkerConnection* connection,
                     const std::string& reason);
   void HandleWorkerMessage(const std::string& worker_id, const v1::WorkerMessage& message);
@@ -98,6 +104,8 @@ class Coordinator {
   void OnTaskReport(const std::string& worker_id, const v1::TaskReport& report);
   void OnTaskFinished(const std::string& worker_id, const v1::TaskFinished& finished);
   void OnLeaving(const std::string& worker_id, const v1::Leaving& leaving);
+  // A message about a job the sender does not hold (stale, or forged): ignored, counted.
+  void RefuseReport(const std::string& worker_id, const char* kind, const std::string& job_id);
 
   // A rank of `job_id`'s attempt is gone or failed: stop the rest of the gang and
   // re-queue the job, or fail it when it has used up its restarts.
@@ -146,6 +154,7 @@ class Coordinator {
   // Why each queued job is still waiting (from the last scheduling pass).
   std::map<std::string, std::string> waiting_;
   bool shutting_down_ = false;
+  uint64_t refused_reports_ = 0;
   uint16_t next_rendezvous_port_ = 0;
   struct UnsavedTransition {
     std::string job_id;

@@ -27,6 +27,9 @@ class Statement {
   int prepare_rc() const { return rc_; }
   sqlite3_stmt* get() { return stmt_; }
   void Bind(int i, int64_t v) { sqlite3_bind_int64(stmt_, i, v); }
+  void BindText(int i, const std::string& text) {
+    sqlite3_bind_text(stmt_, i, text.data(), static_cast<int>(text.size()), SQLITE_TRANSIENT);
+  }
   void BindBlob(int i, const std::string& blob) {
     sqlite3_bind_blob(stmt_, i, blob.data(), static_cast<int>(blob.size()), SQLITE_TRANSIENT);
   }
@@ -218,38 +221,71 @@ absl::Status SqliteJobStore::Migrate() {
         kSchemaVersion, "; run a newer stoke-coordinator or use another --data-dir"));
   }
   if (version == kSchemaVersion) return absl::OkStatus();
-  // Version 0 is an empty file, version 1 lacks submit_requests: every statement below
-  // creates only what is missing, in one transaction.
-  return Exec(R"sql(
-    BEGIN;
-    CREATE TABLE IF NOT EXISTS jobs (
-      id INTEGER PRIMARY KEY AUTOINCREMENT,
-      state INTEGER NOT NULL,
-      job BLOB NOT NULL
-    );
-    CREATE INDEX IF NOT EXISTS jobs_by_state ON jobs(state, id);
-    CREATE TABLE IF NOT EXISTS events (
-      job_id INTEGER NOT NULL REFERENCES jobs(id),
-      seq INTEGER NOT NULL,
-      event BLOB NOT NULL,
-      PRIMARY KEY (job_id, seq)
-    ) WITHOUT ROWID;
-    CREATE TABLE IF NOT EXISTS submit_requests (
-      request_id TEXT PRIMARY KEY,
-      job_id INTEGER NOT NULL REFERENCES jobs(id)
-    ) WITHOUT ROWID;
-    PRAGMA user_version = 2;
-    COMMIT;
-  )sql");
+  // Each step moves the file one version on, in its own transaction, so an interrupted
+  // migration leaves a file some Stoke can open.
+  if (version == 0) {
+    // Version 0 is an empty file: create version 1's tables.
+    if (auto s = Exec(R"sql(
+      BEGIN;
+      CREATE TABLE IF NOT EXISTS jobs (
+        id INTEGER PRIMARY KEY AUTOINCREMENT,
+        state INTEGER NOT NULL,
+        job BLOB NOT NULL
+      );
+      CREATE INDEX IF NOT EXISTS jobs_by_state ON jobs(state, id);
+      CREATE TABLE IF NOT EXISTS events (
+        job_id INTEGER NOT NULL REFERENCES jobs(id),
+        seq INTEGER NOT NULL,
+        event BLOB NOT NULL,
+        PRIMARY KEY (job_id, seq)
+      ) WITHOUT ROWID;
+      PRAGMA user_version = 1;
+      COMMIT;
+    )sql");
+        !s.ok()) {
+      return s;
+    }
+    version = 1;
+  }
+  if (version == 1) {
+    // Version 2: submit request ids (idempotent retries), job owners (broken out for
+    // `list --mine`), the audit log, and the credential each worker id is bound to. Jobs
+    // stored before have no owner.
+    if (auto s = Exec(R"sql(
+      BEGIN;
+      CREATE TABLE IF NOT EXISTS submit_requests (
+        request_id TEXT PRIMARY KEY,
+        job_id INTEGER NOT NULL REFERENCES jobs(id)
+      ) WITHOUT ROWID;
+      ALTER TABLE jobs ADD COLUMN owner TEXT NOT NULL DEFAULT '';
+      CREATE INDEX IF NOT EXISTS jobs_by_owner ON jobs(owner, id);
+      CREATE TABLE IF NOT EXISTS audit (
+        id INTEGER PRIMARY KEY AUTOINCREMENT,
+        entry BLOB NOT NULL
+      );
+      CREATE TABLE IF NOT EXISTS worker_credentials (
+        worker_id TEXT PRIMARY KEY,
+        credential TEXT NOT NULL
+      ) WITHOUT ROWID;
+      PRAGMA user_version = 2;
+      COMMIT;
+    )sql");
+        !s.ok()) {
+      Exec("ROLLBACK").IgnoreError();
+      return s;
+    }
+  }
+  return absl::OkStatus();
 }
 
 absl::Status SqliteJobStore::WriteJobRow(const v1::Job& job, bool insert, int64_t* id_out) {
   std::string blob;
   if (!job.SerializeToString(&blob)) return absl::InternalError("cannot serialize job");
   if (insert) {
-    Statement stmt(db_, "INSERT INTO jobs(state, job) VALUES (?, ?)");
+    Statement stmt(db_, "INSERT INTO jobs(state, job, owner) VALUES (?, ?, ?)");
     stmt.Bind(1, job.state());
     stmt.BindBlob(2, blob);
+    stmt.BindText(3, job.owner());
     int rc = stmt.Step();
     if (rc != SQLITE_DONE) return Error(rc, sqlite3_errmsg(db_));
     *id_out = sqlite3_last_insert_rowid(db_);
@@ -347,19 +383,21 @@ absl::StatusOr<v1::Job> SqliteJobStore::GetJob(const std::string& id) {
 }
 
 absl::StatusOr<JobPage> SqliteJobStore::ListJobs(const JobQuery& query) {
-  std::string sql = "SELECT job FROM jobs WHERE id < ?";
+  std::string sql = "SELECT job FROM jobs WHERE id < ?1";
   if (!query.states.empty()) {
     std::vector<std::string> states;
     for (auto state : query.states) states.push_back(std::to_string(static_cast<int>(state)));
     absl::StrAppend(&sql, " AND state IN (", absl::StrJoin(states, ","), ")");
   }
-  absl::StrAppend(&sql, " ORDER BY id DESC LIMIT ?");
+  if (!query.owner.empty()) absl::StrAppend(&sql, " AND owner = ?3");
+  absl::StrAppend(&sql, " ORDER BY id DESC LIMIT ?2");
   std::lock_guard<std::mutex> lock(mu_);
   Statement stmt(db_, sql.c_str());
   if (stmt.prepare_rc() != SQLITE_OK) return Error(stmt.prepare_rc(), sqlite3_errmsg(db_));
   stmt.Bind(1, query.before_id > 0 ? static_cast<int64_t>(query.before_id) : INT64_MAX);
   // One more than asked tells whether another page exists.
   stmt.Bind(2, static_cast<int64_t>(query.limit) + 1);
+  if (!query.owner.empty()) stmt.BindText(3, query.owner);
   JobPage page;
   int rc;
   while ((rc = stmt.Step()) == SQLITE_ROW) {
@@ -402,6 +440,57 @@ absl::StatusOr<std::vector<v1::JobEvent>> SqliteJobStore::ReadEvents(const std::
   }
   if (rc != SQLITE_DONE) return Error(rc, sqlite3_errmsg(db_));
   return events;
+}
+
+absl::Status SqliteJobStore::AppendAudit(const v1::AuditEntry& entry) {
+  std::string blob;
+  if (!entry.SerializeToString(&blob)) return absl::InternalError("cannot serialize audit entry");
+  std::lock_guard<std::mutex> lock(mu_);
+  Statement stmt(db_, "INSERT INTO audit(entry) VALUES (?)");
+  stmt.BindBlob(1, blob);
+  const int rc = stmt.Step();
+  if (rc != SQLITE_DONE) return Error(rc, sqlite3_errmsg(db_));
+  return absl::OkStatus();
+}
+
+absl::StatusOr<AuditPage> SqliteJobStore::ListAudit(uint64_t before_id, uint32_t limit) {
+  std::lock_guard<std::mutex> lock(mu_);
+  Statement stmt(db_, "SELECT id, entry FROM audit WHERE id < ? ORDER BY id DESC LIMIT ?");
+  stmt.Bind(1, before_id > 0 ? static_cast<int64_t>(before_id) : INT64_MAX);
+  stmt.Bind(2, static_cast<int64_t>(limit) + 1);
+  AuditPage page;
+  int rc;
+  while ((rc = stmt.Step()) == SQLITE_ROW) {
+    if (page.entries.size() == limit) {
+      page.more = true;
+      break;
+    }
+    v1::AuditEntry entry;
+    if (!entry.ParseFromString(stmt.ColumnBlob(1))) {
+      return absl::DataLossError(absl::StrCat("an audit entry is unreadable in ", path_));
+    }
+    entry.set_id(static_cast<uint64_t>(sqlite3_column_int64(stmt.get(), 0)));
+    page.entries.push_back(std::move(entry));
+  }
+  if (rc != SQLITE_ROW && rc != SQLITE_DONE) return Error(rc, sqlite3_errmsg(db_));
+  return page;
+}
+
+absl::StatusOr<std::string> SqliteJobStore::BindWorkerCredential(const std::string& worker_id,
+                                                                 const std::string& credential) {
+  std::lock_guard<std::mutex> lock(mu_);
+  Statement insert(db_,
+                   "INSERT INTO worker_credentials(worker_id, credential) VALUES (?, ?) "
+                   "ON CONFLICT(worker_id) DO NOTHING");
+  insert.BindText(1, worker_id);
+  insert.BindText(2, credential);
+  int rc = insert.Step();
+  if (rc != SQLITE_DONE) return Error(rc, sqlite3_errmsg(db_));
+  Statement select(db_, "SELECT credential FROM worker_credentials WHERE worker_id = ?");
+  select.BindText(1, worker_id);
+  rc = select.Step();
+  if (rc != SQLITE_ROW) return Error(rc, sqlite3_errmsg(db_));
+  return select.ColumnBlob(0);
 }
 
 }  // namespace stoke::server

@@ -42,6 +42,10 @@ class SqliteJobStore final : public JobStore {
   absl::StatusOr<JobPage> ListJobs(const JobQuery& query) override;
   absl::StatusOr<std::vector<v1::JobEvent>> ReadEvents(const std::string& job_id, uint64_t from_seq,
                                                        uint32_t limit) override;
+  absl::Status AppendAudit(const v1::AuditEntry& entry) override;
+  absl::StatusOr<AuditPage> ListAudit(uint64_t before_id, uint32_t limit) override;
+  absl::StatusOr<std::string> BindWorkerCredential(const std::string& worker_id,
+                                                   const std::string& credential) override;
 
  private:
   SqliteJobStore(sqlite3* db, std::string path) : db_(db), path_(std::move(path)) {}

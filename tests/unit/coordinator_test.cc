@@ -62,6 +62,18 @@ class FillableStore final : public JobStore {
                                                        uint32_t limit) override {
     return sqlite_->ReadEvents(job_id, from_seq, limit);
   }
+  absl::Status AppendAudit(const v1::AuditEntry& entry) override {
+    if (full) return Full();
+    return sqlite_->AppendAudit(entry);
+  }
+  absl::StatusOr<AuditPage> ListAudit(uint64_t before_id, uint32_t limit) override {
+    return sqlite_->ListAudit(before_id, limit);
+  }
+  absl::StatusOr<std::string> BindWorkerCredential(const std::string& worker_id,
+                                                   const std::string& credential) override {
+    if (full) return Full();
+    return sqlite_->BindWorkerCredential(worker_id, credential);
+  }
 
  private:
   static absl::Status Full() {
@@ -479,6 +491,62 @@ TEST_F(CoordinatorTest, ReportsBecomeOrderedEvents) {
   EXPECT_EQ(steps, (std::vector<uint64_t>{10, 20, 30}));
   EXPECT_EQ(read.events.back().log().text(), "hello");
   EXPECT_EQ(GetJob(id).latest_metrics().step(), 30u);
+}
+
+// A process without a GPU that claims one is found out by its first metrics: a CUDA rank's
+// samples always carry the caching allocator's readings.
+TEST_F(CoordinatorTest, AWorkerWhoseMetricsShowNoGpuLosesTheJobAndIsClosed) {
+  auto liar = std::make_shared<RecordingConnection>();
+  v1::RegisterWorker reg;
+  reg.set_worker_id("fake-gpu");
+  reg.mutable_device()->set_type(v1::DEVICE_TYPE_CUDA);
+  ASSERT_TRUE(core_->AttachWorker(reg, "10.0.0.9", liar).ok());
+  std::string id = Submit();
+  ASSERT_EQ(liar->Assignments().size(), 1u);
+  Started("fake-gpu", id, 1);
+  v1::WorkerMessage m;
+  m.mutable_report()->set_job_id(id);
+  m.mutable_report()->set_attempt(1);
+  m.mutable_report()->add_metrics()->set_step(10);  // no memory readings
+  Send("fake-gpu", m);
+  EXPECT_NE(liar->closed_because.find("no CUDA memory readings"), std::string::npos);
+  EXPECT_EQ(GetJob(id).state(), v1::JOB_STATE_RESTARTING);
+  EXPECT_TRUE(hub_->Read(id, 1, 100)->events.back().has_state_change());  // sample not stored
+}
+
+TEST_F(CoordinatorTest, AWorkerIdStaysWithTheCredentialThatRegisteredItFirst) {
+  v1::RegisterWorker reg;
+  reg.set_worker_id("host/cpu:0");
+  reg.mutable_device()->set_type(v1::DEVICE_TYPE_CPU);
+  auto real = std::make_shared<RecordingConnection>();
+  ASSERT_TRUE(core_->AttachWorker(reg, "10.0.0.1", real, "host-a").ok());
+  std::string id = Submit();
+  Started("host/cpu:0", id, 1);
+  auto thief = std::make_shared<RecordingConnection>();
+  auto refused = core_->AttachWorker(reg, "10.0.0.2", thief, "host-b");
+  EXPECT_EQ(refused.code(), absl::StatusCode::kPermissionDenied);
+  // The real worker keeps its job: nothing was evicted, no restart burnt.
+  EXPECT_TRUE(real->closed_because.empty());
+  EXPECT_EQ(GetJob(id).state(), v1::JOB_STATE_RUNNING);
+  EXPECT_EQ(GetJob(id).restarts(), 0u);
+  // The same credential may come back (a restarted worker process).
+  Open();
+  EXPECT_TRUE(
+      core_->AttachWorker(reg, "10.0.0.1", std::make_shared<RecordingConnection>(), "host-a").ok());
+  EXPECT_EQ(core_->AttachWorker(reg, "10.0.0.2", thief, "host-b").code(),
+            absl::StatusCode::kPermissionDenied);
+}
+
+TEST_F(CoordinatorTest, ReportsForJobsNotAssignedToTheSenderAreCounted) {
+  Attach("w1");
+  Attach("w2");
+  std::string id = Submit();
+  const std::string holder = WorkerState("w1") == v1::WORKER_STATE_BUSY ? "w1" : "w2";
+  const std::string other = holder == "w1" ? "w2" : "w1";
+  Started(holder, id, 1);
+  Finished(other, id, 1, v1::TASK_OUTCOME_SUCCEEDED);  // forged
+  EXPECT_EQ(GetJob(id).state(), v1::JOB_STATE_RUNNING);
+  EXPECT_EQ(core_->GetCluster().refused_worker_reports(), 1u);
 }
 
 }  // namespace

@@ -173,6 +173,87 @@ TEST(SqliteJobStore, RefusesAFileFromANewerSchema) {
   EXPECT_NE(store.status().message().find("schema version 99"), absl::string_view::npos);
 }
 
+// A file as Stoke's schema version 1 wrote it (jobs and events, no owners, no audit):
+// opened by this version, every job reads back, and the new tables work.
+TEST(SqliteJobStore, MigratesAVersionOneFileKeepingEveryJob) {
+  TempDir dir;
+  {
+    sqlite3* db = nullptr;
+    ASSERT_EQ(sqlite3_open(dir.File("stoke.db").c_str(), &db), SQLITE_OK);
+    ASSERT_EQ(sqlite3_exec(db, R"sql(
+      CREATE TABLE jobs (id INTEGER PRIMARY KEY AUTOINCREMENT, state INTEGER NOT NULL,
+                         job BLOB NOT NULL);
+      CREATE INDEX jobs_by_state ON jobs(state, id);
+      CREATE TABLE events (job_id INTEGER NOT NULL REFERENCES jobs(id), seq INTEGER NOT NULL,
+                           event BLOB NOT NULL, PRIMARY KEY (job_id, seq)) WITHOUT ROWID;
+      PRAGMA user_version = 1;
+    )sql",
+                           nullptr, nullptr, nullptr),
+              SQLITE_OK);
+    for (int i = 1; i <= 3; ++i) {
+      v1::Job job = NewJob("old-" + std::to_string(i), v1::JOB_STATE_SUCCEEDED);
+      job.set_id(std::to_string(i));
+      const std::string blob = job.SerializeAsString();
+      sqlite3_stmt* stmt = nullptr;
+      sqlite3_prepare_v2(db, "INSERT INTO jobs(state, job) VALUES (?, ?)", -1, &stmt, nullptr);
+      sqlite3_bind_int(stmt, 1, v1::JOB_STATE_SUCCEEDED);
+      sqlite3_bind_blob(stmt, 2, blob.data(), static_cast<int>(blob.size()), SQLITE_TRANSIENT);
+      ASSERT_EQ(sqlite3_step(stmt), SQLITE_DONE);
+      sqlite3_finalize(stmt);
+    }
+    sqlite3_close(db);
+  }
+  auto store = SqliteJobStore::Open({dir.File("stoke.db")});
+  ASSERT_TRUE(store.ok()) << store.status();
+  for (int i = 1; i <= 3; ++i) {
+    auto job = (*store)->GetJob(std::to_string(i));
+    ASSERT_TRUE(job.ok()) << job.status();
+    EXPECT_EQ(job->spec().name(), "old-" + std::to_string(i));
+    EXPECT_EQ(job->owner(), "");
+  }
+  // New jobs get owners that list filters on; old ones belong to nobody.
+  v1::Job mine = NewJob("new");
+  mine.set_owner("alice");
+  ASSERT_TRUE((*store)->CreateJob(mine, {StateEvent(1, v1::JOB_STATE_PENDING)}).ok());
+  JobQuery query;
+  query.owner = "alice";
+  auto page = (*store)->ListJobs(query);
+  ASSERT_TRUE(page.ok()) << page.status();
+  ASSERT_EQ(page->jobs.size(), 1u);
+  EXPECT_EQ(page->jobs[0].id(), "4");
+  query.owner.clear();
+  EXPECT_EQ((*store)->ListJobs(query)->jobs.size(), 4u);
+}
+
+TEST(SqliteJobStore, AuditEntriesAndWorkerBindingsSurviveAReopen) {
+  TempDir dir;
+  {
+    auto store = SqliteJobStore::Open({dir.File("stoke.db")});
+    ASSERT_TRUE(store.ok()) << store.status();
+    for (const char* who : {"alice", "bob", "root"}) {
+      v1::AuditEntry entry;
+      entry.set_who(who);
+      entry.set_action("SubmitJob");
+      ASSERT_TRUE((*store)->AppendAudit(entry).ok());
+    }
+    EXPECT_EQ(*(*store)->BindWorkerCredential("host/cuda:0", "host-a"), "host-a");
+  }
+  auto store = SqliteJobStore::Open({dir.File("stoke.db")});
+  ASSERT_TRUE(store.ok()) << store.status();
+  auto page = (*store)->ListAudit(0, 2);
+  ASSERT_TRUE(page.ok()) << page.status();
+  ASSERT_EQ(page->entries.size(), 2u);
+  EXPECT_TRUE(page->more);
+  EXPECT_EQ(page->entries[0].who(), "root");  // newest first
+  EXPECT_EQ(page->entries[0].id(), 3u);
+  auto rest = (*store)->ListAudit(page->entries[1].id(), 2);
+  ASSERT_EQ(rest->entries.size(), 1u);
+  EXPECT_EQ(rest->entries[0].who(), "alice");
+  EXPECT_FALSE(rest->more);
+  // The first credential keeps the id.
+  EXPECT_EQ(*(*store)->BindWorkerCredential("host/cuda:0", "host-b"), "host-a");
+}
+
 TEST(SqliteJobStore, RefusesAFileThatIsNotADatabase) {
   TempDir dir;
   {

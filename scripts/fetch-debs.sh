@@ -9,9 +9,11 @@
 #
 #   scripts/fetch-debs.sh DIR [more Debian packages...]
 #
-# Left out: the C library, the compiler's runtime and zlib, which every host with a C++
-# compiler has (in a newer version than Debian 12's; carrying older copies onto its
-# library path would shadow them). The host needs its own CMake, Ninja, g++ and LibTorch.
+# Left out: the C library (with its headers) and the compiler's runtime, which every host
+# with a C++ compiler has, in its own version: an older copy on the library path would
+# shadow the host's. Every other library the packages need is carried, even where the
+# host may have one, so that each -dev package finds the library it names. The host needs
+# its own CMake, Ninja, g++ and LibTorch.
 set -euo pipefail
 if [ $# -lt 1 ] || [ "${1:0:1}" = - ]; then
   echo "usage: $0 DIR [more Debian packages...]" >&2
@@ -27,7 +29,10 @@ wanted=(
   libspdlog-dev libfmt-dev libgtest-dev libgmock-dev zlib1g-dev
   "$@"
 )
-host_has=(libc6-dev libstdc++6 zlib1g)
+host_has=(
+  libc6 libc6-dev libc-dev-bin linux-libc-dev libcrypt1 libcrypt-dev libnsl2 libnsl-dev
+  libtirpc3 libtirpc-dev libtirpc-common rpcsvc-proto libgcc-s1 libstdc++6 gcc-12-base
+)
 
 # Every package the given ones need, recursively (Depends and Pre-Depends only; virtual
 # packages are left to their providers, which the same walk lists).
@@ -41,7 +46,7 @@ if ! apt-cache show "${wanted[@]}" > /dev/null 2>&1; then
   echo "fetch-debs: run 'apt-get update' once (on Debian 12) and retry" >&2
   exit 1
 fi
-mapfile -t packages < <(comm -23 <(closure "${wanted[@]}") <(closure "${host_has[@]}"))
+mapfile -t packages < <(comm -23 <(closure "${wanted[@]}") <(printf '%s\n' "${host_has[@]}" | sort))
 
 mkdir -p "$dir"
 dir="$(cd "$dir" && pwd)"

@@ -14,11 +14,11 @@
 # Logs land in $OUT (or ./gpu-out). STOKE_GPU_CHECK_INTEGRATION=1 adds the integration
 # tests (they use CPU workers, as CI does).
 set -uo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/.." || exit 1
 root=$PWD
 out="${OUT:-$root/gpu-out}"
 mkdir -p "$out"
-build=build-gpu
+build="build-gpu"
 
 failed=()
 passed=()

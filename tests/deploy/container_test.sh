@@ -67,6 +67,7 @@ pm image inspect --format 'image size: {{.Size}} bytes' "$image"
 data="$work/data-$$"
 mkdir -p "$data"
 chmod 0777 "$data"  # the image runs as its own user
+# shellcheck disable=SC2317  # run by the trap
 cleanup() {
   pm rm -f -t 5 "$name-coordinator" "$name-worker" > /dev/null 2>&1
   rm -rf "$data"

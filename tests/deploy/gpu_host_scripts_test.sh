@@ -31,7 +31,7 @@ mkdir -p "$tmp/bin" "$tmp/home"
 for tool in bash sed cat dirname env; do ln -s "$(command -v "$tool")" "$tmp/bin/$tool"; done
 find_libtorch() { env -i PATH="$tmp/bin" HOME="$tmp/home" "$@" bash "$scripts/find-libtorch.sh"; }
 find_libtorch_args() {
-  env -i PATH="$tmp/bin" HOME="$tmp/home" "$@" bash "$scripts/find-libtorch.sh" --cmake-args | tr '\n' ' '
+  env -i PATH="$tmp/bin" HOME="$tmp/home" bash "$scripts/find-libtorch.sh" --cmake-args | tr '\n' ' '
 }
 
 if [ ! -d /opt/libtorch ] && [ ! -d /usr/local/libtorch ]; then

@@ -125,7 +125,9 @@ YAML
 "$cli_bin" submit "$tmp/job.yaml" --watch > "$tmp/watch.log" 2>&1
 rc=$?
 cat "$tmp/watch.log"
-[ $rc -eq 0 ] && grep -q SUCCEEDED "$tmp/watch.log" || fail "the job did not end SUCCEEDED (exit $rc)"
+if [ $rc -ne 0 ] || ! grep -q SUCCEEDED "$tmp/watch.log"; then
+  fail "the job did not end SUCCEEDED (exit $rc)"
+fi
 "$cli_bin" status 1 | grep -q "slurm-$job-" || fail "stoke status 1 names no worker of the allocation"
 
 echo "== scancel: the capacity leaves"

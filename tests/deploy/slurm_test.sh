@@ -16,20 +16,32 @@ source_dir="$4"
 script="$source_dir/deploy/slurm/stoke-workers.sbatch"
 
 [ "$(id -u)" -eq 0 ] || { echo "SKIP: starts slurmctld and slurmd, which needs root"; exit 77; }
-for tool in munged slurmctld slurmd sbatch scancel sinfo scontrol; do
+for tool in munged slurmctld slurmd sbatch scancel squeue sinfo scontrol; do
   command -v "$tool" > /dev/null ||
     { echo "SKIP: no $tool (Debian: apt-get install slurmctld slurmd slurm-client munge)"; exit 77; }
 done
 
 tmp=$(mktemp -d)
 coordinator_pid=""
+# The job's steps must end before the daemons stop, or slurmstepd outlives them; each
+# daemon is waited for.
 cleanup() {
-  [ -n "${job:-}" ] && scancel "$job" 2> /dev/null
+  local pidfile pid
+  if [ -n "${job:-}" ]; then
+    scancel "$job" 2> /dev/null
+  fi
+  job_gone() { [ -z "$(squeue -h -j "$1" 2> /dev/null)" ]; }
+  [ -n "${job_id:-}" ] && wait_for 30 job_gone "$job_id"
   for pidfile in "$tmp/slurmd.pid" "$tmp/slurmctld.pid" "$tmp/munged.pid"; do
-    [ -s "$pidfile" ] && kill "$(cat "$pidfile")" 2> /dev/null
+    [ -s "$pidfile" ] || continue
+    pid=$(cat "$pidfile")
+    kill "$pid" 2> /dev/null
+    wait_for 15 bash -c "! kill -0 $pid 2> /dev/null" || kill -9 "$pid" 2> /dev/null
   done
-  [ -n "$coordinator_pid" ] && kill "$coordinator_pid" 2> /dev/null && wait "$coordinator_pid"
-  sleep 1
+  if [ -n "$coordinator_pid" ]; then
+    kill "$coordinator_pid" 2> /dev/null
+    wait "$coordinator_pid"
+  fi
   rm -rf "$tmp"
 }
 trap cleanup EXIT
@@ -107,6 +119,7 @@ job=$(cd "$tmp" && STOKE_WORKER="$worker_bin" STOKE_WORKER_DEVICE=cpu STOKE_LOG_
   sbatch --parsable --ntasks-per-node=2 --cpus-per-task=1 --gpus-per-task=1 --time=20 \
   --output="$tmp/batch-%j.out" "$script" "$address") || fail "sbatch refused the script"
 echo "Slurm job $job"
+job_id="$job"
 slurm_workers() { "$cli_bin" cluster -o json 2> /dev/null | grep -o "slurm-$job-[0-9]*" | sort -u | wc -l; }
 two_workers() { [ "$(slurm_workers)" -eq 2 ]; }
 wait_for 90 two_workers || fail "the allocation did not become two workers (saw $(slurm_workers))"

@@ -4,7 +4,7 @@
 # two (each part sees one GPU through CUDA_VISIBLE_DEVICES), and packs what they wrote
 # into $OUT/results.tgz beside $OUT/summary.md (the device tool returns at most 8 files).
 # From the repo root on the GPU machine:
-#   source .gpu-deps/setup-device.sh && LANE0="speed-mlp-256" LANE1="speed-gpt2-small" bench/all.sh
+#   source .gpu-deps/setup.sh && LANE0="speed-mlp-256" LANE1="speed-gpt2-small" bench/all.sh
 # Parts: tests (build-gpu/bin/gpu_tests, GPU_TEST_FILTER), ddp (bench/ddp-scaling.sh on
 # every GPU; runs before the lanes), speed-<case> (bench/speed.sh for one case: mlp-256,
 # mlp-1024, mlp-4096, gpt2-small, resnet50, fmnist-cnn; fmnist-cnn adds the ablation on the

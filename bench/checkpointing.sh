@@ -4,7 +4,7 @@
 # training.activation_checkpointing off and on, with the step eager and captured as a CUDA
 # graph, each timed as bench/speed.sh times it. Writes $OUT/checkpointing.md. From the repo
 # root on the GPU machine:
-#   source .gpu-deps/setup-device.sh && bench/checkpointing.sh
+#   source .gpu-deps/setup.sh && bench/checkpointing.sh
 # Environment: STOKE_BENCH, BATCH (default the spec's 16).
 set -uo pipefail
 out="${OUT:-$PWD/bench-out}"

@@ -4,7 +4,7 @@
 # model trains a gang-scheduled job on 1, 2, 4, ... GPUs (same per-GPU batch, synthetic
 # data), then runs bench/python/ddp_train.py under torchrun on the same GPUs. Prints a
 # Markdown table (also $OUT/ddp-scaling.md). From the repo root on the GPU machine:
-#   source .gpu-deps/setup-device.sh && bench/ddp-scaling.sh
+#   source .gpu-deps/setup.sh && bench/ddp-scaling.sh
 # Environment: MODELS (default "gpt2-small resnet50"), GPU_COUNTS (default 1 2 4 8 up to
 # the GPUs present), STEPS (Stoke steps per job; default 240, the first 2 windows of 20
 # are warm-up and dropped), SKIP_PYTHON=1 (Stoke only), SNAPSHOT_AFTER (seconds into each

@@ -3,7 +3,7 @@
 # only) per variant, to see which setting moves scaling efficiency; with TRACE_COUNTS, a
 # Kineto trace of rank 0 at those GPU counts (STOKE_TRACE_DIR) summarised by
 # bench/python/trace_summary.py. From the repo root on the GPU machine, after a build:
-#   source .gpu-deps/setup-device.sh && VARIANTS="base ctas8:NCCL_MAX_CTAS=8 big:BUCKET_MB=100" \
+#   source .gpu-deps/setup.sh && VARIANTS="base ctas8:NCCL_MAX_CTAS=8 big:BUCKET_MB=100" \
 #     MODELS=gpt2-small bench/ddp-variants.sh
 # A variant is name[:VAR=value[,VAR=value...]]; the variables reach ddp-scaling.sh and,
 # through the coordinator, its workers (NCCL_* among them). Results: $OUT/variants.md.

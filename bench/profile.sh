@@ -4,7 +4,7 @@
 # each kernel shows; train_reference.py --trace eager and under torch.compile), summarised
 # by bench/python/trace_summary.py into $OUT/profile-<model>.md (traces beside it, gzipped).
 # From the repo root on the GPU machine:
-#   source .gpu-deps/setup-device.sh && bench/profile.sh
+#   source .gpu-deps/setup.sh && bench/profile.sh
 # Environment: MODELS (default "gpt2-small"; any case of bench/speed.sh: mlp-D, resnet50,
 # fmnist-cnn with FMNIST_DIR), PY_MODES (default "eager compile"; "none": Stoke alone),
 # STEPS (traced steps, default 5), STOKE_SETS (extra --set arguments for Stoke, e.g.

@@ -11,7 +11,7 @@
 # kernels last (`training.fused_kernels`). Prints two Markdown tables (also
 # $OUT/speed.md; raw JSON lines in $OUT/speed.jsonl, each run's log beside them). From the
 # repo root on the GPU machine:
-#   source .gpu-deps/setup-device.sh && bench/speed.sh
+#   source .gpu-deps/setup.sh && bench/speed.sh
 # Environment: MODELS (default "mlp-256 mlp-1024 mlp-4096 gpt2-small resnet50 fmnist-cnn";
 # "mlp" is the three MLPs), FMNIST_DIR (Fashion-MNIST's idx files; without it fmnist-cnn is
 # skipped), SKIP_PYTHON=1 (Stoke only), PY_MODES (default "eager compile

@@ -11,7 +11,7 @@
 # sample's elapsed_seconds, timed between CUDA events on GPUs), so every mode is measured
 # the same way. Prints each mode's median and its difference from off; also
 # $OUT/telemetry-overhead.md. From the repo root (GPU machine: `source
-# .gpu-deps/setup-device.sh` first):
+# .gpu-deps/setup.sh` first):
 #   bench/telemetry-overhead.sh
 # Environment: DEVICE (default cuda:0 when nvidia-smi works, else cpu), RUNS (per mode,
 # default 6), STEPS (default 30000), MODES (default "on off"), BIN (default build-gpu/bin,

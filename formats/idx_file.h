@@ -21,4 +21,15 @@ struct IdxArray {
 // name the file and what is wrong with it (missing, wrong magic number, truncated).
 absl::StatusOr<IdxArray> ReadIdxFile(const std::string& path, int expected_dims);
 
+struct IdxShape {
+  std::vector<int64_t> dims;
+  int max_value = -1;  // the largest byte when asked for (labels); -1 otherwise
+};
+
+// What an idx file holds, without loading it: the header; a check that the data is as
+// long as the header says (the file's size; gzipped, the size its trailer records); and,
+// with `scan_max`, the largest value, read a piece at a time. Memory stays small whatever
+// the file's size or compression ratio: the coordinator checks submissions with it.
+absl::StatusOr<IdxShape> InspectIdxFile(const std::string& path, int expected_dims, bool scan_max);
+
 }  // namespace stoke::data

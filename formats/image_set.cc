@@ -1,6 +1,7 @@
 #include "formats/image_set.h"
 
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
@@ -9,6 +10,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "formats/idx_file.h"
+#include "worker/common/files.h"
 
 namespace stoke::data {
 namespace {
@@ -60,43 +62,103 @@ absl::StatusOr<ImageSet> ReadMnistSplit(const std::string& folder, const std::st
   return set;
 }
 
-absl::Status AppendCifarBatch(const std::string& path, ImageSet& set) {
+absl::StatusOr<ImageSet> InspectMnistSplit(const std::string& folder, const std::string& prefix) {
+  auto images_path = FindFile(folder, prefix + "-images-idx3-ubyte");
+  if (!images_path.ok()) return images_path.status();
+  auto labels_path = FindFile(folder, prefix + "-labels-idx1-ubyte");
+  if (!labels_path.ok()) return labels_path.status();
+  auto images = InspectIdxFile(*images_path, 3, /*scan_max=*/false);
+  if (!images.ok()) return images.status();
+  auto labels = InspectIdxFile(*labels_path, 1, /*scan_max=*/true);
+  if (!labels.ok()) return labels.status();
+  if (images->dims[0] != labels->dims[0]) {
+    return absl::InvalidArgumentError(absl::StrCat(*images_path, " holds ", images->dims[0],
+                                                   " images but ", *labels_path, " holds ",
+                                                   labels->dims[0], " labels"));
+  }
+  ImageSet set;
+  set.count = images->dims[0];
+  set.channels = 1;
+  set.height = images->dims[1];
+  set.width = images->dims[2];
+  set.num_classes = 1 + labels->max_value;
+  return set;
+}
+
+// Goes through a batch file's records a piece at a time, checking each label; with
+// `keep`, appends them to `set` (the worker), else only counts them (the coordinator).
+absl::Status ReadCifarBatch(const std::string& path, ImageSet& set, bool keep) {
   constexpr int64_t kRecord = 1 + 3 * 32 * 32;
-  std::ifstream in(path, std::ios::binary);
-  if (!in) {
+  std::string error;
+  long long size = 0;
+  const int fd = files::OpenRegularFile(path, &error, &size);
+  if (fd < 0) {
     return absl::NotFoundError(absl::StrCat(
-        path, ": cannot open: ", std::strerror(errno),
+        path, ": cannot open: ", error,
         "; a CIFAR-10 folder holds data_batch_1.bin ... data_batch_5.bin and test_batch.bin"));
   }
-  std::vector<char> bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  if (bytes.empty() || bytes.size() % kRecord != 0) {
+  std::unique_ptr<int, void (*)(int*)> closer(new int(fd), [](int* f) {
+    close(*f);
+    delete f;
+  });
+  if (size <= 0 || size % kRecord != 0) {
     return absl::InvalidArgumentError(
-        absl::StrCat(path, ": ", bytes.size(), " bytes is not a whole number of CIFAR-10 records (",
+        absl::StrCat(path, ": ", size, " bytes is not a whole number of CIFAR-10 records (",
                      kRecord, " bytes each: a label and 3x32x32 pixels)"));
   }
-  const int64_t records = static_cast<int64_t>(bytes.size()) / kRecord;
+  const int64_t records = size / kRecord;
+  constexpr int64_t kPieceRecords = 1024;
+  std::vector<uint8_t> piece(static_cast<size_t>(kPieceRecords * kRecord));
+  for (int64_t r = 0; r < records;) {
+    const int64_t n = std::min(kPieceRecords, records - r);
+    const size_t want = static_cast<size_t>(n * kRecord);
+    size_t got = 0;
+    while (got < want) {
+      const ssize_t k = read(fd, piece.data() + got, want - got);
+      if (k < 0 && errno == EINTR) continue;
+      if (k <= 0) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            path, ": cannot read record ", r, ": ", k < 0 ? std::strerror(errno) : "file shrank"));
+      }
+      got += static_cast<size_t>(k);
+    }
+    for (int64_t i = 0; i < n; ++i) {
+      const uint8_t* rec = piece.data() + i * kRecord;
+      if (rec[0] > 9) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            path, ": record ", r + i, " has label ", int{rec[0]}, "; CIFAR-10 labels are 0 to 9"));
+      }
+      if (keep) {
+        set.labels.push_back(rec[0]);
+        set.pixels.insert(set.pixels.end(), rec + 1, rec + kRecord);
+      }
+    }
+    r += n;
+  }
   set.channels = 3;
   set.height = set.width = 32;
-  for (int64_t r = 0; r < records; ++r) {
-    const auto* rec = reinterpret_cast<const uint8_t*>(bytes.data() + r * kRecord);
-    if (rec[0] > 9) {
-      return absl::InvalidArgumentError(absl::StrCat(path, ": record ", r, " has label ",
-                                                     int{rec[0]}, "; CIFAR-10 labels are 0 to 9"));
-    }
-    set.labels.push_back(rec[0]);
-    set.pixels.insert(set.pixels.end(), rec + 1, rec + kRecord);
-  }
   set.count += records;
   return absl::OkStatus();
 }
 
-}  // namespace
-
-absl::StatusOr<ImageSplits> ReadMnistFolder(const std::string& folder) {
+absl::StatusOr<ImageSplits> CifarFolder(const std::string& folder, bool keep) {
   ImageSplits splits;
-  auto train = ReadMnistSplit(folder, "train");
+  for (int i = 1; i <= 5; ++i) {
+    auto s = ReadCifarBatch(absl::StrCat(folder, "/data_batch_", i, ".bin"), splits.train, keep);
+    if (!s.ok()) return s;
+  }
+  if (auto s = ReadCifarBatch(folder + "/test_batch.bin", splits.test, keep); !s.ok()) return s;
+  splits.train.num_classes = splits.test.num_classes = 10;
+  return splits;
+}
+
+absl::StatusOr<ImageSplits> MnistFolder(const std::string& folder,
+                                        absl::StatusOr<ImageSet> (*split)(const std::string&,
+                                                                          const std::string&)) {
+  ImageSplits splits;
+  auto train = split(folder, "train");
   if (!train.ok()) return train.status();
-  auto test = ReadMnistSplit(folder, "t10k");
+  auto test = split(folder, "t10k");
   if (!test.ok()) return test.status();
   if (train->height != test->height || train->width != test->width) {
     return absl::InvalidArgumentError(absl::StrCat(folder, ": training images are ", train->height,
@@ -110,15 +172,22 @@ absl::StatusOr<ImageSplits> ReadMnistFolder(const std::string& folder) {
   return splits;
 }
 
+}  // namespace
+
+absl::StatusOr<ImageSplits> ReadMnistFolder(const std::string& folder) {
+  return MnistFolder(folder, ReadMnistSplit);
+}
+
+absl::StatusOr<ImageSplits> InspectMnistFolder(const std::string& folder) {
+  return MnistFolder(folder, InspectMnistSplit);
+}
+
 absl::StatusOr<ImageSplits> ReadCifar10Folder(const std::string& folder) {
-  ImageSplits splits;
-  for (int i = 1; i <= 5; ++i) {
-    auto s = AppendCifarBatch(absl::StrCat(folder, "/data_batch_", i, ".bin"), splits.train);
-    if (!s.ok()) return s;
-  }
-  if (auto s = AppendCifarBatch(folder + "/test_batch.bin", splits.test); !s.ok()) return s;
-  splits.train.num_classes = splits.test.num_classes = 10;
-  return splits;
+  return CifarFolder(folder, /*keep=*/true);
+}
+
+absl::StatusOr<ImageSplits> InspectCifar10Folder(const std::string& folder) {
+  return CifarFolder(folder, /*keep=*/false);
 }
 
 }  // namespace stoke::data

@@ -36,4 +36,11 @@ absl::StatusOr<ImageSplits> ReadMnistFolder(const std::string& folder);
 // label byte and 3x32x32 pixel bytes.
 absl::StatusOr<ImageSplits> ReadCifar10Folder(const std::string& folder);
 
+// The same checks as the readers above, without loading the images: headers, sizes and
+// labels only, read a piece at a time, so that memory stays small whatever the files
+// hold (a sparse 4 GiB batch, a gzip bomb). The splits come back with their shapes,
+// counts and classes; `pixels` and `labels` stay empty. For the coordinator's checks.
+absl::StatusOr<ImageSplits> InspectMnistFolder(const std::string& folder);
+absl::StatusOr<ImageSplits> InspectCifar10Folder(const std::string& folder);
+
 }  // namespace stoke::data

@@ -11,19 +11,16 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "worker/common/files.h"
 
 namespace stoke::data {
 
 absl::StatusOr<std::shared_ptr<const TokenFile>> TokenFile::Open(const std::string& path) {
-  int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0)
-    return absl::NotFoundError(absl::StrCat(path, ": cannot open: ", std::strerror(errno)));
-  struct stat st;
-  if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-    close(fd);
-    return absl::InvalidArgumentError(absl::StrCat(path, ": not a regular file"));
-  }
-  const size_t bytes = static_cast<size_t>(st.st_size);
+  std::string error;
+  long long size = 0;
+  const int fd = files::OpenRegularFile(path, &error, &size);
+  if (fd < 0) return absl::NotFoundError(absl::StrCat(path, ": cannot open: ", error));
+  const size_t bytes = static_cast<size_t>(size);
   if (bytes < 4) {
     close(fd);
     return absl::InvalidArgumentError(
@@ -55,6 +52,12 @@ int64_t TokenFile::FirstOutOfVocabulary(int64_t vocab_size, int64_t* id) const {
 }
 
 absl::StatusOr<int64_t> TokenizeBytes(const std::string& text_path, const std::string& token_path) {
+  // A regular file only: a folder would read as empty ("wrote 0 tokens"), a FIFO would
+  // wait for a writer.
+  std::string error;
+  const int fd = files::OpenRegularFile(text_path, &error);
+  if (fd < 0) return absl::NotFoundError(absl::StrCat(text_path, ": cannot open: ", error));
+  close(fd);
   std::ifstream in(text_path, std::ios::binary);
   if (!in)
     return absl::NotFoundError(absl::StrCat(text_path, ": cannot open: ", std::strerror(errno)));

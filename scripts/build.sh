@@ -1,13 +1,17 @@
 #!/usr/bin/env bash
 # Installs what is missing (Debian packages), then configures and builds Stoke into
 # ./build. Quiet when there is nothing to do. Extra arguments go to CMake.
+# The LibTorch is the one scripts/find-libtorch.sh finds (a CUDA one if there is one,
+# else Debian's); it is chosen when ./build is first configured: remove ./build to rebuild
+# against another.
 # STOKE_BUILD_TARGETS (e.g. "stoke-coordinator stoke-worker stoke") builds only those;
 # by default everything, tests included.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ./scripts/setup-deps.sh
 if [ ! -f build/build.ninja ]; then
-  cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release "$@" >/dev/null
+  mapfile -t torch_args < <(./scripts/find-libtorch.sh --cmake-args)
+  cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release "${torch_args[@]}" "$@" >/dev/null
 fi
 # Two jobs per core is too many for LibTorch's headers on small machines: cap by memory.
 jobs=$(( $(nproc) ))

@@ -1,6 +1,7 @@
 // stoke-coordinator: wires the job store, the core, the gRPC services, /metrics and the
 // local workers together, then waits for SIGINT or SIGTERM and takes them down in order:
 // network first, core last.
+#include <fcntl.h>
 #include <signal.h>
 #include <spdlog/fmt/ranges.h>
 #include <spdlog/spdlog.h>
@@ -15,6 +16,12 @@
 #include <fstream>
 
 #include "absl/strings/str_cat.h"
+#include "security/auth_tokens.h"
+#include "security/credential_file.h"
+#include "security/grpc_credentials.h"
+#include "security/token_hash.h"
+#include "server/api/access_control.h"
+#include "server/api/audit_log.h"
 #include "server/api/coordinator_service.h"
 #include "server/api/executor.h"
 #include "server/api/grpc_server.h"
@@ -26,6 +33,7 @@
 
 namespace fs = std::filesystem;
 using namespace stoke::server;
+namespace security = stoke::security;
 
 namespace {
 
@@ -87,6 +95,7 @@ int main(int argc, char** argv) {
   std::string metrics_address = "127.0.0.1:9464";
   std::string worker_binary = DefaultWorkerBinary();
   double heartbeat_timeout_s = 15;
+  double start_timeout_s = 600;
   double backfill_window_s = 120;
   std::string log_level = "info";
   std::vector<std::string> data_roots;
@@ -108,6 +117,10 @@ int main(int argc, char** argv) {
   app.add_option("--heartbeat-timeout", heartbeat_timeout_s,
                  "Seconds of silence after which a worker is presumed dead")
       ->capture_default_str();
+  app.add_option("--start-timeout", start_timeout_s,
+                 "Seconds a worker has to start a job assigned to it; after that the job goes "
+                 "back to the queue (no restart counted) and the worker is evicted (0: no limit)")
+      ->capture_default_str();
   app.add_option("--backfill-window", backfill_window_s,
                  "Seconds a blocked job lets smaller jobs pass it before it reserves devices")
       ->capture_default_str();
@@ -116,8 +129,72 @@ int main(int argc, char** argv) {
                  "/usr/share/datasets and DATA_DIR/datasets)");
   app.add_option("--log-level", log_level, "trace, debug, info, warn or error")
       ->capture_default_str();
+  std::string backup_path;
+  app.add_option("--backup", backup_path,
+                 "Write a consistent copy of DATA_DIR/stoke.db to this file and exit (safe "
+                 "while a coordinator runs on the same data dir)");
+  security::ServerTlsOptions tls;
+  std::string auth_tokens_path, metrics_token_path;
+  bool insecure = false, require_worker_cert = false;
+  app.add_option("--tls-cert", tls.cert_path, "PEM certificate chain: serve gRPC over TLS");
+  app.add_option("--tls-key", tls.key_path, "PEM private key of --tls-cert");
+  app.add_option("--client-ca", tls.client_ca_path,
+                 "PEM CA that signs client certificates (mutual TLS for workers)");
+  app.add_flag("--require-worker-cert", require_worker_cert,
+               "Workers must present a client certificate signed by --client-ca");
+  app.add_option("--auth-tokens", auth_tokens_path,
+                 "Tokens file (NAME ROLE sha256:HEX per line; `stoke token create` makes "
+                 "lines): every call then needs a token");
+  app.add_option("--metrics-token", metrics_token_path,
+                 "File holding a token /metrics requires (HTTP basic auth password)");
+  app.add_flag("--insecure", insecure,
+               "Allow plaintext gRPC on an address other than loopback (not recommended)");
   CLI11_PARSE(app, argc, argv);
   spdlog::set_level(spdlog::level::from_str(log_level));
+
+  if (!backup_path.empty()) {
+    const std::string db = data_dir + "/stoke.db";
+    if (!fs::exists(db)) {
+      return Fail(absl::NotFoundError(absl::StrCat("--backup: no job store at ", db)));
+    }
+    auto store = SqliteJobStore::Open({db});
+    if (!store.ok()) return Fail(store.status());
+    if (auto s = (*store)->BackupTo(backup_path); !s.ok()) return Fail(s);
+    spdlog::info("job store {} copied to {}", db, backup_path);
+    return 0;
+  }
+
+  // Security settings are checked before anything starts: a typo must not leave an open
+  // coordinator running.
+  if (tls.cert_path.empty() && !insecure && !security::IsLoopbackAddress(address)) {
+    return Fail(absl::FailedPreconditionError(absl::StrCat(
+        "--address ", address,
+        " is reachable from other hosts: give --tls-cert and --tls-key (and --auth-tokens), "
+        "or --insecure to serve plaintext anyway")));
+  }
+  if (require_worker_cert && tls.client_ca_path.empty()) {
+    return Fail(absl::InvalidArgumentError("--require-worker-cert needs --client-ca"));
+  }
+  auto credentials = security::MakeServerCredentials(tls);
+  if (!credentials.ok()) return Fail(credentials.status());
+  AccessControl::Options access_options;
+  access_options.require_worker_certificate = require_worker_cert;
+  if (!auth_tokens_path.empty()) {
+    auto tokens = security::ReadTokenFile(auth_tokens_path);
+    if (!tokens.ok()) return Fail(tokens.status());
+    if (tokens->empty()) {
+      return Fail(absl::InvalidArgumentError(
+          absl::StrCat("--auth-tokens ", auth_tokens_path,
+                       ": holds no token; add lines with `stoke token create NAME --role R`")));
+    }
+    access_options.tokens = *std::move(tokens);
+  }
+  std::string metrics_token;
+  if (!metrics_token_path.empty()) {
+    auto token = security::ReadTokenFromFile(metrics_token_path, "--metrics-token");
+    if (!token.ok()) return Fail(token.status());
+    metrics_token = *token;
+  }
 
   // Blocked in every thread started from here on; main waits for them with sigwait.
   sigset_t stop_signals;
@@ -136,6 +213,9 @@ int main(int argc, char** argv) {
   }
   data_dir = fs::canonical(data_dir).string();
 
+  if (auto s = CheckStoreNotEmptied(data_dir + "/stoke.db", data_dir + "/jobs"); !s.ok()) {
+    return Fail(s);
+  }
   auto store = SqliteJobStore::Open({data_dir + "/stoke.db"});
   if (!store.ok()) return Fail(store.status());
   EventHub hub(**store);
@@ -143,6 +223,7 @@ int main(int argc, char** argv) {
   Coordinator::Options core_options;
   core_options.jobs_dir = data_dir + "/jobs";
   core_options.heartbeat_timeout = absl::Seconds(heartbeat_timeout_s);
+  core_options.start_timeout = absl::Seconds(start_timeout_s);
   core_options.scheduler.backfill_window = absl::Seconds(backfill_window_s);
   auto core = Coordinator::Create(core_options, **store, hub, clock);
   if (!core.ok()) return Fail(core.status());
@@ -159,6 +240,7 @@ int main(int argc, char** argv) {
     CoordinatorMetrics::Options metrics_options;
     metrics_options.address = metrics_address;
     metrics_options.finished_job_retention = absl::Seconds(metrics_retention_s);
+    metrics_options.token = metrics_token;
     auto started = CoordinatorMetrics::Start(metrics_options, [c] {
       return MetricsSnapshot{c->GetCluster(), c->ActiveJobs()};
     });
@@ -170,15 +252,38 @@ int main(int argc, char** argv) {
       return Fail(s);
     }
   }
-  CoordinatorService coordinator_service(**core, hub, executor, std::move(roots));
-  WorkerLinkService worker_link_service(**core, executor);
+  // Local workers join with a token of their own, made afresh at each start and known only
+  // to this process and the workers it launches (through a file only its user can read).
+  std::string local_join_token_path;
+  if (!access_options.tokens.empty() && local_workers != "0") {
+    auto token = security::NewToken();
+    if (!token.ok()) return Fail(token.status());
+    local_join_token_path = data_dir + "/local-worker.token";
+    std::remove(local_join_token_path.c_str());
+    const int fd = open(local_join_token_path.c_str(), O_WRONLY | O_CREAT | O_EXCL, 0600);
+    const std::string line = *token + "\n";
+    if (fd < 0 || write(fd, line.data(), line.size()) != static_cast<ssize_t>(line.size())) {
+      if (fd >= 0) close(fd);
+      return Fail(absl::UnavailableError(
+          absl::StrCat(local_join_token_path, ": cannot write: ", std::strerror(errno))));
+    }
+    close(fd);
+    access_options.tokens.push_back(
+        {"local-workers", security::Role::kWorker, security::HashToken(*token)});
+  }
+  const AccessControl access(std::move(access_options));
+  AuditLog audit(**store, clock);
+  CoordinatorService coordinator_service(**core, hub, executor, std::move(roots), access, audit);
+  WorkerLinkService worker_link_service(**core, executor, access, audit);
   GrpcServer::Options server_options;
   server_options.address = address;
   server_options.observer = metrics.get();
+  server_options.credentials = *credentials;
   auto server = GrpcServer::Start(server_options, {&coordinator_service, &worker_link_service});
   if (!server.ok()) return Fail(server.status());
-  spdlog::info("stoke-coordinator {} listening on {}, data in {}", STOKE_VERSION,
-               (*server)->address(), data_dir);
+  spdlog::info("stoke-coordinator {} listening on {} ({}, {}), data in {}", STOKE_VERSION,
+               (*server)->address(), tls.cert_path.empty() ? "plaintext" : "TLS",
+               access.enabled() ? "tokens required" : "no authentication", data_dir);
   // Tools and tests that start us on port 0 read the real address here.
   if (auto s = WriteAtomically(data_dir + "/coordinator.address", (*server)->address() + "\n");
       !s.ok()) {
@@ -194,6 +299,12 @@ int main(int argc, char** argv) {
     options.coordinator_address = LocalDialAddress((*server)->address());
     options.workers = *plan;
     options.log_dir = data_dir + "/logs";
+    options.join_token_file = local_join_token_path;
+    // Local workers verify the coordinator with $STOKE_TLS_CA when set (they inherit our
+    // environment), else with the certificate itself (self-signed deployments).
+    if (!tls.cert_path.empty() && std::getenv("STOKE_TLS_CA") == nullptr) {
+      options.tls_ca = tls.cert_path;
+    }
     auto created = LocalWorkerSupervisor::Create(options);
     if (!created.ok()) return Fail(created.status());
     supervisor = *std::move(created);

@@ -10,6 +10,7 @@
 #include <memory>
 #include <thread>
 
+#include "security/credential_file.h"
 #include "worker/common/task.h"
 #include "worker/engine/trainer.h"
 #include "worker/link/worker_agent.h"
@@ -77,6 +78,13 @@ int main(int argc, char** argv) {
   app.add_flag("--list-devices", list_devices, "Print the CUDA devices this process sees and exit");
   app.add_option("--log-level", log_level, "trace, debug, info, warn or error")
       ->capture_default_str();
+  const char* env_ca = std::getenv("STOKE_TLS_CA");
+  std::string tls_ca = env_ca ? env_ca : "", tls_cert, tls_key, join_token_file;
+  app.add_option("--tls-ca", tls_ca, "PEM CA to verify the coordinator with: TLS ($STOKE_TLS_CA)");
+  app.add_option("--tls-cert", tls_cert, "PEM client certificate (mutual TLS)");
+  app.add_option("--tls-key", tls_key, "PEM private key of --tls-cert");
+  app.add_option("--join-token-file", join_token_file,
+                 "File holding the join token (a token of role worker) to attach with");
   CLI11_PARSE(app, argc, argv);
   spdlog::set_level(spdlog::level::from_str(log_level));
 
@@ -104,6 +112,17 @@ int main(int argc, char** argv) {
     options.worker_id = worker_id.empty() ? options.host + "/" + device.Label() : worker_id;
     options.local = local;
     options.advertise_address = advertise_address;
+    options.tls_ca = tls_ca;
+    options.tls_cert = tls_cert;
+    options.tls_key = tls_key;
+    if (!join_token_file.empty()) {
+      auto token = stoke::security::ReadTokenFromFile(join_token_file, "--join-token-file");
+      if (!token.ok()) {
+        std::fprintf(stderr, "%s\n", std::string(token.status().message()).c_str());
+        return 2;
+      }
+      options.join_token = *token;
+    }
     // Blocked before any thread starts, so that every thread inherits the mask and only
     // the stopper below receives them.
     sigset_t stop_signals;
@@ -137,8 +156,14 @@ int main(int argc, char** argv) {
 
     spdlog::info("stoke-worker {} on {} ({}), coordinator {}", STOKE_VERSION, device.Label(),
                  options.device.name, coordinator);
-    agent.Run();  // returns once the stopper has called Stop()
+    // Returns once the stopper has called Stop(), or at once when TLS cannot be set up.
+    const absl::Status run = agent.Run();
+    if (!run.ok()) kill(getpid(), SIGTERM);  // wakes the stopper
     stopper.join();
+    if (!run.ok()) {
+      std::fprintf(stderr, "stoke-worker: %s\n", std::string(run.message()).c_str());
+      return 2;
+    }
     return 0;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "stoke-worker: %s\n", e.what());

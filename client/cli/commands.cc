@@ -49,8 +49,14 @@ int ExitForFinalState(v1::JobState state) {
 }  // namespace
 
 int Report(const CliContext& cli, const absl::Status& status) {
-  std::string message(status.message());
+  const std::string message = Printable(std::string(status.message()));
   switch (status.code()) {
+    case absl::StatusCode::kUnauthenticated:
+      std::fprintf(stderr, "stoke: not authenticated: %s\n", message.c_str());
+      return kExitUnauthenticated;
+    case absl::StatusCode::kPermissionDenied:
+      std::fprintf(stderr, "stoke: permission denied: %s\n", message.c_str());
+      return kExitPermissionDenied;
     case absl::StatusCode::kUnavailable:
     case absl::StatusCode::kDeadlineExceeded:
       std::fprintf(
@@ -131,8 +137,20 @@ int WatchCommand(CliContext& cli, const std::string& id, uint64_t from_seq) {
   return final_state ? ExitForFinalState(*final_state) : kExitError;
 }
 
-int ListCommand(CliContext& cli, const std::vector<std::string>& states, uint32_t limit, bool all) {
+int ListCommand(CliContext& cli, const std::vector<std::string>& states, uint32_t limit, bool all,
+                bool mine) {
   v1::ListJobsRequest request;
+  if (mine) {
+    auto me = cli.client.WhoAmI();
+    if (!me.ok()) return Report(cli, me.status());
+    if (!me->authentication_required()) {
+      std::fprintf(stderr,
+                   "stoke: --mine: this coordinator has no --auth-tokens, so jobs have no "
+                   "owners; listing every job\n");
+    } else {
+      request.set_owner(me->name());
+    }
+  }
   for (const auto& text : states) {
     v1::JobState state;
     if (!v1::JobState_Parse("JOB_STATE_" + absl::AsciiStrToUpper(text), &state)) {
@@ -158,13 +176,13 @@ int ListCommand(CliContext& cli, const std::vector<std::string>& states, uint32_
     std::cout << ToJson(everything) << std::endl;
     return kExitOk;
   }
-  Table table({"ID", "NAME", "STATE", "GPUS", "PROGRESS", "LOSS", "SUBMITTED", "MESSAGE"});
+  Table table({"ID", "NAME", "OWNER", "STATE", "GPUS", "PROGRESS", "LOSS", "SUBMITTED", "MESSAGE"});
   for (const auto& job : everything.jobs()) {
     const auto& m = job.latest_metrics();
-    table.AddRow({job.id(), job.spec().name(), ShortStateName(job.state()),
-                  std::to_string(job.spec().resources().gpus()), Progress(job),
-                  m.total_steps() ? absl::StrFormat("%.4f", m.loss()) : "-",
-                  FormatAge(job.create_time()), job.message()});
+    table.AddRow({job.id(), Printable(job.spec().name()), job.owner().empty() ? "-" : job.owner(),
+                  ShortStateName(job.state()), std::to_string(job.spec().resources().gpus()),
+                  Progress(job), m.total_steps() ? absl::StrFormat("%.4f", m.loss()) : "-",
+                  FormatAge(job.create_time()), Printable(job.message())});
   }
   std::cout << table.Render();
   if (!everything.next_page_token().empty()) {
@@ -184,7 +202,7 @@ int StatusCommand(CliContext& cli, const std::string& id) {
   const auto& m = job->latest_metrics();
   std::printf("job %s (%s)\n", job->id().c_str(), spec.name().c_str());
   std::printf("  state      %s%s\n", ShortStateName(job->state()).c_str(),
-              job->message().empty() ? "" : ("  " + job->message()).c_str());
+              job->message().empty() ? "" : ("  " + Printable(job->message())).c_str());
   std::printf("  submitted  %s\n", FormatAge(job->create_time()).c_str());
   std::printf("  attempt    %u  (restarts %u of %u)\n", job->attempt(), job->restarts(),
               spec.max_restarts());
@@ -254,11 +272,11 @@ int LogsCommand(CliContext& cli, const std::string& id, bool follow) {
   }
   auto status = cli.client.WatchJob(id, WatchOptions{}, [&](const v1::JobEvent& event) {
     if (event.has_log()) {
-      std::printf("[rank %u] %s\n", event.log().rank(), event.log().text().c_str());
+      std::printf("[rank %u] %s\n", event.log().rank(), Printable(event.log().text()).c_str());
     } else if (event.has_state_change()) {
       const auto& change = event.state_change();
       std::printf("-- %s%s%s\n", ShortStateName(change.state()).c_str(),
-                  change.message().empty() ? "" : ": ", change.message().c_str());
+                  change.message().empty() ? "" : ": ", Printable(change.message()).c_str());
     }
     std::fflush(stdout);
     return follow || event.seq() < last_seq;

@@ -13,11 +13,13 @@ namespace stoke::client {
 // Exit codes, documented in the README.
 enum ExitCode : int {
   kExitOk = 0,
-  kExitJobFailed = 1,    // the watched job ended FAILED or CANCELLED
-  kExitUsage = 2,        // bad arguments or an invalid job file
-  kExitUnavailable = 3,  // no coordinator at the address, or it stopped answering
-  kExitNotFound = 4,     // no such job
-  kExitError = 5,        // anything else the coordinator refused
+  kExitJobFailed = 1,         // the watched job ended FAILED or CANCELLED
+  kExitUsage = 2,             // bad arguments or an invalid job file
+  kExitUnavailable = 3,       // no coordinator at the address, or it stopped answering
+  kExitNotFound = 4,          // no such job
+  kExitError = 5,             // anything else the coordinator refused
+  kExitUnauthenticated = 6,   // no token, or one the coordinator does not know
+  kExitPermissionDenied = 7,  // the token's role or ownership does not allow the call
 };
 
 struct CliContext {
@@ -28,7 +30,9 @@ struct CliContext {
 
 int SubmitCommand(CliContext& cli, const std::string& file, bool watch);
 int WatchCommand(CliContext& cli, const std::string& id, uint64_t from_seq);
-int ListCommand(CliContext& cli, const std::vector<std::string>& states, uint32_t limit, bool all);
+// `mine`: only the caller's own jobs (asks the coordinator who the caller is).
+int ListCommand(CliContext& cli, const std::vector<std::string>& states, uint32_t limit, bool all,
+                bool mine);
 int StatusCommand(CliContext& cli, const std::string& id);
 int CancelCommand(CliContext& cli, const std::string& id, const std::string& reason);
 int ClusterCommand(CliContext& cli);
@@ -39,6 +43,11 @@ int CheckpointsCommand(CliContext& cli, const std::string& id);
 int ExportCommand(CliContext& cli, const std::string& id, const std::string& path, uint64_t step);
 // Local: needs no coordinator.
 int TokenizeCommand(const std::string& text_path, const std::string& token_path);
+// Local: prints a new token once, and the tokens-file line that grants it `role`.
+int TokenCreateCommand(const std::string& name, const std::string& role);
+// The audit log (admins).
+int AuditCommand(CliContext& cli, uint32_t limit, bool all);
+int WhoAmICommand(CliContext& cli);
 
 // Prints the error for a failed call and returns the exit code it deserves.
 int Report(const CliContext& cli, const absl::Status& status);

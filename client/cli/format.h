@@ -25,6 +25,10 @@ std::string FormatAge(const google::protobuf::Timestamp& when);
 // 12345.6 -> "12.3k", 4.2e6 -> "4.20M".
 std::string FormatRate(double per_second);
 std::string FormatBytes(uint64_t bytes);
+// Text that came from elsewhere (workers' log lines, messages, server errors) made safe
+// for a terminal: control characters but newline and tab shown as '?', so no escape
+// sequence can move the cursor or recolour the screen.
+std::string Printable(const std::string& text);
 // Protobuf's JSON mapping with the .proto's field names, indented.
 std::string ToJson(const google::protobuf::Message& message);
 

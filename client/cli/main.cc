@@ -2,6 +2,7 @@
 #include <CLI/CLI.hpp>
 #include <cstdlib>
 
+#include "client/cli/cli_config.h"
 #include "client/cli/commands.h"
 #include "client/lib/client.h"
 
@@ -11,10 +12,13 @@ int main(int argc, char** argv) {
   CLI::App app{"stoke: submit training jobs to a Stoke coordinator and watch them train"};
   app.require_subcommand(1);
   app.fallthrough();  // --address and --output may also follow the subcommand
-  const char* env_address = std::getenv("STOKE_ADDRESS");
-  std::string address = env_address ? env_address : "127.0.0.1:50051";
+  std::string address, tls_ca, config_path = DefaultCliConfigPath();
   std::string output = "text";
-  app.add_option("--address", address, "Coordinator host:port ($STOKE_ADDRESS)")
+  app.add_option("--address", address,
+                 "Coordinator host:port ($STOKE_ADDRESS, else config.yaml, else "
+                 "127.0.0.1:50051)");
+  app.add_option("--tls-ca", tls_ca, "PEM CA to verify the coordinator with ($STOKE_TLS_CA)");
+  app.add_option("--config", config_path, "Config file (address, token, tls_ca)")
       ->capture_default_str();
   app.add_option("-o,--output", output, "text or json")
       ->check(CLI::IsMember({"text", "json"}))
@@ -35,7 +39,9 @@ int main(int argc, char** argv) {
   watch_cmd->add_option("id", id, "Job id")->required();
   watch_cmd->add_option("--from-seq", from_seq, "First event to show")->capture_default_str();
 
+  bool mine = false;
   auto* list = app.add_subcommand("list", "List jobs, newest first");
+  list->add_flag("--mine", mine, "Only jobs I submitted");
   list->add_option("-s,--state", states, "Only jobs in this state (repeatable)");
   list->add_option("-n,--limit", limit, "Jobs per page")->capture_default_str();
   list->add_flag("-a,--all", all, "Every job, not only the first page");
@@ -77,6 +83,20 @@ int main(int argc, char** argv) {
   tokenize->add_option("text", text_path, "Any file")->required();
   tokenize->add_option("tokens", out_path, "The token file to write")->required();
 
+  std::string token_name, token_role;
+  auto* token_cmd = app.add_subcommand("token", "Manage access tokens");
+  token_cmd->require_subcommand(1);
+  auto* token_create =
+      token_cmd->add_subcommand("create", "Make a token; prints it once, and its tokens-file line");
+  token_create->add_option("name", token_name, "Who it is for")->required();
+  token_create->add_option("--role", token_role, "viewer, submitter, admin or worker")->required();
+
+  auto* audit = app.add_subcommand("audit", "The audit log of mutating calls (admins)");
+  audit->add_option("-n,--limit", limit, "Entries per page")->capture_default_str();
+  audit->add_flag("-a,--all", all, "Every entry, not only the first page");
+
+  auto* whoami = app.add_subcommand("whoami", "Who the coordinator takes me for");
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -85,11 +105,35 @@ int main(int argc, char** argv) {
   }
 
   if (*tokenize) return TokenizeCommand(text_path, out_path);
-  auto client = Client::Connect({address});
-  CliContext cli{*client, address, output == "json"};
+  if (*token_create) return TokenCreateCommand(token_name, token_role);
+
+  // Flags, then the environment, then the config file, then the default.
+  auto config = ReadCliConfigFile(config_path);
+  if (!config.ok()) {
+    std::fprintf(stderr, "stoke: %s\n", std::string(config.status().message()).c_str());
+    return kExitUsage;
+  }
+  auto pick = [](const std::string& flag, const char* env, const std::string& file,
+                 const std::string& fallback) {
+    if (!flag.empty()) return flag;
+    if (const char* value = std::getenv(env); value && *value) return std::string(value);
+    return file.empty() ? fallback : file;
+  };
+  ClientOptions options;
+  options.address = address = pick(address, "STOKE_ADDRESS", config->address, "127.0.0.1:50051");
+  options.token = pick("", "STOKE_TOKEN", config->token, "");
+  options.tls_ca = pick(tls_ca, "STOKE_TLS_CA", config->tls_ca, "");
+  auto client = Client::Connect(options);
+  if (!client.ok()) {
+    std::fprintf(stderr, "stoke: %s\n", std::string(client.status().message()).c_str());
+    return kExitUsage;
+  }
+  CliContext cli{**client, address, output == "json"};
   if (*submit) return SubmitCommand(cli, file, watch);
   if (*watch_cmd) return WatchCommand(cli, id, from_seq);
-  if (*list) return ListCommand(cli, states, limit, all);
+  if (*list) return ListCommand(cli, states, limit, all, mine);
+  if (*audit) return AuditCommand(cli, limit, all);
+  if (*whoami) return WhoAmICommand(cli);
   if (*status) return StatusCommand(cli, id);
   if (*cancel) return CancelCommand(cli, id, reason);
   if (*cluster) return ClusterCommand(cli);

@@ -112,7 +112,7 @@ void ProgressView::OnEvent(const v1::JobEvent& event) {
       const auto& change = event.state_change();
       std::string line = absl::StrCat("job ", job_id_, " ", ShortStateName(change.state()));
       if (change.attempt() > 1) absl::StrAppend(&line, " (attempt ", change.attempt(), ")");
-      if (!change.message().empty()) absl::StrAppend(&line, ": ", change.message());
+      if (!change.message().empty()) absl::StrAppend(&line, ": ", Printable(change.message()));
       if (IsFinal(change.state())) {
         final_state_ = change.state();
         // Leave the last progress line on screen, then the verdict under it.
@@ -142,7 +142,7 @@ void ProgressView::OnEvent(const v1::JobEvent& event) {
       }
       break;
     case v1::JobEvent::kLog:
-      PrintAbove(absl::StrCat("  [rank ", event.log().rank(), "] ", event.log().text()));
+      PrintAbove(absl::StrCat("  [rank ", event.log().rank(), "] ", Printable(event.log().text())));
       break;
     default:
       break;

@@ -3,12 +3,16 @@
 #include <grpcpp/grpcpp.h>
 
 #include <cerrno>
+#include <chrono>
 #include <cstdio>
 #include <cstring>
 #include <fstream>
+#include <random>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
+#include "proto/stoke/v1/limits.h"
+#include "security/grpc_credentials.h"
 
 namespace stoke::client {
 
@@ -17,29 +21,76 @@ absl::Status FromGrpcStatus(const grpc::Status& status) {
   return absl::Status(static_cast<absl::StatusCode>(status.error_code()), status.error_message());
 }
 
-std::unique_ptr<Client> Client::Connect(const ClientOptions& options) {
+absl::StatusOr<std::unique_ptr<Client>> Client::Connect(const ClientOptions& options) {
+  auto credentials =
+      security::MakeChannelCredentials({options.tls_ca, options.tls_cert, options.tls_key});
+  if (!credentials.ok()) return credentials.status();
   grpc::ChannelArguments args;
   args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 2'000);
   args.SetInt(GRPC_ARG_KEEPALIVE_TIME_MS, 20'000);
-  args.SetMaxReceiveMessageSize(16 * 1024 * 1024);
-  auto channel =
-      grpc::CreateCustomChannel(options.address, grpc::InsecureChannelCredentials(), args);
+  args.SetMaxReceiveMessageSize(v1::kMaxMessageBytes);
+  args.SetMaxSendMessageSize(v1::kMaxMessageBytes);
+  auto channel = grpc::CreateCustomChannel(options.address, *credentials, args);
   return std::unique_ptr<Client>(new Client(options, std::move(channel)));
+}
+
+void Client::Authorize(grpc::ClientContext& context) const {
+  if (!options_.token.empty()) context.AddMetadata("authorization", "Bearer " + options_.token);
 }
 
 void Client::PrepareContext(grpc::ClientContext& context) const {
   context.set_deadline(std::chrono::system_clock::now() + options_.call_timeout);
+  Authorize(context);
 }
 
-absl::StatusOr<v1::Job> Client::SubmitJob(const v1::JobSpec& spec) {
+absl::StatusOr<v1::ListAuditResponse> Client::ListAudit(const v1::ListAuditRequest& request) {
   grpc::ClientContext context;
   PrepareContext(context);
+  v1::ListAuditResponse response;
+  auto status = FromGrpcStatus(stub_->ListAudit(&context, request, &response));
+  if (!status.ok()) return status;
+  return response;
+}
+
+absl::StatusOr<v1::WhoAmIResponse> Client::WhoAmI() {
+  grpc::ClientContext context;
+  PrepareContext(context);
+  v1::WhoAmIResponse response;
+  auto status = FromGrpcStatus(stub_->WhoAmI(&context, v1::WhoAmIRequest(), &response));
+  if (!status.ok()) return status;
+  return response;
+}
+
+namespace {
+
+// 128 random bits, in hex: unique among every submission a coordinator will see.
+std::string NewRequestId() {
+  std::random_device random;
+  std::string id;
+  for (int i = 0; i < 4; ++i) absl::StrAppend(&id, absl::Hex(random(), absl::kZeroPad8));
+  return id;
+}
+
+}  // namespace
+
+absl::StatusOr<v1::Job> Client::SubmitJob(const v1::JobSpec& spec, std::string request_id) {
   v1::SubmitJobRequest request;
   *request.mutable_spec() = spec;
-  v1::SubmitJobResponse response;
-  auto status = FromGrpcStatus(stub_->SubmitJob(&context, request, &response));
-  if (!status.ok()) return status;
-  return response.job();
+  request.set_request_id(request_id.empty() ? NewRequestId() : std::move(request_id));
+  absl::Status status;
+  for (int attempt = 0; attempt < 3; ++attempt) {
+    if (attempt > 0) std::this_thread::sleep_for(std::chrono::milliseconds(500 * attempt));
+    grpc::ClientContext context;
+    PrepareContext(context);
+    v1::SubmitJobResponse response;
+    status = FromGrpcStatus(stub_->SubmitJob(&context, request, &response));
+    if (status.ok()) return response.job();
+    if (status.code() != absl::StatusCode::kUnavailable &&
+        status.code() != absl::StatusCode::kDeadlineExceeded) {
+      break;
+    }
+  }
+  return status;
 }
 
 absl::StatusOr<v1::Job> Client::GetJob(const std::string& id) {
@@ -102,6 +153,7 @@ absl::StatusOr<Client::Download> Client::DownloadModel(const std::string& id, ui
     return absl::UnavailableError(absl::StrCat(path, ": cannot write: ", std::strerror(errno)));
   }
   grpc::ClientContext context;
+  Authorize(context);
   v1::DownloadModelRequest request;
   request.set_id(id);
   request.set_step(step);
@@ -159,6 +211,7 @@ absl::Status Client::WatchJob(const std::string& id, const WatchOptions& options
           absl::StrCat("cannot reach the coordinator at ", options_.address, " to watch job ", id));
     }
     grpc::ClientContext context;
+    Authorize(context);
     v1::WatchJobRequest request;
     request.set_id(id);
     request.set_from_seq(next_seq);

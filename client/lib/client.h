@@ -21,6 +21,13 @@ struct ClientOptions {
   std::string address = "127.0.0.1:50051";
   // Deadline of each unary call.
   std::chrono::milliseconds call_timeout{10'000};
+  // Bearer token for coordinators with --auth-tokens; empty sends none.
+  std::string token{};
+  // PEM CA file to verify the coordinator with: TLS when set, plaintext when empty.
+  std::string tls_ca{};
+  // PEM client certificate and key, for coordinators that ask for mutual TLS.
+  std::string tls_cert{};
+  std::string tls_key{};
 };
 
 struct WatchOptions {
@@ -32,14 +39,20 @@ struct WatchOptions {
 
 class Client {
  public:
-  // Does not contact the coordinator; the first call does.
-  static std::unique_ptr<Client> Connect(const ClientOptions& options);
+  // Does not contact the coordinator; the first call does. Fails only when the TLS files
+  // cannot be read.
+  static absl::StatusOr<std::unique_ptr<Client>> Connect(const ClientOptions& options);
 
-  absl::StatusOr<v1::Job> SubmitJob(const v1::JobSpec& spec);
+  // Safe to retry: every submission carries a request id (a random one unless given), and
+  // a call that fails as UNAVAILABLE or DEADLINE_EXCEEDED (the answer may have been lost)
+  // is tried again, up to 3 times, with the same id, so it never creates a second job.
+  absl::StatusOr<v1::Job> SubmitJob(const v1::JobSpec& spec, std::string request_id = "");
   absl::StatusOr<v1::Job> GetJob(const std::string& id);
   absl::StatusOr<v1::ListJobsResponse> ListJobs(const v1::ListJobsRequest& request);
   absl::StatusOr<v1::Job> CancelJob(const std::string& id, const std::string& reason = "");
   absl::StatusOr<v1::Cluster> GetCluster();
+  absl::StatusOr<v1::ListAuditResponse> ListAudit(const v1::ListAuditRequest& request);
+  absl::StatusOr<v1::WhoAmIResponse> WhoAmI();
   absl::StatusOr<v1::ListCheckpointsResponse> ListCheckpoints(const std::string& id);
   // Writes a checkpoint's model (the newest when step is 0) to `path`, through a
   // temporary file renamed at the end. Returns the checkpoint's step and the bytes written.
@@ -61,7 +74,10 @@ class Client {
  private:
   Client(const ClientOptions& options, std::shared_ptr<grpc::Channel> channel)
       : options_(options), channel_(channel), stub_(v1::Coordinator::NewStub(channel)) {}
+  // Deadline and credentials of a unary call.
   void PrepareContext(grpc::ClientContext& context) const;
+  // Credentials only (streams run without a deadline).
+  void Authorize(grpc::ClientContext& context) const;
 
   ClientOptions options_;
   std::shared_ptr<grpc::Channel> channel_;

@@ -1,7 +1,11 @@
 #include "client/lib/job_spec_file.h"
 
+#include <fcntl.h>
 #include <google/protobuf/descriptor.h>
 #include <google/protobuf/message.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <yaml-cpp/eventhandler.h>
 #include <yaml-cpp/yaml.h>
 
 #include <cerrno>
@@ -12,6 +16,8 @@
 #include <fstream>
 #include <limits>
 #include <map>
+#include <memory>
+#include <set>
 #include <sstream>
 
 #include "absl/strings/ascii.h"
@@ -346,19 +352,99 @@ class SpecReader {
   const std::string source_;
 };
 
+// Where each document of a YAML stream starts; builds nothing.
+class DocumentStarts final : public YAML::EventHandler {
+ public:
+  std::vector<YAML::Mark> marks;
+  void OnDocumentStart(const YAML::Mark& mark) override { marks.push_back(mark); }
+  void OnDocumentEnd() override {}
+  void OnNull(const YAML::Mark&, YAML::anchor_t) override {}
+  void OnAlias(const YAML::Mark&, YAML::anchor_t) override {}
+  void OnScalar(const YAML::Mark&, const std::string&, YAML::anchor_t,
+                const std::string&) override {}
+  void OnSequenceStart(const YAML::Mark&, const std::string&, YAML::anchor_t,
+                       YAML::EmitterStyle::value) override {}
+  void OnSequenceEnd() override {}
+  void OnMapStart(const YAML::Mark&, const std::string&, YAML::anchor_t,
+                  YAML::EmitterStyle::value) override {}
+  void OnMapEnd() override {}
+};
+
+// What yaml-cpp accepts but a job file must not hold, found before any field is read:
+// a key given twice (yaml-cpp keeps both, and the last would silently win) and tags
+// other than YAML's core ones (a !!binary value would be read as its base64 text).
+absl::Status CheckDocument(const YAML::Node& node, const std::string& source) {
+  auto error = [&](const YAML::Node& at, const std::string& problem) {
+    const YAML::Mark mark = at.Mark();
+    return absl::InvalidArgumentError(absl::StrCat(
+        source, mark.is_null() ? "" : absl::StrCat(":", mark.line + 1), ": ", problem));
+  };
+  static const std::set<std::string> kCoreTags = {"",
+                                                  "?",
+                                                  "!",
+                                                  "tag:yaml.org,2002:str",
+                                                  "tag:yaml.org,2002:int",
+                                                  "tag:yaml.org,2002:float",
+                                                  "tag:yaml.org,2002:bool",
+                                                  "tag:yaml.org,2002:null",
+                                                  "tag:yaml.org,2002:map",
+                                                  "tag:yaml.org,2002:seq"};
+  if (!kCoreTags.count(node.Tag())) {
+    return error(node, absl::StrCat("the tag ", node.Tag(),
+                                    " is not supported in job files (write the value plainly)"));
+  }
+  if (node.IsSequence()) {
+    for (const auto& element : node) {
+      if (auto s = CheckDocument(element, source); !s.ok()) return s;
+    }
+  } else if (node.IsMap()) {
+    std::map<std::string, int> seen;  // key -> line
+    for (const auto& entry : node) {
+      if (auto s = CheckDocument(entry.first, source); !s.ok()) return s;
+      if (entry.first.IsScalar()) {
+        const int line = entry.first.Mark().line + 1;
+        auto [it, inserted] = seen.emplace(entry.first.Scalar(), line);
+        if (!inserted) {
+          return error(entry.first,
+                       absl::StrCat(entry.first.Scalar(), ": given twice (first on line ",
+                                    it->second, "); keep one"));
+        }
+      }
+      if (auto s = CheckDocument(entry.second, source); !s.ok()) return s;
+    }
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::StatusOr<v1::JobSpec> ParseJobSpec(const std::string& text, const std::string& source) {
   YAML::Node root;
   try {
     root = YAML::Load(text);
+    // Documents are counted with the parser, at most two: YAML::LoadAll loops forever on
+    // some malformed input (its parser keeps reporting empty documents it never consumes;
+    // found by tests/fuzz/job_file_fuzz).
+    std::istringstream stream(text);
+    YAML::Parser parser(stream);
+    DocumentStarts starts;
+    for (int i = 0; i < 2 && parser.HandleNextDocument(starts); ++i) {
+    }
+    if (starts.marks.size() > 1) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(source, ":", starts.marks[1].line + 1,
+                       ": a second YAML document (after ---); a job file holds one job"));
+    }
   } catch (const YAML::Exception& e) {
     return absl::InvalidArgumentError(absl::StrCat(
         source, ":", e.mark.line + 1, ":", e.mark.column + 1, ": not valid YAML or JSON: ", e.msg));
   }
-  if (root.IsNull()) return absl::InvalidArgumentError(absl::StrCat(source, ": the file is empty"));
+  if (!root || root.IsNull()) {
+    return absl::InvalidArgumentError(absl::StrCat(source, ": the file is empty"));
+  }
   v1::JobSpec spec;
   try {
+    if (auto s = CheckDocument(root, source); !s.ok()) return s;
     SpecReader reader(source);
     if (auto s = reader.Fill(root, spec, ""); !s.ok()) return s;
   } catch (const YAML::Exception& e) {
@@ -368,9 +454,15 @@ absl::StatusOr<v1::JobSpec> ParseJobSpec(const std::string& text, const std::str
 }
 
 void ResolveRelativePaths(v1::JobSpec& spec, const std::string& base_dir) {
+  // A file named without a folder ("job.yaml") has an empty parent: its folder is the
+  // current one. std::filesystem::absolute("") throws, so it is never called with it.
+  std::error_code ec;
+  std::filesystem::path base = base_dir.empty() ? std::filesystem::current_path(ec)
+                                                : std::filesystem::absolute(base_dir, ec);
+  if (ec) base = base_dir.empty() ? "." : base_dir;
   auto resolve = [&](std::string* path) {
     if (path->empty() || (*path)[0] == '/') return;
-    *path = (std::filesystem::absolute(base_dir) / *path).lexically_normal().string();
+    *path = (base / *path).lexically_normal().string();
   };
   auto* data = spec.mutable_data();
   if (data->has_mnist()) resolve(data->mutable_mnist()->mutable_path());
@@ -384,15 +476,54 @@ void ResolveRelativePaths(v1::JobSpec& spec, const std::string& base_dir) {
   }
 }
 
-absl::StatusOr<v1::JobSpec> LoadJobSpecFile(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) {
+absl::StatusOr<std::string> ReadJobFile(const std::string& path) {
+  // Non-blocking open and a regular-file check: `stoke submit /dev/zero` or a FIFO must
+  // fail at once rather than read forever or wait for a writer.
+  const int fd = open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC | O_NOCTTY);
+  if (fd < 0) {
     return absl::NotFoundError(
         absl::StrCat(path, ": cannot read job file: ", std::strerror(errno)));
   }
-  std::stringstream buffer;
-  buffer << in.rdbuf();
-  auto spec = ParseJobSpec(buffer.str(), path);
+  std::unique_ptr<int, void (*)(int*)> closer(new int(fd), [](int* f) {
+    close(*f);
+    delete f;
+  });
+  struct stat st;
+  if (fstat(fd, &st) != 0) {
+    return absl::NotFoundError(
+        absl::StrCat(path, ": cannot read job file: ", std::strerror(errno)));
+  }
+  if (!S_ISREG(st.st_mode)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(path, ": not a regular file; a job file is a YAML or JSON file"));
+  }
+  if (st.st_size > kMaxJobFileBytes) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        path, ": ", st.st_size, " bytes; a job file may hold at most ", kMaxJobFileBytes));
+  }
+  std::string text;
+  char buffer[65536];
+  for (;;) {
+    const ssize_t n = read(fd, buffer, sizeof buffer);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) {
+      return absl::NotFoundError(
+          absl::StrCat(path, ": cannot read job file: ", std::strerror(errno)));
+    }
+    if (n == 0) break;
+    text.append(buffer, static_cast<size_t>(n));
+    if (static_cast<int64_t>(text.size()) > kMaxJobFileBytes) {  // it grew while read
+      return absl::InvalidArgumentError(
+          absl::StrCat(path, ": a job file may hold at most ", kMaxJobFileBytes, " bytes"));
+    }
+  }
+  return text;
+}
+
+absl::StatusOr<v1::JobSpec> LoadJobSpecFile(const std::string& path) {
+  auto text = ReadJobFile(path);
+  if (!text.ok()) return text.status();
+  auto spec = ParseJobSpec(*text, path);
   if (!spec.ok()) return spec;
   ResolveRelativePaths(*spec, std::filesystem::path(path).parent_path().string());
   return spec;

@@ -7,6 +7,7 @@
 // anything reaches the coordinator.
 #pragma once
 
+#include <cstdint>
 #include <string>
 
 #include "absl/status/statusor.h"
@@ -16,6 +17,14 @@ namespace stoke::client {
 
 // `source` names the text in error messages (usually the file path).
 absl::StatusOr<v1::JobSpec> ParseJobSpec(const std::string& text, const std::string& source);
+
+// The largest job file read: a spec is a few hundred bytes; this leaves room for long
+// comments while keeping `stoke submit /dev/zero`-like mistakes harmless.
+inline constexpr int64_t kMaxJobFileBytes = 1 << 20;
+
+// The file's text; refuses (naming the file) anything but a regular file, and files over
+// kMaxJobFileBytes.
+absl::StatusOr<std::string> ReadJobFile(const std::string& path);
 
 // Also makes the data and model paths in the file absolute, relative to the file's own
 // folder, so a job file can sit next to its data.

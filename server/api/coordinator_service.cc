@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "proto/stoke/v1/limits.h"
 #include "server/api/file_stream_reactor.h"
 #include "server/api/grpc_status.h"
 #include "server/api/job_spec_rules.h"
@@ -13,50 +14,92 @@
 namespace stoke::server {
 namespace {
 
-constexpr uint32_t kDefaultPageSize = 50;
-constexpr uint32_t kMaxPageSize = 1000;
+using v1::kDefaultPageSize;
+using v1::kMaxPageSize;
 
 absl::Status RequireId(const std::string& id) {
   if (id.empty()) return absl::InvalidArgumentError("id: required");
+  if (id.size() > v1::kMaxIdBytes) {
+    return absl::InvalidArgumentError(absl::StrCat("id: at most ", v1::kMaxIdBytes, " bytes"));
+  }
   return absl::OkStatus();
 }
 
 }  // namespace
 
-grpc::ServerUnaryReactor* CoordinatorService::Defer(grpc::CallbackServerContext* context,
-                                                    std::function<absl::Status()> work) {
+grpc::ServerUnaryReactor* CoordinatorService::Defer(
+    grpc::CallbackServerContext* context, std::function<absl::Status(const Caller&)> work) {
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-  executor_.Post([reactor, work = std::move(work)] { reactor->Finish(ToGrpcStatus(work())); });
+  auto caller = access_.IdentifyUser(*context);
+  if (!caller.ok()) {
+    reactor->Finish(ToGrpcStatus(caller.status()));
+    return reactor;
+  }
+  executor_.Post([reactor, caller = *std::move(caller), work = std::move(work)] {
+    reactor->Finish(ToGrpcStatus(work(caller)));
+  });
   return reactor;
+}
+
+absl::StatusOr<v1::Job> CoordinatorService::JobFor(const Caller& caller, const std::string& id) {
+  if (auto s = AccessControl::Require(caller, security::Role::kViewer, "reading jobs"); !s.ok()) {
+    return s;
+  }
+  if (auto s = RequireId(id); !s.ok()) return s;
+  auto job = core_.GetJob(id);
+  if (!job.ok()) return job.status();
+  if (AccessControl::Owns(caller, *job)) return job;
+  return RedactForNonOwner(*std::move(job));
 }
 
 grpc::ServerUnaryReactor* CoordinatorService::SubmitJob(grpc::CallbackServerContext* context,
                                                         const v1::SubmitJobRequest* request,
                                                         v1::SubmitJobResponse* response) {
-  return Defer(context, [this, request, response]() -> absl::Status {
-    if (!request->has_spec()) return absl::InvalidArgumentError("spec: required");
-    v1::JobSpec spec = request->spec();
-    auto in_spec = [](const absl::Status& s) {
-      return absl::Status(s.code(), absl::StrCat("spec.", s.message()));
-    };
-    if (auto s = ValidateJobSpec(spec); !s.ok()) return in_spec(s);
-    auto data = InspectData(spec, data_roots_);
-    if (!data.ok()) return in_spec(data.status());
-    if (auto s = ValidateAgainstData(spec, *data); !s.ok()) return in_spec(s);
-    ApplyJobSpecDefaults(spec, *data);
-    auto job = core_.SubmitJob(spec);
-    if (!job.ok()) return job.status();
-    *response->mutable_job() = *std::move(job);
-    return absl::OkStatus();
+  return Defer(context, [this, request, response](const Caller& caller) -> absl::Status {
+    absl::Status result = Submit(caller, *request, *response);
+    audit_.Record(caller, "SubmitJob", response->job().id(), result);
+    return result;
   });
+}
+
+absl::Status CoordinatorService::Submit(const Caller& caller, const v1::SubmitJobRequest& request,
+                                        v1::SubmitJobResponse& response) {
+  if (auto s = AccessControl::Require(caller, security::Role::kSubmitter, "submitting jobs");
+      !s.ok()) {
+    return s;
+  }
+  if (!request.has_spec()) return absl::InvalidArgumentError("spec: required");
+  if (request.request_id().size() > v1::kMaxIdBytes) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("request_id: at most ", v1::kMaxIdBytes, " bytes"));
+  }
+  v1::JobSpec spec = request.spec();
+  // Fields this coordinator does not know are never stored: they would ride along in
+  // every ListJobs answer and every assignment.
+  spec.DiscardUnknownFields();
+  if (const size_t bytes = spec.ByteSizeLong(); bytes > v1::kMaxSpecBytes) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("spec: ", bytes, " bytes; a job spec may take at most ", v1::kMaxSpecBytes));
+  }
+  auto in_spec = [](const absl::Status& s) {
+    return absl::Status(s.code(), absl::StrCat("spec.", s.message()));
+  };
+  if (auto s = ValidateJobSpec(spec); !s.ok()) return in_spec(s);
+  auto data = InspectData(spec, data_roots_);
+  if (!data.ok()) return in_spec(data.status());
+  if (auto s = ValidateAgainstData(spec, *data); !s.ok()) return in_spec(s);
+  ApplyJobSpecDefaults(spec, *data);
+  auto job = core_.SubmitJob(spec, request.request_id(), access_.enabled() ? caller.name : "");
+  if (!job.ok()) return job.status();
+  *response.mutable_job() = *std::move(job);
+  return absl::OkStatus();
 }
 
 grpc::ServerUnaryReactor* CoordinatorService::GetJob(grpc::CallbackServerContext* context,
                                                      const v1::GetJobRequest* request,
                                                      v1::Job* response) {
-  return Defer(context, [this, request, response]() -> absl::Status {
-    if (auto s = RequireId(request->id()); !s.ok()) return s;
-    auto job = core_.GetJob(request->id());
+  return Defer(context, [this, request, response](const Caller& caller) -> absl::Status {
+    auto job = JobFor(caller, request->id());
     if (!job.ok()) return job.status();
     *response = *std::move(job);
     return absl::OkStatus();
@@ -66,8 +109,12 @@ grpc::ServerUnaryReactor* CoordinatorService::GetJob(grpc::CallbackServerContext
 grpc::ServerUnaryReactor* CoordinatorService::ListJobs(grpc::CallbackServerContext* context,
                                                        const v1::ListJobsRequest* request,
                                                        v1::ListJobsResponse* response) {
-  return Defer(context, [this, request, response]() -> absl::Status {
+  return Defer(context, [this, request, response](const Caller& caller) -> absl::Status {
+    if (auto s = AccessControl::Require(caller, security::Role::kViewer, "listing jobs"); !s.ok()) {
+      return s;
+    }
     JobQuery query;
+    query.owner = request->owner();
     for (int state : request->states()) {
       if (!v1::JobState_IsValid(state) || state == v1::JOB_STATE_UNSPECIFIED) {
         return absl::InvalidArgumentError(absl::StrCat("states: unknown job state ", state));
@@ -85,8 +132,20 @@ grpc::ServerUnaryReactor* CoordinatorService::ListJobs(grpc::CallbackServerConte
     }
     auto page = core_.ListJobs(query);
     if (!page.ok()) return page.status();
-    for (auto& job : page->jobs) *response->add_jobs() = std::move(job);
-    if (page->more && response->jobs_size() > 0) {
+    size_t bytes = 0;
+    bool cut = false;
+    for (auto& job : page->jobs) {
+      // A page stops short of the message limit however large the jobs are; the token
+      // leads on from the last job it holds.
+      bytes += job.ByteSizeLong();
+      if (response->jobs_size() > 0 && bytes > v1::kMaxPageBytes) {
+        cut = true;
+        break;
+      }
+      *response->add_jobs() =
+          AccessControl::Owns(caller, job) ? std::move(job) : RedactForNonOwner(std::move(job));
+    }
+    if ((page->more || cut) && response->jobs_size() > 0) {
       response->set_next_page_token(response->jobs(response->jobs_size() - 1).id());
     }
     return absl::OkStatus();
@@ -96,26 +155,55 @@ grpc::ServerUnaryReactor* CoordinatorService::ListJobs(grpc::CallbackServerConte
 grpc::ServerUnaryReactor* CoordinatorService::CancelJob(grpc::CallbackServerContext* context,
                                                         const v1::CancelJobRequest* request,
                                                         v1::Job* response) {
-  return Defer(context, [this, request, response]() -> absl::Status {
-    if (auto s = RequireId(request->id()); !s.ok()) return s;
-    auto job = core_.CancelJob(request->id(), request->reason());
-    if (!job.ok()) return job.status();
-    *response = *std::move(job);
-    return absl::OkStatus();
+  return Defer(context, [this, request, response](const Caller& caller) -> absl::Status {
+    auto cancel = [&]() -> absl::Status {
+      if (auto s = AccessControl::Require(caller, security::Role::kSubmitter, "cancelling jobs");
+          !s.ok()) {
+        return s;
+      }
+      if (auto s = RequireId(request->id()); !s.ok()) return s;
+      if (request->reason().size() > v1::kMaxReasonBytes) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("reason: at most ", v1::kMaxReasonBytes, " bytes"));
+      }
+      auto job = core_.GetJob(request->id());
+      if (!job.ok()) return job.status();
+      if (auto s = AccessControl::RequireOwner(caller, *job, "cancelling"); !s.ok()) return s;
+      auto cancelled = core_.CancelJob(request->id(), request->reason());
+      if (!cancelled.ok()) return cancelled.status();
+      *response = *std::move(cancelled);
+      return absl::OkStatus();
+    };
+    absl::Status result = cancel();
+    audit_.Record(caller, "CancelJob", request->id(), result);
+    return result;
   });
 }
 
 grpc::ServerWriteReactor<v1::JobEvent>* CoordinatorService::WatchJob(
     grpc::CallbackServerContext* context, const v1::WatchJobRequest* request) {
-  (void)context;
-  return WatchReactor::Start(hub_, executor_, request->id(), request->from_seq());
+  auto caller = access_.IdentifyUser(*context);
+  if (!caller.ok()) return WatchReactor::Fail(hub_, executor_, ToGrpcStatus(caller.status()));
+  bool include_logs = true;
+  if (access_.enabled()) {
+    // Whose job it is decides whether its log lines are shown: one lookup (memory for a
+    // live job, one indexed row for a finished one).
+    auto job = JobFor(*caller, request->id());
+    if (!job.ok()) return WatchReactor::Fail(hub_, executor_, ToGrpcStatus(job.status()));
+    include_logs = AccessControl::Owns(*caller, *job);
+  }
+  return WatchReactor::Start(hub_, executor_, request->id(), request->from_seq(), include_logs);
 }
 
 grpc::ServerUnaryReactor* CoordinatorService::GetCluster(grpc::CallbackServerContext* context,
                                                          const v1::GetClusterRequest* request,
                                                          v1::Cluster* response) {
   (void)request;
-  return Defer(context, [this, response]() -> absl::Status {
+  return Defer(context, [this, response](const Caller& caller) -> absl::Status {
+    if (auto s = AccessControl::Require(caller, security::Role::kViewer, "reading the cluster");
+        !s.ok()) {
+      return s;
+    }
     *response = core_.GetCluster();
     return absl::OkStatus();
   });
@@ -128,8 +216,12 @@ namespace stoke::server {
 grpc::ServerUnaryReactor* CoordinatorService::ListCheckpoints(
     grpc::CallbackServerContext* context, const v1::ListCheckpointsRequest* request,
     v1::ListCheckpointsResponse* response) {
-  return Defer(context, [this, request, response]() -> absl::Status {
-    if (auto s = RequireId(request->id()); !s.ok()) return s;
+  return Defer(context, [this, request, response](const Caller& caller) -> absl::Status {
+    auto job = JobFor(caller, request->id());
+    if (!job.ok()) return job.status();
+    if (auto s = AccessControl::RequireOwner(caller, *job, "listing the checkpoints"); !s.ok()) {
+      return s;
+    }
     auto checkpoints = core_.ListCheckpoints(request->id());
     if (!checkpoints.ok()) return checkpoints.status();
     for (const auto& c : *checkpoints) {
@@ -145,12 +237,18 @@ grpc::ServerUnaryReactor* CoordinatorService::ListCheckpoints(
 
 grpc::ServerWriteReactor<v1::FileChunk>* CoordinatorService::DownloadModel(
     grpc::CallbackServerContext* context, const v1::DownloadModelRequest* request) {
-  (void)context;
+  auto caller = access_.IdentifyUser(*context);
+  if (!caller.ok()) return FileStreamReactor::Fail(ToGrpcStatus(caller.status()));
+  auto refuse = [&](const absl::Status& status) {
+    audit_.Record(*caller, "DownloadModel", request->id(), status);
+    return FileStreamReactor::Fail(ToGrpcStatus(status));
+  };
   // Choosing the file takes a few stat calls, made here; the file itself is read on the
   // executor, a chunk at a time.
-  if (request->id().empty()) {
-    return FileStreamReactor::Fail(
-        grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "id: required"));
+  auto job = JobFor(*caller, request->id());
+  if (!job.ok()) return refuse(job.status());
+  if (auto s = AccessControl::RequireOwner(*caller, *job, "exporting the model"); !s.ok()) {
+    return refuse(s);
   }
   auto checkpoints = core_.ListCheckpoints(request->id());
   if (!checkpoints.ok()) return FileStreamReactor::Fail(ToGrpcStatus(checkpoints.status()));
@@ -173,7 +271,50 @@ grpc::ServerWriteReactor<v1::FileChunk>* CoordinatorService::DownloadModel(
                                     request->step(), "; it has ", absl::StrJoin(steps, ", "))));
     }
   }
+  audit_.Record(*caller, "DownloadModel", absl::StrCat(request->id(), "@", chosen->step),
+                absl::OkStatus());
   return FileStreamReactor::Start(executor_, chosen->model_path, chosen->step);
+}
+
+grpc::ServerUnaryReactor* CoordinatorService::ListAudit(grpc::CallbackServerContext* context,
+                                                        const v1::ListAuditRequest* request,
+                                                        v1::ListAuditResponse* response) {
+  return Defer(context, [this, request, response](const Caller& caller) -> absl::Status {
+    if (auto s = AccessControl::Require(caller, security::Role::kAdmin, "reading the audit log");
+        !s.ok()) {
+      return s;
+    }
+    uint64_t before = 0;
+    const std::string& token = request->page_token();
+    if (!token.empty()) {
+      auto [end, ec] = std::from_chars(token.data(), token.data() + token.size(), before);
+      if (ec != std::errc() || end != token.data() + token.size()) {
+        return absl::InvalidArgumentError("page_token: not a token returned by ListAudit");
+      }
+    }
+    const uint32_t limit =
+        request->page_size() == 0 ? kDefaultPageSize : std::min(request->page_size(), kMaxPageSize);
+    auto page = audit_.List(before, limit);
+    if (!page.ok()) return page.status();
+    for (auto& entry : page->entries) *response->add_entries() = std::move(entry);
+    if (page->more && response->entries_size() > 0) {
+      response->set_next_page_token(
+          std::to_string(response->entries(response->entries_size() - 1).id()));
+    }
+    return absl::OkStatus();
+  });
+}
+
+grpc::ServerUnaryReactor* CoordinatorService::WhoAmI(grpc::CallbackServerContext* context,
+                                                     const v1::WhoAmIRequest* request,
+                                                     v1::WhoAmIResponse* response) {
+  (void)request;
+  return Defer(context, [this, response](const Caller& caller) -> absl::Status {
+    response->set_name(caller.name);
+    response->set_role(security::RoleName(caller.role));
+    response->set_authentication_required(access_.enabled());
+    return absl::OkStatus();
+  });
 }
 
 }  // namespace stoke::server

@@ -3,6 +3,8 @@
 // and translate the result; they hold no state of their own.
 #pragma once
 
+#include "server/api/access_control.h"
+#include "server/api/audit_log.h"
 #include "server/api/data_checks.h"
 #include "server/api/executor.h"
 #include "server/core/coordinator.h"
@@ -13,8 +15,14 @@ namespace stoke::server {
 
 class CoordinatorService final : public v1::Coordinator::CallbackService {
  public:
-  CoordinatorService(Coordinator& core, EventHub& hub, Executor& executor, DataRoots data_roots)
-      : core_(core), hub_(hub), executor_(executor), data_roots_(std::move(data_roots)) {}
+  CoordinatorService(Coordinator& core, EventHub& hub, Executor& executor, DataRoots data_roots,
+                     const AccessControl& access, AuditLog& audit)
+      : core_(core),
+        hub_(hub),
+        executor_(executor),
+        data_roots_(std::move(data_roots)),
+        access_(access),
+        audit_(audit) {}
 
   grpc::ServerUnaryReactor* SubmitJob(grpc::CallbackServerContext* context,
                                       const v1::SubmitJobRequest* request,
@@ -37,16 +45,30 @@ class CoordinatorService final : public v1::Coordinator::CallbackService {
                                             v1::ListCheckpointsResponse* response) override;
   grpc::ServerWriteReactor<v1::FileChunk>* DownloadModel(
       grpc::CallbackServerContext* context, const v1::DownloadModelRequest* request) override;
+  grpc::ServerUnaryReactor* ListAudit(grpc::CallbackServerContext* context,
+                                      const v1::ListAuditRequest* request,
+                                      v1::ListAuditResponse* response) override;
+  grpc::ServerUnaryReactor* WhoAmI(grpc::CallbackServerContext* context,
+                                   const v1::WhoAmIRequest* request,
+                                   v1::WhoAmIResponse* response) override;
 
  private:
-  // Runs `work` on the executor and finishes the call with its status.
+  // Identifies the caller (from the call's metadata, on gRPC's thread), then runs `work`
+  // on the executor and finishes the call with its status. A caller who cannot be
+  // identified gets UNAUTHENTICATED and `work` never runs.
   grpc::ServerUnaryReactor* Defer(grpc::CallbackServerContext* context,
-                                  std::function<absl::Status()> work);
+                                  std::function<absl::Status(const Caller&)> work);
+  absl::Status Submit(const Caller& caller, const v1::SubmitJobRequest& request,
+                      v1::SubmitJobResponse& response);
+  // The job if `caller` may see it at all, redacted unless it owns it.
+  absl::StatusOr<v1::Job> JobFor(const Caller& caller, const std::string& id);
 
   Coordinator& core_;
   EventHub& hub_;
   Executor& executor_;
   const DataRoots data_roots_;
+  const AccessControl& access_;
+  AuditLog& audit_;
 };
 
 }  // namespace stoke::server

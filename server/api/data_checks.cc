@@ -83,7 +83,9 @@ absl::StatusOr<DataFacts> ImageFacts(const std::string& field, const std::string
                                      const std::string& folder, bool cifar,
                                      const DataRoots& roots) {
   if (auto s = CheckFolderLinks(field, folder, roots); !s.ok()) return s;
-  auto splits = cifar ? data::ReadCifar10Folder(folder) : data::ReadMnistFolder(folder);
+  // Headers, sizes and labels only: what the coordinator holds in memory stays small
+  // whatever the files hold.
+  auto splits = cifar ? data::InspectCifar10Folder(folder) : data::InspectMnistFolder(folder);
   if (!splits.ok()) return FromReader(field, splits.status());
   DataFacts facts;
   facts.kind = DataFacts::Kind::kImage;

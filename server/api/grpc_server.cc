@@ -19,7 +19,9 @@ absl::StatusOr<std::unique_ptr<GrpcServer>> GrpcServer::Start(
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;
   int port = 0;
-  builder.AddListeningPort(options.address, grpc::InsecureServerCredentials(), &port);
+  builder.AddListeningPort(
+      options.address,
+      options.credentials ? options.credentials : grpc::InsecureServerCredentials(), &port);
   builder.SetMaxReceiveMessageSize(options.max_message_bytes);
   builder.SetMaxSendMessageSize(options.max_message_bytes);
   // Workers and watchers hold streams for hours; keepalives notice a dead peer.

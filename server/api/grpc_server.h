@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "proto/stoke/v1/limits.h"
 
 namespace stoke::server {
 
@@ -19,9 +20,11 @@ class GrpcServer {
   struct Options {
     // host:port; port 0 picks a free one (see address()).
     std::string address = "127.0.0.1:50051";
-    int max_message_bytes = 16 * 1024 * 1024;
+    int max_message_bytes = v1::kMaxMessageBytes;
     // Told of every call (for /metrics); may be null. Must outlive the server.
     RpcObserver* observer = nullptr;
+    // TLS (security::MakeServerCredentials); null means plaintext.
+    std::shared_ptr<grpc::ServerCredentials> credentials;
   };
 
   static absl::StatusOr<std::unique_ptr<GrpcServer>> Start(

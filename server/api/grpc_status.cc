@@ -53,7 +53,20 @@ grpc::Status ToGrpcStatus(const absl::Status& status) {
     default:
       code = grpc::StatusCode::INTERNAL;
   }
-  return grpc::Status(code, std::string(status.message()));
+  // Messages may echo what a client sent; a long one would exceed the limit on trailing
+  // metadata (and lose the whole status), so it is cut.
+  constexpr size_t kMaxMessageBytes = 2048;
+  std::string message(status.message());
+  if (message.size() > kMaxMessageBytes) {
+    const size_t cut = message.size() - kMaxMessageBytes;
+    message.resize(kMaxMessageBytes);
+    while (!message.empty() && (static_cast<unsigned char>(message.back()) & 0xC0) == 0x80) {
+      message.pop_back();  // not in the middle of a UTF-8 character
+    }
+    if (!message.empty() && static_cast<unsigned char>(message.back()) >= 0xC0) message.pop_back();
+    message += "... (" + std::to_string(cut) + " more bytes)";
+  }
+  return grpc::Status(code, message);
 }
 
 }  // namespace stoke::server

@@ -4,7 +4,11 @@
 #include <numeric>
 #include <utility>
 
+#include <google/protobuf/descriptor.h>
+#include <google/protobuf/message.h>
+
 #include "absl/strings/str_cat.h"
+#include "proto/stoke/v1/limits.h"
 #include "spec/job_defaults.h"
 
 namespace stoke::server {
@@ -245,12 +249,83 @@ absl::Status MatchClasses(absl::string_view field, uint32_t configured, const Da
   return absl::OkStatus();
 }
 
+// Rules every field shares, by reflection so that a field added to the .proto is covered:
+// an enum holds a value the .proto names (proto3 keeps unknown numbers, and 999 would
+// otherwise run as some default), a string at most kMaxPathBytes, a list at most
+// kMaxRepeatedElements entries.
+absl::Status CheckEveryField(const google::protobuf::Message& message, const std::string& prefix) {
+  using google::protobuf::FieldDescriptor;
+  const auto* reflection = message.GetReflection();
+  std::vector<const FieldDescriptor*> fields;
+  reflection->ListFields(message, &fields);
+  for (const FieldDescriptor* field : fields) {
+    const std::string path =
+        prefix.empty() ? field->name() : absl::StrCat(prefix, ".", field->name());
+    if (field->is_repeated()) {
+      const int n = reflection->FieldSize(message, field);
+      if (n > v1::kMaxRepeatedElements) {
+        return Invalid(path, absl::StrCat(n, " entries; at most ", v1::kMaxRepeatedElements));
+      }
+      for (int i = 0; i < n; ++i) {
+        const std::string element = absl::StrCat(path, "[", i, "]");
+        switch (field->cpp_type()) {
+          case FieldDescriptor::CPPTYPE_ENUM: {
+            const int v = reflection->GetRepeatedEnumValue(message, field, i);
+            if (!field->enum_type()->FindValueByNumber(v)) {
+              return Invalid(element, absl::StrCat("unknown value ", v));
+            }
+            break;
+          }
+          case FieldDescriptor::CPPTYPE_STRING:
+            if (reflection->GetRepeatedString(message, field, i).size() > v1::kMaxPathBytes) {
+              return Invalid(element, absl::StrCat("at most ", v1::kMaxPathBytes, " bytes"));
+            }
+            break;
+          case FieldDescriptor::CPPTYPE_MESSAGE:
+            if (auto s =
+                    CheckEveryField(reflection->GetRepeatedMessage(message, field, i), element);
+                !s.ok()) {
+              return s;
+            }
+            break;
+          default:
+            break;
+        }
+      }
+      continue;
+    }
+    switch (field->cpp_type()) {
+      case FieldDescriptor::CPPTYPE_ENUM: {
+        const int v = reflection->GetEnumValue(message, field);
+        if (!field->enum_type()->FindValueByNumber(v)) {
+          return Invalid(path, absl::StrCat("unknown value ", v));
+        }
+        break;
+      }
+      case FieldDescriptor::CPPTYPE_STRING:
+        if (reflection->GetString(message, field).size() > v1::kMaxPathBytes) {
+          return Invalid(path, absl::StrCat("at most ", v1::kMaxPathBytes, " bytes"));
+        }
+        break;
+      case FieldDescriptor::CPPTYPE_MESSAGE:
+        if (auto s = CheckEveryField(reflection->GetMessage(message, field), path); !s.ok()) {
+          return s;
+        }
+        break;
+      default:
+        break;
+    }
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::Status ValidateJobSpec(const v1::JobSpec& spec) {
   if (spec.name().size() > kMaxNameLength) {
     return Invalid("name", absl::StrCat("at most ", kMaxNameLength, " characters"));
   }
+  if (auto s = CheckEveryField(spec, ""); !s.ok()) return s;
   if (auto s = ValidateData(spec.data()); !s.ok()) return s;
   if (auto s = ValidateModel(spec.model()); !s.ok()) return s;
   if (auto s = ValidateOptimizer(spec.optimizer()); !s.ok()) return s;

@@ -1,5 +1,9 @@
 #include "server/api/rpc_interceptor.h"
 
+#include <google/protobuf/descriptor.h>
+
+#include "absl/strings/string_view.h"
+
 #include <chrono>
 #include <string>
 
@@ -49,11 +53,37 @@ const char* CodeName(grpc::StatusCode code) {
   }
 }
 
+// Metric labels must stay bounded, and a client can name any method it likes: only
+// methods of services compiled into this binary (ours, reflection) and the health
+// service keep their name; everything else is counted as "unknown".
+std::string MethodLabel(const char* method) {
+  if (method == nullptr) return "unknown";
+  const absl::string_view name(method);
+  static const char* const kHealth[] = {"/grpc.health.v1.Health/Check",
+                                        "/grpc.health.v1.Health/Watch",
+                                        "/grpc.health.v1.Health/List"};
+  for (const char* known : kHealth) {
+    if (name == known) return std::string(name);
+  }
+  const auto slash = name.rfind('/');
+  if (name.size() > 256 || name.empty() || name[0] != '/' || slash == 0 ||
+      slash == absl::string_view::npos) {
+    return "unknown";
+  }
+  const auto* service = google::protobuf::DescriptorPool::generated_pool()->FindServiceByName(
+      std::string(name.substr(1, slash - 1)));
+  if (service == nullptr ||
+      service->FindMethodByName(std::string(name.substr(slash + 1))) == nullptr) {
+    return "unknown";
+  }
+  return std::string(name);
+}
+
 class RpcInterceptor final : public grpc::experimental::Interceptor {
  public:
   RpcInterceptor(grpc::experimental::ServerRpcInfo* info, RpcObserver& observer)
       : observer_(observer),
-        method_(info->method() ? info->method() : "unknown"),
+        method_(MethodLabel(info->method())),
         unary_(info->type() == grpc::experimental::ServerRpcInfo::Type::UNARY),
         start_(std::chrono::steady_clock::now()) {
     if (!unary_) observer_.OnStreamOpened(method_);

@@ -11,9 +11,15 @@ constexpr uint32_t kBatch = 256;
 
 }  // namespace
 
+WatchReactor* WatchReactor::Fail(EventHub& hub, Executor& executor, grpc::Status status) {
+  auto* reactor = new WatchReactor(hub, executor, "", 0, false);
+  reactor->FinishOnce(std::move(status));
+  return reactor;
+}
+
 WatchReactor* WatchReactor::Start(EventHub& hub, Executor& executor, std::string job_id,
-                                  uint64_t from_seq) {
-  auto* reactor = new WatchReactor(hub, executor, std::move(job_id), from_seq);
+                                  uint64_t from_seq, bool include_logs) {
+  auto* reactor = new WatchReactor(hub, executor, std::move(job_id), from_seq, include_logs);
   if (reactor->job_id_.empty()) {
     reactor->FinishOnce(grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "id: required"));
     return reactor;
@@ -28,8 +34,13 @@ WatchReactor* WatchReactor::Start(EventHub& hub, Executor& executor, std::string
   return reactor;
 }
 
-WatchReactor::WatchReactor(EventHub& hub, Executor& executor, std::string job_id, uint64_t from_seq)
-    : hub_(hub), executor_(executor), job_id_(std::move(job_id)), next_seq_(from_seq) {}
+WatchReactor::WatchReactor(EventHub& hub, Executor& executor, std::string job_id, uint64_t from_seq,
+                           bool include_logs)
+    : hub_(hub),
+      executor_(executor),
+      job_id_(std::move(job_id)),
+      include_logs_(include_logs),
+      next_seq_(from_seq) {}
 
 void WatchReactor::Wake() {
   std::lock_guard<std::mutex> lock(mu_);
@@ -70,7 +81,12 @@ void WatchReactor::Fill() {
       // A full batch may have left more behind it. Nothing else would ask for it once the
       // job has finished (no new event wakes us), so read on when this batch is written.
       if (read->events.size() >= kBatch && !read->end_of_stream) wake_pending_ = true;
-      for (auto& event : read->events) buffer_.push_back(std::move(event));
+      // The next read starts after this batch, whether or not its events are sent.
+      if (!read->events.empty()) next_seq_ = read->events.back().seq() + 1;
+      for (auto& event : read->events) {
+        if (!include_logs_ && event.has_log()) continue;
+        buffer_.push_back(std::move(event));
+      }
       end_of_stream_ = read->end_of_stream;
       finish = AdvanceLocked();
     }
@@ -83,7 +99,6 @@ bool WatchReactor::AdvanceLocked() {
   if (!buffer_.empty()) {
     current_ = std::move(buffer_.front());
     buffer_.pop_front();
-    next_seq_ = current_.seq() + 1;
     writing_ = true;
     StartWrite(&current_);
     return false;

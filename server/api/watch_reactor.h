@@ -19,15 +19,20 @@ namespace stoke::server {
 class WatchReactor final : public grpc::ServerWriteReactor<v1::JobEvent> {
  public:
   // The reactor owns itself and is deleted when gRPC is done with it.
+  // `include_logs` false: log lines are left out (a caller who does not own the job sees
+  // its state changes and metrics only).
   static WatchReactor* Start(EventHub& hub, Executor& executor, std::string job_id,
-                             uint64_t from_seq);
+                             uint64_t from_seq, bool include_logs = true);
+  // A stream that ends at once with `status`.
+  static WatchReactor* Fail(EventHub& hub, Executor& executor, grpc::Status status);
 
   void OnWriteDone(bool ok) override;
   void OnCancel() override;
   void OnDone() override;
 
  private:
-  WatchReactor(EventHub& hub, Executor& executor, std::string job_id, uint64_t from_seq);
+  WatchReactor(EventHub& hub, Executor& executor, std::string job_id, uint64_t from_seq,
+               bool include_logs);
 
   // Asks for a read from the hub on the executor, unless one is running or a write is out.
   void Wake();
@@ -41,6 +46,7 @@ class WatchReactor final : public grpc::ServerWriteReactor<v1::JobEvent> {
   EventHub& hub_;
   Executor& executor_;
   const std::string job_id_;
+  const bool include_logs_;
   uint64_t subscription_ = 0;
 
   std::mutex mu_;

@@ -6,7 +6,10 @@
 #include <memory>
 #include <mutex>
 
+#include "absl/strings/str_cat.h"
+#include "proto/stoke/v1/limits.h"
 #include "server/api/grpc_status.h"
+#include "server/api/worker_text.h"
 
 namespace stoke::server {
 namespace {
@@ -24,19 +27,76 @@ std::string PeerHost(const std::string& peer) {
   return "127.0.0.1";
 }
 
-// What the core holds: outlives the stream, and goes quiet once the stream is gone.
+// What a worker says of itself ends up in GetCluster answers and metric labels: ids,
+// hosts and names are capped like every other id.
+absl::Status CheckRegistration(const v1::RegisterWorker& r) {
+  const std::pair<const char*, const std::string*> fields[] = {
+      {"register.worker_id", &r.worker_id()},
+      {"register.host", &r.host()},
+      {"register.version", &r.version()},
+      {"register.advertise_address", &r.advertise_address()},
+      {"register.device.name", &r.device().name()},
+      {"register.device.uuid", &r.device().uuid()}};
+  for (const auto& [field, value] : fields) {
+    if (value->size() > v1::kMaxIdBytes) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(field, ": at most ", v1::kMaxIdBytes, " bytes"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+// Text a worker sends about its task (errors, log lines) is stored with the job and
+// answered to every ListJobs: it is cut to kMaxReasonBytes rather than refused, so that
+// a worker's report of a failure is never lost for being long.
+void Truncate(std::string* text) {
+  if (text->size() <= v1::kMaxReasonBytes) return;
+  const size_t cut = text->size() - v1::kMaxReasonBytes;
+  text->resize(v1::kMaxReasonBytes);
+  absl::StrAppend(text, "... (", cut, " more bytes)");
+}
+
+void BoundTaskText(v1::WorkerMessage& message) {
+  switch (message.kind_case()) {
+    case v1::WorkerMessage::kFinished:
+      Truncate(message.mutable_finished()->mutable_message());
+      break;
+    case v1::WorkerMessage::kLeaving:
+      Truncate(message.mutable_leaving()->mutable_reason());
+      break;
+    case v1::WorkerMessage::kReport:
+      for (auto& line : *message.mutable_report()->mutable_logs()) Truncate(line.mutable_text());
+      break;
+    default:
+      break;
+  }
+}
+
+// What the core holds: outlives the stream, and goes quiet once the stream is finished.
+// Every operation on the stream (read, write, finish) is started here, under one mutex,
+// and none once Finish has been called: gRPC runs OnDone when its count of outstanding
+// operations reaches zero, and an operation started after that (a job assigned to a
+// worker whose stream is closing) brings a second OnDone on a reactor already deleted.
 class StreamConnection final : public WorkerConnection {
  public:
   explicit StreamConnection(WorkerStream* stream) : stream_(stream) {}
   void Send(const v1::CoordinatorMessage& message) override;
   void Close(const std::string& reason) override;
+  // Finishes the stream once; later calls (and every read or write after it) do nothing.
+  void Finish(grpc::Status status);
+  // Starts the next read; false once the stream is finished.
+  bool StartRead(v1::WorkerMessage* message);
   // The stream's write finished; start the next one.
   void OnWriteDone(bool ok);
+  // OnDone: the stream is about to be deleted.
   void Detach();
 
  private:
+  bool Open() const { return stream_ != nullptr && !finished_; }
+
   std::mutex mu_;
   WorkerStream* stream_;
+  bool finished_ = false;
   std::deque<v1::CoordinatorMessage> outbox_;
   v1::CoordinatorMessage current_;  // must outlive its write
   bool writing_ = false;
@@ -45,12 +105,24 @@ class StreamConnection final : public WorkerConnection {
 class WorkerStream final
     : public grpc::ServerBidiReactor<v1::WorkerMessage, v1::CoordinatorMessage> {
  public:
-  WorkerStream(Coordinator& core, Executor& executor, std::string peer)
+  // A stream whose caller could not be identified ends at once with that status.
+  WorkerStream(Coordinator& core, Executor& executor, AuditLog& audit, std::string peer,
+               absl::StatusOr<Caller> caller)
       : core_(core),
         executor_(executor),
+        audit_(audit),
         peer_(std::move(peer)),
         connection_(std::make_shared<StreamConnection>(this)) {
-    StartRead(&incoming_);
+    if (!caller.ok()) {
+      spdlog::warn("worker link from {} refused: {}", peer_, caller.status().ToString());
+      Post([this, status = caller.status()] {  // the store is not written on gRPC's thread
+        audit_.Record(Caller{"?", security::Role::kWorker, peer_}, "Attach", "", status);
+      });
+      connection_->Finish(ToGrpcStatus(caller.status()));
+      return;
+    }
+    caller_ = *std::move(caller);
+    connection_->StartRead(&incoming_);
   }
 
   void OnReadDone(bool ok) override {
@@ -58,20 +130,19 @@ class WorkerStream final
       // The worker closed the stream or it broke: the worker is gone.
       Post([this] {
         if (!worker_id_.empty()) core_.DetachWorker(worker_id_, connection_.get(), "link closed");
-        FinishOnce(grpc::Status::OK);
+        connection_->Finish(grpc::Status::OK);
       });
       return;
     }
-    Post([this, message = std::move(incoming_)] {
-      if (Handle(message)) {
-        std::lock_guard<std::mutex> lock(mu_);
-        if (!finished_) StartRead(&incoming_);
-      }
+    Post([this, message = std::move(incoming_)]() mutable {
+      BoundTaskText(message);
+      SanitizeWorkerMessage(message);
+      if (Handle(message)) connection_->StartRead(&incoming_);
     });
   }
 
   void OnWriteDone(bool ok) override { connection_->OnWriteDone(ok); }
-  void OnCancel() override { FinishOnce(grpc::Status::CANCELLED); }
+  void OnCancel() override { connection_->Finish(grpc::Status::CANCELLED); }
 
   void OnDone() override {
     connection_->Detach();
@@ -82,28 +153,25 @@ class WorkerStream final
     delete this;
   }
 
-  void FinishOnce(grpc::Status status) {
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      if (finished_) return;
-      finished_ = true;
-    }
-    Finish(std::move(status));
-  }
-
  private:
   // Returns false when the stream is to end.
   bool Handle(const v1::WorkerMessage& message) {
     if (worker_id_.empty()) {
       if (!message.has_register_()) {
-        FinishOnce(grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
-                                "the first message on a worker link must be register"));
+        connection_->Finish(grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
+                                         "the first message on a worker link must be register"));
         return false;
       }
-      auto s = core_.AttachWorker(message.register_(), PeerHost(peer_), connection_);
+      absl::Status s = CheckRegistration(message.register_());
+      // Without authentication there is no credential to bind the id to.
+      const std::string credential = caller_.name == "anonymous" ? "" : caller_.name;
+      if (s.ok()) {
+        s = core_.AttachWorker(message.register_(), PeerHost(peer_), connection_, credential);
+      }
+      audit_.Record(caller_, "Attach", message.register_().worker_id(), s);
       if (!s.ok()) {
         spdlog::warn("worker registration from {} refused: {}", peer_, s.ToString());
-        FinishOnce(ToGrpcStatus(s));
+        connection_->Finish(ToGrpcStatus(s));
         return false;
       }
       worker_id_ = message.register_().worker_id();
@@ -130,20 +198,21 @@ class WorkerStream final
 
   Coordinator& core_;
   Executor& executor_;
+  AuditLog& audit_;
   const std::string peer_;
+  Caller caller_;
   std::shared_ptr<StreamConnection> connection_;
   v1::WorkerMessage incoming_;
   std::string worker_id_;  // set once registered; touched only by one task at a time
 
   std::mutex mu_;
   int pending_tasks_ = 0;
-  bool finished_ = false;
   bool done_ = false;
 };
 
 void StreamConnection::Send(const v1::CoordinatorMessage& message) {
   std::lock_guard<std::mutex> lock(mu_);
-  if (stream_ == nullptr) return;
+  if (!Open()) return;
   if (writing_) {
     outbox_.push_back(message);
     return;
@@ -156,17 +225,31 @@ void StreamConnection::Send(const v1::CoordinatorMessage& message) {
 void StreamConnection::OnWriteDone(bool ok) {
   std::lock_guard<std::mutex> lock(mu_);
   writing_ = false;
-  if (!ok || stream_ == nullptr || outbox_.empty()) return;
+  if (!ok || !Open() || outbox_.empty()) return;
   current_ = std::move(outbox_.front());
   outbox_.pop_front();
   writing_ = true;
   stream_->StartWrite(&current_);
 }
 
-void StreamConnection::Close(const std::string& reason) {
+bool StreamConnection::StartRead(v1::WorkerMessage* message) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!Open()) return false;
+  stream_->StartRead(message);
+  return true;
+}
+
+void StreamConnection::Finish(grpc::Status status) {
   // Holding mu_ keeps the stream from being deleted (OnDone -> Detach) meanwhile.
   std::lock_guard<std::mutex> lock(mu_);
-  if (stream_) stream_->FinishOnce(grpc::Status(grpc::StatusCode::UNAVAILABLE, reason));
+  if (!Open()) return;
+  finished_ = true;
+  outbox_.clear();
+  stream_->Finish(std::move(status));
+}
+
+void StreamConnection::Close(const std::string& reason) {
+  Finish(grpc::Status(grpc::StatusCode::UNAVAILABLE, reason));
 }
 
 void StreamConnection::Detach() {
@@ -179,7 +262,8 @@ void StreamConnection::Detach() {
 
 grpc::ServerBidiReactor<v1::WorkerMessage, v1::CoordinatorMessage>* WorkerLinkService::Attach(
     grpc::CallbackServerContext* context) {
-  return new WorkerStream(core_, executor_, context->peer());
+  return new WorkerStream(core_, executor_, audit_, context->peer(),
+                          access_.IdentifyWorker(*context));
 }
 
 }  // namespace stoke::server

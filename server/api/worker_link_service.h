@@ -4,6 +4,8 @@
 // previous message was handled, which also pushes back on a worker that sends too fast).
 #pragma once
 
+#include "server/api/access_control.h"
+#include "server/api/audit_log.h"
 #include "server/api/executor.h"
 #include "server/core/coordinator.h"
 #include "stoke/v1/worker_link.grpc.pb.h"
@@ -12,7 +14,11 @@ namespace stoke::server {
 
 class WorkerLinkService final : public v1::WorkerLink::CallbackService {
  public:
-  WorkerLinkService(Coordinator& core, Executor& executor) : core_(core), executor_(executor) {}
+  // Workers identify themselves as AccessControl::IdentifyWorker says; registrations are
+  // audited.
+  WorkerLinkService(Coordinator& core, Executor& executor, const AccessControl& access,
+                    AuditLog& audit)
+      : core_(core), executor_(executor), access_(access), audit_(audit) {}
 
   grpc::ServerBidiReactor<v1::WorkerMessage, v1::CoordinatorMessage>* Attach(
       grpc::CallbackServerContext* context) override;
@@ -20,6 +26,8 @@ class WorkerLinkService final : public v1::WorkerLink::CallbackService {
  private:
   Coordinator& core_;
   Executor& executor_;
+  const AccessControl& access_;
+  AuditLog& audit_;
 };
 
 }  // namespace stoke::server

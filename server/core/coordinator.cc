@@ -76,9 +76,29 @@ void Coordinator::TickLoop() {
 
 // ----------------------------------------------------------------------------- public API
 
-absl::StatusOr<v1::Job> Coordinator::SubmitJob(const v1::JobSpec& spec) {
+absl::StatusOr<v1::Job> Coordinator::SubmitJob(const v1::JobSpec& spec,
+                                               const std::string& request_id,
+                                               const std::string& owner) {
   std::lock_guard<std::mutex> lock(mu_);
-  auto job = jobs_.Create(spec);
+  if (!request_id.empty()) {
+    // Under mu_, so two racing retries cannot both create a job.
+    auto earlier = store_.FindJobByRequestId(request_id);
+    if (earlier.ok()) {
+      // Someone else's id answers nothing about their job.
+      if (earlier->owner() != owner) {
+        return absl::AlreadyExistsError("request_id: already used by another submitter");
+      }
+      if (earlier->spec().SerializeAsString() != spec.SerializeAsString()) {
+        return absl::AlreadyExistsError(
+            absl::StrCat("request_id: job ", earlier->id(),
+                         " was submitted with this request_id and another spec"));
+      }
+      auto current = jobs_.Get(earlier->id());
+      return current.ok() ? WithWaitingReason(*current) : *earlier;
+    }
+    if (earlier.status().code() != absl::StatusCode::kNotFound) return earlier.status();
+  }
+  auto job = jobs_.Create(spec, request_id, owner);
   if (!job.ok()) return job.status();
   spdlog::info("job {} submitted: {}", job->id(), spec.name());
   Schedule();
@@ -139,7 +159,15 @@ v1::Cluster Coordinator::GetCluster() {
     }
   }
   cluster.set_coordinator_version(STOKE_VERSION);
+  cluster.set_refused_worker_reports(refused_reports_);
   return cluster;
+}
+
+void Coordinator::RefuseReport(const std::string& worker_id, const char* kind,
+                               const std::string& job_id) {
+  ++refused_reports_;
+  spdlog::warn("worker {}: {} for job {} refused: the job's current attempt is not assigned to it",
+               worker_id, kind, job_id);
 }
 
 std::vector<v1::Job> Coordinator::ActiveJobs() {
@@ -161,12 +189,24 @@ absl::StatusOr<std::vector<CheckpointFiles>> Coordinator::ListCheckpoints(const 
 
 absl::Status Coordinator::AttachWorker(const v1::RegisterWorker& registration,
                                        const std::string& address,
-                                       std::shared_ptr<WorkerConnection> connection) {
+                                       std::shared_ptr<WorkerConnection> connection,
+                                       const std::string& credential) {
   if (registration.worker_id().empty()) {
     return absl::InvalidArgumentError("register.worker_id: must not be empty");
   }
   if (registration.device().type() == v1::DEVICE_TYPE_UNSPECIFIED) {
     return absl::InvalidArgumentError("register.device.type: must be CPU or CUDA");
+  }
+  if (!credential.empty()) {
+    // Checked before anything changes: a process that may not take this id must not
+    // evict the worker that holds it.
+    auto bound = store_.BindWorkerCredential(registration.worker_id(), credential);
+    if (!bound.ok()) return bound.status();
+    if (*bound != credential) {
+      return absl::PermissionDeniedError(absl::StrCat(
+          "register.worker_id: ", registration.worker_id(),
+          " is bound to another credential; a worker keeps the id it first registered with"));
+    }
   }
   std::lock_guard<std::mutex> lock(mu_);
   v1::Worker info;
@@ -254,6 +294,7 @@ void Coordinator::OnTaskStarted(const std::string& worker_id, const v1::TaskStar
   if (!worker || !job || worker->info.state() != v1::WORKER_STATE_BUSY ||
       worker->info.job_id() != started.job_id() || worker->attempt != started.attempt() ||
       job->attempt() != started.attempt() || job->state() != v1::JOB_STATE_SCHEDULED) {
+    RefuseReport(worker_id, "started", started.job_id());
     return;
   }
   auto& ranks = started_ranks_[job->id()];
@@ -272,11 +313,28 @@ void Coordinator::OnTaskReport(const std::string& worker_id, const v1::TaskRepor
   const v1::Job* job = jobs_.FindActive(report.job_id());
   if (!worker || !job || worker->info.job_id() != report.job_id() ||
       worker->attempt != report.attempt() || job->attempt() != report.attempt()) {
-    return;  // a late report of an attempt already given up on
+    RefuseReport(worker_id, "report", report.job_id());
+    return;  // a late report of an attempt already given up on, or a forged one
   }
   if (report.dropped_samples() > 0) {
     spdlog::warn("worker {} dropped {} metric samples of job {} (link too slow)", worker_id,
                  report.dropped_samples(), report.job_id());
+  }
+  // A worker that claimed a GPU must show one: every training sample of a CUDA rank
+  // carries the CUDA caching allocator's readings, which a process without a GPU has none
+  // of. One that does not has lied about its device: its attempt fails, and it goes.
+  if (worker->info.device().type() == v1::DEVICE_TYPE_CUDA) {
+    for (const auto& sample : report.metrics()) {
+      if (sample.has_eval() || sample.memory_reserved_bytes() > 0) continue;
+      const std::string why = absl::StrCat(
+          "worker ", worker_id, " claimed ", DeviceLabel(worker->info.device()),
+          " but its metrics carry no CUDA memory readings; it is not trusted with GPU jobs");
+      spdlog::warn("job {}: {}", report.job_id(), why);
+      const uint32_t attempt = worker->attempt;
+      worker->connection->Close(why);
+      FailAttempt(report.job_id(), attempt, why, /*retryable=*/true);
+      return;
+    }
   }
   // Diagnoses join each training sample before it is stored and streamed.
   v1::TaskReport diagnosed = report;
@@ -299,6 +357,7 @@ void Coordinator::OnTaskFinished(const std::string& worker_id, const v1::TaskFin
   WorkerEntry* worker = workers_.Find(worker_id);
   if (!worker || worker->info.job_id() != finished.job_id() ||
       worker->attempt != finished.attempt()) {
+    RefuseReport(worker_id, "finished", finished.job_id());
     return;
   }
   const uint32_t rank = worker->info.rank();
@@ -462,7 +521,50 @@ void Coordinator::Tick() {
     RemoveWorker(std::move(*entry),
                  absl::StrCat("worker ", worker_id, " stopped sending heartbeats"));
   }
+  WithdrawUnstartedAssignments();
   Schedule();
+}
+
+void Coordinator::WithdrawUnstartedAssignments() {
+  const absl::Time now = clock_.Now();
+  std::vector<std::pair<std::string, uint32_t>> late;
+  for (auto it = scheduled_at_.begin(); it != scheduled_at_.end();) {
+    const v1::Job* job = jobs_.FindActive(it->first);
+    if (!job || job->state() != v1::JOB_STATE_SCHEDULED || job->attempt() != it->second.first) {
+      it = scheduled_at_.erase(it);  // started, finished or re-queued meanwhile
+      continue;
+    }
+    if (options_.start_timeout > absl::ZeroDuration() &&
+        now - it->second.second >= options_.start_timeout) {
+      late.emplace_back(it->first, it->second.first);
+    }
+    ++it;
+  }
+  for (const auto& [job_id, attempt] : late) {
+    const v1::Job* job = jobs_.FindActive(job_id);
+    const std::set<uint32_t>& started = started_ranks_[job_id];
+    std::vector<std::string> idle;
+    for (const auto& p : job->placement()) {
+      if (!started.count(p.rank())) idle.push_back(p.worker_id());
+    }
+    const std::string why =
+        absl::StrCat(idle.size() == 1 ? "worker " : "workers ", absl::StrJoin(idle, ", "),
+                     " did not start it within ", absl::FormatDuration(options_.start_timeout));
+    // Not the job's fault: back to the queue with no restart counted.
+    RequeueAttempt(job_id, attempt, why);
+    scheduled_at_.erase(job_id);
+    for (const auto& worker_id : idle) {
+      WorkerEntry* worker = workers_.Find(worker_id);
+      if (!worker) continue;
+      spdlog::warn("worker {} evicted: it did not start job {} within {}", worker_id, job_id,
+                   absl::FormatDuration(options_.start_timeout));
+      const WorkerConnection* connection = worker->connection.get();
+      worker->connection->Close(absl::StrCat("did not start job ", job_id, " within ",
+                                             absl::FormatDuration(options_.start_timeout)));
+      auto entry = workers_.Detach(worker_id, connection);
+      if (entry) RemoveWorker(std::move(*entry), why);
+    }
+  }
 }
 
 // ----------------------------------------------------------------------------- scheduling
@@ -522,6 +624,7 @@ void Coordinator::StartJob(const PlannedStart& start) {
   job = jobs_.FindActive(start.job_id);
   started_ranks_.erase(job->id());
   succeeded_ranks_.erase(job->id());
+  scheduled_at_[job->id()] = {job->attempt(), clock_.Now()};
   spdlog::info("job {} attempt {} scheduled on {}", job->id(), job->attempt(),
                absl::StrJoin(where, ", "));
   for (size_t rank = 0; rank < start.worker_ids.size(); ++rank) {

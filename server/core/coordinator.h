@@ -36,6 +36,11 @@ class Coordinator {
   struct Options {
     // A worker not heard from for this long is presumed dead and its job re-queued.
     absl::Duration heartbeat_timeout = absl::Seconds(15);
+    // A job scheduled but not started by all its workers within this time (a worker that
+    // heartbeats but never starts its assignment) goes back to the queue, without counting
+    // as a restart of the job, and the workers that did not start are evicted. Zero: no
+    // deadline.
+    absl::Duration start_timeout = absl::Minutes(10);
     // How often workers are asked to send a heartbeat.
     absl::Duration heartbeat_interval = absl::Seconds(2);
     Scheduler::Options scheduler;
@@ -62,7 +67,12 @@ class Coordinator {
   void Stop();
 
   // --- The public API (validated requests). ---
-  absl::StatusOr<v1::Job> SubmitJob(const v1::JobSpec& spec);
+  // With a request_id (SubmitJobRequest.request_id): a retry of an earlier submission
+  // returns that job; ALREADY_EXISTS when the id came with another spec or from another
+  // owner. `owner`: the submitting credential's name ("" when the coordinator has no
+  // tokens).
+  absl::StatusOr<v1::Job> SubmitJob(const v1::JobSpec& spec, const std::string& request_id = "",
+                                    const std::string& owner = "");
   absl::StatusOr<v1::Job> GetJob(const std::string& id);
   absl::StatusOr<JobPage> ListJobs(const JobQuery& query);
   absl::StatusOr<v1::Job> CancelJob(const std::string& id, const std::string& reason);
@@ -74,8 +84,11 @@ class Coordinator {
 
   // --- The worker link. ---
   // `address`: where the worker connected from, as the coordinator saw it.
+  // `credential`: the name of what the worker authenticated with (a join token, a client
+  // certificate); the id stays bound to the first one. Empty: no authentication.
   absl::Status AttachWorker(const v1::RegisterWorker& registration, const std::string& address,
-                            std::shared_ptr<WorkerConnection> connection);
+                            std::shared_ptr<WorkerConnection> connection,
+                            const std::string& credential = "");
   void DetachWorker(const std::string& worker_id, const WorkerConnection* connection,
                     const std::string& reason);
   void HandleWorkerMessage(const std::string& worker_id, const v1::WorkerMessage& message);
@@ -91,6 +104,8 @@ class Coordinator {
   void OnTaskReport(const std::string& worker_id, const v1::TaskReport& report);
   void OnTaskFinished(const std::string& worker_id, const v1::TaskFinished& finished);
   void OnLeaving(const std::string& worker_id, const v1::Leaving& leaving);
+  // A message about a job the sender does not hold (stale, or forged): ignored, counted.
+  void RefuseReport(const std::string& worker_id, const char* kind, const std::string& job_id);
 
   // A rank of `job_id`'s attempt is gone or failed: stop the rest of the gang and
   // re-queue the job, or fail it when it has used up its restarts.
@@ -110,6 +125,9 @@ class Coordinator {
                         const std::function<void(v1::Job&)>& edit = nullptr);
   void RetryUnsavedTransitions();
   void RemoveWorker(WorkerEntry entry, const std::string& why);
+  // Tick: jobs past their start deadline go back to the queue; the workers that did not
+  // start them are evicted.
+  void WithdrawUnstartedAssignments();
   void Schedule();
   void StartJob(const PlannedStart& start);
   v1::Job WithWaitingReason(v1::Job job) const;
@@ -129,11 +147,14 @@ class Coordinator {
   // Ranks of the current attempt that have started / succeeded, by job.
   std::map<std::string, std::set<uint32_t>> started_ranks_;
   std::map<std::string, std::set<uint32_t>> succeeded_ranks_;
+  // When each job's current attempt was assigned: (attempt, time).
+  std::map<std::string, std::pair<uint32_t, absl::Time>> scheduled_at_;
   // Per (job, rank): the history its diagnoses are drawn from.
   std::map<std::pair<std::string, uint32_t>, RankDiagnostician> diagnosticians_;
   // Why each queued job is still waiting (from the last scheduling pass).
   std::map<std::string, std::string> waiting_;
   bool shutting_down_ = false;
+  uint64_t refused_reports_ = 0;
   uint16_t next_rendezvous_port_ = 0;
   struct UnsavedTransition {
     std::string job_id;

@@ -64,10 +64,13 @@ absl::Status JobBook::Recover() {
   return absl::OkStatus();
 }
 
-absl::StatusOr<v1::Job> JobBook::Create(const v1::JobSpec& spec) {
+absl::StatusOr<v1::Job> JobBook::Create(const v1::JobSpec& spec, const std::string& request_id,
+                                        const std::string& owner) {
   const absl::Time now = clock_.Now();
   v1::Job job;
   *job.mutable_spec() = spec;
+  job.set_request_id(request_id);
+  job.set_owner(owner);
   job.set_state(v1::JOB_STATE_PENDING);
   *job.mutable_create_time() = ToProto(now);
   *job.mutable_queue_time() = ToProto(now);

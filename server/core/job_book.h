@@ -28,7 +28,9 @@ class JobBook {
   absl::Status Recover();
 
   // Stores a new PENDING job for an already validated spec.
-  absl::StatusOr<v1::Job> Create(const v1::JobSpec& spec);
+  // `request_id`: the client's, for idempotent retries; `owner`: who submitted it.
+  absl::StatusOr<v1::Job> Create(const v1::JobSpec& spec, const std::string& request_id = "",
+                                 const std::string& owner = "");
 
   // An unfinished job, or null.
   const v1::Job* FindActive(const std::string& id) const;

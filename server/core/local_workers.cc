@@ -115,6 +115,14 @@ pid_t LocalWorkerSupervisor::Spawn(size_t index) {
     args.push_back("--threads");
     args.push_back(std::to_string(spec.threads));
   }
+  if (!options_.join_token_file.empty()) {
+    args.push_back("--join-token-file");
+    args.push_back(options_.join_token_file);
+  }
+  if (!options_.tls_ca.empty()) {
+    args.push_back("--tls-ca");
+    args.push_back(options_.tls_ca);
+  }
   std::vector<char*> argv;
   for (auto& a : args) argv.push_back(a.data());
   argv.push_back(nullptr);

@@ -35,6 +35,9 @@ class LocalWorkerSupervisor {
     std::vector<LocalWorkerSpec> workers;
     // Each worker's stdout and stderr go to <log_dir>/worker-<n>.log.
     std::string log_dir;
+    // Passed on as --join-token-file and --tls-ca when set.
+    std::string join_token_file;
+    std::string tls_ca;
     absl::Duration min_restart_delay = absl::Seconds(1);
     absl::Duration max_restart_delay = absl::Seconds(30);
   };

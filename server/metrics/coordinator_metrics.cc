@@ -6,6 +6,7 @@
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
+#include "security/token_hash.h"
 
 namespace stoke::server {
 namespace {
@@ -132,6 +133,13 @@ absl::StatusOr<std::unique_ptr<CoordinatorMetrics>> CoordinatorMetrics::Start(
   if (!options.address.empty()) {
     try {
       exposer = std::make_unique<prometheus::Exposer>(options.address);
+      if (!options.token.empty()) {
+        exposer->RegisterAuth(
+            [token = options.token](const std::string&, const std::string& password) {
+              return security::ConstantTimeEquals(password, token);
+            },
+            "stoke", "/metrics");
+      }
     } catch (const std::exception& e) {
       return absl::UnavailableError(
           absl::StrCat("--metrics-address ", options.address, ": cannot listen: ", e.what()));
@@ -185,6 +193,13 @@ CoordinatorMetrics::CoordinatorMetrics(const Options& options,
                        .Register(*registry_);
   rpc_open_streams_ = &Gauge("stoke_rpc_open_streams",
                              "Streaming calls open now (WatchJob: watchers; Attach: workers)");
+  refused_reports_ = &prometheus::BuildCounter()
+                          .Name("stoke_worker_reports_refused_total")
+                          .Help(
+                              "Messages from workers about jobs not assigned to them (stale "
+                              "or forged), refused")
+                          .Register(*registry_)
+                          .Add({});
 
   // Every state is always present (0 when empty), so dashboards never show gaps.
   for (int s = v1::JOB_STATE_PENDING; s <= v1::JOB_STATE_RESTARTING; ++s) {
@@ -235,6 +250,12 @@ void CoordinatorMetrics::Refresh(const MetricsSnapshot& snapshot, absl::Time now
     if (job.state() == v1::JOB_STATE_PENDING || job.state() == v1::JOB_STATE_RESTARTING) ++queued;
   }
   for (auto& [state, gauge] : jobs_by_state_) gauge->Set(job_counts[state]);
+  // The core counts from its start; a counter only grows, so it takes the difference.
+  const uint64_t refused = snapshot.cluster.refused_worker_reports();
+  if (refused > refused_reports_seen_) {
+    refused_reports_->Increment(static_cast<double>(refused - refused_reports_seen_));
+    refused_reports_seen_ = refused;
+  }
   queue_length_->Add({}).Set(queued);
   std::map<int, int> worker_counts;
   for (const auto& w : snapshot.cluster.workers()) ++worker_counts[w.state()];
@@ -263,7 +284,8 @@ void CoordinatorMetrics::SetJob(JobSeries& series, const v1::Job& job, bool fini
                                                             {"host", p.host()},
                                                             {"gpu", DeviceLabel(p.device())},
                                                             {"uuid", p.device().uuid()},
-                                                            {"rank", std::to_string(p.rank())}});
+                                                            {"rank", std::to_string(p.rank())},
+                                                            {"worker", p.worker_id()}});
       series.placements[p.worker_id()]->Set(1);
     }
   }
@@ -327,10 +349,14 @@ void CoordinatorMetrics::RefreshDevices(const v1::Cluster& cluster) {
   std::set<std::string> attached;
   for (const auto& w : cluster.workers()) {
     if (!w.has_device_stats()) continue;
-    attached.insert(w.id());
+    // One series per worker id, and the id is among its labels: two workers that report
+    // the same device (two `--device cpu` workers on one host) never share a child, so
+    // removing one worker's series never frees a gauge the other still caches.
+    if (!attached.insert(w.id()).second) continue;
     DeviceSeries& series = device_series_[w.id()];
     if (series.labels.empty()) {
-      series.labels = {{"host", w.host()},
+      series.labels = {{"worker", w.id()},
+                       {"host", w.host()},
                        {"gpu", DeviceLabel(w.device())},
                        {"uuid", w.device().uuid()},
                        {"name", w.device().name()}};

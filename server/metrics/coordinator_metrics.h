@@ -43,6 +43,9 @@ class CoordinatorMetrics final : public RpcObserver {
     std::string address;
     // How long a finished job's series stay (its last values, throughput at 0).
     absl::Duration finished_job_retention = absl::Minutes(10);
+    // When set, /metrics answers only requests that carry it as the HTTP basic-auth
+    // password (Prometheus: basic_auth with password_file); any user name.
+    std::string token;
   };
 
   // Listens (if an address is given) and, with a snapshot function, refreshes from it
@@ -106,6 +109,9 @@ class CoordinatorMetrics final : public RpcObserver {
   prometheus::Family<prometheus::Counter>* rpc_requests_ = nullptr;
   prometheus::Family<prometheus::Histogram>* rpc_duration_ = nullptr;
   GaugeFamily* rpc_open_streams_ = nullptr;
+  // Workers.
+  prometheus::Counter* refused_reports_ = nullptr;
+  uint64_t refused_reports_seen_ = 0;
 
   mutable std::mutex mu_;  // guards everything below and the families' children
   std::map<int, prometheus::Gauge*> jobs_by_state_;

@@ -10,6 +10,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
+#include "stoke/v1/coordinator.pb.h"
 #include "stoke/v1/job.pb.h"
 
 namespace stoke::server {
@@ -21,6 +22,13 @@ struct JobQuery {
   uint32_t limit = 50;
   // Only jobs with a numerically smaller id: the previous page's last id.
   uint64_t before_id = 0;
+  // Only jobs of this owner; empty means anyone's.
+  std::string owner;
+};
+
+struct AuditPage {
+  std::vector<v1::AuditEntry> entries;
+  bool more = false;
 };
 
 struct JobPage {
@@ -43,12 +51,26 @@ class JobStore {
   // NOT_FOUND when no job has this id.
   virtual absl::StatusOr<v1::Job> GetJob(const std::string& id) = 0;
 
+  // The job created with this SubmitJobRequest.request_id (stored by CreateJob from
+  // job.request_id); NOT_FOUND when none was.
+  virtual absl::StatusOr<v1::Job> FindJobByRequestId(const std::string& request_id) = 0;
+
   virtual absl::StatusOr<JobPage> ListJobs(const JobQuery& query) = 0;
 
   // Events with seq >= from_seq, in order, at most `limit`.
   virtual absl::StatusOr<std::vector<v1::JobEvent>> ReadEvents(const std::string& job_id,
                                                                uint64_t from_seq,
                                                                uint32_t limit) = 0;
+
+  // Appends to the audit log, giving the entry the next id.
+  virtual absl::Status AppendAudit(const v1::AuditEntry& entry) = 0;
+  // Newest first, only entries with an id below before_id (0: from the newest).
+  virtual absl::StatusOr<AuditPage> ListAudit(uint64_t before_id, uint32_t limit) = 0;
+
+  // Binds a worker id to the credential that registers it first, and returns the
+  // credential it is bound to (this one, or the one that came first).
+  virtual absl::StatusOr<std::string> BindWorkerCredential(const std::string& worker_id,
+                                                           const std::string& credential) = 0;
 };
 
 }  // namespace stoke::server

@@ -1,9 +1,12 @@
 #include "server/store/sqlite_job_store.h"
 
+#include <dirent.h>
 #include <sqlite3.h>
+#include <sys/stat.h>
 
 #include <algorithm>
 #include <charconv>
+#include <cstdint>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -24,6 +27,9 @@ class Statement {
   int prepare_rc() const { return rc_; }
   sqlite3_stmt* get() { return stmt_; }
   void Bind(int i, int64_t v) { sqlite3_bind_int64(stmt_, i, v); }
+  void BindText(int i, const std::string& text) {
+    sqlite3_bind_text(stmt_, i, text.data(), static_cast<int>(text.size()), SQLITE_TRANSIENT);
+  }
   void BindBlob(int i, const std::string& blob) {
     sqlite3_bind_blob(stmt_, i, blob.data(), static_cast<int>(blob.size()), SQLITE_TRANSIENT);
   }
@@ -43,9 +49,10 @@ class Statement {
   int rc_ = SQLITE_OK;
 };
 
-// Job ids are decimal row ids; anything else names no job.
+// Job ids are decimal row ids, written one way only: "01" or "+1" name no job, so that
+// every RPC (all of which come here) agrees on what an id means.
 bool ParseJobId(const std::string& id, int64_t* out) {
-  if (id.empty() || id.size() > 18) return false;
+  if (id.empty() || id.size() > 18 || id[0] < '1' || id[0] > '9') return false;
   auto [end, ec] = std::from_chars(id.data(), id.data() + id.size(), *out);
   return ec == std::errc() && end == id.data() + id.size() && *out > 0;
 }
@@ -99,8 +106,77 @@ absl::StatusOr<std::unique_ptr<SqliteJobStore>> SqliteJobStore::Open(const Optio
       return s;
     }
   }
+  if (auto s = store->QuickCheck(); !s.ok()) return s;
   if (auto s = store->Migrate(); !s.ok()) return s;
   return store;
+}
+
+absl::Status SqliteJobStore::QuickCheck() {
+  std::lock_guard<std::mutex> lock(mu_);
+  Statement stmt(db_, "PRAGMA quick_check(1)");
+  const int rc = stmt.Step();
+  if (rc != SQLITE_ROW) return Error(rc, sqlite3_errmsg(db_));
+  const std::string result = stmt.ColumnBlob(0);
+  if (result == "ok") return absl::OkStatus();
+  return absl::DataLossError(
+      absl::StrCat("job store ", path_, " is damaged (PRAGMA quick_check: ", result,
+                   "); restore it from a backup (stoke-coordinator --backup; see README, "
+                   "\"Backup and restore\") or move it aside to start with an empty store"));
+}
+
+absl::Status SqliteJobStore::BackupTo(const std::string& destination) {
+  sqlite3* out = nullptr;
+  int rc = sqlite3_open_v2(destination.c_str(), &out, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE,
+                           nullptr);
+  if (rc != SQLITE_OK) {
+    std::string msg = out ? sqlite3_errmsg(out) : sqlite3_errstr(rc);
+    sqlite3_close(out);
+    return absl::UnavailableError(absl::StrCat("backup ", destination, ": ", msg));
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  sqlite3_backup* backup = sqlite3_backup_init(out, "main", db_, "main");
+  if (backup == nullptr) {
+    std::string msg = sqlite3_errmsg(out);
+    sqlite3_close(out);
+    return absl::UnavailableError(absl::StrCat("backup ", destination, ": ", msg));
+  }
+  // All pages in one step: from this connection, other writers wait on the busy timeout
+  // rather than restart the copy.
+  rc = sqlite3_backup_step(backup, -1);
+  sqlite3_backup_finish(backup);
+  std::string msg = sqlite3_errmsg(out);
+  sqlite3_close(out);
+  if (rc != SQLITE_DONE) {
+    return absl::UnavailableError(absl::StrCat("backup ", destination, ": ", msg));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CheckStoreNotEmptied(const std::string& db_path, const std::string& jobs_dir) {
+  struct stat st;
+  if (stat(db_path.c_str(), &st) != 0 || st.st_size != 0) return absl::OkStatus();
+  std::string evidence;
+  struct stat wal;
+  if (stat((db_path + "-wal").c_str(), &wal) == 0 && wal.st_size > 0) {
+    evidence = absl::StrCat(db_path, "-wal (", wal.st_size, " bytes)");
+  } else if (DIR* dir = opendir(jobs_dir.c_str())) {
+    while (dirent* entry = readdir(dir)) {
+      const std::string name = entry->d_name;
+      if (name != "." && name != "..") {
+        evidence = absl::StrCat(jobs_dir, "/", name);
+        break;
+      }
+    }
+    closedir(dir);
+  }
+  if (evidence.empty()) return absl::OkStatus();
+  return absl::FailedPreconditionError(absl::StrCat(
+      "job store ", db_path, " is empty (0 bytes), but ", evidence,
+      " shows it held jobs: it was truncated or replaced. Refusing to start with an empty "
+      "store. Restore it from a backup (copy the backup file to ",
+      db_path, " and remove ", db_path, "-wal and ", db_path,
+      "-shm), or, to start over without the old jobs, move ", db_path,
+      ", its -wal and -shm files and ", jobs_dir, " aside"));
 }
 
 SqliteJobStore::~SqliteJobStore() { sqlite3_close(db_); }
@@ -145,33 +221,71 @@ absl::Status SqliteJobStore::Migrate() {
         kSchemaVersion, "; run a newer stoke-coordinator or use another --data-dir"));
   }
   if (version == kSchemaVersion) return absl::OkStatus();
-  // Version 0 is an empty file: create everything in one transaction.
-  return Exec(R"sql(
-    BEGIN;
-    CREATE TABLE IF NOT EXISTS jobs (
-      id INTEGER PRIMARY KEY AUTOINCREMENT,
-      state INTEGER NOT NULL,
-      job BLOB NOT NULL
-    );
-    CREATE INDEX IF NOT EXISTS jobs_by_state ON jobs(state, id);
-    CREATE TABLE IF NOT EXISTS events (
-      job_id INTEGER NOT NULL REFERENCES jobs(id),
-      seq INTEGER NOT NULL,
-      event BLOB NOT NULL,
-      PRIMARY KEY (job_id, seq)
-    ) WITHOUT ROWID;
-    PRAGMA user_version = 1;
-    COMMIT;
-  )sql");
+  // Each step moves the file one version on, in its own transaction, so an interrupted
+  // migration leaves a file some Stoke can open.
+  if (version == 0) {
+    // Version 0 is an empty file: create version 1's tables.
+    if (auto s = Exec(R"sql(
+      BEGIN;
+      CREATE TABLE IF NOT EXISTS jobs (
+        id INTEGER PRIMARY KEY AUTOINCREMENT,
+        state INTEGER NOT NULL,
+        job BLOB NOT NULL
+      );
+      CREATE INDEX IF NOT EXISTS jobs_by_state ON jobs(state, id);
+      CREATE TABLE IF NOT EXISTS events (
+        job_id INTEGER NOT NULL REFERENCES jobs(id),
+        seq INTEGER NOT NULL,
+        event BLOB NOT NULL,
+        PRIMARY KEY (job_id, seq)
+      ) WITHOUT ROWID;
+      PRAGMA user_version = 1;
+      COMMIT;
+    )sql");
+        !s.ok()) {
+      return s;
+    }
+    version = 1;
+  }
+  if (version == 1) {
+    // Version 2: submit request ids (idempotent retries), job owners (broken out for
+    // `list --mine`), the audit log, and the credential each worker id is bound to. Jobs
+    // stored before have no owner.
+    if (auto s = Exec(R"sql(
+      BEGIN;
+      CREATE TABLE IF NOT EXISTS submit_requests (
+        request_id TEXT PRIMARY KEY,
+        job_id INTEGER NOT NULL REFERENCES jobs(id)
+      ) WITHOUT ROWID;
+      ALTER TABLE jobs ADD COLUMN owner TEXT NOT NULL DEFAULT '';
+      CREATE INDEX IF NOT EXISTS jobs_by_owner ON jobs(owner, id);
+      CREATE TABLE IF NOT EXISTS audit (
+        id INTEGER PRIMARY KEY AUTOINCREMENT,
+        entry BLOB NOT NULL
+      );
+      CREATE TABLE IF NOT EXISTS worker_credentials (
+        worker_id TEXT PRIMARY KEY,
+        credential TEXT NOT NULL
+      ) WITHOUT ROWID;
+      PRAGMA user_version = 2;
+      COMMIT;
+    )sql");
+        !s.ok()) {
+      Exec("ROLLBACK").IgnoreError();
+      return s;
+    }
+  }
+  return absl::OkStatus();
 }
 
 absl::Status SqliteJobStore::WriteJobRow(const v1::Job& job, bool insert, int64_t* id_out) {
   std::string blob;
   if (!job.SerializeToString(&blob)) return absl::InternalError("cannot serialize job");
   if (insert) {
-    Statement stmt(db_, "INSERT INTO jobs(state, job) VALUES (?, ?)");
+    Statement stmt(db_, "INSERT INTO jobs(state, job, owner) VALUES (?, ?, ?)");
     stmt.Bind(1, job.state());
     stmt.BindBlob(2, blob);
+    stmt.BindText(3, job.owner());
     int rc = stmt.Step();
     if (rc != SQLITE_DONE) return Error(rc, sqlite3_errmsg(db_));
     *id_out = sqlite3_last_insert_rowid(db_);
@@ -215,8 +329,28 @@ absl::StatusOr<v1::Job> SqliteJobStore::CreateJob(v1::Job job,
   job.set_id(std::to_string(id));
   if (auto s = WriteJobRow(job, /*insert=*/false, &id); !s.ok()) return s;
   if (auto s = WriteEvents(id, events); !s.ok()) return s;
+  if (!job.request_id().empty()) {
+    Statement stmt(db_, "INSERT INTO submit_requests(request_id, job_id) VALUES (?, ?)");
+    stmt.BindBlob(1, job.request_id());
+    stmt.Bind(2, id);
+    if (int rc = stmt.Step(); rc != SQLITE_DONE) return Error(rc, sqlite3_errmsg(db_));
+  }
   if (int rc = txn.Commit(); rc != SQLITE_OK) return Error(rc, sqlite3_errmsg(db_));
   return job;
+}
+
+absl::StatusOr<v1::Job> SqliteJobStore::FindJobByRequestId(const std::string& request_id) {
+  int64_t job_id = 0;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    Statement stmt(db_, "SELECT job_id FROM submit_requests WHERE request_id = ?");
+    stmt.BindBlob(1, request_id);
+    const int rc = stmt.Step();
+    if (rc == SQLITE_DONE) return absl::NotFoundError("no job with this request_id");
+    if (rc != SQLITE_ROW) return Error(rc, sqlite3_errmsg(db_));
+    job_id = sqlite3_column_int64(stmt.get(), 0);
+  }
+  return GetJob(std::to_string(job_id));
 }
 
 absl::Status SqliteJobStore::Commit(const v1::Job& job, absl::Span<const v1::JobEvent> events) {
@@ -249,19 +383,21 @@ absl::StatusOr<v1::Job> SqliteJobStore::GetJob(const std::string& id) {
 }
 
 absl::StatusOr<JobPage> SqliteJobStore::ListJobs(const JobQuery& query) {
-  std::string sql = "SELECT job FROM jobs WHERE id < ?";
+  std::string sql = "SELECT job FROM jobs WHERE id < ?1";
   if (!query.states.empty()) {
     std::vector<std::string> states;
     for (auto state : query.states) states.push_back(std::to_string(static_cast<int>(state)));
     absl::StrAppend(&sql, " AND state IN (", absl::StrJoin(states, ","), ")");
   }
-  absl::StrAppend(&sql, " ORDER BY id DESC LIMIT ?");
+  if (!query.owner.empty()) absl::StrAppend(&sql, " AND owner = ?3");
+  absl::StrAppend(&sql, " ORDER BY id DESC LIMIT ?2");
   std::lock_guard<std::mutex> lock(mu_);
   Statement stmt(db_, sql.c_str());
   if (stmt.prepare_rc() != SQLITE_OK) return Error(stmt.prepare_rc(), sqlite3_errmsg(db_));
   stmt.Bind(1, query.before_id > 0 ? static_cast<int64_t>(query.before_id) : INT64_MAX);
   // One more than asked tells whether another page exists.
   stmt.Bind(2, static_cast<int64_t>(query.limit) + 1);
+  if (!query.owner.empty()) stmt.BindText(3, query.owner);
   JobPage page;
   int rc;
   while ((rc = stmt.Step()) == SQLITE_ROW) {
@@ -289,7 +425,9 @@ absl::StatusOr<std::vector<v1::JobEvent>> SqliteJobStore::ReadEvents(const std::
   Statement stmt(db_,
                  "SELECT event FROM events WHERE job_id = ? AND seq >= ? ORDER BY seq LIMIT ?");
   stmt.Bind(1, row);
-  stmt.Bind(2, static_cast<int64_t>(from_seq));
+  // Sequence numbers are below 2^63; a larger from_seq must not wrap to a negative one
+  // (which would replay the job from its start).
+  stmt.Bind(2, static_cast<int64_t>(std::min<uint64_t>(from_seq, INT64_MAX)));
   stmt.Bind(3, limit);
   std::vector<v1::JobEvent> events;
   int rc;
@@ -302,6 +440,57 @@ absl::StatusOr<std::vector<v1::JobEvent>> SqliteJobStore::ReadEvents(const std::
   }
   if (rc != SQLITE_DONE) return Error(rc, sqlite3_errmsg(db_));
   return events;
+}
+
+absl::Status SqliteJobStore::AppendAudit(const v1::AuditEntry& entry) {
+  std::string blob;
+  if (!entry.SerializeToString(&blob)) return absl::InternalError("cannot serialize audit entry");
+  std::lock_guard<std::mutex> lock(mu_);
+  Statement stmt(db_, "INSERT INTO audit(entry) VALUES (?)");
+  stmt.BindBlob(1, blob);
+  const int rc = stmt.Step();
+  if (rc != SQLITE_DONE) return Error(rc, sqlite3_errmsg(db_));
+  return absl::OkStatus();
+}
+
+absl::StatusOr<AuditPage> SqliteJobStore::ListAudit(uint64_t before_id, uint32_t limit) {
+  std::lock_guard<std::mutex> lock(mu_);
+  Statement stmt(db_, "SELECT id, entry FROM audit WHERE id < ? ORDER BY id DESC LIMIT ?");
+  stmt.Bind(1, before_id > 0 ? static_cast<int64_t>(before_id) : INT64_MAX);
+  stmt.Bind(2, static_cast<int64_t>(limit) + 1);
+  AuditPage page;
+  int rc;
+  while ((rc = stmt.Step()) == SQLITE_ROW) {
+    if (page.entries.size() == limit) {
+      page.more = true;
+      break;
+    }
+    v1::AuditEntry entry;
+    if (!entry.ParseFromString(stmt.ColumnBlob(1))) {
+      return absl::DataLossError(absl::StrCat("an audit entry is unreadable in ", path_));
+    }
+    entry.set_id(static_cast<uint64_t>(sqlite3_column_int64(stmt.get(), 0)));
+    page.entries.push_back(std::move(entry));
+  }
+  if (rc != SQLITE_ROW && rc != SQLITE_DONE) return Error(rc, sqlite3_errmsg(db_));
+  return page;
+}
+
+absl::StatusOr<std::string> SqliteJobStore::BindWorkerCredential(const std::string& worker_id,
+                                                                 const std::string& credential) {
+  std::lock_guard<std::mutex> lock(mu_);
+  Statement insert(db_,
+                   "INSERT INTO worker_credentials(worker_id, credential) VALUES (?, ?) "
+                   "ON CONFLICT(worker_id) DO NOTHING");
+  insert.BindText(1, worker_id);
+  insert.BindText(2, credential);
+  int rc = insert.Step();
+  if (rc != SQLITE_DONE) return Error(rc, sqlite3_errmsg(db_));
+  Statement select(db_, "SELECT credential FROM worker_credentials WHERE worker_id = ?");
+  select.BindText(1, worker_id);
+  rc = select.Step();
+  if (rc != SQLITE_ROW) return Error(rc, sqlite3_errmsg(db_));
+  return select.ColumnBlob(0);
 }
 
 }  // namespace stoke::server

@@ -24,21 +24,33 @@ class SqliteJobStore final : public JobStore {
     uint64_t max_size_bytes = 0;
   };
 
-  static constexpr int kSchemaVersion = 1;
+  static constexpr int kSchemaVersion = 2;
 
+  // Opens (creating if need be) and checks the file: PRAGMA quick_check must pass, so a
+  // damaged store is refused at start (DATA_LOSS naming it) rather than failing jobs later.
   static absl::StatusOr<std::unique_ptr<SqliteJobStore>> Open(const Options& options);
   ~SqliteJobStore() override;
+
+  // A consistent copy of the store at `destination` (SQLite's online backup: safe while
+  // this or another process writes to the store). Replaces the file if it exists.
+  absl::Status BackupTo(const std::string& destination);
 
   absl::StatusOr<v1::Job> CreateJob(v1::Job job, absl::Span<const v1::JobEvent> events) override;
   absl::Status Commit(const v1::Job& job, absl::Span<const v1::JobEvent> events) override;
   absl::StatusOr<v1::Job> GetJob(const std::string& id) override;
+  absl::StatusOr<v1::Job> FindJobByRequestId(const std::string& request_id) override;
   absl::StatusOr<JobPage> ListJobs(const JobQuery& query) override;
   absl::StatusOr<std::vector<v1::JobEvent>> ReadEvents(const std::string& job_id, uint64_t from_seq,
                                                        uint32_t limit) override;
+  absl::Status AppendAudit(const v1::AuditEntry& entry) override;
+  absl::StatusOr<AuditPage> ListAudit(uint64_t before_id, uint32_t limit) override;
+  absl::StatusOr<std::string> BindWorkerCredential(const std::string& worker_id,
+                                                   const std::string& credential) override;
 
  private:
   SqliteJobStore(sqlite3* db, std::string path) : db_(db), path_(std::move(path)) {}
   absl::Status Migrate();
+  absl::Status QuickCheck();
   absl::Status Exec(const char* sql);
   absl::Status Error(int code, const char* what) const;
   absl::Status WriteJobRow(const v1::Job& job, bool insert, int64_t* id_out);
@@ -48,5 +60,10 @@ class SqliteJobStore final : public JobStore {
   sqlite3* db_;
   const std::string path_;
 };
+
+// Before opening `db_path`: refuses (FAILED_PRECONDITION, saying how to restore or start
+// over) a store file of zero bytes when its write-ahead log or the jobs folder show it held
+// jobs; opened, it would be an empty store, and every job would be silently gone.
+absl::Status CheckStoreNotEmptied(const std::string& db_path, const std::string& jobs_dir);
 
 }  // namespace stoke::server

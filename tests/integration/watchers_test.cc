@@ -126,7 +126,7 @@ TEST(Watchers, TwoHundredWatchersOneStalledSeeEverySampleWithoutSlowingTheJob) {
   std::atomic<int> connected{0};
   for (int i = 0; i < kWatchers; ++i) {
     threads.emplace_back([&, i] {
-      auto watcher = client::Client::Connect({coordinator->address()});
+      auto watcher = *client::Client::Connect({coordinator->address()});
       bool counted = false;
       results[static_cast<size_t>(i)] = watcher->WatchJob(id, {}, [&](const v1::JobEvent& e) {
         if (!counted) {

@@ -68,7 +68,16 @@ std::unique_ptr<CoordinatorProcess> CoordinatorProcess::Start(const Options& opt
     ADD_FAILURE() << "the coordinator did not start; its log:\n" << process->Log();
     return nullptr;
   }
-  process->client_ = client::Client::Connect({process->address_});
+  client::ClientOptions client_options;
+  client_options.address = process->address_;
+  client_options.token = options.client_token;
+  client_options.tls_ca = options.client_tls_ca;
+  auto client = client::Client::Connect(client_options);
+  if (!client.ok()) {
+    ADD_FAILURE() << client.status();
+    return nullptr;
+  }
+  process->client_ = *std::move(client);
   int expected = 0;
   if (options.local_workers.rfind("cpu:", 0) == 0)
     expected = std::stoi(options.local_workers.substr(4));
@@ -116,11 +125,29 @@ int CoordinatorProcess::Stop() {
   return -1;
 }
 
+namespace {
+
+std::vector<std::string> WorkerArgs(const std::string& coordinator, const std::string& id,
+                                    const std::vector<std::string>& extra) {
+  std::vector<std::string> args = {STOKE_WORKER_BINARY,
+                                   "--coordinator",
+                                   coordinator,
+                                   "--device",
+                                   "cpu",
+                                   "--id",
+                                   id,
+                                   "--threads",
+                                   "1"};
+  args.insert(args.end(), extra.begin(), extra.end());
+  return args;
+}
+
+}  // namespace
+
 WorkerProcess::WorkerProcess(const std::string& coordinator, const std::string& id,
-                             const std::string& log, int cpu)
-    : process_({STOKE_WORKER_BINARY, "--coordinator", coordinator, "--device", "cpu", "--id", id,
-                "--threads", "1"},
-               {log, cpu}) {}
+                             const std::string& log, int cpu,
+                             const std::vector<std::string>& extra_args)
+    : process_(WorkerArgs(coordinator, id, extra_args), {log, cpu}) {}
 
 void WorkerProcess::Kill(int signal) {
   process_.Signal(signal);

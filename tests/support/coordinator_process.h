@@ -21,6 +21,9 @@ class CoordinatorProcess {
     std::string address = "127.0.0.1:0";
     std::string local_workers = "cpu:2";
     std::vector<std::string> extra_args = {"--heartbeat-timeout", "6"};
+    // The test's own client: the token it sends and the CA it verifies TLS with.
+    std::string client_token{};
+    std::string client_tls_ca{};
   };
 
   // Starts it and waits until it listens and every local worker has attached. Fails the
@@ -56,7 +59,7 @@ class WorkerProcess {
  public:
   // `cpu` >= 0: the worker runs on that core only.
   WorkerProcess(const std::string& coordinator, const std::string& id, const std::string& log,
-                int cpu = -1);
+                int cpu = -1, const std::vector<std::string>& extra_args = {});
   // Sends `signal` and waits for it to end.
   void Kill(int signal);
   pid_t pid() const { return process_.pid(); }

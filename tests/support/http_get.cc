@@ -5,20 +5,25 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <cstdlib>
+
 namespace stoke::testing {
 
-std::string HttpGet(const std::string& address, const std::string& path) {
+HttpResponse HttpRequest(const std::string& address, const std::string& path,
+                         const std::string& header) {
+  HttpResponse result;
   auto colon = address.rfind(':');
-  if (colon == std::string::npos) return "";
+  if (colon == std::string::npos) return result;
   sockaddr_in addr{};
   addr.sin_family = AF_INET;
   addr.sin_port = htons(static_cast<uint16_t>(std::stoi(address.substr(colon + 1))));
-  if (inet_pton(AF_INET, address.substr(0, colon).c_str(), &addr.sin_addr) != 1) return "";
+  if (inet_pton(AF_INET, address.substr(0, colon).c_str(), &addr.sin_addr) != 1) return result;
   int fd = socket(AF_INET, SOCK_STREAM, 0);
-  if (fd < 0) return "";
+  if (fd < 0) return result;
   std::string response;
   if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0) {
-    std::string request = "GET " + path + " HTTP/1.0\r\nHost: " + address + "\r\n\r\n";
+    std::string request = "GET " + path + " HTTP/1.0\r\nHost: " + address + "\r\n" +
+                          (header.empty() ? "" : header + "\r\n") + "\r\n";
     if (write(fd, request.data(), request.size()) == static_cast<ssize_t>(request.size())) {
       char buf[8192];
       ssize_t n;
@@ -26,8 +31,16 @@ std::string HttpGet(const std::string& address, const std::string& path) {
     }
   }
   close(fd);
+  // "HTTP/1.1 200 OK"
+  const auto space = response.find(' ');
+  if (space != std::string::npos) result.status = std::atoi(response.c_str() + space + 1);
   auto body = response.find("\r\n\r\n");
-  return body == std::string::npos ? "" : response.substr(body + 4);
+  if (body != std::string::npos) result.body = response.substr(body + 4);
+  return result;
+}
+
+std::string HttpGet(const std::string& address, const std::string& path) {
+  return HttpRequest(address, path).body;
 }
 
 }  // namespace stoke::testing

@@ -5,6 +5,15 @@
 
 namespace stoke::testing {
 
+struct HttpResponse {
+  int status = 0;  // 0: no answer
+  std::string body;
+};
+
+// `header`, if given, is one more request header line ("Authorization: Basic ...").
+HttpResponse HttpRequest(const std::string& address, const std::string& path,
+                         const std::string& header = "");
+
 // The response body, or "" if the request failed. `address` is host:port.
 std::string HttpGet(const std::string& address, const std::string& path);
 

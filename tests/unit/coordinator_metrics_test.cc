@@ -128,15 +128,15 @@ TEST(CoordinatorMetrics, ExpositionOfAKnownState) {
            "stoke_job_diagnosis{diagnosis=\"input_bound\",job=\"7\"} 1",
            "stoke_job_diagnosis{diagnosis=\"launch_bound\",job=\"7\"} 0",
            "stoke_job_device_info{gpu=\"cuda:1\",host=\"gpu-host\",job=\"7\",rank=\"0\","
-           "uuid=\"GPU-1234\"} 1",
+           "uuid=\"GPU-1234\",worker=\"gpu-host/cuda:1\"} 1",
            "stoke_device_utilization_ratio{gpu=\"cuda:1\",host=\"gpu-host\",name=\"NVIDIA "
-           "H200\",uuid=\"GPU-1234\"} 0.97",
+           "H200\",uuid=\"GPU-1234\",worker=\"gpu-host/cuda:1\"} 0.97",
            "stoke_device_power_watts{gpu=\"cuda:1\",host=\"gpu-host\",name=\"NVIDIA "
-           "H200\",uuid=\"GPU-1234\"} 650.5",
+           "H200\",uuid=\"GPU-1234\",worker=\"gpu-host/cuda:1\"} 650.5",
            "stoke_device_sm_clock_hertz{gpu=\"cuda:1\",host=\"gpu-host\",name=\"NVIDIA "
-           "H200\",uuid=\"GPU-1234\"} 1980000000",
-           "stoke_device_memory_used_bytes{gpu=\"cpu:0\",host=\"cpu-host\",name=\"\",uuid=\"\"} "
-           "100",
+           "H200\",uuid=\"GPU-1234\",worker=\"gpu-host/cuda:1\"} 1980000000",
+           "stoke_device_memory_used_bytes{gpu=\"cpu:0\",host=\"cpu-host\",name=\"\",uuid=\"\","
+           "worker=\"cpu-host/cpu:0\"} 100",
        }) {
     EXPECT_TRUE(Has(text, line)) << "missing: " << line << "\n" << text;
   }
@@ -172,6 +172,42 @@ TEST(CoordinatorMetrics, RpcCallsAreCountedTimedAndStreamsTracked) {
       << text;
   EXPECT_TRUE(Has(text, "stoke_rpc_open_streams{method=\"/stoke.v1.Coordinator/WatchJob\"} 1"))
       << text;
+}
+
+// Two CPU workers on one host report the same device label (cpu:0). Each keeps its own
+// series, and when one goes the other's series lives on (they once shared one child,
+// which the first removal freed while the second still wrote to it).
+TEST(CoordinatorMetrics, WorkersWithTheSameDeviceLabelKeepSeparateSeries) {
+  auto metrics = Metrics();
+  v1::Worker a = CpuWorker();
+  a.set_id("cpu-host/a");
+  v1::Worker b = CpuWorker();
+  b.set_id("cpu-host/b");
+  b.mutable_device_stats()->set_memory_used_bytes(200);
+  MetricsSnapshot both;
+  *both.cluster.add_workers() = a;
+  *both.cluster.add_workers() = b;
+  metrics->Refresh(both, kT0);
+  std::string text = metrics->Exposition();
+  EXPECT_EQ(Lines(text, "stoke_device_memory_used_bytes{").size(), 2u) << text;
+  EXPECT_TRUE(Has(text,
+                  "stoke_device_memory_used_bytes{gpu=\"cpu:0\",host=\"cpu-host\",name=\"\","
+                  "uuid=\"\",worker=\"cpu-host/b\"} 200"))
+      << text;
+
+  MetricsSnapshot only_b;  // a was evicted
+  b.mutable_device_stats()->set_memory_used_bytes(300);
+  *only_b.cluster.add_workers() = b;
+  metrics->Refresh(only_b, kT0 + absl::Seconds(1));
+  metrics->Refresh(only_b, kT0 + absl::Seconds(2));
+  text = metrics->Exposition();
+  EXPECT_EQ(Lines(text, "stoke_device_memory_used_bytes{").size(), 1u) << text;
+  EXPECT_TRUE(Has(text,
+                  "stoke_device_memory_used_bytes{gpu=\"cpu:0\",host=\"cpu-host\",name=\"\","
+                  "uuid=\"\",worker=\"cpu-host/b\"} 300"))
+      << text;
+  metrics->Refresh(MetricsSnapshot{}, kT0 + absl::Seconds(3));
+  EXPECT_TRUE(Lines(metrics->Exposition(), "stoke_device_").empty());
 }
 
 TEST(CoordinatorMetrics, FinishedJobsStayForTheRetentionThenGo) {

@@ -52,12 +52,27 @@ class FillableStore final : public JobStore {
     return sqlite_->Commit(job, events);
   }
   absl::StatusOr<v1::Job> GetJob(const std::string& id) override { return sqlite_->GetJob(id); }
+  absl::StatusOr<v1::Job> FindJobByRequestId(const std::string& request_id) override {
+    return sqlite_->FindJobByRequestId(request_id);
+  }
   absl::StatusOr<JobPage> ListJobs(const JobQuery& query) override {
     return sqlite_->ListJobs(query);
   }
   absl::StatusOr<std::vector<v1::JobEvent>> ReadEvents(const std::string& job_id, uint64_t from_seq,
                                                        uint32_t limit) override {
     return sqlite_->ReadEvents(job_id, from_seq, limit);
+  }
+  absl::Status AppendAudit(const v1::AuditEntry& entry) override {
+    if (full) return Full();
+    return sqlite_->AppendAudit(entry);
+  }
+  absl::StatusOr<AuditPage> ListAudit(uint64_t before_id, uint32_t limit) override {
+    return sqlite_->ListAudit(before_id, limit);
+  }
+  absl::StatusOr<std::string> BindWorkerCredential(const std::string& worker_id,
+                                                   const std::string& credential) override {
+    if (full) return Full();
+    return sqlite_->BindWorkerCredential(worker_id, credential);
   }
 
  private:
@@ -81,6 +96,7 @@ class CoordinatorTest : public ::testing::Test {
     options.heartbeat_timeout = absl::Seconds(10);
     options.heartbeat_interval = absl::Seconds(2);
     options.tick_interval = absl::ZeroDuration();  // the test calls Tick
+    options.start_timeout = start_timeout_;
     options.jobs_dir = dir_.File("jobs");
     core_ = *Coordinator::Create(options, *store_, *hub_, clock_);
     ASSERT_TRUE(core_->Start().ok());
@@ -142,6 +158,7 @@ class CoordinatorTest : public ::testing::Test {
 
   stoke::testing::TempDir dir_;
   FakeClock clock_;
+  absl::Duration start_timeout_ = absl::Minutes(10);
   std::unique_ptr<FillableStore> store_;
   std::unique_ptr<EventHub> hub_;
   std::unique_ptr<Coordinator> core_;
@@ -287,6 +304,44 @@ TEST_F(CoordinatorTest, SilentWorkerIsPresumedDeadAndItsJobRequeued) {
   auto w2 = Attach("w2");
   ASSERT_EQ(w2->Assignments().size(), 1u);
   EXPECT_EQ(w2->Assignments()[0].attempt(), 2u);
+}
+
+TEST_F(CoordinatorTest, AWorkerThatNeverStartsItsJobIsEvictedAndTheJobRequeued) {
+  start_timeout_ = absl::Seconds(60);
+  Open();
+  auto w1 = Attach("w1");
+  std::string id = Submit();
+  ASSERT_EQ(w1->Assignments().size(), 1u);
+  auto beat_and_tick = [&] {
+    clock_.Advance(absl::Seconds(4));
+    v1::WorkerMessage beat;
+    beat.mutable_heartbeat();
+    Send("w1", beat);
+    core_->Tick();
+  };
+  for (int i = 0; i < 14; ++i) beat_and_tick();  // 56 s: alive, but never started
+  EXPECT_EQ(GetJob(id).state(), v1::JOB_STATE_SCHEDULED);
+  beat_and_tick();  // 60 s
+  v1::Job job = GetJob(id);
+  EXPECT_EQ(job.state(), v1::JOB_STATE_PENDING);
+  EXPECT_EQ(job.restarts(), 0u) << "not the job's fault";
+  EXPECT_NE(job.message().find("worker w1 did not start it within 1m"), std::string::npos)
+      << job.message();
+  EXPECT_NE(w1->closed_because.find("did not start job " + id), std::string::npos)
+      << w1->closed_because;
+  EXPECT_TRUE(core_->GetCluster().workers().empty());
+  auto w2 = Attach("w2");
+  ASSERT_EQ(w2->Assignments().size(), 1u);
+  EXPECT_EQ(w2->Assignments()[0].attempt(), 2u);
+  Started("w2", id, 2);
+  for (int i = 0; i < 30; ++i) {  // a started job has no deadline
+    clock_.Advance(absl::Seconds(4));
+    v1::WorkerMessage beat;
+    beat.mutable_heartbeat();
+    Send("w2", beat);
+    core_->Tick();
+  }
+  EXPECT_EQ(GetJob(id).state(), v1::JOB_STATE_RUNNING);
 }
 
 TEST_F(CoordinatorTest, HeartbeatsKeepAWorkerAlive) {
@@ -436,6 +491,62 @@ TEST_F(CoordinatorTest, ReportsBecomeOrderedEvents) {
   EXPECT_EQ(steps, (std::vector<uint64_t>{10, 20, 30}));
   EXPECT_EQ(read.events.back().log().text(), "hello");
   EXPECT_EQ(GetJob(id).latest_metrics().step(), 30u);
+}
+
+// A process without a GPU that claims one is found out by its first metrics: a CUDA rank's
+// samples always carry the caching allocator's readings.
+TEST_F(CoordinatorTest, AWorkerWhoseMetricsShowNoGpuLosesTheJobAndIsClosed) {
+  auto liar = std::make_shared<RecordingConnection>();
+  v1::RegisterWorker reg;
+  reg.set_worker_id("fake-gpu");
+  reg.mutable_device()->set_type(v1::DEVICE_TYPE_CUDA);
+  ASSERT_TRUE(core_->AttachWorker(reg, "10.0.0.9", liar).ok());
+  std::string id = Submit();
+  ASSERT_EQ(liar->Assignments().size(), 1u);
+  Started("fake-gpu", id, 1);
+  v1::WorkerMessage m;
+  m.mutable_report()->set_job_id(id);
+  m.mutable_report()->set_attempt(1);
+  m.mutable_report()->add_metrics()->set_step(10);  // no memory readings
+  Send("fake-gpu", m);
+  EXPECT_NE(liar->closed_because.find("no CUDA memory readings"), std::string::npos);
+  EXPECT_EQ(GetJob(id).state(), v1::JOB_STATE_RESTARTING);
+  EXPECT_TRUE(hub_->Read(id, 1, 100)->events.back().has_state_change());  // sample not stored
+}
+
+TEST_F(CoordinatorTest, AWorkerIdStaysWithTheCredentialThatRegisteredItFirst) {
+  v1::RegisterWorker reg;
+  reg.set_worker_id("host/cpu:0");
+  reg.mutable_device()->set_type(v1::DEVICE_TYPE_CPU);
+  auto real = std::make_shared<RecordingConnection>();
+  ASSERT_TRUE(core_->AttachWorker(reg, "10.0.0.1", real, "host-a").ok());
+  std::string id = Submit();
+  Started("host/cpu:0", id, 1);
+  auto thief = std::make_shared<RecordingConnection>();
+  auto refused = core_->AttachWorker(reg, "10.0.0.2", thief, "host-b");
+  EXPECT_EQ(refused.code(), absl::StatusCode::kPermissionDenied);
+  // The real worker keeps its job: nothing was evicted, no restart burnt.
+  EXPECT_TRUE(real->closed_because.empty());
+  EXPECT_EQ(GetJob(id).state(), v1::JOB_STATE_RUNNING);
+  EXPECT_EQ(GetJob(id).restarts(), 0u);
+  // The same credential may come back (a restarted worker process).
+  Open();
+  EXPECT_TRUE(
+      core_->AttachWorker(reg, "10.0.0.1", std::make_shared<RecordingConnection>(), "host-a").ok());
+  EXPECT_EQ(core_->AttachWorker(reg, "10.0.0.2", thief, "host-b").code(),
+            absl::StatusCode::kPermissionDenied);
+}
+
+TEST_F(CoordinatorTest, ReportsForJobsNotAssignedToTheSenderAreCounted) {
+  Attach("w1");
+  Attach("w2");
+  std::string id = Submit();
+  const std::string holder = WorkerState("w1") == v1::WORKER_STATE_BUSY ? "w1" : "w2";
+  const std::string other = holder == "w1" ? "w2" : "w1";
+  Started(holder, id, 1);
+  Finished(other, id, 1, v1::TASK_OUTCOME_SUCCEEDED);  // forged
+  EXPECT_EQ(GetJob(id).state(), v1::JOB_STATE_RUNNING);
+  EXPECT_EQ(core_->GetCluster().refused_worker_reports(), 1u);
 }
 
 }  // namespace

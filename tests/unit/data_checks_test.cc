@@ -3,9 +3,16 @@
 // from data it accepts. The files are written into a temp dir that serves as a data root.
 #include "server/api/data_checks.h"
 
+#include <fcntl.h>
 #include <gtest/gtest.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <zlib.h>
 
+#include <chrono>
 #include <filesystem>
+#include <future>
 #include <string>
 #include <vector>
 
@@ -243,6 +250,101 @@ TEST_F(DataChecks, ATokenIdOutsideTheVocabularyIsRefused) {
                       "data.tokens.val_path", {bad, "token 77 is 300"}));
   // With a vocabulary that holds it, the same file passes.
   EXPECT_TRUE(InspectData(TokenSpec(bad, "", 301, 16), Roots()).ok());
+}
+
+// The peak resident memory of this process so far, in bytes (each test runs in a process
+// of its own under ctest).
+long PeakRssBytes() {
+  rusage usage{};
+  getrusage(RUSAGE_SELF, &usage);
+  return usage.ru_maxrss * 1024L;
+}
+
+TEST_F(DataChecks, ASparseGigabyteCifarBatchIsCheckedInSmallMemory) {
+  const std::string folder = root_ + "/cifar";
+  fs::create_directory(folder);
+  testing::WriteCifarFolder(folder, 2, 2);
+  // 1.1 GB of records (label 0, black pixels) that take no disk space; the reader once
+  // held a whole batch (twice, as it grew), and a 4 GiB one ended in std::bad_alloc.
+  constexpr int64_t kRecords = 350'000;
+  fs::resize_file(folder + "/data_batch_1.bin", kRecords * testing::kCifarRecordBytes);
+  v1::JobSpec spec = MnistSpec("");
+  spec.mutable_data()->mutable_cifar10()->set_path(folder);
+  const long before = PeakRssBytes();
+  auto facts = InspectData(spec, Roots());
+  ASSERT_TRUE(facts.ok()) << facts.status();
+  EXPECT_EQ(facts->train_samples, kRecords + 4 * 2);
+  EXPECT_LT(PeakRssBytes() - before, 64L << 20) << "the batch was read into memory";
+}
+
+// Gzipped idx images of `count` black 1024x1024 images (a mebibyte each) and their
+// labels: a gigabyte of images is a file of about a megabyte.
+void WriteGzipBombImages(const std::string& folder, const char* images, const char* labels,
+                         uint32_t count) {
+  gzFile out = gzopen((folder + "/" + images + ".gz").c_str(), "wb1");
+  ASSERT_NE(out, nullptr);
+  const std::string header = testing::IdxBytes({count, 1024, 1024}, {});
+  gzwrite(out, header.data(), static_cast<unsigned>(header.size()));
+  const std::string zeros(1 << 20, '\0');
+  for (uint32_t i = 0; i < count; ++i) {
+    gzwrite(out, zeros.data(), static_cast<unsigned>(zeros.size()));
+  }
+  ASSERT_EQ(gzclose(out), Z_OK);
+  testing::WriteBytes(folder + "/" + labels + ".gz",
+                      testing::IdxBytes({count}, std::vector<uint8_t>(count, 3)), /*gzip=*/true);
+}
+
+void WriteGzipBombMnistFolder(const std::string& folder) {
+  fs::create_directory(folder);
+  WriteGzipBombImages(folder, testing::kMnistTrainImages, testing::kMnistTrainLabels, 1024);
+  WriteGzipBombImages(folder, testing::kMnistTestImages, testing::kMnistTestLabels, 4);
+}
+
+TEST_F(DataChecks, AGzipBombIsCheckedInSmallMemory) {
+  const std::string folder = root_ + "/bomb";
+  WriteGzipBombMnistFolder(folder);
+  ASSERT_LT(fs::file_size(folder + "/" + testing::kMnistTrainImages + ".gz"), 16u << 20);
+  const long before = PeakRssBytes();
+  auto facts = InspectData(MnistSpec(folder), Roots());
+  ASSERT_TRUE(facts.ok()) << facts.status();
+  EXPECT_EQ(facts->train_samples, 1024);
+  EXPECT_EQ(facts->sample, (std::vector<int64_t>{1, 1024, 1024}));
+  EXPECT_LT(PeakRssBytes() - before, 64L << 20) << "the images were decompressed into memory";
+}
+
+// A FIFO where a data file should be: opening it for reading would wait for a writer
+// (and hold an RPC thread meanwhile). Runs the check on a thread of its own so that a
+// regression fails the test instead of hanging it.
+::testing::AssertionResult RefusedWithoutWaiting(const std::function<absl::Status()>& check,
+                                                 const std::string& field,
+                                                 const std::string& fifo) {
+  auto result = std::async(std::launch::async, check);
+  if (result.wait_for(std::chrono::seconds(10)) != std::future_status::ready) {
+    // Unblock the reader so the test can end.
+    const int fd = open(fifo.c_str(), O_WRONLY | O_NONBLOCK);
+    if (fd >= 0) close(fd);
+    result.wait();
+    return ::testing::AssertionFailure() << "the check waited on the FIFO " << fifo;
+  }
+  return Refused(result.get(), field, {fifo, "not a regular file"});
+}
+
+TEST_F(DataChecks, AFifoNamedAsADataFileIsRefusedWithoutWaiting) {
+  const std::string fifo = root_ + "/train.bin";
+  ASSERT_EQ(mkfifo(fifo.c_str(), 0600), 0);
+  EXPECT_TRUE(RefusedWithoutWaiting(
+      [&] { return InspectData(TokenSpec(fifo, "", 256, 16), Roots()).status(); },
+      "data.tokens.train_path", fifo));
+
+  const std::string folder = root_ + "/cifar";
+  fs::create_directory(folder);
+  testing::WriteCifarFolder(folder, 2, 2);
+  fs::remove(folder + "/test_batch.bin");
+  ASSERT_EQ(mkfifo((folder + "/test_batch.bin").c_str(), 0600), 0);
+  v1::JobSpec spec = MnistSpec("");
+  spec.mutable_data()->mutable_cifar10()->set_path(folder);
+  EXPECT_TRUE(RefusedWithoutWaiting([&] { return InspectData(spec, Roots()).status(); },
+                                    "data.cifar10.path", folder + "/test_batch.bin"));
 }
 
 TEST_F(DataChecks, ATokenFileOfOddSizeIsRefused) {

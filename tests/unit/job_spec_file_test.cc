@@ -3,7 +3,10 @@
 #include "client/lib/job_spec_file.h"
 
 #include <gtest/gtest.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
+#include <filesystem>
 #include <fstream>
 
 #include "tests/support/temp_dir.h"
@@ -155,6 +158,60 @@ TEST(JobSpecFile, BrokenSyntaxAndMissingFilesAreNamed) {
   auto missing = LoadJobSpecFile("/nonexistent/job.yaml");
   ASSERT_FALSE(missing.ok());
   EXPECT_NE(missing.status().message().find("/nonexistent/job.yaml"), absl::string_view::npos);
+}
+
+TEST(JobSpecFile, AKeyGivenTwiceIsRefused) {
+  EXPECT_EQ(ErrorOf("training:\n  steps: 10\n  steps: 20\n"),
+            "job.yaml:3: steps: given twice (first on line 2); keep one");
+  EXPECT_EQ(ErrorOf("model: {mlp: {}}\ntraining: {steps: 1}\nmodel: {cnn: {}}\n"),
+            "job.yaml:3: model: given twice (first on line 1); keep one");
+}
+
+TEST(JobSpecFile, ASecondDocumentIsRefused) {
+  const std::string error = ErrorOf("model: {mlp: {}}\n---\nmodel: {cnn: {}}\n");
+  EXPECT_EQ(error.rfind("job.yaml:2: ", 0), 0u) << error;  // the line of the ---
+  EXPECT_NE(error.find("second YAML document"), std::string::npos) << error;
+}
+
+TEST(JobSpecFile, BinaryAndCustomTagsAreRefused) {
+  std::string error = ErrorOf("model:\n  torchscript:\n    path: !!binary L2RhdGEvbS5wdA==\n");
+  EXPECT_EQ(error.rfind("job.yaml:3: ", 0), 0u) << error;
+  EXPECT_NE(error.find("binary"), std::string::npos) << error;
+  error = ErrorOf("model: !custom {mlp: {}}\n");
+  EXPECT_EQ(error.rfind("job.yaml:1: ", 0), 0u) << error;
+  // Core tags are plain YAML and stay accepted.
+  EXPECT_TRUE(ParseJobSpec("model: {mlp: {}}\ntraining: {steps: !!int 5}\n", "job.yaml").ok());
+}
+
+TEST(JobSpecFile, RelativePathsInAFileNamedWithoutAFolder) {
+  testing::TempDir dir;
+  const std::string canonical = std::filesystem::canonical(dir.path()).string();
+  std::filesystem::create_directory(canonical + "/jobs");
+  std::ofstream(canonical + "/jobs/job.yaml")
+      << "model: {gpt: {}}\ndata:\n  tokens: {train_path: ../data/train.bin}\n";
+  const auto cwd = std::filesystem::current_path();
+  std::filesystem::current_path(canonical + "/jobs");
+  auto spec = LoadJobSpecFile("job.yaml");
+  std::filesystem::current_path(cwd);
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_EQ(spec->data().tokens().train_path(), canonical + "/data/train.bin");
+}
+
+TEST(JobSpecFile, DevicesFifosFoldersAndHugeFilesAreRefusedAtOnce) {
+  testing::TempDir dir;
+  const std::string fifo = dir.File("job.yaml");
+  ASSERT_EQ(mkfifo(fifo.c_str(), 0600), 0);
+  const std::string huge = dir.File("huge.yaml");
+  std::ofstream(huge) << "# " << std::string(kMaxJobFileBytes, 'x') << "\n";
+  for (const std::string& path : {std::string("/dev/zero"), fifo, dir.path()}) {
+    auto spec = LoadJobSpecFile(path);
+    ASSERT_FALSE(spec.ok()) << path;
+    EXPECT_EQ(spec.status().message().rfind(path + ": not a regular file", 0), 0u) << spec.status();
+  }
+  auto spec = LoadJobSpecFile(huge);
+  ASSERT_FALSE(spec.ok());
+  EXPECT_EQ(spec.status().message().rfind(huge + ": ", 0), 0u) << spec.status();
+  EXPECT_NE(spec.status().message().find("at most"), absl::string_view::npos) << spec.status();
 }
 
 TEST(JobSpecFile, TheExamplesInTheRepositoryParse) {

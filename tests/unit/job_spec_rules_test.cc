@@ -134,6 +134,40 @@ TEST(JobSpecRules, EachBadFieldIsNamed) {
   }
 }
 
+// proto3 keeps enum numbers it does not know; they must not run as some other value.
+TEST(JobSpecRules, UnknownEnumValuesAndOverlongFieldsAreNamed) {
+  const std::vector<BadCase> cases = {
+      {"model.mlp.activation",
+       [](v1::JobSpec& s) {
+         s.mutable_model()->mutable_mlp()->set_activation(static_cast<v1::Activation>(999));
+       }},
+      {"optimizer.schedule",
+       [](v1::JobSpec& s) {
+         s.mutable_optimizer()->set_schedule(static_cast<v1::LrSchedule>(999));
+       }},
+      {"model.resnet.stem",
+       [](v1::JobSpec& s) {
+         s.mutable_model()->mutable_resnet()->set_stem(static_cast<v1::ResNetStem>(999));
+       }},
+      {"model.mlp.hidden",
+       [](v1::JobSpec& s) {
+         for (int i = 0; i < 65; ++i) s.mutable_model()->mutable_mlp()->add_hidden(8);
+       }},
+      {"model.torchscript.path",
+       [](v1::JobSpec& s) {
+         s.mutable_model()->mutable_torchscript()->set_path("/" + std::string(5000, 'p'));
+       }},
+  };
+  for (const auto& c : cases) {
+    v1::JobSpec spec = ValidSpec();
+    c.breaks(spec);
+    absl::Status status = ValidateJobSpec(spec);
+    EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << c.field;
+    EXPECT_EQ(std::string(status.message()).rfind(c.field + ":", 0), 0u)
+        << "expected the error to name " << c.field << ", got: " << status.message();
+  }
+}
+
 TEST(JobSpecRules, DefaultsFillEverythingLeftOut) {
   v1::JobSpec spec = Completed(ValidSpec());
   EXPECT_EQ(spec.name(), "mlp");

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 #include <sqlite3.h>
 
+#include <filesystem>
 #include <fstream>
 
 #include "tests/support/temp_dir.h"
@@ -172,6 +173,87 @@ TEST(SqliteJobStore, RefusesAFileFromANewerSchema) {
   EXPECT_NE(store.status().message().find("schema version 99"), absl::string_view::npos);
 }
 
+// A file as Stoke's schema version 1 wrote it (jobs and events, no owners, no audit):
+// opened by this version, every job reads back, and the new tables work.
+TEST(SqliteJobStore, MigratesAVersionOneFileKeepingEveryJob) {
+  TempDir dir;
+  {
+    sqlite3* db = nullptr;
+    ASSERT_EQ(sqlite3_open(dir.File("stoke.db").c_str(), &db), SQLITE_OK);
+    ASSERT_EQ(sqlite3_exec(db, R"sql(
+      CREATE TABLE jobs (id INTEGER PRIMARY KEY AUTOINCREMENT, state INTEGER NOT NULL,
+                         job BLOB NOT NULL);
+      CREATE INDEX jobs_by_state ON jobs(state, id);
+      CREATE TABLE events (job_id INTEGER NOT NULL REFERENCES jobs(id), seq INTEGER NOT NULL,
+                           event BLOB NOT NULL, PRIMARY KEY (job_id, seq)) WITHOUT ROWID;
+      PRAGMA user_version = 1;
+    )sql",
+                           nullptr, nullptr, nullptr),
+              SQLITE_OK);
+    for (int i = 1; i <= 3; ++i) {
+      v1::Job job = NewJob("old-" + std::to_string(i), v1::JOB_STATE_SUCCEEDED);
+      job.set_id(std::to_string(i));
+      const std::string blob = job.SerializeAsString();
+      sqlite3_stmt* stmt = nullptr;
+      sqlite3_prepare_v2(db, "INSERT INTO jobs(state, job) VALUES (?, ?)", -1, &stmt, nullptr);
+      sqlite3_bind_int(stmt, 1, v1::JOB_STATE_SUCCEEDED);
+      sqlite3_bind_blob(stmt, 2, blob.data(), static_cast<int>(blob.size()), SQLITE_TRANSIENT);
+      ASSERT_EQ(sqlite3_step(stmt), SQLITE_DONE);
+      sqlite3_finalize(stmt);
+    }
+    sqlite3_close(db);
+  }
+  auto store = SqliteJobStore::Open({dir.File("stoke.db")});
+  ASSERT_TRUE(store.ok()) << store.status();
+  for (int i = 1; i <= 3; ++i) {
+    auto job = (*store)->GetJob(std::to_string(i));
+    ASSERT_TRUE(job.ok()) << job.status();
+    EXPECT_EQ(job->spec().name(), "old-" + std::to_string(i));
+    EXPECT_EQ(job->owner(), "");
+  }
+  // New jobs get owners that list filters on; old ones belong to nobody.
+  v1::Job mine = NewJob("new");
+  mine.set_owner("alice");
+  ASSERT_TRUE((*store)->CreateJob(mine, {StateEvent(1, v1::JOB_STATE_PENDING)}).ok());
+  JobQuery query;
+  query.owner = "alice";
+  auto page = (*store)->ListJobs(query);
+  ASSERT_TRUE(page.ok()) << page.status();
+  ASSERT_EQ(page->jobs.size(), 1u);
+  EXPECT_EQ(page->jobs[0].id(), "4");
+  query.owner.clear();
+  EXPECT_EQ((*store)->ListJobs(query)->jobs.size(), 4u);
+}
+
+TEST(SqliteJobStore, AuditEntriesAndWorkerBindingsSurviveAReopen) {
+  TempDir dir;
+  {
+    auto store = SqliteJobStore::Open({dir.File("stoke.db")});
+    ASSERT_TRUE(store.ok()) << store.status();
+    for (const char* who : {"alice", "bob", "root"}) {
+      v1::AuditEntry entry;
+      entry.set_who(who);
+      entry.set_action("SubmitJob");
+      ASSERT_TRUE((*store)->AppendAudit(entry).ok());
+    }
+    EXPECT_EQ(*(*store)->BindWorkerCredential("host/cuda:0", "host-a"), "host-a");
+  }
+  auto store = SqliteJobStore::Open({dir.File("stoke.db")});
+  ASSERT_TRUE(store.ok()) << store.status();
+  auto page = (*store)->ListAudit(0, 2);
+  ASSERT_TRUE(page.ok()) << page.status();
+  ASSERT_EQ(page->entries.size(), 2u);
+  EXPECT_TRUE(page->more);
+  EXPECT_EQ(page->entries[0].who(), "root");  // newest first
+  EXPECT_EQ(page->entries[0].id(), 3u);
+  auto rest = (*store)->ListAudit(page->entries[1].id(), 2);
+  ASSERT_EQ(rest->entries.size(), 1u);
+  EXPECT_EQ(rest->entries[0].who(), "alice");
+  EXPECT_FALSE(rest->more);
+  // The first credential keeps the id.
+  EXPECT_EQ(*(*store)->BindWorkerCredential("host/cuda:0", "host-b"), "host-a");
+}
+
 TEST(SqliteJobStore, RefusesAFileThatIsNotADatabase) {
   TempDir dir;
   {
@@ -180,6 +262,111 @@ TEST(SqliteJobStore, RefusesAFileThatIsNotADatabase) {
   auto store = SqliteJobStore::Open({dir.File("stoke.db")});
   ASSERT_FALSE(store.ok());
   EXPECT_NE(store.status().message().find("stoke.db"), absl::string_view::npos) << store.status();
+}
+
+TEST(SqliteJobStore, ARequestIdLeadsBackToItsJobAfterReopening) {
+  TempDir dir;
+  {
+    auto store = *SqliteJobStore::Open({dir.File("stoke.db")});
+    v1::Job job = NewJob("retried");
+    job.set_request_id("req-1");
+    ASSERT_TRUE(store->CreateJob(job, {StateEvent(1, v1::JOB_STATE_PENDING)}).ok());
+    ASSERT_TRUE(store->CreateJob(NewJob("other"), {StateEvent(1, v1::JOB_STATE_PENDING)}).ok());
+  }
+  auto store = *SqliteJobStore::Open({dir.File("stoke.db")});
+  auto found = store->FindJobByRequestId("req-1");
+  ASSERT_TRUE(found.ok()) << found.status();
+  EXPECT_EQ(found->id(), "1");
+  EXPECT_EQ(found->spec().name(), "retried");
+  EXPECT_EQ(store->FindJobByRequestId("req-2").status().code(), absl::StatusCode::kNotFound);
+}
+
+TEST(SqliteJobStore, IdsAreCanonicalDecimalOnly) {
+  TempDir dir;
+  auto store = *SqliteJobStore::Open({dir.File("stoke.db")});
+  for (int i = 0; i < 13; ++i) {
+    ASSERT_TRUE(store->CreateJob(NewJob("j"), {StateEvent(1, v1::JOB_STATE_PENDING)}).ok());
+  }
+  EXPECT_TRUE(store->GetJob("13").ok());
+  for (const char* alias : {"013", "01", "+1", " 1", "1 ", "0x1"}) {
+    EXPECT_EQ(store->GetJob(alias).status().code(), absl::StatusCode::kNotFound) << alias;
+    EXPECT_EQ(store->ReadEvents(alias, 1, 10).status().code(), absl::StatusCode::kNotFound)
+        << alias;
+  }
+}
+
+TEST(SqliteJobStore, AHugeFromSeqReadsNothingInsteadOfEverything) {
+  TempDir dir;
+  auto store = *SqliteJobStore::Open({dir.File("stoke.db")});
+  ASSERT_TRUE(store->CreateJob(NewJob("j"), {StateEvent(1, v1::JOB_STATE_PENDING)}).ok());
+  for (uint64_t from : {uint64_t{1} << 63, ~uint64_t{0}}) {
+    auto events = store->ReadEvents("1", from, 10);
+    ASSERT_TRUE(events.ok());
+    EXPECT_TRUE(events->empty()) << from;
+  }
+}
+
+TEST(SqliteJobStore, ADamagedFileIsRefusedAtOpen) {
+  TempDir dir;
+  {
+    auto store = *SqliteJobStore::Open({dir.File("stoke.db")});
+    for (int i = 0; i < 200; ++i) {
+      ASSERT_TRUE(
+          store->CreateJob(NewJob(std::string(200, 'x')), {StateEvent(1, v1::JOB_STATE_PENDING)})
+              .ok());
+    }
+  }  // closed: the log is folded into the file
+  ASSERT_GT(std::filesystem::file_size(dir.File("stoke.db")), 8u * 4096);
+  {
+    std::fstream f(dir.File("stoke.db"), std::ios::in | std::ios::out | std::ios::binary);
+    const std::string junk(100, '\x5a');  // over the b-tree page headers of pages 3 and 4
+    for (int page = 2; page <= 3; ++page) {
+      f.seekp(page * 4096);
+      f.write(junk.data(), junk.size());
+    }
+  }
+  auto store = SqliteJobStore::Open({dir.File("stoke.db")});
+  ASSERT_FALSE(store.ok());
+  EXPECT_EQ(store.status().code(), absl::StatusCode::kDataLoss) << store.status();
+  EXPECT_NE(store.status().message().find(dir.File("stoke.db")), absl::string_view::npos)
+      << store.status();
+}
+
+TEST(SqliteJobStore, AnEmptiedFileWithJobsBehindItIsRefused) {
+  TempDir dir;
+  std::filesystem::create_directories(dir.File("jobs"));
+  std::ofstream(dir.File("stoke.db")).close();  // 0 bytes
+  EXPECT_TRUE(CheckStoreNotEmptied(dir.File("stoke.db"), dir.File("jobs")).ok())
+      << "a new data dir";
+  std::filesystem::create_directories(dir.File("jobs/7/checkpoints"));
+  auto s = CheckStoreNotEmptied(dir.File("stoke.db"), dir.File("jobs"));
+  EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition) << s;
+  EXPECT_NE(s.message().find(dir.File("jobs/7")), absl::string_view::npos) << s;
+  EXPECT_NE(s.message().find("backup"), absl::string_view::npos) << s;
+  std::filesystem::remove_all(dir.File("jobs/7"));
+  std::ofstream(dir.File("stoke.db-wal")) << std::string(100, 'w');
+  s = CheckStoreNotEmptied(dir.File("stoke.db"), dir.File("jobs"));
+  EXPECT_NE(s.message().find(dir.File("stoke.db-wal")), absl::string_view::npos) << s;
+}
+
+TEST(SqliteJobStore, ABackupTakenWhileOpenHoldsEveryJob) {
+  TempDir dir;
+  auto store = *SqliteJobStore::Open({dir.File("stoke.db")});
+  for (int i = 0; i < 20; ++i) {
+    ASSERT_TRUE(
+        store->CreateJob(NewJob("j" + std::to_string(i)), {StateEvent(1, v1::JOB_STATE_PENDING)})
+            .ok());
+  }
+  ASSERT_TRUE(store->BackupTo(dir.File("backup.db")).ok());
+  ASSERT_TRUE(store->CreateJob(NewJob("after"), {StateEvent(1, v1::JOB_STATE_PENDING)}).ok());
+  auto copy = SqliteJobStore::Open({dir.File("backup.db")});
+  ASSERT_TRUE(copy.ok()) << copy.status();
+  JobQuery all;
+  all.limit = 100;
+  auto page = (*copy)->ListJobs(all);
+  ASSERT_TRUE(page.ok());
+  EXPECT_EQ(page->jobs.size(), 20u);
+  EXPECT_EQ((*copy)->GetJob("20")->spec().name(), "j19");
 }
 
 }  // namespace

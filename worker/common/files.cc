@@ -85,6 +85,34 @@ FileSink::~FileSink() {
   if (fd_ >= 0) close(fd_);
 }
 
+int OpenRegularFile(const std::string& path, std::string* error, long long* size) {
+  const int fd = open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC | O_NOCTTY);
+  if (fd < 0) {
+    *error = std::strerror(errno);
+    return -1;
+  }
+  struct stat st;
+  if (fstat(fd, &st) != 0) {
+    *error = std::strerror(errno);
+    close(fd);
+    return -1;
+  }
+  if (!S_ISREG(st.st_mode)) {
+    const char* kind = S_ISDIR(st.st_mode)    ? "a directory"
+                       : S_ISFIFO(st.st_mode) ? "a FIFO"
+                       : S_ISCHR(st.st_mode)  ? "a character device"
+                       : S_ISBLK(st.st_mode)  ? "a block device"
+                       : S_ISSOCK(st.st_mode) ? "a socket"
+                                              : "a special file";
+    *error = std::string("not a regular file (") + kind + ")";
+    close(fd);
+    return -1;
+  }
+  fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK);
+  if (size) *size = static_cast<long long>(st.st_size);
+  return fd;
+}
+
 void FileSink::Fail(const char* what) {
   if (error_.empty()) error_ = path_ + ": " + what + ": " + std::strerror(errno);
 }

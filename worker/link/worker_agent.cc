@@ -1,11 +1,14 @@
 #include "worker/link/worker_agent.h"
 
+#include "security/grpc_credentials.h"
+
 #include <grpcpp/grpcpp.h>
 #include <spdlog/spdlog.h>
 #include <unistd.h>
 
 #include <algorithm>
 
+#include "proto/stoke/v1/limits.h"
 #include "worker/link/task_translation.h"
 
 namespace stoke::worker {
@@ -133,14 +136,19 @@ WorkerAgent::~WorkerAgent() {
   if (cancel_watchdog_.joinable()) cancel_watchdog_.join();
 }
 
-void WorkerAgent::Run() {
+absl::Status WorkerAgent::Run() {
+  auto credentials =
+      security::MakeChannelCredentials({options_.tls_ca, options_.tls_cert, options_.tls_key});
+  if (!credentials.ok()) return credentials.status();
   grpc::ChannelArguments args;
   args.SetInt(GRPC_ARG_KEEPALIVE_TIME_MS, 10'000);
   args.SetInt(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, 10'000);
   args.SetInt(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
   args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 2'000);
-  auto channel = grpc::CreateCustomChannel(options_.coordinator_address,
-                                           grpc::InsecureChannelCredentials(), args);
+  // The coordinator's own limit, so that whatever it accepts reaches its workers.
+  args.SetMaxReceiveMessageSize(v1::kMaxMessageBytes);
+  args.SetMaxSendMessageSize(v1::kMaxMessageBytes);
+  auto channel = grpc::CreateCustomChannel(options_.coordinator_address, *credentials, args);
   auto stub = v1::WorkerLink::NewStub(channel);
   auto backoff = std::chrono::milliseconds(250);
   while (!stopping_) {
@@ -155,6 +163,7 @@ void WorkerAgent::Run() {
     stop_cv_.wait_for(lock, backoff, [this] { return stopping_.load(); });
     backoff = std::min(backoff * 2, std::chrono::milliseconds(5000));
   }
+  return absl::OkStatus();
 }
 
 void WorkerAgent::Serve(v1::WorkerLink::Stub& stub) {
@@ -169,6 +178,9 @@ void WorkerAgent::Serve(v1::WorkerLink::Stub& stub) {
     active_context_ = nullptr;
     stop_cv_.notify_all();
   };
+  if (!options_.join_token.empty()) {
+    context.AddMetadata("authorization", "Bearer " + options_.join_token);
+  }
   std::unique_ptr<Stream> stream = stub.Attach(&context);
 
   v1::WorkerMessage hello;
@@ -183,8 +195,15 @@ void WorkerAgent::Serve(v1::WorkerLink::Stub& stub) {
   v1::CoordinatorMessage reply;
   if (!stream->Write(hello) || !stream->Read(&reply) || !reply.has_registered()) {
     grpc::Status status = stream->Finish();
-    spdlog::warn("cannot attach to coordinator {}: {}", options_.coordinator_address,
-                 status.ok() ? "unexpected reply" : status.error_message());
+    // A refused credential will not be accepted on the next try either: say so loudly.
+    const bool refused = status.error_code() == grpc::StatusCode::UNAUTHENTICATED ||
+                         status.error_code() == grpc::StatusCode::PERMISSION_DENIED;
+    const std::string why = status.ok() ? "unexpected reply" : status.error_message();
+    if (refused) {
+      spdlog::error("coordinator {} refused this worker: {}", options_.coordinator_address, why);
+    } else {
+      spdlog::warn("cannot attach to coordinator {}: {}", options_.coordinator_address, why);
+    }
     clear_context();
     return;
   }

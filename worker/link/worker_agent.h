@@ -16,6 +16,7 @@
 #include <string>
 #include <thread>
 
+#include "absl/status/status.h"
 #include "stoke/v1/worker_link.grpc.pb.h"
 #include "worker/common/task.h"
 #include "worker/telemetry/device_sampler.h"
@@ -34,6 +35,12 @@ class WorkerAgent {
     DeviceInfo device;
     bool local = false;
     std::string advertise_address;  // empty: as the coordinator sees us
+    // TLS to the coordinator (PEM files; a CA for plaintext-free links, a certificate and
+    // key for mutual TLS) and the join token sent as the stream's bearer token.
+    std::string tls_ca;
+    std::string tls_cert;
+    std::string tls_key;
+    std::string join_token;
     // Metric samples held while the link is slow; older ones are dropped beyond this.
     size_t max_queued_samples = 10'000;
     // Reports are batched over this period.
@@ -49,8 +56,9 @@ class WorkerAgent {
   WorkerAgent(Options options, TrainFunction train);
   ~WorkerAgent();
 
-  // Serves until Stop(): connect, register, run assignments, reconnect on loss.
-  void Run();
+  // Serves until Stop(): connect, register, run assignments, reconnect on loss. Fails at
+  // once only when the TLS files cannot be used.
+  absl::Status Run();
   // Cancels the running task, reports it, and makes Run() return. Safe from any thread.
   void Stop();
 

@@ -1,0 +1,86 @@
+// `stoke token create`, `stoke audit` and `stoke whoami`: making credentials, and seeing
+// who did what.
+#include <cstdio>
+#include <iostream>
+
+#include "absl/strings/str_format.h"
+#include "client/cli/commands.h"
+#include "client/cli/format.h"
+#include "security/auth_tokens.h"
+#include "security/token_hash.h"
+
+namespace stoke::client {
+
+int TokenCreateCommand(const std::string& name, const std::string& role_name) {
+  auto role = security::ParseRole(role_name);
+  if (!role) {
+    std::fprintf(stderr, "stoke: --role %s: expected viewer, submitter, admin or worker\n",
+                 role_name.c_str());
+    return kExitUsage;
+  }
+  if (!security::IsValidCredentialName(name)) {
+    std::fprintf(stderr, "stoke: %s: a name is 1-64 of the characters A-Z a-z 0-9 . _ @ -\n",
+                 name.c_str());
+    return kExitUsage;
+  }
+  auto token = security::NewToken();
+  if (!token.ok()) {
+    std::fprintf(stderr, "stoke: %s\n", std::string(token.status().message()).c_str());
+    return kExitError;
+  }
+  const std::string line = security::FormatTokenLine({name, *role, security::HashToken(*token)});
+  // The token on stdout alone, so `stoke token create ... > file` keeps just it; the
+  // rest is for the person at the terminal.
+  std::printf("%s\n", token->c_str());
+  std::fprintf(stderr,
+               "stoke: this token is shown once. Add this line to the coordinator's "
+               "--auth-tokens file and restart it:\n%s\n",
+               line.c_str());
+  if (*role == security::Role::kWorker) {
+    std::fprintf(stderr, "stoke: give the token to the worker in a file: --join-token-file FILE\n");
+  } else {
+    std::fprintf(stderr,
+                 "stoke: its user sets STOKE_TOKEN, or token: in ~/.config/stoke/config.yaml\n");
+  }
+  return kExitOk;
+}
+
+int AuditCommand(CliContext& cli, uint32_t limit, bool all) {
+  v1::ListAuditRequest request;
+  request.set_page_size(limit);
+  v1::ListAuditResponse everything;
+  for (;;) {
+    auto page = cli.client.ListAudit(request);
+    if (!page.ok()) return Report(cli, page.status());
+    for (const auto& entry : page->entries()) *everything.add_entries() = entry;
+    everything.set_next_page_token(page->next_page_token());
+    if (!all || page->next_page_token().empty()) break;
+    request.set_page_token(page->next_page_token());
+  }
+  if (cli.json) {
+    std::cout << ToJson(everything) << std::endl;
+    return kExitOk;
+  }
+  Table table({"ID", "WHEN", "WHO", "ROLE", "ACTION", "TARGET", "RESULT", "FROM"});
+  for (const auto& e : everything.entries()) {
+    table.AddRow({std::to_string(e.id()), FormatAge(e.time()), e.who(), e.role(), e.action(),
+                  Printable(e.target()), Printable(e.result()), e.peer()});
+  }
+  std::cout << table.Render();
+  if (!everything.next_page_token().empty()) std::cout << "(more entries: --all, or --limit N)\n";
+  return kExitOk;
+}
+
+int WhoAmICommand(CliContext& cli) {
+  auto me = cli.client.WhoAmI();
+  if (!me.ok()) return Report(cli, me.status());
+  if (cli.json) {
+    std::cout << ToJson(*me) << std::endl;
+    return kExitOk;
+  }
+  std::printf("%s (%s)%s\n", me->name().c_str(), me->role().c_str(),
+              me->authentication_required() ? "" : "; this coordinator requires no token");
+  return kExitOk;
+}
+
+}  // namespace stoke::client

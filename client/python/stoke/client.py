@@ -1,0 +1,337 @@
+"""The connection to a Stoke coordinator and the calls of ``stoke.v1.Coordinator``."""
+
+from __future__ import annotations
+
+import datetime
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Iterable, Iterator, List, Optional, Tuple, Union
+
+import grpc
+
+from stoke.errors import StokeError, error_from_rpc
+from stoke.events import Event
+from stoke.job import Job
+from stoke.job_spec import SpecLike, load_job_spec
+from stoke.states import StateLike, parse_states
+from stoke.v1 import coordinator_pb2, coordinator_pb2_grpc
+from stoke.watch import WatchTarget, resumable_watch
+
+__all__ = ["Client", "Checkpoint", "Export", "DEFAULT_ADDRESS"]
+
+#: Where ``stoke-coordinator`` listens unless told otherwise (as the CLI assumes).
+DEFAULT_ADDRESS = "127.0.0.1:50051"
+
+JobRef = Union[Job, str, int]
+TlsOption = Union[bool, str, "os.PathLike[str]", grpc.ChannelCredentials, None]
+
+@dataclass(frozen=True)
+class Checkpoint:
+    """A checkpoint on the coordinator's storage.
+
+    Attributes:
+        step: the optimizer step it was written at.
+        write_time: when (UTC).
+        size_bytes: its files together.
+        path: where it lies on the coordinator's machine.
+    """
+
+    step: int
+    write_time: datetime.datetime
+    size_bytes: int
+    path: str
+
+
+@dataclass(frozen=True)
+class Export:
+    """What :meth:`Client.export` wrote: the checkpoint's step and the file's size."""
+
+    path: Path
+    step: int
+    bytes: int
+
+
+def _job_id(job: JobRef) -> str:
+    return job.id if isinstance(job, Job) else str(job)
+
+
+def _credentials(tls: TlsOption) -> Optional[grpc.ChannelCredentials]:
+    if tls is None or tls is False:
+        return None
+    if isinstance(tls, grpc.ChannelCredentials):
+        return tls
+    if tls is True:
+        return grpc.ssl_channel_credentials()  # the system's root certificates
+    return grpc.ssl_channel_credentials(root_certificates=Path(tls).read_bytes())
+
+
+class Client:
+    """A connection to a coordinator. Cheap to create; share one per process.
+
+    Example::
+
+        import stoke
+
+        client = stoke.Client("127.0.0.1:50051")
+        job = client.submit("examples/mlp-synthetic.yaml")
+        for event in job.watch():
+            print(event)
+        print(job.wait().latest_eval)
+
+    Args:
+        address: ``host:port`` of the coordinator; default ``$STOKE_ADDRESS``, else
+            ``127.0.0.1:50051``.
+        token: a bearer token, sent with every call as ``authorization: Bearer <token>``.
+            The coordinator does not check tokens yet; the SDK sends it so that code
+            written today keeps working when it does. Over a channel without TLS the
+            token travels in clear text.
+        tls: ``False`` (default): plain TCP. ``True``: TLS, verified against the system's
+            root certificates. A path: TLS, verified against that CA bundle (PEM). A
+            ``grpc.ChannelCredentials`` is used as given (e.g. for mutual TLS).
+        timeout: deadline of each unary call, in seconds.
+        reconnect_for: how long a watch keeps trying to reach the coordinator again
+            after losing it, in seconds.
+    """
+
+    def __init__(
+        self,
+        address: Optional[str] = None,
+        token: Optional[str] = None,
+        tls: TlsOption = False,
+        *,
+        timeout: float = 10.0,
+        reconnect_for: float = 60.0,
+    ) -> None:
+        self.address = address or os.environ.get("STOKE_ADDRESS") or DEFAULT_ADDRESS
+        self.timeout = timeout
+        self.reconnect_for = reconnect_for
+        self._metadata: Tuple[Tuple[str, str], ...] = (
+            (("authorization", f"Bearer {token}"),) if token else ()
+        )
+        options = [
+            ("grpc.max_receive_message_length", 16 * 1024 * 1024),
+            ("grpc.keepalive_time_ms", 20_000),
+            # Find a restarted coordinator within about two seconds.
+            ("grpc.initial_reconnect_backoff_ms", 200),
+            ("grpc.min_reconnect_backoff_ms", 200),
+            ("grpc.max_reconnect_backoff_ms", 2_000),
+        ]
+        credentials = _credentials(tls)
+        if credentials is None:
+            self._channel = grpc.insecure_channel(self.address, options=options)
+        else:
+            self._channel = grpc.secure_channel(self.address, credentials, options=options)
+        self._stub = coordinator_pb2_grpc.CoordinatorStub(self._channel)
+
+    # --- lifetime -------------------------------------------------------------------
+
+    def close(self) -> None:
+        """Closes the connection; open watches end."""
+        self._channel.close()
+
+    def __enter__(self) -> "Client":
+        return self
+
+    def __exit__(self, *exc_info: Any) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"Client({self.address!r})"
+
+    # --- jobs -----------------------------------------------------------------------
+
+    def submit(self, spec: SpecLike) -> Job:
+        """Validates and queues a job.
+
+        Args:
+            spec: a ``stoke.v1.JobSpec``, a dict in the job-file format, or the path of a
+                YAML/JSON job file (as ``stoke submit`` takes; see :mod:`stoke.job_spec`).
+
+        Returns:
+            The job, with its id and its spec with defaults filled in.
+
+        Raises:
+            InvalidSpec: the spec is malformed; ``error.field`` names the field
+                (``spec.training.batch_size``), locally or as the coordinator reported it.
+        """
+        request = coordinator_pb2.SubmitJobRequest(spec=load_job_spec(spec))
+        response = self._unary(self._stub.SubmitJob, request, spec=True)
+        return Job(self, response.job)
+
+    def job(self, job: JobRef) -> Job:
+        """Reads one job. Raises :class:`NotFound` for an unknown id."""
+        return Job(self, self._unary(self._stub.GetJob, coordinator_pb2.GetJobRequest(id=_job_id(job))))
+
+    def list(
+        self,
+        state: Optional[Union[StateLike, Iterable[StateLike]]] = None,
+        page_size: int = 50,
+        *,
+        limit: Optional[int] = None,
+    ) -> Iterator[Job]:
+        """Iterates over jobs, newest first, reading ``page_size`` at a time as it goes.
+
+        Args:
+            state: only jobs in this state (or these states): ``"running"``,
+                ``JobState.PENDING``, ``["pending", "running"]``; default all.
+            page_size: jobs per call (the coordinator caps it at 1000).
+            limit: stop after this many jobs.
+        """
+        count = 0
+        for page in self.list_pages(state, page_size):
+            for job in page:
+                if limit is not None and count >= limit:
+                    return
+                count += 1
+                yield job
+
+    def list_pages(
+        self,
+        state: Optional[Union[StateLike, Iterable[StateLike]]] = None,
+        page_size: int = 50,
+    ) -> Iterator[List[Job]]:
+        """Like :meth:`list`, a page (one ``ListJobs`` call) at a time.
+
+        Each page follows the previous one's ``next_page_token``, so jobs submitted while
+        iterating do not shift the pages.
+        """
+        if page_size <= 0:
+            raise ValueError(f"page_size must be positive, not {page_size}")
+        states = [f"JOB_STATE_{s.name}" for s in parse_states(state)]
+        token = ""
+        while True:
+            request = coordinator_pb2.ListJobsRequest(
+                states=states, page_size=page_size, page_token=token
+            )
+            response = self._unary(self._stub.ListJobs, request)
+            yield [Job(self, j) for j in response.jobs]
+            token = response.next_page_token
+            if not token:
+                return
+
+    def cancel(self, job: JobRef, reason: str = "") -> Job:
+        """Cancels a job; returns it as the coordinator now has it."""
+        request = coordinator_pb2.CancelJobRequest(id=_job_id(job), reason=reason)
+        return Job(self, self._unary(self._stub.CancelJob, request))
+
+    def watch(
+        self,
+        job: JobRef,
+        from_seq: int = 1,
+        *,
+        reconnect_for: Optional[float] = None,
+    ) -> Iterator[Event]:
+        """Iterates over a job's events from ``from_seq`` on, live, until it has finished.
+
+        When the stream breaks (the network, a coordinator restart), the iterator
+        reconnects and resumes after the last event it yielded: each event comes once,
+        in ``seq`` order, none missing. Leaving the loop early closes the stream.
+
+        Args:
+            job: a :class:`Job` or a job id.
+            from_seq: the first event to yield; 1 is the job's first.
+            reconnect_for: give up after the coordinator has been unreachable this many
+                seconds (default: the client's ``reconnect_for``).
+
+        Raises:
+            NotFound: no such job.
+            Unavailable: the coordinator could not be reached for ``reconnect_for``.
+        """
+        return self._watch(_job_id(job), from_seq, reconnect_for, deadline=None)
+
+    def wait(self, job: JobRef, timeout: Optional[float] = None, *, after_seq: int = 0) -> Job:
+        """Blocks until a job has reached a final state, and returns it.
+
+        Args:
+            timeout: seconds; ``None`` waits as long as the job runs.
+            after_seq: events up to this one are known to the caller and skipped.
+
+        Raises:
+            DeadlineExceeded: the job was still going after ``timeout`` seconds.
+        """
+        job_id = _job_id(job)
+        deadline = None if timeout is None else time.monotonic() + timeout
+        for _ in self._watch(job_id, after_seq + 1, None, deadline=deadline):
+            pass
+        return self.job(job_id)
+
+    def checkpoints(self, job: JobRef) -> List[Checkpoint]:
+        """The job's checkpoints on the coordinator's storage, oldest first."""
+        request = coordinator_pb2.ListCheckpointsRequest(id=_job_id(job))
+        response = self._unary(self._stub.ListCheckpoints, request)
+        return [
+            Checkpoint(
+                step=c.step,
+                write_time=c.write_time.ToDatetime(tzinfo=datetime.timezone.utc),
+                size_bytes=c.size_bytes,
+                path=c.path,
+            )
+            for c in response.checkpoints
+        ]
+
+    def export(
+        self, job: JobRef, path: Union[str, "os.PathLike[str]"], step: Optional[int] = None
+    ) -> Export:
+        """Downloads a checkpoint's model (a LibTorch archive) to ``path``.
+
+        The newest checkpoint unless ``step`` names one. The file appears whole or not at
+        all: it is written to ``<path>.partial`` and renamed at the end. Load it with
+        ``torch.jit.load`` in Python or ``torch::load`` in C++.
+
+        Raises:
+            FailedPrecondition: the job has no checkpoint yet.
+            NotFound: no such job, or no checkpoint at ``step``.
+        """
+        target = Path(path)
+        partial = target.with_name(target.name + ".partial")
+        request = coordinator_pb2.DownloadModelRequest(id=_job_id(job), step=step or 0)
+        call = self._stub.DownloadModel(request, metadata=self._metadata)
+        expected, written, got_step = 0, 0, 0
+        try:
+            with open(partial, "wb") as out:
+                for chunk in call:
+                    if chunk.total_bytes or chunk.step:  # only the first chunk says
+                        expected, got_step = chunk.total_bytes, chunk.step
+                    out.write(chunk.data)
+                    written += len(chunk.data)
+        except grpc.RpcError as error:
+            partial.unlink(missing_ok=True)
+            raise error_from_rpc(error) from error
+        except BaseException:
+            call.cancel()  # no use receiving the rest
+            partial.unlink(missing_ok=True)
+            raise
+        if written != expected:
+            partial.unlink(missing_ok=True)
+            raise StokeError(
+                f"{target}: received {written} of {expected} bytes", code=grpc.StatusCode.DATA_LOSS
+            )
+        os.replace(partial, target)
+        return Export(path=target, step=got_step, bytes=written)
+
+    # --- the cluster ----------------------------------------------------------------
+
+    def cluster(self) -> coordinator_pb2.Cluster:
+        """The workers (devices, state, current job, latest readings) and queue counts."""
+        return self._unary(self._stub.GetCluster, coordinator_pb2.GetClusterRequest())
+
+    # --- plumbing -------------------------------------------------------------------
+
+    def _unary(self, method: Callable[..., Any], request: Any, *, spec: bool = False) -> Any:
+        try:
+            return method(request, timeout=self.timeout, metadata=self._metadata)
+        except grpc.RpcError as error:
+            raise error_from_rpc(error, spec=spec) from error
+
+    def _watch(
+        self, job_id: str, from_seq: int, reconnect_for: Optional[float], deadline: Optional[float]
+    ) -> Iterator[Event]:
+        return resumable_watch(
+            WatchTarget(self._stub, self._channel, self._metadata, self.address),
+            job_id,
+            from_seq,
+            reconnect_for=self.reconnect_for if reconnect_for is None else reconnect_for,
+            deadline=deadline,
+        )

@@ -1,0 +1,133 @@
+"""A handle on one job: its last known state, and the calls that concern it."""
+
+from __future__ import annotations
+
+import datetime
+import os
+from typing import TYPE_CHECKING, Iterator, List, Optional, Union
+
+from stoke.events import Evaluation, Event
+from stoke.states import JobState
+from stoke.v1 import job_pb2, job_spec_pb2
+
+if TYPE_CHECKING:  # the client imports this module; only the type is needed here
+    from stoke.client import Checkpoint, Client, Export
+
+__all__ = ["Job"]
+
+
+class Job:
+    """A job on a coordinator, as last read from it.
+
+    The attributes are a snapshot: :meth:`refresh` reads the job again, :meth:`wait`
+    and :meth:`cancel` refresh it as well. Obtain one from :meth:`Client.submit`,
+    :meth:`Client.job` or :meth:`Client.list`.
+    """
+
+    def __init__(self, client: "Client", proto: job_pb2.Job) -> None:
+        self._client = client
+        self._proto = proto
+
+    # --- the snapshot -------------------------------------------------------------
+
+    @property
+    def id(self) -> str:
+        """The coordinator's id for the job (a decimal number, in submission order)."""
+        return self._proto.id
+
+    @property
+    def name(self) -> str:
+        return self._proto.spec.name
+
+    @property
+    def state(self) -> JobState:
+        return JobState(self._proto.state)
+
+    @property
+    def message(self) -> str:
+        """Why the job is in its state: a failure's error, a restart's cause."""
+        return self._proto.message
+
+    @property
+    def spec(self) -> job_spec_pb2.JobSpec:
+        """The spec as the coordinator stored it, defaults filled in."""
+        return self._proto.spec
+
+    @property
+    def attempt(self) -> int:
+        return self._proto.attempt
+
+    @property
+    def restarts(self) -> int:
+        return self._proto.restarts
+
+    @property
+    def last_event_seq(self) -> int:
+        """The newest event's sequence number (``watch(from_seq=...)`` counts in these)."""
+        return self._proto.last_event_seq
+
+    @property
+    def create_time(self) -> datetime.datetime:
+        return self._proto.create_time.ToDatetime(tzinfo=datetime.timezone.utc)
+
+    @property
+    def latest_metrics(self) -> Optional[job_pb2.MetricSample]:
+        """The newest training metric sample, or ``None`` before the first one."""
+        return self._proto.latest_metrics if self._proto.HasField("latest_metrics") else None
+
+    @property
+    def latest_eval(self) -> Optional[Evaluation]:
+        """The newest evaluation on held-out data, or ``None`` before the first one."""
+        sample = self._proto.latest_eval
+        if not self._proto.HasField("latest_eval") or not sample.HasField("eval"):
+            return None
+        return Evaluation.from_proto(sample.eval)
+
+    @property
+    def proto(self) -> job_pb2.Job:
+        """The whole ``stoke.v1.Job`` (placement, times, ...)."""
+        return self._proto
+
+    # --- calls ----------------------------------------------------------------------
+
+    def refresh(self) -> "Job":
+        """Reads the job from the coordinator again; returns ``self``."""
+        self._proto = self._client.job(self.id).proto
+        return self
+
+    def watch(self, from_seq: int = 1, *, reconnect_for: Optional[float] = None) -> Iterator[Event]:
+        """Iterates over the job's events, live, until it has finished.
+
+        See :meth:`Client.watch`: the iterator survives a lost connection or a
+        coordinator restart, resuming after the last event it yielded.
+        """
+        return self._client.watch(self.id, from_seq, reconnect_for=reconnect_for)
+
+    def wait(self, timeout: Optional[float] = None) -> "Job":
+        """Blocks until the job has reached a final state; returns ``self``, refreshed.
+
+        A failed or cancelled job is returned like a successful one: check
+        :attr:`state` (and :attr:`message`).
+
+        Raises:
+            DeadlineExceeded: ``timeout`` seconds passed first.
+            Unavailable: the coordinator stayed unreachable (see :meth:`Client.watch`).
+        """
+        self._client.wait(self.id, timeout=timeout, after_seq=self.last_event_seq)
+        return self.refresh()
+
+    def cancel(self, reason: str = "") -> "Job":
+        """Cancels the job (queued: at once; running: its workers stop within seconds)."""
+        self._proto = self._client.cancel(self.id, reason).proto
+        return self
+
+    def checkpoints(self) -> List["Checkpoint"]:
+        """The job's checkpoints, oldest first."""
+        return self._client.checkpoints(self.id)
+
+    def export(self, path: Union[str, "os.PathLike[str]"], step: Optional[int] = None) -> "Export":
+        """Downloads the model of a checkpoint (the newest unless ``step``) to ``path``."""
+        return self._client.export(self.id, path, step=step)
+
+    def __repr__(self) -> str:
+        return f"Job(id={self.id!r}, name={self.name!r}, state={self.state})"

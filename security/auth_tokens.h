@@ -1,0 +1,42 @@
+// The coordinator's tokens file (--auth-tokens): one line per credential,
+//
+//   NAME ROLE sha256:HEX
+//
+// ROLE is viewer, submitter or admin for people and services, or worker for the join
+// tokens workers attach with. Blank lines and lines starting with '#' are ignored. The
+// file never holds a token, only its hash (`stoke token create` prints both).
+#pragma once
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+
+namespace stoke::security {
+
+// Ordered: each user role may do what the ones before it may. kWorker stands apart: it
+// may attach as a worker and nothing else, and no user role may attach.
+enum class Role { kViewer, kSubmitter, kAdmin, kWorker };
+
+const char* RoleName(Role role);
+std::optional<Role> ParseRole(const std::string& name);
+
+struct TokenEntry {
+  std::string name;
+  Role role = Role::kViewer;
+  std::string hash;  // "sha256:" + 64 hex digits
+};
+
+// Errors name the file and line. Names must be unique and made of [A-Za-z0-9._@-].
+absl::StatusOr<std::vector<TokenEntry>> ParseTokenFile(const std::string& text,
+                                                       const std::string& path);
+absl::StatusOr<std::vector<TokenEntry>> ReadTokenFile(const std::string& path);
+
+// The line to append to a tokens file for `entry`.
+std::string FormatTokenLine(const TokenEntry& entry);
+
+// A name is safe to store, print and use as a label.
+bool IsValidCredentialName(const std::string& name);
+
+}  // namespace stoke::security

@@ -1,0 +1,127 @@
+#include "server/api/access_control.h"
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "security/token_hash.h"
+
+namespace stoke::server {
+namespace {
+
+using security::Role;
+
+constexpr absl::string_view kBearer = "Bearer ";
+// Anything longer is not one of our tokens; refusing it early keeps hashing bounded.
+constexpr size_t kMaxTokenBytes = 512;
+
+Caller Anonymous(const grpc::ServerContextBase& context) {
+  return Caller{"anonymous", Role::kAdmin, context.peer()};
+}
+
+// The identity a verified client certificate carries (its subject alternative name or
+// common name), or "" when the peer presented none.
+std::string CertificateIdentity(const grpc::ServerContextBase& context) {
+  auto auth = context.auth_context();
+  if (!auth || !auth->IsPeerAuthenticated()) return "";
+  for (const auto& id : auth->GetPeerIdentity()) {
+    std::string name(id.data(), id.size());
+    if (!name.empty()) return name;
+  }
+  return "";
+}
+
+}  // namespace
+
+AccessControl::AccessControl(Options options)
+    : require_worker_certificate_(options.require_worker_certificate) {
+  for (auto& entry : options.tokens) by_hash_.emplace(entry.hash, std::move(entry));
+}
+
+const security::TokenEntry* AccessControl::FindToken(const grpc::ServerContextBase& context,
+                                                     bool* presented) const {
+  *presented = false;
+  const auto& metadata = context.client_metadata();
+  auto it = metadata.find("authorization");
+  if (it == metadata.end()) return nullptr;
+  *presented = true;
+  absl::string_view value(it->second.data(), it->second.size());
+  if (!absl::StartsWith(value, kBearer) || value.size() > kMaxTokenBytes) return nullptr;
+  value.remove_prefix(kBearer.size());
+  auto found = by_hash_.find(security::HashToken(std::string(value)));
+  return found == by_hash_.end() ? nullptr : &found->second;
+}
+
+absl::StatusOr<Caller> AccessControl::IdentifyUser(const grpc::ServerContextBase& context) const {
+  if (!enabled()) return Anonymous(context);
+  bool presented = false;
+  const security::TokenEntry* entry = FindToken(context, &presented);
+  if (!presented) {
+    return absl::UnauthenticatedError(
+        "this coordinator requires a token: set STOKE_TOKEN (or token: in "
+        "~/.config/stoke/config.yaml); an admin makes one with `stoke token create`");
+  }
+  if (entry == nullptr) return absl::UnauthenticatedError("the token is not valid here");
+  if (entry->role == Role::kWorker) {
+    return absl::PermissionDeniedError(
+        absl::StrCat("token ", entry->name, " is a worker join token; it may only attach workers"));
+  }
+  return Caller{entry->name, entry->role, context.peer()};
+}
+
+absl::StatusOr<Caller> AccessControl::IdentifyWorker(const grpc::ServerContextBase& context) const {
+  const std::string certificate = CertificateIdentity(context);
+  if (require_worker_certificate_ && certificate.empty()) {
+    return absl::UnauthenticatedError(
+        "workers must present a client certificate signed by the coordinator's --client-ca");
+  }
+  if (!certificate.empty()) return Caller{"cert:" + certificate, Role::kWorker, context.peer()};
+  if (!enabled()) return Caller{"anonymous", Role::kWorker, context.peer()};
+  bool presented = false;
+  const security::TokenEntry* entry = FindToken(context, &presented);
+  if (!presented) {
+    return absl::UnauthenticatedError(
+        "this coordinator requires workers to join with a token (--join-token-file) or a "
+        "client certificate");
+  }
+  if (entry == nullptr) return absl::UnauthenticatedError("the join token is not valid here");
+  if (entry->role != Role::kWorker) {
+    return absl::PermissionDeniedError(absl::StrCat("token ", entry->name, " has role ",
+                                                    security::RoleName(entry->role),
+                                                    "; workers join with a token of role worker"));
+  }
+  return Caller{entry->name, Role::kWorker, context.peer()};
+}
+
+absl::Status AccessControl::Require(const Caller& caller, Role role, const std::string& what) {
+  const bool user = caller.role != Role::kWorker;
+  if (user && static_cast<int>(caller.role) >= static_cast<int>(role)) return absl::OkStatus();
+  return absl::PermissionDeniedError(absl::StrCat(what, " needs role ", security::RoleName(role),
+                                                  "; ", caller.name, " is ",
+                                                  security::RoleName(caller.role)));
+}
+
+bool AccessControl::Owns(const Caller& caller, const v1::Job& job) {
+  return caller.role == Role::kAdmin ||
+         (caller.role == Role::kSubmitter && job.owner() == caller.name);
+}
+
+absl::Status AccessControl::RequireOwner(const Caller& caller, const v1::Job& job,
+                                         const std::string& what) {
+  if (Owns(caller, job)) return absl::OkStatus();
+  return absl::PermissionDeniedError(absl::StrCat(
+      what, " of job ", job.id(), " is for its owner or an admin; ", caller.name, " is neither"));
+}
+
+v1::Job RedactForNonOwner(v1::Job job) {
+  v1::JobSpec* spec = job.mutable_spec();
+  v1::DataSpec* data = spec->mutable_data();
+  if (data->has_mnist()) data->mutable_mnist()->clear_path();
+  if (data->has_cifar10()) data->mutable_cifar10()->clear_path();
+  if (data->has_tokens()) {
+    data->mutable_tokens()->clear_train_path();
+    data->mutable_tokens()->clear_val_path();
+  }
+  if (spec->model().has_torchscript()) spec->mutable_model()->mutable_torchscript()->clear_path();
+  return job;
+}
+
+}  // namespace stoke::server

@@ -1,0 +1,71 @@
+// Who is calling, and what they may do. A call carries a bearer token
+// ("authorization: Bearer TOKEN" metadata) that the tokens file (--auth-tokens) names and
+// gives a role; a worker may instead present a client certificate that --client-ca
+// verified. Without a tokens file every caller is an anonymous admin (the loopback
+// quickstart), unless certificates are required of workers.
+//
+// Roles: a viewer reads job states, metrics and the cluster; a submitter also submits,
+// and cancels, exports and reads the logs of the jobs it owns; an admin does everything;
+// a worker attaches as a worker and nothing else.
+#pragma once
+
+#include <grpcpp/grpcpp.h>
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "security/auth_tokens.h"
+#include "stoke/v1/job.pb.h"
+
+namespace stoke::server {
+
+struct Caller {
+  std::string name;
+  security::Role role = security::Role::kViewer;
+  // Where the call came from (gRPC's peer string), for the audit log.
+  std::string peer;
+};
+
+class AccessControl {
+ public:
+  struct Options {
+    std::vector<security::TokenEntry> tokens;
+    // Workers must present a client certificate verified by --client-ca (a join token
+    // alone is not enough).
+    bool require_worker_certificate = false;
+  };
+
+  explicit AccessControl(Options options);
+
+  // Whether calls need a token at all.
+  bool enabled() const { return !by_hash_.empty(); }
+
+  // The caller of a client call: UNAUTHENTICATED without a valid token (when tokens are
+  // enabled). Worker tokens are refused here.
+  absl::StatusOr<Caller> IdentifyUser(const grpc::ServerContextBase& context) const;
+  // The caller of a worker link: a worker token or a verified client certificate
+  // (name "cert:" + the certificate's identity).
+  absl::StatusOr<Caller> IdentifyWorker(const grpc::ServerContextBase& context) const;
+
+  // PERMISSION_DENIED unless `caller` has at least `role`.
+  static absl::Status Require(const Caller& caller, security::Role role, const std::string& what);
+  // PERMISSION_DENIED unless `caller` owns the job or is an admin.
+  static absl::Status RequireOwner(const Caller& caller, const v1::Job& job,
+                                   const std::string& what);
+  static bool Owns(const Caller& caller, const v1::Job& job);
+
+ private:
+  const security::TokenEntry* FindToken(const grpc::ServerContextBase& context,
+                                        bool* presented) const;
+
+  std::map<std::string, security::TokenEntry> by_hash_;
+  bool require_worker_certificate_;
+};
+
+// A job as a caller who does not own it may see it: states, progress and metrics, but not
+// where its data and model files are.
+v1::Job RedactForNonOwner(v1::Job job);
+
+}  // namespace stoke::server

@@ -1,0 +1,403 @@
+// The coordinator's gRPC services in a real server on loopback, in this process, over the
+// real core and a SQLite store: what reaches the API from outside (hundreds of worker
+// streams closing at once, made-up method names) leaves the coordinator up and its
+// metrics bounded.
+#include <grpcpp/generic/generic_stub.h>
+#include <grpcpp/grpcpp.h>
+#include <gtest/gtest.h>
+
+#include <condition_variable>
+#include <memory>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "server/api/coordinator_service.h"
+#include "server/api/executor.h"
+#include "server/api/grpc_server.h"
+#include "server/api/grpc_status.h"
+#include "server/api/job_spec_rules.h"
+#include "server/api/worker_link_service.h"
+#include "server/metrics/coordinator_metrics.h"
+#include "server/store/sqlite_job_store.h"
+#include "stoke/v1/worker_link.grpc.pb.h"
+#include "tests/support/temp_dir.h"
+#include "tests/support/wait.h"
+
+namespace stoke::server {
+namespace {
+
+class InProcessCoordinator {
+ public:
+  InProcessCoordinator() {
+    store_ = *SqliteJobStore::Open({dir_.File("stoke.db")});
+    hub_ = std::make_unique<EventHub>(*store_);
+    Coordinator::Options options;
+    options.jobs_dir = dir_.File("jobs");
+    options.tick_interval = absl::Milliseconds(50);
+    core_ = *Coordinator::Create(options, *store_, *hub_, clock_);
+    EXPECT_TRUE(core_->Start().ok());
+    executor_ = std::make_unique<Executor>(4);
+    coordinator_service_ =
+        std::make_unique<CoordinatorService>(*core_, *hub_, *executor_, DataRoots({}));
+    link_service_ = std::make_unique<WorkerLinkService>(*core_, *executor_);
+    metrics_ = *CoordinatorMetrics::Start({}, nullptr);
+    GrpcServer::Options server_options;
+    server_options.address = "127.0.0.1:0";
+    server_options.observer = metrics_.get();
+    server_ = *GrpcServer::Start(server_options, {coordinator_service_.get(), link_service_.get()});
+  }
+  ~InProcessCoordinator() {
+    core_->BeginShutdown();
+    server_->Shutdown(std::chrono::milliseconds(500));
+    executor_->Stop();
+    core_->Stop();
+  }
+
+  Coordinator& core() { return *core_; }
+  std::unique_ptr<v1::Coordinator::Stub> Stub() const {
+    return v1::Coordinator::NewStub(
+        grpc::CreateChannel(address(), grpc::InsecureChannelCredentials()));
+  }
+  CoordinatorMetrics& metrics() { return *metrics_; }
+  const std::string& address() const { return server_->address(); }
+
+  std::string Submit() {
+    v1::JobSpec spec;
+    spec.mutable_model()->mutable_mlp();
+    spec.mutable_data()->mutable_synthetic();
+    spec.mutable_training()->set_steps(10);
+    spec.mutable_resources()->set_gpus(1);
+    spec.set_max_restarts(100);
+    EXPECT_TRUE(ValidateJobSpec(spec).ok());
+    ApplyJobSpecDefaults(spec, *InspectData(spec, DataRoots({})));
+    auto job = core_->SubmitJob(spec);
+    EXPECT_TRUE(job.ok()) << job.status();
+    return job.ok() ? job->id() : "";
+  }
+
+ private:
+  testing::TempDir dir_;
+  RealClock clock_;
+  std::unique_ptr<SqliteJobStore> store_;
+  std::unique_ptr<EventHub> hub_;
+  std::unique_ptr<Coordinator> core_;
+  std::unique_ptr<Executor> executor_;
+  std::unique_ptr<CoordinatorService> coordinator_service_;
+  std::unique_ptr<WorkerLinkService> link_service_;
+  std::unique_ptr<CoordinatorMetrics> metrics_;
+  std::unique_ptr<GrpcServer> server_;
+};
+
+// One worker's stream, as the worker's link opens it (registration only; it never reads
+// what it is sent, as a worker that hangs would not).
+struct FakeWorkerStream {
+  grpc::ClientContext context;
+  std::unique_ptr<grpc::ClientReaderWriter<v1::WorkerMessage, v1::CoordinatorMessage>> stream;
+};
+
+TEST(GrpcApi, HundredsOfWorkerStreamsClosingAtOnceWhileJobsAreAssigned) {
+  InProcessCoordinator coordinator;
+  constexpr int kChannels = 30;
+  constexpr int kStreamsPerChannel = 10;
+  std::vector<std::unique_ptr<v1::WorkerLink::Stub>> stubs;
+  for (int c = 0; c < kChannels; ++c) {
+    grpc::ChannelArguments args;
+    args.SetInt("stoke.test.channel", c);  // a connection of its own, as separate workers
+    stubs.push_back(v1::WorkerLink::NewStub(grpc::CreateCustomChannel(
+        coordinator.address(), grpc::InsecureChannelCredentials(), args)));
+  }
+  std::vector<std::string> jobs;
+  for (int round = 0; round < 3; ++round) {
+    std::vector<std::unique_ptr<FakeWorkerStream>> workers;
+    for (int c = 0; c < kChannels; ++c) {
+      for (int s = 0; s < kStreamsPerChannel; ++s) {
+        auto w = std::make_unique<FakeWorkerStream>();
+        w->stream = stubs[c]->Attach(&w->context);
+        v1::WorkerMessage reg;
+        reg.mutable_register_()->set_worker_id("w" + std::to_string(c) + "-" + std::to_string(s));
+        reg.mutable_register_()->set_host("host-" + std::to_string(c));
+        reg.mutable_register_()->mutable_device()->set_type(v1::DEVICE_TYPE_CPU);
+        ASSERT_TRUE(w->stream->Write(reg));
+        workers.push_back(std::move(w));
+      }
+    }
+    ASSERT_TRUE(testing::WaitFor([&] {
+      return coordinator.core().GetCluster().workers_size() == kChannels * kStreamsPerChannel;
+    })) << coordinator.core().GetCluster().workers_size();
+    // Jobs keep arriving (and being assigned, and re-queued) while every stream drops.
+    std::thread submitter([&] {
+      for (int i = 0; i < 150; ++i) jobs.push_back(coordinator.Submit());
+    });
+    for (auto& w : workers) w->context.TryCancel();
+    submitter.join();
+    for (auto& w : workers) w->stream->Finish();
+    ASSERT_TRUE(testing::WaitFor([&] {
+      return coordinator.core().GetCluster().workers_size() == 0;
+    })) << coordinator.core().GetCluster().workers_size()
+        << " workers still attached";
+  }
+  // Nothing holds a job for a worker that is gone: every job is waiting for devices.
+  ASSERT_TRUE(testing::WaitFor([&] {
+    for (const auto& id : jobs) {
+      auto job = coordinator.core().GetJob(id);
+      if (!job.ok()) return false;
+      if (job->state() != v1::JOB_STATE_PENDING && job->state() != v1::JOB_STATE_RESTARTING) {
+        return false;
+      }
+    }
+    return true;
+  }));
+  EXPECT_EQ(jobs.size(), 450u);
+}
+
+TEST(GrpcApi, MadeUpMethodNamesShareOneMetricLabel) {
+  InProcessCoordinator coordinator;
+  auto channel = grpc::CreateChannel(coordinator.address(), grpc::InsecureChannelCredentials());
+  grpc::GenericStub stub(channel);
+  for (int i = 0; i < 50; ++i) {
+    grpc::ClientContext context;
+    grpc::Slice empty("");
+    grpc::ByteBuffer request(&empty, 1), response;
+    grpc::Status status;
+    std::mutex mu;
+    std::condition_variable cv;
+    bool done = false;
+    const std::string method = i % 2 ? "/stoke.v1.Coordinator/Made" + std::to_string(i)
+                                     : "/no.Such/Method" + std::to_string(i);
+    stub.UnaryCall(&context, method, grpc::StubOptions(), &request, &response, [&](grpc::Status s) {
+      std::lock_guard<std::mutex> lock(mu);
+      status = s;
+      done = true;
+      cv.notify_one();
+    });
+    std::unique_lock<std::mutex> lock(mu);
+    cv.wait(lock, [&] { return done; });
+    EXPECT_EQ(status.error_code(), grpc::StatusCode::UNIMPLEMENTED);
+  }
+  auto client = v1::Coordinator::NewStub(channel);
+  grpc::ClientContext context;
+  v1::Cluster cluster;
+  ASSERT_TRUE(client->GetCluster(&context, v1::GetClusterRequest(), &cluster).ok());
+  const std::string text = coordinator.metrics().Exposition();
+  EXPECT_EQ(text.find("Made"), std::string::npos) << text;
+  EXPECT_EQ(text.find("no.Such"), std::string::npos) << text;
+  EXPECT_NE(text.find("method=\"unknown\""), std::string::npos) << text;
+  EXPECT_NE(text.find("method=\"/stoke.v1.Coordinator/GetCluster\""), std::string::npos) << text;
+}
+
+v1::JobSpec SyntheticSpec(const std::string& name) {
+  v1::JobSpec spec;
+  spec.set_name(name);
+  spec.mutable_model()->mutable_mlp();
+  spec.mutable_data()->mutable_synthetic();
+  spec.mutable_training()->set_steps(10);
+  return spec;
+}
+
+TEST(GrpcApi, ASubmissionRetriedWithItsRequestIdCreatesOneJob) {
+  InProcessCoordinator coordinator;
+  auto stub = coordinator.Stub();
+  v1::SubmitJobRequest request;
+  *request.mutable_spec() = SyntheticSpec("once");
+  request.set_request_id("4f1c0b9e-retry");
+  std::vector<std::string> ids;
+  for (int i = 0; i < 3; ++i) {
+    grpc::ClientContext context;
+    v1::SubmitJobResponse response;
+    ASSERT_TRUE(stub->SubmitJob(&context, request, &response).ok());
+    ids.push_back(response.job().id());
+  }
+  EXPECT_EQ(ids, std::vector<std::string>(3, ids.front()));
+  // The same id with another spec is a mistake, not a retry.
+  *request.mutable_spec() = SyntheticSpec("another");
+  grpc::ClientContext context;
+  v1::SubmitJobResponse response;
+  grpc::Status status = stub->SubmitJob(&context, request, &response);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::ALREADY_EXISTS) << status.error_message();
+  EXPECT_NE(status.error_message().find("request_id"), std::string::npos);
+  // Without an id every call is a new job.
+  request.clear_request_id();
+  grpc::ClientContext again;
+  ASSERT_TRUE(stub->SubmitJob(&again, request, &response).ok());
+  EXPECT_NE(response.job().id(), ids.front());
+}
+
+TEST(GrpcApi, UnknownFieldsAreNotStoredAndOverlongFieldsAreRefused) {
+  InProcessCoordinator coordinator;
+  auto stub = coordinator.Stub();
+  v1::SubmitJobRequest request;
+  *request.mutable_spec() = SyntheticSpec("blob");
+  // A field this coordinator does not know, holding a megabyte.
+  request.mutable_spec()
+      ->GetReflection()
+      ->MutableUnknownFields(request.mutable_spec())
+      ->AddLengthDelimited(9999, std::string(1 << 20, 'u'));
+  grpc::ClientContext submit;
+  v1::SubmitJobResponse submitted;
+  ASSERT_TRUE(stub->SubmitJob(&submit, request, &submitted).ok());
+  grpc::ClientContext list;
+  v1::ListJobsResponse jobs;
+  ASSERT_TRUE(stub->ListJobs(&list, v1::ListJobsRequest(), &jobs).ok());
+  ASSERT_EQ(jobs.jobs_size(), 1);
+  EXPECT_LT(jobs.ByteSizeLong(), 64u * 1024) << "the blob was stored";
+
+  v1::CancelJobRequest cancel;
+  cancel.set_id(submitted.job().id());
+  cancel.set_reason(std::string(1 << 20, 'r'));
+  grpc::ClientContext cancel_context;
+  v1::Job cancelled;
+  grpc::Status status = stub->CancelJob(&cancel_context, cancel, &cancelled);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_EQ(status.error_message(), "reason: at most 4096 bytes");
+
+  v1::GetJobRequest get;
+  get.set_id(std::string(5 << 20, '7'));
+  grpc::ClientContext get_context;
+  v1::Job job;
+  status = stub->GetJob(&get_context, get, &job);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_EQ(status.error_message(), "id: at most 256 bytes");
+
+  v1::SubmitJobRequest bad_enum;
+  *bad_enum.mutable_spec() = SyntheticSpec("enum");
+  bad_enum.mutable_spec()->mutable_model()->mutable_mlp()->set_activation(
+      static_cast<v1::Activation>(999));
+  grpc::ClientContext enum_context;
+  status = stub->SubmitJob(&enum_context, bad_enum, &submitted);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_EQ(status.error_message().rfind("spec.model.mlp.activation: unknown value 999", 0), 0u)
+      << status.error_message();
+}
+
+TEST(GrpcApi, JobIdsHaveOneSpellingInEveryCall) {
+  InProcessCoordinator coordinator;
+  auto stub = coordinator.Stub();
+  for (int i = 0; i < 13; ++i) {
+    v1::SubmitJobRequest request;
+    *request.mutable_spec() = SyntheticSpec("j");
+    grpc::ClientContext context;
+    v1::SubmitJobResponse response;
+    ASSERT_TRUE(stub->SubmitJob(&context, request, &response).ok());
+  }
+  for (const std::string alias : {"01", "013", "+1"}) {
+    grpc::ClientContext get_context;
+    v1::GetJobRequest get;
+    get.set_id(alias);
+    v1::Job job;
+    EXPECT_EQ(stub->GetJob(&get_context, get, &job).error_code(), grpc::StatusCode::NOT_FOUND)
+        << alias;
+    grpc::ClientContext cancel_context;
+    v1::CancelJobRequest cancel;
+    cancel.set_id(alias);
+    EXPECT_EQ(stub->CancelJob(&cancel_context, cancel, &job).error_code(),
+              grpc::StatusCode::NOT_FOUND)
+        << alias;
+    grpc::ClientContext checkpoints_context;
+    v1::ListCheckpointsRequest checkpoints;
+    checkpoints.set_id(alias);
+    v1::ListCheckpointsResponse listed;
+    EXPECT_EQ(stub->ListCheckpoints(&checkpoints_context, checkpoints, &listed).error_code(),
+              grpc::StatusCode::NOT_FOUND)
+        << alias;
+  }
+}
+
+TEST(GrpcApi, AWorkerRegisteringAHugeIdIsRefused) {
+  InProcessCoordinator coordinator;
+  auto stub = v1::WorkerLink::NewStub(
+      grpc::CreateChannel(coordinator.address(), grpc::InsecureChannelCredentials()));
+  grpc::ClientContext context;
+  auto stream = stub->Attach(&context);
+  v1::WorkerMessage reg;
+  reg.mutable_register_()->set_worker_id(std::string(5 << 20, 'w'));
+  ASSERT_TRUE(stream->Write(reg));
+  stream->WritesDone();
+  v1::CoordinatorMessage ignored;
+  while (stream->Read(&ignored)) {
+  }
+  grpc::Status status = stream->Finish();
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_EQ(status.error_message(), "register.worker_id: at most 256 bytes");
+  EXPECT_EQ(coordinator.core().GetCluster().workers_size(), 0);
+}
+
+TEST(GrpcApi, AWorkersLongErrorIsCutBeforeItIsStored) {
+  InProcessCoordinator coordinator;
+  auto stub = v1::WorkerLink::NewStub(
+      grpc::CreateChannel(coordinator.address(), grpc::InsecureChannelCredentials()));
+  grpc::ClientContext context;
+  auto stream = stub->Attach(&context);
+  v1::WorkerMessage reg;
+  reg.mutable_register_()->set_worker_id("w");
+  reg.mutable_register_()->mutable_device()->set_type(v1::DEVICE_TYPE_CPU);
+  ASSERT_TRUE(stream->Write(reg));
+  const std::string id = coordinator.Submit();
+  v1::CoordinatorMessage received;
+  while (stream->Read(&received) && !received.has_assignment()) {
+  }
+  ASSERT_TRUE(received.has_assignment());
+  v1::WorkerMessage started;
+  started.mutable_started()->set_job_id(id);
+  started.mutable_started()->set_attempt(received.assignment().attempt());
+  ASSERT_TRUE(stream->Write(started));
+  v1::WorkerMessage finished;
+  finished.mutable_finished()->set_job_id(id);
+  finished.mutable_finished()->set_attempt(received.assignment().attempt());
+  finished.mutable_finished()->set_outcome(v1::TASK_OUTCOME_FAILED);
+  finished.mutable_finished()->set_retryable(false);
+  finished.mutable_finished()->set_message(std::string(5 << 20, 'e'));
+  ASSERT_TRUE(stream->Write(finished));
+  ASSERT_TRUE(testing::WaitFor([&] {
+    auto job = coordinator.core().GetJob(id);
+    return job.ok() && job->state() == v1::JOB_STATE_FAILED;
+  }));
+  const v1::Job job = *coordinator.core().GetJob(id);
+  EXPECT_LT(job.message().size(), 5000u);
+  EXPECT_NE(job.message().find("more bytes)"), std::string::npos);
+  context.TryCancel();
+}
+
+TEST(GrpcApi, LongErrorMessagesAreCutToFitInTrailers) {
+  const grpc::Status status =
+      ToGrpcStatus(absl::InvalidArgumentError("x: " + std::string(10 << 20, 'e')));
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_LT(status.error_message().size(), 2100u);
+  EXPECT_NE(status.error_message().find("more bytes)"), std::string::npos);
+}
+
+// A string field that is not UTF-8 cannot be parsed as the request. gRPC's callback
+// handlers (1.51) answer such a call themselves, as UNIMPLEMENTED with no message, before
+// any Stoke code runs, so it cannot be mapped to INVALID_ARGUMENT here; what matters is
+// that the call fails and the coordinator keeps serving.
+TEST(GrpcApi, InvalidUtf8IsRefusedAndTheServerStaysUp) {
+  InProcessCoordinator coordinator;
+  auto channel = grpc::CreateChannel(coordinator.address(), grpc::InsecureChannelCredentials());
+  grpc::GenericStub generic(channel);
+  const std::string bytes = std::string("\x0a\x02\xff\xfe");  // GetJobRequest{id: ff fe}
+  grpc::Slice slice(bytes);
+  grpc::ByteBuffer request(&slice, 1), response;
+  grpc::ClientContext context;
+  std::mutex mu;
+  std::condition_variable cv;
+  bool done = false;
+  grpc::Status status;
+  generic.UnaryCall(&context, "/stoke.v1.Coordinator/GetJob", grpc::StubOptions(), &request,
+                    &response, [&](grpc::Status s) {
+                      std::lock_guard<std::mutex> lock(mu);
+                      status = s;
+                      done = true;
+                      cv.notify_one();
+                    });
+  {
+    std::unique_lock<std::mutex> lock(mu);
+    cv.wait(lock, [&] { return done; });
+  }
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::UNIMPLEMENTED) << status.error_message();
+  grpc::ClientContext next;
+  v1::Cluster cluster;
+  EXPECT_TRUE(coordinator.Stub()->GetCluster(&next, v1::GetClusterRequest(), &cluster).ok());
+}
+
+}  // namespace
+}  // namespace stoke::server

@@ -1,0 +1,97 @@
+// Credentials and who may do what, without a network: the tokens file, hashing, roles and
+// ownership, redaction, and the cleaning of text that workers send.
+#include <gtest/gtest.h>
+
+#include "security/auth_tokens.h"
+#include "security/token_hash.h"
+#include "server/api/access_control.h"
+#include "server/api/worker_text.h"
+
+namespace stoke {
+namespace {
+
+using security::Role;
+
+TEST(TokenHash, IsSha256InHexAndTokensAreFreshEachTime) {
+  EXPECT_EQ(security::HashToken("abc"),
+            "sha256:ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
+  auto a = security::NewToken(), b = security::NewToken();
+  ASSERT_TRUE(a.ok() && b.ok());
+  EXPECT_EQ(a->size(), 4u + 64u);
+  EXPECT_EQ(a->rfind("stk_", 0), 0u);
+  EXPECT_NE(*a, *b);
+}
+
+TEST(TokenFile, ParsesEntriesAndNamesTheLineOfEachMistake) {
+  const std::string hash = security::HashToken("t");
+  auto entries = security::ParseTokenFile(
+      "# people\n\nalice submitter " + hash + "\n  host-7 worker " + hash + "  \n", "tokens");
+  ASSERT_TRUE(entries.ok()) << entries.status();
+  ASSERT_EQ(entries->size(), 2u);
+  EXPECT_EQ((*entries)[0].name, "alice");
+  EXPECT_EQ((*entries)[0].role, Role::kSubmitter);
+  EXPECT_EQ((*entries)[1].role, Role::kWorker);
+  EXPECT_EQ(security::FormatTokenLine((*entries)[0]), "alice submitter " + hash);
+
+  auto error = [](const std::string& text) {
+    return std::string(security::ParseTokenFile(text, "tokens").status().message());
+  };
+  EXPECT_EQ(error("alice root " + hash),
+            "tokens:1: role: root is not viewer, submitter, admin or worker");
+  EXPECT_NE(error("\nalice admin stk_the_token_itself").find("tokens:2: hash"), std::string::npos);
+  EXPECT_NE(error("a viewer " + hash + "\na admin " + hash).find("tokens:2: name a appears twice"),
+            std::string::npos);
+  EXPECT_NE(error("al\x1bice viewer " + hash).find("tokens:1: name"), std::string::npos);
+  EXPECT_NE(error("alice viewer").find("expected NAME ROLE"), std::string::npos);
+}
+
+v1::Job JobOf(const std::string& owner) {
+  v1::Job job;
+  job.set_id("7");
+  job.set_owner(owner);
+  job.mutable_spec()->mutable_data()->mutable_tokens()->set_train_path("/data/secret.bin");
+  job.mutable_spec()->mutable_model()->mutable_torchscript()->set_path("/data/model.pt");
+  return job;
+}
+
+TEST(AccessControl, RolesAreOrderedAndWorkersAreNoUsers) {
+  server::Caller viewer{"v", Role::kViewer, ""}, submitter{"s", Role::kSubmitter, ""},
+      admin{"a", Role::kAdmin, ""}, worker{"w", Role::kWorker, ""};
+  using server::AccessControl;
+  EXPECT_TRUE(AccessControl::Require(viewer, Role::kViewer, "x").ok());
+  EXPECT_EQ(AccessControl::Require(viewer, Role::kSubmitter, "submitting").code(),
+            absl::StatusCode::kPermissionDenied);
+  EXPECT_TRUE(AccessControl::Require(admin, Role::kSubmitter, "x").ok());
+  EXPECT_EQ(AccessControl::Require(worker, Role::kViewer, "x").code(),
+            absl::StatusCode::kPermissionDenied);
+  EXPECT_TRUE(AccessControl::Owns(submitter, JobOf("s")));
+  EXPECT_FALSE(AccessControl::Owns(submitter, JobOf("t")));
+  EXPECT_FALSE(AccessControl::Owns(viewer, JobOf("v")));  // viewers own nothing
+  EXPECT_TRUE(AccessControl::Owns(admin, JobOf("t")));
+  EXPECT_EQ(AccessControl::RequireOwner(submitter, JobOf("t"), "cancelling").message(),
+            "cancelling of job 7 is for its owner or an admin; s is neither");
+}
+
+TEST(AccessControl, NonOwnersSeeNoPaths) {
+  v1::Job seen = server::RedactForNonOwner(JobOf("t"));
+  EXPECT_TRUE(seen.spec().data().tokens().train_path().empty());
+  EXPECT_TRUE(seen.spec().data().has_tokens());  // the kind of data stays visible
+  EXPECT_TRUE(seen.spec().model().torchscript().path().empty());
+  EXPECT_EQ(seen.owner(), "t");
+}
+
+TEST(WorkerText, ControlCharactersAndEscapeSequencesAreDefused) {
+  EXPECT_EQ(server::StripControlCharacters("ok\x1b[2Jred\x07\x7f\tz"), "ok?[2Jred??\tz");
+  EXPECT_EQ(server::StripControlCharacters("a\nb"), "a?b");
+  EXPECT_EQ(server::StripControlCharacters("a\nb", /*keep_newlines=*/true), "a\nb");
+  EXPECT_EQ(server::StripControlCharacters("csi\xc2\x9b"
+                                           "31m, caf\xc3\xa9"),
+            "csi?31m, caf\xc3\xa9");
+  v1::WorkerMessage m;
+  m.mutable_report()->add_logs()->set_text("loss\x1b]0;pwned\x07 ok\nnext");
+  server::SanitizeWorkerMessage(m);
+  EXPECT_EQ(m.report().logs(0).text(), "loss?]0;pwned? ok\nnext");
+}
+
+}  // namespace
+}  // namespace stoke

@@ -49,6 +49,11 @@ class Job:
         return self._proto.message
 
     @property
+    def owner(self) -> str:
+        """Who submitted it (the token's name; empty on a coordinator without tokens)."""
+        return self._proto.owner
+
+    @property
     def spec(self) -> job_spec_pb2.JobSpec:
         """The spec as the coordinator stored it, defaults filled in."""
         return self._proto.spec

@@ -1,11 +1,11 @@
-"""Token and TLS options, against a gRPC server on loopback that records what it receives.
-
-The coordinator does not check tokens or speak TLS yet, so these use a server of the
-test's own that serves ``GetCluster`` with a certificate made for the occasion.
+"""Token and TLS options: first against a gRPC server on loopback that records what it
+receives (to see exactly what travels), then against a real coordinator started with TLS
+and a tokens file, as the README's Security section deploys one.
 """
 
 from __future__ import annotations
 
+import hashlib
 import subprocess
 from concurrent import futures
 from pathlib import Path
@@ -15,6 +15,7 @@ import grpc
 import pytest
 
 import stoke
+from conftest import binary, wait_for
 from stoke.v1 import coordinator_pb2, coordinator_pb2_grpc
 
 
@@ -90,3 +91,49 @@ def test_tls_verifies_the_server_against_the_given_ca(certificate) -> None:
         assert len(servicer.metadata) == 1
     finally:
         server.stop(None)
+
+
+def test_a_coordinator_with_tls_and_tokens_knows_who_calls(certificate, tmp_path: Path) -> None:
+    cert, key = certificate
+    tokens = {"alice": ("submitter", "stk_alice"), "victor": ("viewer", "stk_victor")}
+    (tmp_path / "tokens").write_text(
+        "".join(
+            f"{name} {role} sha256:{hashlib.sha256(token.encode()).hexdigest()}\n"
+            for name, (role, token) in tokens.items()
+        )
+    )
+    data = tmp_path / "data"
+    process = subprocess.Popen(
+        [
+            str(binary("stoke-coordinator")), "--address", "127.0.0.1:0", "--data-dir", str(data),
+            "--local-workers", "0", "--metrics-address", "", "--tls-cert", str(cert),
+            "--tls-key", str(key), "--auth-tokens", str(tmp_path / "tokens"),
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        address_file = data / "coordinator.address"
+        assert wait_for(address_file.exists, 30), "the coordinator did not start"
+        address = address_file.read_text().strip()
+        spec = {
+            "model": {"mlp": {"hidden": [8]}},
+            "data": {"synthetic": {"features": 4, "num_classes": 2}},
+            "training": {"steps": 5, "batch_size": 8},
+        }
+        with stoke.Client(address, token="stk_alice", tls=cert) as alice:
+            job = alice.submit(spec)
+            assert job.refresh().owner == "alice"
+        with stoke.Client(address, tls=cert) as nobody:
+            with pytest.raises(stoke.Unauthenticated):
+                nobody.cluster()
+        with stoke.Client(address, token="stk_victor", tls=cert) as victor:
+            assert victor.cluster() is not None
+            with pytest.raises(stoke.PermissionDenied):
+                victor.submit(spec)
+            with pytest.raises(stoke.PermissionDenied):
+                victor.job(job.id).cancel()
+    finally:
+        process.terminate()
+        process.wait(timeout=30)
+

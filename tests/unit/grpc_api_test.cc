@@ -38,9 +38,10 @@ class InProcessCoordinator {
     core_ = *Coordinator::Create(options, *store_, *hub_, clock_);
     EXPECT_TRUE(core_->Start().ok());
     executor_ = std::make_unique<Executor>(4);
-    coordinator_service_ =
-        std::make_unique<CoordinatorService>(*core_, *hub_, *executor_, DataRoots({}));
-    link_service_ = std::make_unique<WorkerLinkService>(*core_, *executor_);
+    audit_ = std::make_unique<AuditLog>(*store_, clock_);
+    coordinator_service_ = std::make_unique<CoordinatorService>(*core_, *hub_, *executor_,
+                                                                DataRoots({}), access_, *audit_);
+    link_service_ = std::make_unique<WorkerLinkService>(*core_, *executor_, access_, *audit_);
     metrics_ = *CoordinatorMetrics::Start({}, nullptr);
     GrpcServer::Options server_options;
     server_options.address = "127.0.0.1:0";
@@ -83,6 +84,9 @@ class InProcessCoordinator {
   std::unique_ptr<EventHub> hub_;
   std::unique_ptr<Coordinator> core_;
   std::unique_ptr<Executor> executor_;
+  // No tokens: every caller is an anonymous admin, as on a loopback quickstart.
+  const AccessControl access_{AccessControl::Options{}};
+  std::unique_ptr<AuditLog> audit_;
   std::unique_ptr<CoordinatorService> coordinator_service_;
   std::unique_ptr<WorkerLinkService> link_service_;
   std::unique_ptr<CoordinatorMetrics> metrics_;

@@ -10,6 +10,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "formats/open_failure.h"
 #include "worker/common/files.h"
 
 namespace stoke::data {
@@ -51,8 +52,9 @@ absl::StatusOr<std::unique_ptr<gzFile_s, GzCloser>> OpenIdx(const std::string& p
                                                             uint32_t* gzip_isize) {
   std::string error;
   long long size = 0;
-  const int fd = files::OpenRegularFile(path, &error, &size);
-  if (fd < 0) return absl::NotFoundError(absl::StrCat(path, ": cannot open: ", error));
+  bool not_regular = false;
+  const int fd = files::OpenRegularFile(path, &error, &size, &not_regular);
+  if (fd < 0) return OpenFailure(not_regular, absl::StrCat(path, ": cannot open: ", error));
   unsigned char head[2] = {0, 0};
   const bool gzipped =
       size >= 18 && pread(fd, head, 2, 0) == 2 && head[0] == 0x1f && head[1] == 0x8b;

@@ -10,6 +10,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "formats/idx_file.h"
+#include "formats/open_failure.h"
 #include "worker/common/files.h"
 
 namespace stoke::data {
@@ -91,11 +92,14 @@ absl::Status ReadCifarBatch(const std::string& path, ImageSet& set, bool keep) {
   constexpr int64_t kRecord = 1 + 3 * 32 * 32;
   std::string error;
   long long size = 0;
-  const int fd = files::OpenRegularFile(path, &error, &size);
+  bool not_regular = false;
+  const int fd = files::OpenRegularFile(path, &error, &size, &not_regular);
   if (fd < 0) {
-    return absl::NotFoundError(absl::StrCat(
-        path, ": cannot open: ", error,
-        "; a CIFAR-10 folder holds data_batch_1.bin ... data_batch_5.bin and test_batch.bin"));
+    return OpenFailure(
+        not_regular,
+        absl::StrCat(
+            path, ": cannot open: ", error,
+            "; a CIFAR-10 folder holds data_batch_1.bin ... data_batch_5.bin and test_batch.bin"));
   }
   std::unique_ptr<int, void (*)(int*)> closer(new int(fd), [](int* f) {
     close(*f);

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "formats/open_failure.h"
 #include "worker/common/files.h"
 
 namespace stoke::data {
@@ -18,8 +19,9 @@ namespace stoke::data {
 absl::StatusOr<std::shared_ptr<const TokenFile>> TokenFile::Open(const std::string& path) {
   std::string error;
   long long size = 0;
-  const int fd = files::OpenRegularFile(path, &error, &size);
-  if (fd < 0) return absl::NotFoundError(absl::StrCat(path, ": cannot open: ", error));
+  bool not_regular = false;
+  const int fd = files::OpenRegularFile(path, &error, &size, &not_regular);
+  if (fd < 0) return OpenFailure(not_regular, absl::StrCat(path, ": cannot open: ", error));
   const size_t bytes = static_cast<size_t>(size);
   if (bytes < 4) {
     close(fd);
@@ -55,8 +57,9 @@ absl::StatusOr<int64_t> TokenizeBytes(const std::string& text_path, const std::s
   // A regular file only: a folder would read as empty ("wrote 0 tokens"), a FIFO would
   // wait for a writer.
   std::string error;
-  const int fd = files::OpenRegularFile(text_path, &error);
-  if (fd < 0) return absl::NotFoundError(absl::StrCat(text_path, ": cannot open: ", error));
+  bool not_regular = false;
+  const int fd = files::OpenRegularFile(text_path, &error, nullptr, &not_regular);
+  if (fd < 0) return OpenFailure(not_regular, absl::StrCat(text_path, ": cannot open: ", error));
   close(fd);
   std::ifstream in(text_path, std::ios::binary);
   if (!in)

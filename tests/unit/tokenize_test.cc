@@ -5,8 +5,8 @@
 
 #include <fstream>
 
-#include "tests/support/temp_dir.h"
 #include "formats/token_file.h"
+#include "tests/support/temp_dir.h"
 
 namespace stoke::data {
 namespace {

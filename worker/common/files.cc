@@ -85,7 +85,9 @@ FileSink::~FileSink() {
   if (fd_ >= 0) close(fd_);
 }
 
-int OpenRegularFile(const std::string& path, std::string* error, long long* size) {
+int OpenRegularFile(const std::string& path, std::string* error, long long* size,
+                    bool* not_regular) {
+  if (not_regular) *not_regular = false;
   const int fd = open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC | O_NOCTTY);
   if (fd < 0) {
     *error = std::strerror(errno);
@@ -105,6 +107,7 @@ int OpenRegularFile(const std::string& path, std::string* error, long long* size
                        : S_ISSOCK(st.st_mode) ? "a socket"
                                               : "a special file";
     *error = std::string("not a regular file (") + kind + ")";
+    if (not_regular) *not_regular = true;
     close(fd);
     return -1;
   }

@@ -25,8 +25,11 @@ unsigned long long DirectorySize(const std::string& path);
 // Opens a file a user named for reading, without ever waiting: open(2) with O_NONBLOCK (a
 // FIFO would otherwise block the caller until someone writes to it), then refuses
 // anything but a regular file. Returns the descriptor (blocking again, close-on-exec),
-// or -1 with *error saying why ("not a regular file (a FIFO)", or errno's text).
-int OpenRegularFile(const std::string& path, std::string* error, long long* size = nullptr);
+// or -1 with *error saying why ("not a regular file (a FIFO)", or errno's text) and
+// *not_regular telling the two apart: a path that is there but names no regular file is a
+// mistake, one that cannot be opened may yet appear (a filesystem not mounted yet).
+int OpenRegularFile(const std::string& path, std::string* error, long long* size = nullptr,
+                    bool* not_regular = nullptr);
 
 // A file written through write(2) that remembers its first error instead of reporting it
 // to the writer: torch's serializer, told of a failed write, throws again from a

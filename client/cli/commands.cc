@@ -163,15 +163,11 @@ int ListCommand(CliContext& cli, const std::vector<std::string>& states, uint32_
     request.add_states(state);
   }
   request.set_page_size(limit);
-  v1::ListJobsResponse everything;
-  for (;;) {
-    auto page = cli.client.ListJobs(request);
-    if (!page.ok()) return Report(cli, page.status());
-    for (const auto& job : page->jobs()) *everything.add_jobs() = job;
-    everything.set_next_page_token(page->next_page_token());
-    if (!all || page->next_page_token().empty()) break;
-    request.set_page_token(page->next_page_token());
-  }
+  auto pages = ReadPages<v1::ListJobsRequest, v1::ListJobsResponse>(
+      request, all, [&](const v1::ListJobsRequest& r) { return cli.client.ListJobs(r); },
+      [](v1::ListJobsResponse& r) { return r.mutable_jobs(); });
+  if (!pages.ok()) return Report(cli, pages.status());
+  const v1::ListJobsResponse& everything = *pages;
   if (cli.json) {
     std::cout << ToJson(everything) << std::endl;
     return kExitOk;

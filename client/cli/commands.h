@@ -49,6 +49,22 @@ int TokenCreateCommand(const std::string& name, const std::string& role);
 int AuditCommand(CliContext& cli, uint32_t limit, bool all);
 int WhoAmICommand(CliContext& cli);
 
+// Calls a paged listing (ListJobs, ListAudit) for the first page, or, with `all`, for
+// every page, and returns the items of all the pages read in one response whose
+// next_page_token is the last page's. `items` gives a response's repeated field.
+template <typename Request, typename Response, typename Call, typename Items>
+absl::StatusOr<Response> ReadPages(Request request, bool all, Call call, Items items) {
+  Response everything;
+  for (;;) {
+    absl::StatusOr<Response> page = call(request);
+    if (!page.ok()) return page.status();
+    for (auto& item : *items(*page)) *items(everything)->Add() = std::move(item);
+    everything.set_next_page_token(page->next_page_token());
+    if (!all || page->next_page_token().empty()) return everything;
+    request.set_page_token(page->next_page_token());
+  }
+}
+
 // Prints the error for a failed call and returns the exit code it deserves.
 int Report(const CliContext& cli, const absl::Status& status);
 

@@ -48,15 +48,11 @@ int TokenCreateCommand(const std::string& name, const std::string& role_name) {
 int AuditCommand(CliContext& cli, uint32_t limit, bool all) {
   v1::ListAuditRequest request;
   request.set_page_size(limit);
-  v1::ListAuditResponse everything;
-  for (;;) {
-    auto page = cli.client.ListAudit(request);
-    if (!page.ok()) return Report(cli, page.status());
-    for (const auto& entry : page->entries()) *everything.add_entries() = entry;
-    everything.set_next_page_token(page->next_page_token());
-    if (!all || page->next_page_token().empty()) break;
-    request.set_page_token(page->next_page_token());
-  }
+  auto pages = ReadPages<v1::ListAuditRequest, v1::ListAuditResponse>(
+      request, all, [&](const v1::ListAuditRequest& r) { return cli.client.ListAudit(r); },
+      [](v1::ListAuditResponse& r) { return r.mutable_entries(); });
+  if (!pages.ok()) return Report(cli, pages.status());
+  const v1::ListAuditResponse& everything = *pages;
   if (cli.json) {
     std::cout << ToJson(everything) << std::endl;
     return kExitOk;

@@ -19,6 +19,7 @@ setup_case() {  # case -> spec, batch, sets (Stoke's --set), py_args; 1: unknown
       ;;
     gpt2-small) spec=$specs/gpt2-small.yaml batch=16 py_args=(--model gpt2-small) ;;
     resnet50) spec=$specs/resnet50.yaml batch=256 py_args=(--model resnet50) ;;
+    resnet34-cifar) spec=$specs/resnet34-cifar.yaml batch=256 py_args=(--model resnet34-cifar) ;;
     fmnist-cnn)
       [ -n "$fmnist_dir" ] || return 2
       spec=$specs/fmnist-cnn.yaml batch=256

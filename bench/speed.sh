@@ -1,24 +1,27 @@
 #!/usr/bin/env bash
-# Single-GPU speed: Stoke's C++ engine against PyTorch best practice in Python, same model,
-# batch, hyper-parameters and data. Per case, build-gpu/bin/stoke-bench trains the spec in
-# bench/specs/ and bench/python/train_reference.py trains the same network
-# (bench/python/models.py) eagerly, under torch.compile, under
-# torch.compile(mode="reduce-overhead"), and compiled with the whole step (forward,
-# backward, AdamW) captured as one CUDA graph (compile-cuda-graph); each warms up 30 steps
-# (rounded up to whole windows: 40), then times 6 windows of 20 steps between CUDA events
-# and reports the median window. Then an ablation on one model: what each of Stoke's
-# settings adds, from an fp32 eager baseline on ATen's operations to Stoke's own CUDA
-# kernels last (`training.fused_kernels`). Prints two Markdown tables (also
-# $OUT/speed.md; raw JSON lines in $OUT/speed.jsonl, each run's log beside them). From the
-# repo root on the GPU machine:
+# Single-GPU speed: Stoke's C++ engine against the best PyTorch a strong engineer would write
+# in Python, same model, batch, hyper-parameters and data. Per case, stoke-bench trains the
+# spec in bench/specs/ and bench/python/train_reference.py trains the same network
+# (bench/python/models.py) in every mode: eager; torch.compile in its default,
+# reduce-overhead and max-autotune-no-cudagraphs modes; and the whole step (forward,
+# backward, AdamW) captured by hand as one CUDA graph, of the eager model (cuda-graph), the
+# compiled one (compile-cuda-graph) and the max-autotuned one
+# (compile-max-autotune-cuda-graph). Each run warms up 30 steps (rounded up to whole
+# windows: 40), then times 6 windows of 20 steps between CUDA events and reports the
+# median window; each figure is the median of RUNS runs (default 3), taken in turns, with
+# their spread. Then an ablation on one model: what each of Stoke's settings adds, from an
+# fp32 eager baseline on ATen's operations to Stoke's own CUDA kernels last
+# (`training.fused_kernels`). Prints Markdown tables (bench/python/speed_table.py; also
+# $OUT/speed.md; raw JSON lines, one per run, in $OUT/speed.jsonl, each run's log beside
+# them). From the repo root on the GPU machine:
 #   source .gpu-deps/setup.sh && bench/speed.sh
-# Environment: MODELS (default "mlp-256 mlp-1024 mlp-4096 gpt2-small resnet50 fmnist-cnn";
-# "mlp" is the three MLPs), FMNIST_DIR (Fashion-MNIST's idx files; without it fmnist-cnn is
-# skipped), SKIP_PYTHON=1 (Stoke only), PY_MODES (default "eager compile
-# compile-reduce-overhead compile-cuda-graph"; also cuda-graph: the eager model captured
-# whole), JOB_TIMEOUT (seconds per run, default 300), ABLATION_MODEL (default mlp-1024;
-# "none" skips the ablation), WARMUP_STEPS, WINDOWS, WINDOW_STEPS (default 30, 6, 20),
-# STOKE_BENCH (a stoke-bench binary to use instead of building one), PYTHON (default
+# Environment: MODELS (default "mlp-256 mlp-1024 mlp-4096 gpt2-small resnet50
+# resnet34-cifar fmnist-cnn"; "mlp" is the three MLPs), FMNIST_DIR (Fashion-MNIST's idx
+# files; without it fmnist-cnn is skipped), RUNS (default 3), SKIP_PYTHON=1 (Stoke only),
+# PY_MODES (default: the seven above; also compile-max-autotune, max-autotune with
+# cudagraph trees), JOB_TIMEOUT (seconds per run, default 300), ABLATION_MODEL (default
+# mlp-1024; "none" skips the ablation), WARMUP_STEPS, WINDOWS, WINDOW_STEPS (default 30, 6,
+# 20), STOKE_BENCH (a stoke-bench binary to use instead of building one), PYTHON (default
 # python3).
 set -uo pipefail
 out="${OUT:-$PWD/bench-out}"
@@ -29,11 +32,12 @@ warmup="${WARMUP_STEPS:-30}"
 windows="${WINDOWS:-6}"
 window_steps="${WINDOW_STEPS:-20}"
 job_timeout="${JOB_TIMEOUT:-300}"
-py_modes="${PY_MODES:-eager compile compile-reduce-overhead compile-cuda-graph}"
+py_modes="${PY_MODES:-eager compile compile-reduce-overhead compile-max-autotune-no-cudagraphs cuda-graph compile-cuda-graph compile-max-autotune-cuda-graph}"
+repeats="${RUNS:-3}"
 [ "${SKIP_PYTHON:-0}" = 1 ] && py_modes=""
 ablation="${ABLATION_MODEL:-mlp-1024}"
 cases=""
-for m in ${MODELS:-mlp-256 mlp-1024 mlp-4096 gpt2-small resnet50 fmnist-cnn}; do
+for m in ${MODELS:-mlp-256 mlp-1024 mlp-4096 gpt2-small resnet50 resnet34-cifar fmnist-cnn}; do
   if [ "$m" = mlp ]; then cases="$cases mlp-256 mlp-1024 mlp-4096"; else cases="$cases $m"; fi
 done
 torch_version=$("$python" -c 'import torch; print(torch.__version__)' 2>/dev/null || echo '?')
@@ -120,9 +124,13 @@ for c in $cases; do
     1) skip main "$c" "unknown case"; continue ;;
     2) skip main "$c" "FMNIST_DIR not set"; continue ;;
   esac
-  stoke_run main "$c" "" --
-  for mode in $py_modes; do
-    python_run main "$c" "" "$mode" -- --batch "$batch"
+  # Runs take turns (Stoke, then each Python mode, then again), so that a slow spell of the
+  # machine touches every implementation alike.
+  for _ in $(seq 1 "$repeats"); do
+    stoke_run main "$c" "" --
+    for mode in $py_modes; do
+      python_run main "$c" "" "$mode" -- --batch "$batch"
+    done
   done
 done
 
@@ -171,145 +179,5 @@ if [ "$ablation" != none ]; then
   fi
 fi
 
-"$python" - "$results" "$gpu" "$torch_version" "$warmup" "$windows" "$window_steps" \
-  "$py_modes" <<'PY' | tee "$out/speed.md"
-import datetime, json, sys
-path, gpu, torch_version, warmup, windows, window_steps, py_modes = sys.argv[1:8]
-rows = [json.loads(l) for l in open(path) if l.strip()]
-MODES = ["eager", "compile", "compile-reduce-overhead", "cuda-graph", "compile-cuda-graph"]
-TITLES = {"eager": "Python eager", "compile": "Python compile",
-          "compile-reduce-overhead": "Python compile reduce-overhead",
-          "cuda-graph": "Python eager + whole-step CUDA graph",
-          "compile-cuda-graph": "Python compile + whole-step CUDA graph"}
-BATCH = {"gpt2-small": 16, "resnet50": 256, "fmnist-cnn": 256}
-
-
-def name(case):
-    if case.startswith("mlp-"):
-        d = int(case[4:])
-        return f"MLP d={d} ({d}→{4 * d}→{d}→10)"
-    return {"gpt2-small": "GPT-2 small (context 1024)", "resnet50": "ResNet-50 (224×224)",
-            "fmnist-cnn": "Fashion-MNIST CNN (real data)"}.get(case, case)
-
-
-def ok(r):
-    return r is not None and "error" not in r and "skipped" not in r and \
-        r.get("samples_per_second") is not None
-
-
-def cell(r, fmt=lambda r: f"{r['samples_per_second']:,.0f}"):
-    if r is None:
-        return "-"
-    if "skipped" in r:
-        return f"skipped: {r['skipped']}"
-    if "error" in r:
-        text = " ".join(str(r["error"]).split())
-        return "error: " + (text[:90] + "…" if len(text) > 90 else text).replace("|", "\\|")
-    try:
-        return fmt(r)
-    except (KeyError, TypeError, ValueError):
-        return "?"
-
-
-def find(group, case, impl, label=""):
-    return next((r for r in rows if r.get("group") == group and r.get("case") == case
-                 and r.get("impl") == impl and r.get("label", "") == label), None)
-
-
-def ms(r):
-    v = r["step_ms"]
-    return f"{v:.3g}" if v < 100 else f"{v:.0f}"
-
-
-print(f"GPU: {gpu or '?'}; torch {torch_version}; {datetime.date.today()}. One run per cell: "
-      f"{warmup} warm-up steps, then the median of {windows} windows of {window_steps} steps, "
-      "each timed between CUDA events. Stoke: `build-gpu/bin/stoke-bench` on the spec in "
-      "`bench/specs/`; Python: `bench/python/train_reference.py` (bf16 autocast, fused AdamW, "
-      "TF32, cudnn.benchmark, channels_last for CNNs; whole-step CUDA graphs by "
-      "`torch.cuda.graph` capture of forward, backward and capturable fused AdamW). MFU against "
-      "989 TFLOP/s dense bf16; model FLOPs counted as Stoke counts them (6 × multiply-adds; "
-      "GPT by PaLM's formula).\n")
-main_cases = list(dict.fromkeys(r["case"] for r in rows if r.get("group") == "main"))
-shown = [m for m in MODES if m in py_modes.split() or any(
-    r.get("group") == "main" and r.get("impl") == f"python-{m}" for r in rows)]
-print("| model | batch | Stoke samples/s | best Python samples/s (mode) | Stoke / best Python "
-      "| Stoke step ms | Stoke peak memory GiB | Stoke TFLOP/s | Stoke MFU | "
-      + " | ".join(TITLES[m] for m in shown) + " |")
-print("|---|---|---|---|---|---|---|---|---|" + "---|" * len(shown))
-notes = []
-for case in main_cases:
-    s = find("main", case, "stoke")
-    py = {m: find("main", case, f"python-{m}") for m in MODES}
-    done = {m: r for m, r in py.items() if ok(r)}
-    best = max(done, key=lambda m: done[m]["samples_per_second"]) if done else None
-    batch = next((r["batch"] for r in [s, *py.values()] if ok(r) and "batch" in r),
-                 BATCH.get(case, 512 if case.startswith("mlp-") else "-"))
-    best_cell = (f"{done[best]['samples_per_second']:,.0f} ({best})" if best else "-")
-    ratio = (f"{s['samples_per_second'] / done[best]['samples_per_second']:.2f}×"
-             if ok(s) and best else "-")
-    stoke_extra = [cell(s, ms), cell(s, lambda r: f"{r['peak_memory_bytes'] / 2**30:.2f}"),
-                   cell(s, lambda r: f"{r['tflops']:.1f}"),
-                   cell(s, lambda r: f"{100 * r['mfu']:.1f}%")] if ok(s) else ["-"] * 4
-    py_cells = [cell(py[m]) if m in py_modes.split() or py[m] else "not run" for m in shown]
-    print(f"| {name(case)} | {batch} | {cell(s)} | {best_cell} | {ratio} | "
-          + " | ".join(stoke_extra) + " | " + " | ".join(py_cells) + " |")
-    if ok(s):
-        wait = s.get("data_wait_ratio")
-        graph = {True: "captured as one CUDA graph", False: "not captured (eager)"}.get(
-            s.get("cuda_graph"), "capture not reported")
-        notes.append(f"{name(case)}: Stoke step {graph}"
-                     + (f", data wait {100 * wait:.2f}% of step time" if wait is not None else ""))
-    for m, r in py.items():
-        if ok(r) and r.get("notes"):
-            notes.append(f"{name(case)}, Python {m}: " + "; ".join(r["notes"]))
-if notes:
-    print("\n" + "\n".join(f"- {n}" for n in notes))
-
-abl = [r for r in rows if r.get("group") == "ablation"]
-if abl and "skipped" in abl[0]:
-    print(f"\nAblation ({abl[0]['case']}): skipped, {abl[0]['skipped']}.")
-elif abl:
-    case = abl[0]["case"]
-    s_base = find("ablation", case, "stoke", "baseline")
-    big = next((r["batch"] for r in abl if r.get("label") == "batch" and ok(r)), "4× batch")
-    piped = find("ablation", case, "stoke", "pipeline") is not None
-    steps = [("baseline", "fp32, TF32 off, per-parameter AdamW, no CUDA graph"
-              + (", loader of 1 thread, 1 batch ahead, pageable memory" if piped else ""),
-              "python-eager", "eager, fp32, TF32 off, for-loop AdamW"),
-             *([("pipeline", "+ data pipeline (loader threads, 4 batches ahead, pinned "
-                 "memory, copies on their own stream)", "python-eager",
-                 "(same as above: the Python reference keeps the data set on the GPU)")]
-               if piped else []),
-             ("bf16", "+ bf16 autocast", "python-eager", "eager, bf16, TF32 off, for-loop AdamW"),
-             ("batch", f"+ larger batch (×4: {big})", "python-eager",
-              "eager, bf16, TF32 off, for-loop AdamW, ×4 batch"),
-             ("fused", "+ fused AdamW (`optimizer.adamw.implementation=fused`)", "python-eager",
-              "eager, bf16, TF32 off, fused AdamW, ×4 batch"),
-             ("graph", "+ whole-step CUDA graph (`training.cuda_graph=on`)", "python-cuda-graph",
-              "eager + whole-step CUDA graph, bf16, TF32 off, fused AdamW, ×4 batch"),
-             ("kernels", "+ Stoke's own CUDA kernels (`training.fused_kernels=on`)",
-              "python-compile-reduce-overhead",
-              "`torch.compile(mode=\"reduce-overhead\")` (Inductor's fused kernels), bf16, "
-              "TF32 off, fused AdamW, ×4 batch")]
-    print(f"\nAblation, {name(case)}: Stoke's settings added one at a time (each row keeps the "
-          "ones above it; all but the last on ATen's operations, `training.fused_kernels=off`); "
-          "same timing as above.\n")
-    print("| step | Stoke samples/s | × baseline | × previous row | Python, nearest settings "
-          "| Python samples/s |")
-    print("|---|---|---|---|---|---|")
-    prev = s_base
-    for label, what, impl, py_what in steps:
-        s, p = find("ablation", case, "stoke", label), find("ablation", case, impl, label)
-        times = lambda a: (f"{s['samples_per_second'] / a['samples_per_second']:.2f}×"
-                           if ok(s) and ok(a) else "-")
-        versus_prev = times(prev) if label != "baseline" else "-"
-        print(f"| {what} | {cell(s)} | {times(s_base)} | {versus_prev} | {py_what} | {cell(p)} |")
-        prev = s
-    if not piped:
-        print("\nData pipeline: no row — the data are synthetic, made on the GPU each step (no "
-              "loader threads, no host-to-device copy), so there is no pipeline to switch on.")
-    waits = [(label, find("ablation", case, "stoke", label)) for label, *_ in steps]
-    print("\nStoke's data wait (share of step time the device waited for batches): " + ", ".join(
-        f"{label} {100 * r['data_wait_ratio']:.1f}%" for label, r in waits
-        if ok(r) and r.get("data_wait_ratio") is not None) + ".")
-PY
+"$python" "$here/python/speed_table.py" "$results" "$gpu" "$torch_version" "$warmup" \
+  "$windows" "$window_steps" "$py_modes" "$repeats" | tee "$out/speed.md"

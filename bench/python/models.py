@@ -94,14 +94,16 @@ class ResidualBlock(nn.Module):
 
 
 class ResNet(nn.Module):
-    """worker/models/resnet.cc ResNetImpl with the ImageNet stem (7x7/2 + max-pool)."""
+    """worker/models/resnet.cc ResNetImpl: the ImageNet stem (7x7/2 + max-pool), or the
+    small-image stem (3x3/1, no pooling) that Stoke picks for images of 64 pixels or less."""
 
     LAYOUTS = {18: ([2, 2, 2, 2], False), 34: ([3, 4, 6, 3], False), 50: ([3, 4, 6, 3], True)}
 
-    def __init__(self, depth, channels, num_classes):
+    def __init__(self, depth, channels, num_classes, small_stem=False):
         super().__init__()
         blocks, bottleneck = self.LAYOUTS[depth]
-        self.stem = _conv(channels, 64, 7, 2)
+        self.small_stem = small_stem
+        self.stem = _conv(channels, 64, 3, 1) if small_stem else _conv(channels, 64, 7, 2)
         self.stem_norm = nn.BatchNorm2d(64)
         layers, c = [], 64
         for stage, count in enumerate(blocks):
@@ -113,7 +115,9 @@ class ResNet(nn.Module):
         self.classifier = nn.Linear(c, num_classes)
 
     def forward(self, x):
-        x = F.max_pool2d(F.relu(self.stem_norm(self.stem(x))), 3, 2, 1)
+        x = F.relu(self.stem_norm(self.stem(x)))
+        if not self.small_stem:
+            x = F.max_pool2d(x, 3, 2, 1)
         for block in self.blocks:
             x = block(x)
         return self.classifier(torch.flatten(F.adaptive_avg_pool2d(x, 1), 1))

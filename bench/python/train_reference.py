@@ -2,11 +2,13 @@
 network (models.py, layer for layer as worker/models/), batch, hyper-parameters and data
 as the Stoke spec in bench/specs/, trained as PyTorch's performance guides teach: bf16
 autocast, fused AdamW, TF32, cuDNN autotuning, channels_last for CNNs, gradients set to
-None, no host reads in the loop. Modes: eager; torch.compile;
-torch.compile(mode="reduce-overhead") (CUDA graphs of forward and backward); and the whole
-step (forward, backward, AdamW) captured once as one CUDA graph and replayed, as PyTorch's
-CUDA notes teach ("whole-network capture"), of the eager model (cuda-graph) or of the
-compiled one (compile-cuda-graph): what Stoke's training.cuda_graph captures. After
+None, no host reads in the loop. Modes: eager; torch.compile in each of its modes
+(compile, compile-reduce-overhead, compile-max-autotune-no-cudagraphs,
+compile-max-autotune; the last two autotune matrix-product and convolution kernels); and
+the whole step (forward, backward, AdamW) captured once as one CUDA graph and replayed, as
+PyTorch's CUDA notes teach ("whole-network capture"), of the eager model (cuda-graph), of
+the compiled one (compile-cuda-graph) or of the max-autotune-no-cudagraphs one
+(compile-max-autotune-cuda-graph): what Stoke's training.cuda_graph captures. After
 warm-up it times --windows windows of --window-steps steps between CUDA events and prints
 one JSON line: the median window's samples/s and step time, peak memory, and model FLOP/s
 and MFU counted as Stoke counts them (TrainingFlopsPerSample in worker/models/). On
@@ -37,20 +39,32 @@ PEAK_BF16_FLOPS = 989e12  # H100/H200 SXM dense bf16: the peak Stoke's MFU divid
 GPT_LAYERS, GPT_HEADS, GPT_WIDTH, GPT_CONTEXT, GPT_VOCAB = 12, 12, 768, 1024, 50304
 MLP_CLASSES = 10
 RESNET_IMAGE, RESNET_CLASSES = (3, 224, 224), 1000
+CIFAR_IMAGE, CIFAR_CLASSES = (3, 32, 32), 10  # resnet34-cifar: CIFAR-sized synthetic images
 # As bench/specs/fmnist-cnn.yaml has them.
 CNN_CHANNELS, CNN_HIDDEN, CROP_PADDING, HORIZONTAL_FLIP = [32, 64], 128, 2, True
-DEFAULT_BATCH = {"mlp": 512, "gpt2-small": 16, "resnet50": 256, "fmnist-cnn": 256}
-MODES = ["eager", "compile", "compile-reduce-overhead", "cuda-graph", "compile-cuda-graph"]
+DEFAULT_BATCH = {"mlp": 512, "gpt2-small": 16, "resnet50": 256, "resnet34-cifar": 256,
+                 "fmnist-cnn": 256}
+# torch.compile's mode for each compiled mode; the *-cuda-graph modes capture the whole
+# step by hand, so their compiled module must not make CUDA graphs of its own.
+COMPILE_MODE = {"compile": "default", "compile-reduce-overhead": "reduce-overhead",
+                "compile-max-autotune-no-cudagraphs": "max-autotune-no-cudagraphs",
+                "compile-max-autotune": "max-autotune", "compile-cuda-graph": "default",
+                "compile-max-autotune-cuda-graph": "max-autotune-no-cudagraphs"}
+CAPTURED = ("cuda-graph", "compile-cuda-graph", "compile-max-autotune-cuda-graph")
+# Modes whose compiled module replays CUDA graphs of its own (cudagraph trees).
+GRAPH_TREES = ("compile-reduce-overhead", "compile-max-autotune")
+MODES = ["eager", *COMPILE_MODE, "cuda-graph"]
 SEED = 1  # Stoke's default training.seed
 
 
 def parse_args():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--model", choices=["mlp", "gpt2-small", "resnet50", "fmnist-cnn"],
+    parser.add_argument("--model", choices=["mlp", "gpt2-small", "resnet50", "resnet34-cifar",
+                                            "fmnist-cnn"],
                         required=True)
     parser.add_argument("--d", type=int, default=256,
                         help="MLP width: d -> 4d -> d -> 10 on d synthetic features")
-    parser.add_argument("--batch", type=int, help="default: 512, 16, 256, 256 by model")
+    parser.add_argument("--batch", type=int, help="default: 512, 16, 256, 256, 256 by model")
     parser.add_argument("--mode", choices=MODES, default="eager")
     parser.add_argument("--warmup", type=int, default=30, help="steps before timing")
     parser.add_argument("--windows", type=int, default=6)
@@ -100,7 +114,8 @@ def resnet_flops(model, image):
     k, s = model.stem.kernel_size[0], model.stem.stride[0]
     h, w = _out_size(h, k, s, k // 2), _out_size(w, k, s, k // 2)
     macs = h * w * model.stem.in_channels * model.stem.out_channels * k * k
-    h, w = _out_size(h, 3, 2, 1), _out_size(w, 3, 2, 1)  # ImageNet stem's max-pool
+    if not model.small_stem:  # the ImageNet stem's max-pool
+        h, w = _out_size(h, 3, 2, 1), _out_size(w, 3, 2, 1)
     for block in model.blocks:
         bh, bw = h, w
         for conv in block.convs:
@@ -230,6 +245,10 @@ def build(args, device):
         model = ResNet(50, RESNET_IMAGE[0], RESNET_CLASSES)
         data = synthetic_images(RESNET_IMAGE, RESNET_CLASSES, args.batch, device)
         return model, data, 1e-3, resnet_flops(model, RESNET_IMAGE), True
+    if args.model == "resnet34-cifar":
+        model = ResNet(34, CIFAR_IMAGE[0], CIFAR_CLASSES, small_stem=True)
+        data = synthetic_images(CIFAR_IMAGE, CIFAR_CLASSES, args.batch, device)
+        return model, data, 1e-3, resnet_flops(model, CIFAR_IMAGE), True
     data, image, classes = fashion_mnist(args.data_dir, args.batch, device)
     model = Cnn(CNN_CHANNELS, CNN_HIDDEN, image, classes)
     return model, data, 1e-3, cnn_flops(model, image), True
@@ -289,7 +308,7 @@ def train(args, notes):
     if convolutional:
         model = model.to(memory_format=torch.channels_last)
     parameters = sum(p.numel() for p in model.parameters())
-    captured = args.mode in ("cuda-graph", "compile-cuda-graph")
+    captured = args.mode in CAPTURED
     implementation = {"fused": {"fused": True}, "foreach": {"foreach": True},
                       "for-loop": {"foreach": False}}[args.adamw]
     # capturable: the step count stays on the device, so the update can be captured.
@@ -297,14 +316,12 @@ def train(args, notes):
                                   capturable=captured, **implementation)
 
     loss_of = WithLoss(model)
-    if args.mode in ("compile", "compile-cuda-graph"):
-        loss_of = torch.compile(loss_of)
-    elif args.mode == "compile-reduce-overhead":
-        # Forward and backward graphs are captured as CUDA graphs (cudagraph trees); the
-        # fused optimizer, a few kernels, runs eagerly between replays.
-        loss_of = torch.compile(loss_of, mode="reduce-overhead")
+    if args.mode in COMPILE_MODE:
+        # reduce-overhead and max-autotune capture forward and backward as CUDA graphs
+        # (cudagraph trees); the fused optimizer, a few kernels, runs eagerly between replays.
+        loss_of = torch.compile(loss_of, mode=COMPILE_MODE[args.mode])
     new_step = (torch.compiler.cudagraph_mark_step_begin
-                if args.mode == "compile-reduce-overhead" else lambda: None)
+                if args.mode in GRAPH_TREES else lambda: None)
     # Autocast's cache of bf16 weights must be off while a graph is captured.
     autocast = (contextlib.nullcontext() if args.fp32
                 else torch.autocast("cuda", dtype=torch.bfloat16, cache_enabled=not captured))
@@ -343,7 +360,7 @@ def train(args, notes):
             from torch._dynamo.utils import counters
             breaks = sum(counters["graph_break"].values())
             notes.append(f"graph breaks: {breaks}")
-            if args.mode == "compile-reduce-overhead":
+            if args.mode in GRAPH_TREES:
                 notes.append(f"cudagraph skips: {int(counters['inductor']['cudagraph_skips'])}")
         except Exception as e:  # counters are internal; their absence is no failure
             notes.append(f"no compile counters: {e}")

@@ -1,14 +1,11 @@
 #include "worker/data/epoch_sampler.h"
 
-#include <atomic>
 #include <numeric>
 #include <random>
 #include <stdexcept>
 #include <string>
 
 namespace stoke::worker {
-
-std::atomic<uint64_t> EpochSampler::next_id{0};
 
 EpochSampler::EpochSampler(int64_t dataset_size, int64_t batch_size, uint64_t seed, int rank,
                            int world_size, bool shuffle)
@@ -17,8 +14,7 @@ EpochSampler::EpochSampler(int64_t dataset_size, int64_t batch_size, uint64_t se
       seed_(seed),
       rank_(rank),
       world_size_(world_size),
-      shuffle_(shuffle),
-      id_(next_id.fetch_add(1) + 1) {
+      shuffle_(shuffle) {
   // Every rank gets the same number of samples; the remainder of an uneven split is
   // left out of that epoch (a different remainder each epoch when shuffling).
   per_rank_ = size_ / world_size_;
@@ -45,19 +41,23 @@ std::vector<int64_t> EpochSampler::EpochOrder(int64_t epoch) const {
   return order;
 }
 
+std::shared_ptr<const std::vector<int64_t>> EpochSampler::OrderOf(int64_t epoch) const {
+  const std::lock_guard<std::mutex> lock(orders_mutex_);
+  for (int i = 0; i < 2; ++i) {
+    if (order_epochs_[i] == epoch) return orders_[i];
+  }
+  // Replaces the older of the two.
+  const int slot = order_epochs_[0] < order_epochs_[1] ? 0 : 1;
+  orders_[slot] = std::make_shared<const std::vector<int64_t>>(EpochOrder(epoch));
+  order_epochs_[slot] = epoch;
+  return orders_[slot];
+}
+
 std::vector<int64_t> EpochSampler::Batch(int64_t batch) const {
   const int64_t epoch = batch / batches_per_epoch_;
   const int64_t within = batch % batches_per_epoch_;
-  // Recomputing the permutation per batch would be wasteful; the loader asks in order,
-  // so cache one epoch per calling thread.
-  thread_local std::vector<int64_t> order;
-  thread_local int64_t order_epoch = -1;
-  thread_local uint64_t owner = 0;
-  if (owner != id_ || order_epoch != epoch) {
-    order = EpochOrder(epoch);
-    order_epoch = epoch;
-    owner = id_;
-  }
+  const std::shared_ptr<const std::vector<int64_t>> order_of_epoch = OrderOf(epoch);
+  const std::vector<int64_t>& order = *order_of_epoch;
   std::vector<int64_t> indices(static_cast<size_t>(batch_size_));
   for (int64_t i = 0; i < batch_size_; ++i) {
     // Rank r takes positions r, r + world, r + 2*world, ... of the epoch's order.

@@ -5,8 +5,9 @@
 // the order is the same on every LibTorch version.
 #pragma once
 
-#include <atomic>
 #include <cstdint>
+#include <memory>
+#include <mutex>
 #include <vector>
 
 namespace stoke::worker {
@@ -24,7 +25,8 @@ class EpochSampler {
 
  private:
   std::vector<int64_t> EpochOrder(int64_t epoch) const;
-  static std::atomic<uint64_t> next_id;
+  // The epoch's order, computed once for all the loader threads that ask.
+  std::shared_ptr<const std::vector<int64_t>> OrderOf(int64_t epoch) const;
 
   int64_t size_;
   int64_t batch_size_;
@@ -32,9 +34,13 @@ class EpochSampler {
   int rank_;
   int world_size_;
   bool shuffle_;
-  uint64_t id_;  // tells this sampler's cached epoch order from another's
   int64_t per_rank_;
   int64_t batches_per_epoch_;
+  // The two most recent epochs' orders: loader threads a batch apart may straddle an
+  // epoch's end, and each must not recompute the permutation per batch.
+  mutable std::mutex orders_mutex_;
+  mutable std::shared_ptr<const std::vector<int64_t>> orders_[2];
+  mutable int64_t order_epochs_[2] = {-1, -1};
 };
 
 }  // namespace stoke::worker

@@ -14,6 +14,7 @@
 #include "worker/ops/fused_layer_norm.h"
 #include "worker/ops/half_linear.h"
 #include "worker/ops/half_weights.h"
+#include "worker/ops/step_context.h"
 #include "worker/runtime/torch_compat.h"
 
 namespace stoke::worker {
@@ -227,7 +228,10 @@ TEST(HalfLinearGpu, StepCopiesOfTheWeightsServeOnlyWhileCurrent) {
   torch::Tensor weight = (torch::randn({130, 96}, cuda) * 0.1).requires_grad_(true);
   torch::Tensor bias = torch::randn({130}, cuda).requires_grad_(true);
   const std::vector<torch::Tensor> parameters{weight, bias};
-  HalfWeights& table = HalfWeights::Process();
+  // The layers find the table through the step context a run installs.
+  StepContext context(/*own_kernels_allowed=*/true);
+  const StepContextScope scope(&context);
+  HalfWeights& table = context.half_weights();
   auto expected = [&] {
     return torch::addmm(bias.detach().to(torch::kBFloat16), x,
                         weight.detach().to(torch::kBFloat16).t());

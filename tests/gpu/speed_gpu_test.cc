@@ -15,7 +15,7 @@
 #include "tests/support/recording_observer.h"
 #include "worker/engine/trainer.h"
 #include "worker/ops/fused_layer_norm.h"
-#include "worker/ops/own_kernels.h"
+#include "worker/ops/step_context.h"
 #include "worker/runtime/devices.h"
 #include "worker/telemetry/device_sampler.h"
 
@@ -165,7 +165,8 @@ TEST_F(SpeedGpuTest, FusedKernelsOffTrainsOnAtensOperationsAlongTheSameCurve) {
   // The setting lives as long as its job: Stoke's kernels apply again afterwards.
   EXPECT_TRUE(OwnKernelsAllowed());
   {
-    const OwnKernelsSetting off(false);
+    StepContext aten_only(/*own_kernels_allowed=*/false);
+    const StepContextScope scope(&aten_only);
     EXPECT_FALSE(
         FusedLayerNormApplies(torch::zeros({4, 8}, torch::TensorOptions().device(torch::kCUDA))));
   }

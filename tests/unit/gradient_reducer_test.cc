@@ -4,6 +4,7 @@
 // that takes the slice offered for its weight writes the gradient there, a weight used
 // twice still gets both contributions, and micro-steps' gradients still add up.
 #include "worker/dist/gradient_reducer.h"
+#include "worker/ops/gradient_destinations.h"
 
 #include <gtest/gtest.h>
 #include <torch/torch.h>
@@ -58,14 +59,16 @@ TEST(GradientReducer, FirstAndLastBucketsAreSmallAndGradsAreBucketSlices) {
   // First bucket 1 KB, the rest 4 KB: in reverse order p6 (1.2 KB) fills the first,
   // p5 + p4 and p3 + p2 the next two, p1 + p0 would be the last (0.6 KB, small already).
   {
-    GradientReducer reducer(p, *communicator, 4 << 10, 1 << 10);
+    GradientDestinations destinations;
+    GradientReducer reducer(p, *communicator, destinations, 4 << 10, 1 << 10);
     auto id = [&](size_t i) -> const void* { return p[i].unsafeGetTensorImpl(); };
     EXPECT_EQ(Layout(reducer), (std::vector<std::vector<const void*>>{
                                    {id(6)}, {id(5), id(4)}, {id(3), id(2)}, {id(1), id(0)}}));
   }
   // With 6 KB buckets the last one would be p2 + p1 + p0 (3 KB): the stem's p0 and p1,
   // whose gradients come last, get a small bucket of their own.
-  GradientReducer reducer(p, *communicator, 6 << 10, 1 << 10);
+  GradientDestinations destinations;
+  GradientReducer reducer(p, *communicator, destinations, 6 << 10, 1 << 10);
   auto id = [&](size_t i) -> const void* { return p[i].unsafeGetTensorImpl(); };
   EXPECT_EQ(Layout(reducer), (std::vector<std::vector<const void*>>{
                                  {id(6)}, {id(5), id(4), id(3)}, {id(2)}, {id(1), id(0)}}));
@@ -95,6 +98,12 @@ TEST(GradientReducer, FirstAndLastBucketsAreSmallAndGradsAreBucketSlices) {
   EXPECT_NE(storage(p[2].grad()), storage(p[1].grad())) << "p2 and p1 do not";
 }
 
+// Where the reducer below offers its slices, as a run's StepContext holds them.
+GradientDestinations& Destinations() {
+  static GradientDestinations destinations;
+  return destinations;
+}
+
 // x * w, elementwise, whose backward writes w's gradient into the place offered for it
 // (as AutocastLinear does on a GPU) and notes where that was.
 std::map<const void*, const void*>& WrittenTo() {
@@ -114,7 +123,7 @@ class ScaleByWeight : public torch::autograd::Function<ScaleByWeight> {
       torch::autograd::AutogradContext* ctx, const torch::autograd::variable_list& grads) {
     const torch::Tensor x = ctx->get_saved_variables()[0];
     const auto* key = reinterpret_cast<const void*>(ctx->saved_data["key"].toInt());
-    torch::Tensor dw = GradientDestinations::Process().Take(key);
+    torch::Tensor dw = Destinations().Take(key);
     if (dw.defined()) {
       WrittenTo()[key] = dw.data_ptr();
     } else {
@@ -146,7 +155,7 @@ TEST(GradientReducer, ALayerWritesIntoTheOfferedSliceAndEveryContributionCounts)
   }
   EXPECT_TRUE(WrittenTo().empty()) << "nothing is offered unless the reducer is armed";
 
-  GradientReducer reducer(w, *communicator, 1 << 20, 1 << 20);
+  GradientReducer reducer(w, *communicator, Destinations(), 1 << 20, 1 << 20);
   reducer.Arm();
   loss().backward();
   reducer.Finish();
@@ -155,7 +164,7 @@ TEST(GradientReducer, ALayerWritesIntoTheOfferedSliceAndEveryContributionCounts)
   }
   ASSERT_EQ(WrittenTo().size(), 2u) << "w[0] and w[1] took their slices";
   for (const auto& t : w) {
-    EXPECT_FALSE(GradientDestinations::Process().Take(t.unsafeGetTensorImpl()).defined())
+    EXPECT_FALSE(Destinations().Take(t.unsafeGetTensorImpl()).defined())
         << "no offer outlives the backward it was made for";
   }
   EXPECT_EQ(WrittenTo()[w[0].unsafeGetTensorImpl()], w[0].grad().data_ptr())
@@ -199,7 +208,8 @@ TEST(GradientReducer, BucketsFollowTheOrderTheFirstBackwardGaveGradientsIn) {
   };
   auto id = [&](size_t i) -> const void* { return p[i].unsafeGetTensorImpl(); };
   // 1.2 KB each: every bucket holds one parameter.
-  GradientReducer reducer(p, *communicator, 1000, 1000);
+  GradientDestinations destinations;
+  GradientReducer reducer(p, *communicator, destinations, 1000, 1000);
   const auto registration =
       std::vector<std::vector<const void*>>{{id(3)}, {id(2)}, {id(1)}, {id(0)}};
   EXPECT_EQ(Layout(reducer), registration);

@@ -13,7 +13,7 @@ namespace stoke::worker {
 namespace {
 
 TEST(HalfWeights, AWantedParameterIsFreedWithItsNetwork) {
-  HalfWeights& table = HalfWeights::Process();
+  HalfWeights table;
   torch::Tensor weight = torch::randn({64, 32}).requires_grad_(true);
   const c10::weak_intrusive_ptr<c10::TensorImpl, c10::UndefinedTensorImpl> watch(
       weight.getIntrusivePtr());
@@ -28,7 +28,7 @@ TEST(HalfWeights, AWantedParameterIsFreedWithItsNetwork) {
 }
 
 TEST(HalfWeights, NoCopyIsHandedOutThatNoStepMade) {
-  HalfWeights& table = HalfWeights::Process();
+  HalfWeights table;
   const torch::Tensor weight = torch::randn({8, 8});
   EXPECT_FALSE(table.Find(weight, torch::kBFloat16).defined());
   table.Want(weight, torch::kBFloat16);

@@ -39,9 +39,11 @@ bool IsView(const torch::Tensor& grad, const torch::Tensor& view) {
 }  // namespace
 
 GradientReducer::GradientReducer(std::vector<torch::Tensor> parameters, Communicator& communicator,
-                                 int64_t bucket_bytes, int64_t first_bucket_bytes)
+                                 GradientDestinations& destinations, int64_t bucket_bytes,
+                                 int64_t first_bucket_bytes)
     : parameters_(std::move(parameters)),
       communicator_(communicator),
+      destinations_(destinations),
       bucket_bytes_(bucket_bytes),
       first_bucket_bytes_(first_bucket_bytes) {
   slots_.resize(parameters_.size());
@@ -69,7 +71,7 @@ GradientReducer::GradientReducer(std::vector<torch::Tensor> parameters, Communic
 
 GradientReducer::~GradientReducer() {
   for (auto& hook : gradient_hooks_) hook.accumulator->del_post_hook(hook.key);
-  for (const auto& p : parameters_) GradientDestinations::Process().Withdraw(p);
+  for (const auto& p : parameters_) destinations_.Withdraw(p);
 }
 
 int64_t GradientReducer::BytesOf(size_t parameter) const {
@@ -157,8 +159,7 @@ torch::Tensor GradientReducer::SlotView(size_t parameter) const {
 }
 
 torch::Tensor GradientReducer::TakeOfferOrSlotView(size_t parameter) const {
-  torch::Tensor offered =
-      GradientDestinations::Process().Take(parameters_[parameter].unsafeGetTensorImpl());
+  torch::Tensor offered = destinations_.Take(parameters_[parameter].unsafeGetTensorImpl());
   return offered.defined() ? offered : SlotView(parameter);
 }
 
@@ -178,7 +179,7 @@ void GradientReducer::Arm() {
   // with earlier micro-steps' gradient in .grad has that added to it by autograd instead.
   for (size_t i = 0; i < parameters_.size(); ++i) {
     if (parameters_[i].requires_grad() && !parameters_[i].grad().defined()) {
-      GradientDestinations::Process().Offer(parameters_[i], SlotView(i));
+      destinations_.Offer(parameters_[i], SlotView(i));
     }
   }
   for (size_t b = 0; b < buckets_.size(); ++b) {

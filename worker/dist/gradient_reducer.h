@@ -10,7 +10,9 @@
 // earlier layers. The hook runs after autograd has stored the gradient (on the
 // parameter's AccumulateGrad node, where DDP's runs too) and then points .grad at its
 // slice, so the bucket is the only copy kept. Layers that compute a weight's gradient
-// themselves write it into the slice directly (gradient_destinations.h): no copy then.
+// themselves write it into the slice directly: the reducer offers the slices in the
+// GradientDestinations of the run's step context (step_context.h), where the layers that
+// ran under that context look. No copy then.
 //
 // The reduction sums: the caller makes it the mean by dividing the loss by the world
 // size before backward (StepRunner does), which costs one scalar operation instead of a
@@ -33,6 +35,7 @@
 #include <vector>
 
 #include "worker/dist/communicator.h"
+#include "worker/ops/gradient_destinations.h"
 
 namespace torch::autograd {
 struct Node;
@@ -44,8 +47,11 @@ class DeviceTimer;
 
 class GradientReducer {
  public:
+  // destinations: where this run's layers look for a place to write a weight's gradient
+  // (its StepContext's); it must outlive the reducer.
   GradientReducer(std::vector<torch::Tensor> parameters, Communicator& communicator,
-                  int64_t bucket_bytes, int64_t first_bucket_bytes);
+                  GradientDestinations& destinations, int64_t bucket_bytes,
+                  int64_t first_bucket_bytes);
   ~GradientReducer();
   GradientReducer(const GradientReducer&) = delete;
   GradientReducer& operator=(const GradientReducer&) = delete;
@@ -98,6 +104,7 @@ class GradientReducer {
 
   std::vector<torch::Tensor> parameters_;
   Communicator& communicator_;
+  GradientDestinations& destinations_;
   int64_t bucket_bytes_;
   int64_t first_bucket_bytes_;
   std::vector<Slot> slots_;

@@ -8,7 +8,7 @@
 #include "worker/engine/loss_scaler.h"
 #include "worker/engine/step_graph.h"
 #include "worker/engine/step_math.h"
-#include "worker/ops/half_weights.h"
+#include "worker/ops/step_context.h"
 #include "worker/runtime/torch_compat.h"
 
 namespace stoke::worker {
@@ -36,7 +36,9 @@ StepRunner::StepRunner(StepParts parts, bool graph, std::function<void(const std
   }
 }
 
-StepRunner::~StepRunner() { HalfWeights::Process().Forget(parts_.parameters); }
+StepRunner::~StepRunner() {
+  if (parts_.context != nullptr) parts_.context->half_weights().Forget(parts_.parameters);
+}
 
 void StepRunner::ResetGrads() {
   // set_to_none: the next backward writes fresh gradients instead of adding to zeros.
@@ -46,11 +48,17 @@ void StepRunner::ResetGrads() {
 std::vector<torch::Tensor> StepRunner::Body(const std::vector<Batch>& micro_batches) {
   // The 16-bit copies of the weights the layers multiply, in one launch, for this step's
   // forward passes (and the recomputed ones of checkpointed blocks); dropped at its end.
+  if (parts_.context == nullptr) return ForwardBackwardAndUpdate(micro_batches);
+  // The layers find the run's context through this scope (the caller's is usually the
+  // same one already).
+  const StepContextScope scope(parts_.context);
+  HalfWeights& copies = parts_.context->half_weights();
   struct ReleasedAtTheEnd {  // however the step ends
+    HalfWeights& copies;
     const std::vector<torch::Tensor>& parameters;
-    ~ReleasedAtTheEnd() { HalfWeights::Process().Release(parameters); }
-  } release{parts_.parameters};
-  if (parts_.autocast && parts_.device.is_cuda()) HalfWeights::Process().Refresh(parts_.parameters);
+    ~ReleasedAtTheEnd() { copies.Release(parameters); }
+  } release{copies, parts_.parameters};
+  if (parts_.autocast && parts_.device.is_cuda()) copies.Refresh(parts_.parameters);
   return ForwardBackwardAndUpdate(micro_batches);
 }
 

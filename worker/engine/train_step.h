@@ -21,6 +21,7 @@ namespace stoke::worker {
 
 class GradientReducer;
 class LossScaler;
+class StepContext;
 class StepGraph;
 
 struct StepParts {
@@ -34,6 +35,9 @@ struct StepParts {
   bool autocast = false;
   at::ScalarType autocast_dtype = at::kBFloat16;
   bool channels_last = false;  // image inputs in NHWC
+  // The run's step context (worker/ops/step_context.h), whose weight copies the runner
+  // makes and drops around each step; none: the layers cast for themselves.
+  StepContext* context = nullptr;
 };
 
 // Whether an optimizer step can be captured: it must read no value from the host that

@@ -14,6 +14,7 @@
 #include "worker/engine/evaluator.h"
 #include "worker/engine/step_math.h"
 #include "worker/engine/training_run.h"
+#include "worker/ops/step_context.h"
 #include "worker/runtime/step_trace.h"
 
 namespace stoke::worker {
@@ -154,6 +155,8 @@ TrainOutcome RunTraining(const TrainTask& task, const DeviceRef& device_ref,
   uint64_t step = 0;
   try {
     std::unique_ptr<TrainingRun> run = BuildTrainingRun(task, device_ref, observer);
+    // Steps, evaluation and checkpoints all run under the run's step context.
+    const StepContextScope context(run->context.get());
     return Loop(*run, observer, cancel, probe, step);
   } catch (...) {
     return FailureOf(std::current_exception(), step);

@@ -141,8 +141,8 @@ void ChooseBatchSize(TrainTask& task, const DeviceRef& device_ref, const torch::
 }
 
 std::string Describe(const TrainTask& task, Network& net, const DeviceInfo& device,
-                     const MathChoice& math, const Layout& layout, uint64_t total_steps,
-                     const std::string& optimizer) {
+                     const MathChoice& math, const Layout& layout, bool own_kernels,
+                     uint64_t total_steps, const std::string& optimizer) {
   std::ostringstream out;
   out << "training " << task.name << " on " << device.device.Label() << " (" << device.name
       << "): " << net.ParameterCount() << " parameters, batch " << task.training.batch_size;
@@ -152,7 +152,7 @@ std::string Describe(const TrainTask& task, Network& net, const DeviceInfo& devi
   out << ", " << math.label;
   if (layout.channels_last) out << ", channels_last";
   if (layout.checkpoint_blocks) out << ", activation checkpointing";
-  if (device.device.kind == DeviceKind::kCuda && !OwnKernelsAllowed()) {
+  if (device.device.kind == DeviceKind::kCuda && !own_kernels) {
     out << ", ATen's kernels only (fused_kernels off)";
   }
   out << ", " << optimizer << ", " << total_steps << " steps";
@@ -179,7 +179,9 @@ std::unique_ptr<TrainingRun> BuildTrainingRun(const TrainTask& job_task,
     ConfigureCudaMath(Resolve(task.training.tf32, true),
                       Resolve(task.training.cudnn_benchmark, true));
   }
-  r.own_kernels.emplace(Resolve(task.training.fused_kernels, true));
+  r.context = std::make_unique<StepContext>(Resolve(task.training.fused_kernels, true));
+  // The batch search and the build's forward passes run under the run's context too.
+  const StepContextScope building(r.context.get());
   if (task.world_size > 1) r.communicator = Communicator::Connect(task, device);
   if (task.training.batch_size_auto) {
     torch::manual_seed(task.training.seed);
@@ -212,7 +214,8 @@ std::unique_ptr<TrainingRun> BuildTrainingRun(const TrainTask& job_task,
       1, static_cast<uint64_t>(r.data.train->BatchesPerEpoch() / t.grad_accum_steps));
   const int64_t samples_per_step = t.batch_size * t.grad_accum_steps * task.world_size;
 
-  observer.OnLog(Describe(task, net, r.info, math, r.layout, r.total_steps, r.optimizer->name()));
+  observer.OnLog(Describe(task, net, r.info, math, r.layout, r.context->own_kernels_allowed(),
+                          r.total_steps, r.optimizer->name()));
   if (resume_from) {
     // Every rank loads the checkpoint rank 0 wrote.
     r.first_step = r.checkpoints->Restore(*resume_from, net, r.optimizer->state(), device_ref,
@@ -225,9 +228,9 @@ std::unique_ptr<TrainingRun> BuildTrainingRun(const TrainTask& job_task,
     std::vector<torch::Tensor> state = net.parameters();
     for (const auto& b : net.buffers()) state.push_back(b);
     r.communicator->Broadcast(state, /*root=*/0, "the parameter broadcast");
-    r.reducer = std::make_unique<GradientReducer>(r.parameters, *r.communicator,
-                                                  task.distributed.bucket_bytes,
-                                                  task.distributed.first_bucket_bytes);
+    r.reducer = std::make_unique<GradientReducer>(
+        r.parameters, *r.communicator, r.context->gradient_destinations(),
+        task.distributed.bucket_bytes, task.distributed.first_bucket_bytes);
     // Each rank draws its own random numbers from here on (synthetic batches, dropout,
     // augmentation); a resumed attempt draws afresh.
     torch::manual_seed(t.seed + 0x9E3779B97F4A7C15ull * static_cast<uint64_t>(task.rank + 1) +
@@ -248,6 +251,7 @@ std::unique_ptr<TrainingRun> BuildTrainingRun(const TrainTask& job_task,
   parts.autocast = math.autocast;
   parts.autocast_dtype = math.dtype;
   parts.channels_last = r.layout.channels_last;
+  parts.context = r.context.get();
   // TorchScript modules are the user's code: their forward may branch on host state
   // that a captured graph would freeze, so they are captured only when asked.
   const bool user_code = std::holds_alternative<TorchScriptConfig>(task.model);

@@ -23,7 +23,7 @@
 #include "worker/engine/optimizer.h"
 #include "worker/engine/train_step.h"
 #include "worker/models/network.h"
-#include "worker/ops/own_kernels.h"
+#include "worker/ops/step_context.h"
 
 namespace stoke::worker {
 
@@ -45,15 +45,17 @@ struct Layout {
 
 // Members in the order they are built, so that they go in the reverse order: the step
 // runner before the optimizer and the reducer, those before the network and the data,
-// the communicator and the kernel setting last.
+// the communicator and the step context last.
 struct TrainingRun {
   TrainTask task;  // batch_size: auto filled in
   DeviceRef device_ref;
   torch::Device device = torch::kCPU;
   DeviceInfo info;
   MathChoice math;
-  // For the whole run: the batch search, the steps and evaluation decide alike.
-  std::optional<OwnKernelsSetting> own_kernels;
+  // What the layers share with the step (own kernels or not, the weight copies, gradient
+  // destinations), for the whole run: the batch search, the steps and evaluation decide
+  // alike. The loop installs it with a StepContextScope while it steps and evaluates.
+  std::unique_ptr<StepContext> context;
   std::unique_ptr<Communicator> communicator;  // several ranks only
   std::optional<Checkpointer> checkpoints;
   DataPipeline data;

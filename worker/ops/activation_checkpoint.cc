@@ -14,6 +14,7 @@
 #include <utility>
 #include <vector>
 
+#include "worker/ops/step_context.h"
 #include "worker/runtime/torch_compat.h"
 
 #if STOKE_WITH_CUDA
@@ -152,6 +153,9 @@ struct Recompute : torch::CustomClassHolder {
   c10::Device device = c10::Device(c10::DeviceType::CPU);
   compat::AutocastState autocast;
   RngStates rng;
+  // The forward pass's step context (step_context.h): the recompute runs on an autograd
+  // thread, and must choose kernels and find weight copies as the forward pass did.
+  StepContext* context = nullptr;
 };
 
 // torch::autograd::Function calls forward and backward by these names.
@@ -166,6 +170,7 @@ class CheckpointFunction : public torch::autograd::Function<CheckpointFunction> 
     ctx->save_for_backward({input});
     recompute->device = input.device();
     recompute->autocast = compat::GetAutocast(input.device().type());
+    recompute->context = StepContext::Current();
     if (recompute->options.preserve_rng_state) recompute->rng = RngStates::Save(input.device());
     torch::Tensor output;
     {
@@ -196,6 +201,9 @@ class CheckpointFunction : public torch::autograd::Function<CheckpointFunction> 
         restored.push_back(t.clone());
       }
     }
+    // Around the re-entrant backward too: what it recomputes in turn (a nested checkpoint)
+    // looks the context up.
+    const StepContextScope context(recompute->context);
     {
       RngReplay rng(recompute->options.preserve_rng_state ? &recompute->rng : nullptr,
                     recompute->device);

@@ -6,7 +6,7 @@
 #include <utility>
 #include <vector>
 
-#include "worker/ops/own_kernels.h"
+#include "worker/ops/step_context.h"
 
 #if STOKE_WITH_CUDA_KERNELS
 #include <c10/cuda/CUDAGuard.h>

@@ -4,11 +4,6 @@
 
 namespace stoke::worker {
 
-GradientDestinations& GradientDestinations::Process() {
-  static GradientDestinations table;
-  return table;
-}
-
 void GradientDestinations::Offer(const torch::Tensor& parameter, torch::Tensor destination) {
   std::lock_guard<std::mutex> lock(mutex_);
   offers_[parameter.unsafeGetTensorImpl()] = std::move(destination);

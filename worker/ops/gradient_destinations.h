@@ -10,8 +10,10 @@
 // product's alone, unscaled; the reducer checks whether what autograd finally stored as
 // .grad is the destination itself, and copies it there if not.
 //
-// The table is the process's: layers and the reducer meet here without knowing of each
-// other, and keys are parameter identities, so jobs in one process cannot mix.
+// The table belongs to a training run's StepContext (step_context.h): the reducer offers
+// into its run's table, and a layer takes from the table of the context it ran under in
+// forward, so layers and the reducer meet without knowing of each other and two runs
+// cannot mix.
 #pragma once
 
 #include <torch/types.h>
@@ -23,8 +25,6 @@ namespace stoke::worker {
 
 class GradientDestinations {
  public:
-  static GradientDestinations& Process();
-
   // `destination` (same sizes and strides as `parameter`, float32) is where the gradient
   // of `parameter` may go in the next backward.
   void Offer(const torch::Tensor& parameter, torch::Tensor destination);

@@ -7,15 +7,13 @@
 #include <tuple>
 #include <utility>
 
-#include "worker/ops/own_kernels.h"
+#include "worker/ops/step_context.h"
 #include "worker/runtime/torch_compat.h"
 
 #if STOKE_WITH_CUDA_KERNELS
 #include <c10/cuda/CUDAGuard.h>
 
 #include "worker/ops/cuda/column_sum_kernels.h"
-#include "worker/ops/gradient_destinations.h"
-#include "worker/ops/half_weights.h"
 #include "worker/ops/own_kernel_call.h"
 #endif
 
@@ -31,13 +29,17 @@ using torch::autograd::AutogradContext;
 using torch::autograd::variable_list;
 
 // dy^T @ rows in the weight's type, written by the matrix product itself where the
-// version allows (compat::MatmulInto), into the place a gradient reducer keeps this
-// weight's gradient if it offered one (gradient_destinations.h).
-torch::Tensor WeightGradient(const torch::Tensor& dy, const torch::Tensor& rows,
-                             at::ScalarType weight_type, int64_t weight_key) {
-  // NOLINTNEXTLINE(performance-no-int-to-ptr): the key is only compared, never dereferenced
-  torch::Tensor dweight =
-      GradientDestinations::Process().Take(reinterpret_cast<const void*>(weight_key));
+// version allows (compat::MatmulInto), into the place the forward pass's step context
+// keeps for this weight's gradient if its gradient reducer offered one
+// (gradient_destinations.h).
+torch::Tensor WeightGradient(StepContext* context, const torch::Tensor& dy,
+                             const torch::Tensor& rows, at::ScalarType weight_type,
+                             int64_t weight_key) {
+  torch::Tensor dweight;
+  if (context != nullptr) {
+    // NOLINTNEXTLINE(performance-no-int-to-ptr): the key is only compared, never dereferenced
+    dweight = context->gradient_destinations().Take(reinterpret_cast<const void*>(weight_key));
+  }
   if (!dweight.defined()) {
     dweight = torch::empty({dy.size(1), rows.size(1)}, rows.options().dtype(weight_type));
   }
@@ -46,10 +48,12 @@ torch::Tensor WeightGradient(const torch::Tensor& dy, const torch::Tensor& rows,
 }
 
 // `parameter` in `type`: the copy the step made of it with the rest (half_weights.h), or
-// cast here, once, asking for a copy from the next step on.
-torch::Tensor HalfCopy(const torch::Tensor& parameter, at::ScalarType type) {
+// cast here, once, asking the step for a copy from the next step on (outside a step
+// context, simply cast).
+torch::Tensor HalfCopy(StepContext* context, const torch::Tensor& parameter, at::ScalarType type) {
   if (parameter.scalar_type() == type) return parameter;
-  HalfWeights& table = HalfWeights::Process();
+  if (context == nullptr) return parameter.to(type);
+  HalfWeights& table = context->half_weights();
   torch::Tensor copy = table.Find(parameter, type);
   if (copy.defined()) return copy;
   table.Want(parameter, type);
@@ -96,16 +100,18 @@ class HalfLinearFunction : public torch::autograd::Function<HalfLinearFunction> 
     const auto type = static_cast<at::ScalarType>(half_type);
     const int64_t in = weight.size(1);
     const torch::Tensor rows = x.to(type).reshape({-1, in});
-    const torch::Tensor w = HalfCopy(weight, type);
+    StepContext* const context = StepContext::Current();
+    const torch::Tensor w = HalfCopy(context, weight, type);
     const auto act = static_cast<Activation>(activation);
     torch::Tensor out;
     if (act == Activation::kRelu) {
       // Bias and ReLU in the matrix product's epilogue (cuBLASLt's where ATen can use it).
       // Backward needs only the output: x > 0 exactly where relu(x) > 0.
-      out = at::_addmm_activation(HalfCopy(bias, type), rows, w.t(), 1, 1, /*use_gelu=*/false);
+      out = at::_addmm_activation(HalfCopy(context, bias, type), rows, w.t(), 1, 1,
+                                  /*use_gelu=*/false);
       ctx->save_for_backward({rows, w, out});
     } else {
-      out = torch::addmm(HalfCopy(bias, type), rows, w.t());
+      out = torch::addmm(HalfCopy(context, bias, type), rows, w.t());
       // With a GELU, backward needs its input (saved in place of the output autograd
       // would have kept for ATen's gelu backward) and the output is the GELU's. ATen's
       // GELU epilogue is not used: it computes the tanh approximation, and returns no
@@ -117,8 +123,12 @@ class HalfLinearFunction : public torch::autograd::Function<HalfLinearFunction> 
     ctx->saved_data["x_sizes"] = x.sizes().vec();
     ctx->saved_data["x_type"] = static_cast<int64_t>(x.scalar_type());
     ctx->saved_data["weight_type"] = static_cast<int64_t>(weight.scalar_type());
-    // The weight's identity, not the weight: backward asks GradientDestinations with it.
+    // The weight's identity, not the weight: backward asks the context's
+    // GradientDestinations with it. Backward may run on another thread, with no scope
+    // installed: it finds the context here (the training run that owns it outlives every
+    // backward of its steps).
     ctx->saved_data["weight_key"] = reinterpret_cast<int64_t>(weight.unsafeGetTensorImpl());
+    ctx->saved_data["step_context"] = reinterpret_cast<int64_t>(context);
     ctx->saved_data["bias_type"] = static_cast<int64_t>(bias.scalar_type());
     std::vector<int64_t> sizes = x.sizes().vec();
     sizes.back() = weight.size(0);
@@ -149,8 +159,10 @@ class HalfLinearFunction : public torch::autograd::Function<HalfLinearFunction> 
       dx = dy.mm(w).view(ctx->saved_data["x_sizes"].toIntVector()).to(type_of("x_type"));
     }
     if (ctx->needs_input_grad(1)) {
-      dweight =
-          WeightGradient(dy, rows, type_of("weight_type"), ctx->saved_data["weight_key"].toInt());
+      // NOLINTNEXTLINE(performance-no-int-to-ptr): the pointer forward saved
+      auto* context = reinterpret_cast<StepContext*>(ctx->saved_data["step_context"].toInt());
+      dweight = WeightGradient(context, dy, rows, type_of("weight_type"),
+                               ctx->saved_data["weight_key"].toInt());
     }
     if (ctx->needs_input_grad(2)) dbias = dbias.to(type_of("bias_type"));
     return {dx, dweight, dbias, torch::Tensor(), torch::Tensor()};

@@ -14,11 +14,6 @@
 
 namespace stoke::worker {
 
-HalfWeights& HalfWeights::Process() {
-  static HalfWeights table;
-  return table;
-}
-
 HalfWeights::Entry* HalfWeights::EntryOf(const torch::Tensor& parameter) {
   auto it = entries_.find(parameter.unsafeGetTensorImpl());
   if (it == entries_.end()) return nullptr;

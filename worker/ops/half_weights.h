@@ -14,11 +14,11 @@
 // step retires it too. Without Stoke's CUDA kernels (CPU builds) Refresh makes nothing
 // and every layer casts for itself.
 //
-// The table is the process's, like GradientDestinations: layers and the step runner meet
-// here without knowing of each other. Entries hold their parameter weakly (a batch
-// search's trial network asks too, and its memory must go with it) and are matched to
-// the tensor itself, not just to its address, which a later tensor may reuse; Forget drops
-// them when a job's step runner goes.
+// The table belongs to a training run's StepContext (step_context.h), through which layers
+// and the step runner meet without knowing of each other. Entries hold their parameter
+// weakly (a batch search's trial network asks too, and its memory must go with it) and
+// are matched to the tensor itself, not just to its address, which a later tensor may
+// reuse; Forget drops them when a job's step runner goes.
 #pragma once
 
 #include <c10/util/intrusive_ptr.h>
@@ -33,8 +33,6 @@ namespace stoke::worker {
 
 class HalfWeights {
  public:
-  static HalfWeights& Process();
-
   // `parameter` is cast to `type` by a layer: Refresh should make that copy from now on.
   void Want(const torch::Tensor& parameter, at::ScalarType type);
   // Casts the wanted ones among `parameters` (fp32, contiguous, on a CUDA device) into

@@ -1,0 +1,25 @@
+#include "worker/ops/step_context.h"
+
+namespace stoke::worker {
+namespace {
+
+// This thread's innermost installed context: each thread starts with none, so a job's
+// settings never reach another thread unless a scope carries them there.
+thread_local StepContext* current_context = nullptr;
+
+}  // namespace
+
+StepContext* StepContext::Current() { return current_context; }
+
+StepContextScope::StepContextScope(StepContext* context) : previous_(current_context) {
+  current_context = context;
+}
+
+StepContextScope::~StepContextScope() { current_context = previous_; }
+
+bool OwnKernelsAllowed() {
+  const StepContext* context = StepContext::Current();
+  return context == nullptr || context->own_kernels_allowed();
+}
+
+}  // namespace stoke::worker

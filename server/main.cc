@@ -29,6 +29,7 @@
 #include "server/core/coordinator.h"
 #include "server/core/local_workers.h"
 #include "server/metrics/coordinator_metrics.h"
+#include "server/store/open_store.h"
 #include "server/store/sqlite_job_store.h"
 
 namespace fs = std::filesystem;
@@ -103,6 +104,11 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--data-dir", data_dir, "Job store, job files and worker logs ($STOKE_DATA_DIR)")
       ->capture_default_str();
+  std::string store_url;
+  app.add_option("--store", store_url,
+                 "Keep jobs in PostgreSQL at this URL (postgres://user:password@host:port/db) "
+                 "instead of SQLite in --data-dir ($STOKE_STORE)")
+      ->envname("STOKE_STORE");
   app.add_option("--local-workers", local_workers,
                  "Workers to launch here: auto (one per GPU, else 2 CPU workers), N, cpu:N, or 0")
       ->capture_default_str();
@@ -153,6 +159,10 @@ int main(int argc, char** argv) {
   spdlog::set_level(spdlog::level::from_str(log_level));
 
   if (!backup_path.empty()) {
+    if (!store_url.empty()) {
+      return Fail(absl::InvalidArgumentError(
+          "--backup copies the SQLite store; back up a PostgreSQL store (--store) with pg_dump"));
+    }
     const std::string db = data_dir + "/stoke.db";
     if (!fs::exists(db)) {
       return Fail(absl::NotFoundError(absl::StrCat("--backup: no job store at ", db)));
@@ -213,11 +223,9 @@ int main(int argc, char** argv) {
   }
   data_dir = fs::canonical(data_dir).string();
 
-  if (auto s = CheckStoreNotEmptied(data_dir + "/stoke.db", data_dir + "/jobs"); !s.ok()) {
-    return Fail(s);
-  }
-  auto store = SqliteJobStore::Open({data_dir + "/stoke.db"});
+  auto store = OpenJobStore(store_url, data_dir);
   if (!store.ok()) return Fail(store.status());
+  if (!store_url.empty()) spdlog::info("job store: PostgreSQL at {}", RedactedStoreUrl(store_url));
   EventHub hub(**store);
   RealClock clock;
   Coordinator::Options core_options;

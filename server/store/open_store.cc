@@ -28,18 +28,7 @@ absl::StatusOr<std::unique_ptr<JobStore>> OpenJobStore(const std::string& store_
 }
 
 std::string RedactedStoreUrl(const std::string& store_url) {
-  // scheme://user:password@host...: the password is between the first ':' after the
-  // scheme and the last '@' before the path.
-  const auto scheme_end = store_url.find("://");
-  if (scheme_end == std::string::npos) return store_url;
-  const auto authority_start = scheme_end + 3;
-  const auto path_start = store_url.find('/', authority_start);
-  const auto at =
-      store_url.rfind('@', path_start == std::string::npos ? std::string::npos : path_start);
-  if (at == std::string::npos || at < authority_start) return store_url;
-  const auto colon = store_url.find(':', authority_start);
-  if (colon == std::string::npos || colon > at) return store_url;
-  return absl::StrCat(store_url.substr(0, colon + 1), "***", store_url.substr(at));
+  return RedactedPostgresUrl(store_url);
 }
 
 }  // namespace stoke::server

@@ -8,6 +8,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_replace.h"
 #include "absl/strings/strip.h"
 
 namespace stoke::server {
@@ -83,6 +84,21 @@ bool IsPostgresUrl(const std::string& url) {
   return absl::StartsWith(url, "postgres://") || absl::StartsWith(url, "postgresql://");
 }
 
+std::string RedactedPostgresUrl(const std::string& store_url) {
+  // scheme://user:password@host...: the password is between the first ':' after the
+  // scheme and the last '@' before the path.
+  const auto scheme_end = store_url.find("://");
+  if (scheme_end == std::string::npos) return store_url;
+  const auto authority_start = scheme_end + 3;
+  const auto path_start = store_url.find('/', authority_start);
+  const auto at =
+      store_url.rfind('@', path_start == std::string::npos ? std::string::npos : path_start);
+  if (at == std::string::npos || at < authority_start) return store_url;
+  const auto colon = store_url.find(':', authority_start);
+  if (colon == std::string::npos || colon > at) return store_url;
+  return absl::StrCat(store_url.substr(0, colon + 1), "***", store_url.substr(at));
+}
+
 absl::Status CheckPostgresUrl(const std::string& url, const std::string& flag) {
   if (!IsPostgresUrl(url)) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -94,6 +110,8 @@ absl::Status CheckPostgresUrl(const std::string& url, const std::string& flag) {
   if (options == nullptr) {
     std::string why = error ? Trimmed(error) : "out of memory";
     PQfreemem(error);
+    // libpq quotes the URL, password and all.
+    why = absl::StrReplaceAll(why, {{url, RedactedPostgresUrl(url)}});
     return absl::InvalidArgumentError(absl::StrCat(flag, ": not a valid PostgreSQL URL: ", why));
   }
   PQconninfoFree(options);

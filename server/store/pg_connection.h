@@ -111,6 +111,9 @@ class PgTransaction {
 // `flag` and saying what is wrong.
 absl::Status CheckPostgresUrl(const std::string& url, const std::string& flag);
 
+// The URL with its password replaced by "***", for messages and logs.
+std::string RedactedPostgresUrl(const std::string& url);
+
 // True for the URLs that select PostgreSQL: postgres:// and postgresql://.
 bool IsPostgresUrl(const std::string& url);
 

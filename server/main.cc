@@ -29,6 +29,7 @@
 #include "server/core/coordinator.h"
 #include "server/core/local_workers.h"
 #include "server/metrics/coordinator_metrics.h"
+#include "server/standby.h"
 #include "server/store/open_store.h"
 #include "server/store/sqlite_job_store.h"
 
@@ -223,17 +224,26 @@ int main(int argc, char** argv) {
   }
   data_dir = fs::canonical(data_dir).string();
 
-  auto store = OpenJobStore(store_url, data_dir);
-  if (!store.ok()) return Fail(store.status());
-  if (!store_url.empty()) spdlog::info("job store: PostgreSQL at {}", RedactedStoreUrl(store_url));
-  EventHub hub(**store);
+  auto opened = OpenJobStore(store_url, data_dir);
+  if (!opened.ok()) return Fail(opened.status());
+  std::unique_ptr<JobStore> store = std::move(opened->store);
+  if (opened->shared != nullptr) {
+    spdlog::info("job store: PostgreSQL at {}", RedactedStoreUrl(store_url));
+    std::thread lease_watch;
+    if (auto s = LeadBeforeServing(*opened->shared, stop_signals, &lease_watch); !s.ok()) {
+      if (s.code() != absl::StatusCode::kCancelled) return Fail(s);
+      spdlog::info("stopped while standby");
+      return 0;
+    }
+  }
+  EventHub hub(*store);
   RealClock clock;
   Coordinator::Options core_options;
   core_options.jobs_dir = data_dir + "/jobs";
   core_options.heartbeat_timeout = absl::Seconds(heartbeat_timeout_s);
   core_options.start_timeout = absl::Seconds(start_timeout_s);
   core_options.scheduler.backfill_window = absl::Seconds(backfill_window_s);
-  auto core = Coordinator::Create(core_options, **store, hub, clock);
+  auto core = Coordinator::Create(core_options, *store, hub, clock);
   if (!core.ok()) return Fail(core.status());
   if (auto s = (*core)->Start(); !s.ok()) return Fail(s);
 
@@ -280,7 +290,7 @@ int main(int argc, char** argv) {
         {"local-workers", security::Role::kWorker, security::HashToken(*token)});
   }
   const AccessControl access(std::move(access_options));
-  AuditLog audit(**store, clock);
+  AuditLog audit(*store, clock);
   CoordinatorService coordinator_service(**core, hub, executor, std::move(roots), access, audit);
   WorkerLinkService worker_link_service(**core, executor, access, audit);
   GrpcServer::Options server_options;

@@ -7,14 +7,14 @@
 
 namespace stoke::server {
 
-absl::StatusOr<std::unique_ptr<JobStore>> OpenJobStore(const std::string& store_url,
-                                                       const std::string& data_dir) {
+absl::StatusOr<OpenedStore> OpenJobStore(const std::string& store_url,
+                                         const std::string& data_dir) {
   if (store_url.empty()) {
     const std::string db = data_dir + "/stoke.db";
     if (auto s = CheckStoreNotEmptied(db, data_dir + "/jobs"); !s.ok()) return s;
     auto store = SqliteJobStore::Open({db});
     if (!store.ok()) return store.status();
-    return std::unique_ptr<JobStore>(*std::move(store));
+    return OpenedStore{*std::move(store)};
   }
   if (!IsPostgresUrl(store_url)) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -24,7 +24,8 @@ absl::StatusOr<std::unique_ptr<JobStore>> OpenJobStore(const std::string& store_
   }
   auto store = PostgresJobStore::Open({store_url, "--store"});
   if (!store.ok()) return store.status();
-  return std::unique_ptr<JobStore>(*std::move(store));
+  PostgresJobStore* shared = store->get();
+  return OpenedStore{*std::move(store), shared};
 }
 
 std::string RedactedStoreUrl(const std::string& store_url) {

@@ -149,9 +149,17 @@ PgConnection::PgConnection(pg_conn* conn, std::string url, std::string flag)
 PgConnection::~PgConnection() { PQfinish(conn_); }
 
 absl::Status PgConnection::EnsureConnected() {
+  if (!fenced_.ok()) return fenced_;
   if (PQstatus(conn_) == CONNECTION_OK) return absl::OkStatus();
   PQreset(conn_);
-  if (PQstatus(conn_) == CONNECTION_OK) return absl::OkStatus();
+  if (PQstatus(conn_) == CONNECTION_OK) {
+    if (!session_setup_) return absl::OkStatus();
+    absl::Status setup = session_setup_(*this);
+    // A session that could not be set up is of no use; one that is merely unreachable
+    // again will be retried by the next call.
+    if (!setup.ok() && setup.code() != absl::StatusCode::kUnavailable) fenced_ = setup;
+    return setup;
+  }
   return absl::UnavailableError(absl::StrCat(
       "PostgreSQL store ", description_, ": connection lost: ", Trimmed(PQerrorMessage(conn_))));
 }

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -70,6 +71,14 @@ class PgConnection {
   // Several statements separated by semicolons, without parameters (schema changes).
   absl::Status ExecScript(const std::string& sql);
 
+  // Runs on every new session after a reconnect, before the statement that found the
+  // connection broken is retried. An error fences the connection: from then on every
+  // call fails with that error (how a coordinator that lost its leader lease is kept from
+  // writing; see postgres_leader_lease.h).
+  void SetSessionSetup(std::function<absl::Status(PgConnection&)> setup) {
+    session_setup_ = std::move(setup);
+  }
+
   // "user@host:port/db": the server, for messages (no password).
   const std::string& description() const { return description_; }
 
@@ -79,6 +88,8 @@ class PgConnection {
   absl::Status ResultStatus(pg_result* result, const std::string& sql) const;
 
   pg_conn* conn_;
+  std::function<absl::Status(PgConnection&)> session_setup_;
+  absl::Status fenced_;
   const std::string url_;
   const std::string flag_;
   std::string description_;

@@ -2,10 +2,12 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <thread>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "server/store/job_id.h"
+#include "server/store/postgres_leader_lease.h"
 #include "server/store/postgres_schema.h"
 
 namespace stoke::server {
@@ -15,6 +17,41 @@ absl::StatusOr<std::unique_ptr<PostgresJobStore>> PostgresJobStore::Open(const O
   if (!db.ok()) return db.status();
   if (auto s = MigratePostgresSchema(**db); !s.ok()) return s;
   return std::unique_ptr<PostgresJobStore>(new PostgresJobStore(*std::move(db)));
+}
+
+absl::Status PostgresJobStore::WaitForLeadership(absl::Duration poll,
+                                                 const std::function<bool()>& stop) {
+  // A leader whose host vanished loses the lease within about this long.
+  constexpr absl::Duration kDeadLeader = absl::Seconds(9);
+  while (true) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      auto taken = TryTakeLeaderLease(*db_);
+      if (taken.ok() && *taken) {
+        if (auto s = ConfigureLeaderSession(*db_, kDeadLeader); !s.ok()) return s;
+        const std::string where = db_->description();
+        db_->SetSessionSetup([kDeadLeader, where](PgConnection& db) -> absl::Status {
+          auto again = TryTakeLeaderLease(db);
+          if (!again.ok()) return again.status();
+          if (!*again) {
+            return absl::FailedPreconditionError(
+                absl::StrCat("this coordinator lost its connection to the PostgreSQL store ", where,
+                             " and with it the leader lease, which another coordinator now holds"));
+          }
+          return ConfigureLeaderSession(db, kDeadLeader);
+        });
+        return absl::OkStatus();
+      }
+      // An unreachable server is waited out like a busy lease.
+    }
+    if (stop()) return absl::CancelledError("stopped while waiting for the leader lease");
+    std::this_thread::sleep_for(absl::ToChronoMilliseconds(poll));
+  }
+}
+
+absl::Status PostgresJobStore::CheckLeadership() {
+  std::lock_guard<std::mutex> lock(mu_);
+  return db_->Exec("SELECT 1").status();
 }
 
 absl::Status PostgresJobStore::WriteEvents(int64_t job_id, absl::Span<const v1::JobEvent> events) {

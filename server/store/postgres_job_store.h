@@ -4,11 +4,13 @@
 // write one transaction. Schema versions: postgres_schema.h.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "absl/time/time.h"
 #include "server/store/job_store.h"
 #include "server/store/pg_connection.h"
 
@@ -26,6 +28,15 @@ class PostgresJobStore final : public JobStore {
   // Connects and migrates the schema: UNAVAILABLE when the server cannot be reached,
   // INVALID_ARGUMENT for a malformed URL, FAILED_PRECONDITION for a newer schema.
   static absl::StatusOr<std::unique_ptr<PostgresJobStore>> Open(const Options& options);
+
+  // Coordinators sharing the database: blocks until this one holds the leader lease
+  // (postgres_leader_lease.h), trying every `poll`; CANCELLED as soon as `stop` says so.
+  // From then on, should its session end and another coordinator take the lease, every
+  // call fails FAILED_PRECONDITION: a deposed leader writes nothing.
+  absl::Status WaitForLeadership(absl::Duration poll, const std::function<bool()>& stop);
+  // A round trip on the leader's session: OK while this coordinator leads, UNAVAILABLE
+  // while the server does not answer, FAILED_PRECONDITION once the lease is lost.
+  absl::Status CheckLeadership();
 
   absl::StatusOr<v1::Job> CreateJob(v1::Job job, absl::Span<const v1::JobEvent> events) override;
   absl::Status Commit(const v1::Job& job, absl::Span<const v1::JobEvent> events) override;

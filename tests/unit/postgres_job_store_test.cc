@@ -138,8 +138,9 @@ TEST(PostgresStoreFlag, NoStoreFlagMeansSqliteInTheDataDir) {
   TempDir dir;
   auto store = OpenJobStore("", dir.path());
   ASSERT_TRUE(store.ok()) << store.status();
-  ASSERT_TRUE((*store)->CreateJob(NewJob("local"), {}).ok());
-  store->reset();
+  EXPECT_EQ(store->shared, nullptr);
+  ASSERT_TRUE(store->store->CreateJob(NewJob("local"), {}).ok());
+  store->store.reset();
   auto again = SqliteJobStore::Open({dir.File("stoke.db")});
   ASSERT_TRUE(again.ok()) << again.status();
   EXPECT_EQ((*again)->GetJob("1")->spec().name(), "local");
@@ -149,7 +150,8 @@ TEST_F(PostgresJobStoreTest, APostgresUrlInTheStoreFlagKeepsJobsThere) {
   TempDir dir;
   auto store = OpenJobStore(url_, dir.path());
   ASSERT_TRUE(store.ok()) << store.status();
-  ASSERT_TRUE((*store)->CreateJob(NewJob("central"), {}).ok());
+  EXPECT_NE(store->shared, nullptr);
+  ASSERT_TRUE(store->store->CreateJob(NewJob("central"), {}).ok());
   EXPECT_EQ(Query(url_, "SELECT count(*) FROM jobs"), "1");
 }
 
@@ -175,6 +177,78 @@ TEST(PostgresJobStoreRestart, KeepsWorkingAfterTheServerRestarts) {
   ASSERT_TRUE(job.ok()) << job.status();
   EXPECT_EQ(store->GetJob("1")->spec().name(), "before");
   EXPECT_EQ(store->GetJob(job->id())->spec().name(), "after");
+}
+
+}  // namespace
+}  // namespace stoke::server
+
+namespace stoke::server {
+namespace {
+
+// Ends the sessions holding the leader lease, as a network cut between a coordinator and
+// the server would.
+void CutTheLeadersSession(const std::string& url) {
+  Query(url,
+        "SELECT count(pg_terminate_backend(pid)) FROM pg_locks "
+        "WHERE locktype = 'advisory' AND granted");
+}
+
+// CheckLeadership until it says something other than "unreachable" (the first call after
+// a cut finds the session broken; the next reconnects).
+absl::Status SettledLeadership(PostgresJobStore& store) {
+  absl::Status s;
+  for (int i = 0; i < 3; ++i) {
+    s = store.CheckLeadership();
+    if (s.code() != absl::StatusCode::kUnavailable) break;
+  }
+  return s;
+}
+
+using PostgresLeaseTest = PostgresJobStoreTest;
+
+TEST_F(PostgresLeaseTest, OneCoordinatorLeadsAndTheStandbyTakesOverWhenItGoes) {
+  auto leader = *PostgresJobStore::Open({url_});
+  auto standby = *PostgresJobStore::Open({url_});
+  ASSERT_TRUE(leader->WaitForLeadership(absl::Milliseconds(100), [] { return false; }).ok());
+  int polls = 0;
+  auto waited = standby->WaitForLeadership(absl::Milliseconds(100), [&] { return ++polls >= 5; });
+  EXPECT_EQ(waited.code(), absl::StatusCode::kCancelled) << waited;
+  // The leader's process ends: its session, and with it the lease.
+  leader.reset();
+  const auto began = absl::Now();
+  ASSERT_TRUE(standby->WaitForLeadership(absl::Milliseconds(100), [] { return false; }).ok());
+  EXPECT_LT(absl::Now() - began, absl::Seconds(2));
+  EXPECT_TRUE(standby->CheckLeadership().ok());
+  EXPECT_TRUE(standby->CreateJob(NewJob("after takeover"), {}).ok());
+}
+
+TEST_F(PostgresLeaseTest, ADeposedLeaderWritesNothing) {
+  auto old_leader = *PostgresJobStore::Open({url_});
+  auto standby = *PostgresJobStore::Open({url_});
+  ASSERT_TRUE(old_leader->WaitForLeadership(absl::Milliseconds(100), [] { return false; }).ok());
+  ASSERT_TRUE(old_leader->CreateJob(NewJob("led"), {}).ok());
+  CutTheLeadersSession(url_);
+  ASSERT_TRUE(standby->WaitForLeadership(absl::Milliseconds(100), [] { return false; }).ok());
+  EXPECT_EQ(SettledLeadership(*old_leader).code(), absl::StatusCode::kFailedPrecondition);
+  auto refused = old_leader->CreateJob(NewJob("split brain"), {});
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kFailedPrecondition) << refused.status();
+  EXPECT_NE(refused.status().message().find("leader lease"), absl::string_view::npos);
+  JobQuery all;
+  auto page = standby->ListJobs(all);
+  ASSERT_EQ(page->jobs.size(), 1u);
+  EXPECT_EQ(page->jobs[0].spec().name(), "led");
+}
+
+TEST_F(PostgresLeaseTest, ALeaderThatReconnectsWithNoRivalKeepsLeading) {
+  auto leader = *PostgresJobStore::Open({url_});
+  ASSERT_TRUE(leader->WaitForLeadership(absl::Milliseconds(100), [] { return false; }).ok());
+  CutTheLeadersSession(url_);
+  EXPECT_TRUE(SettledLeadership(*leader).ok());
+  EXPECT_TRUE(leader->CreateJob(NewJob("still leading"), {}).ok());
+  auto rival = *PostgresJobStore::Open({url_});
+  int polls = 0;
+  EXPECT_EQ(rival->WaitForLeadership(absl::Milliseconds(50), [&] { return ++polls >= 3; }).code(),
+            absl::StatusCode::kCancelled);
 }
 
 }  // namespace

@@ -95,6 +95,10 @@ absl::StatusOr<std::string> CoordinatorTarget(const std::string& addresses, cons
   // TLS checks the certificate against the authority: the first entry as the user wrote it.
   args->SetString(GRPC_ARG_DEFAULT_AUTHORITY, first);
   args->SetLoadBalancingPolicyName("pick_first");
+  // pick_first tries the addresses one after another, and an attempt lasts at least this
+  // long (gRPC's default: 20 s): a coordinator half-way through shutting down must not
+  // hold up the standby behind it.
+  args->SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 1'000);
   return absl::StrCat(v6_count ? "ipv6:" : "ipv4:", absl::StrJoin(numeric, ","));
 }
 

@@ -19,6 +19,14 @@ namespace stoke::security {
 // `args` set so that TLS checks the certificate against the first entry's host name.
 // INVALID_ARGUMENT naming `flag` for an empty entry, an entry without a port, a name that
 // does not resolve or a list mixing IPv4 and IPv6.
+// Whether `addresses` lists several coordinators. Calls over such a channel should wait
+// for it to be ready (grpc::ClientContext::set_wait_for_ready): a call that fails fast
+// while the leader changes leaves nothing polling the channel's new connection attempts,
+// and the channel can then take many seconds to find the new leader.
+inline bool IsCoordinatorList(const std::string& addresses) {
+  return addresses.find(',') != std::string::npos;
+}
+
 absl::StatusOr<std::string> CoordinatorTarget(const std::string& addresses, const std::string& flag,
                                               grpc::ChannelArguments* args);
 

@@ -157,6 +157,15 @@ int main(int argc, char** argv) {
   app.add_flag("--insecure", insecure,
                "Allow plaintext gRPC on an address other than loopback (not recommended)");
   CLI11_PARSE(app, argc, argv);
+  // Blocked in every thread, so main alone takes them (sigwait): before anything starts a
+  // thread (gRPC does as soon as credentials are made), or such a thread would be killed
+  // by a signal that arrives while main is busy (a standby waiting for the lease).
+  sigset_t stop_signals;
+  sigemptyset(&stop_signals);
+  sigaddset(&stop_signals, SIGINT);
+  sigaddset(&stop_signals, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
+  signal(SIGPIPE, SIG_IGN);
   spdlog::set_level(spdlog::level::from_str(log_level));
 
   if (!backup_path.empty()) {
@@ -207,13 +216,6 @@ int main(int argc, char** argv) {
     metrics_token = *token;
   }
 
-  // Blocked in every thread started from here on; main waits for them with sigwait.
-  sigset_t stop_signals;
-  sigemptyset(&stop_signals);
-  sigaddset(&stop_signals, SIGINT);
-  sigaddset(&stop_signals, SIGTERM);
-  pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
-  signal(SIGPIPE, SIG_IGN);
 
   std::error_code ec;
   for (const char* sub : {"", "/jobs", "/logs", "/datasets"}) {

@@ -44,6 +44,8 @@ void Client::Authorize(grpc::ClientContext& context) const {
 
 void Client::PrepareContext(grpc::ClientContext& context) const {
   context.set_deadline(std::chrono::system_clock::now() + options_.call_timeout);
+  // With a leader and standbys, a call waits (up to its deadline) for the new leader.
+  if (security::IsCoordinatorList(options_.address)) context.set_wait_for_ready(true);
   Authorize(context);
 }
 

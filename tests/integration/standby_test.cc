@@ -134,5 +134,73 @@ TEST(StandbyCoordinator, TakesOverWithin10sAndTheJobFinishesThere) {
               static_cast<unsigned long long>(before->latest_metrics().step()));
 }
 
+TEST(StandbyCoordinator, AStandbyStopsCleanlyAndAStoppedLeaderHandsOver) {
+  if (FindPostgresBinDir().empty()) GTEST_SKIP() << "PostgreSQL server binaries not found";
+  std::string error;
+  const std::string store = NewPostgresDatabase(&error);
+  ASSERT_FALSE(store.empty()) << error;
+  TempDir dir;
+  const std::string first = "127.0.0.1:" + std::to_string(FreePort());
+  const std::string second = "127.0.0.1:" + std::to_string(FreePort());
+  const std::string third = "127.0.0.1:" + std::to_string(FreePort());
+  BackgroundProcess leader(
+      {STOKE_COORDINATOR_BINARY, "--address", first, "--store", store, "--data-dir", dir.path(),
+       "--local-workers", "0", "--metrics-address", ""},
+      {dir.File("first.log")});
+  ASSERT_TRUE(WaitFor([&] { return ReadText(dir.File("coordinator.address")) == first + "\n"; },
+                      seconds(30)))
+      << leader.Log();
+  client::ClientOptions options;
+  options.address = first + "," + second + "," + third;
+  auto client = client::Client::Connect(options);
+  ASSERT_TRUE(client.ok()) << client.status();
+  auto job = (*client)->SubmitJob(TrainingJob());
+  ASSERT_TRUE(job.ok()) << job.status();
+
+  // A standby asked to stop while it waits exits at once, cleanly.
+  BackgroundProcess quitter(
+      {STOKE_COORDINATOR_BINARY, "--address", second, "--store", store, "--data-dir", dir.path(),
+       "--local-workers", "0", "--metrics-address", ""},
+      {dir.File("second.log")});
+  ASSERT_TRUE(
+      WaitFor([&] { return quitter.Log().find("standby:") != std::string::npos; }, seconds(30)))
+      << quitter.Log();
+  quitter.Signal(SIGTERM);
+  EXPECT_EQ(quitter.Wait(), 0) << quitter.Log();
+
+  // A leader stopped for an upgrade hands over to the standby, which has the job.
+  BackgroundProcess standby(
+      {STOKE_COORDINATOR_BINARY, "--address", third, "--store", store, "--data-dir", dir.path(),
+       "--local-workers", "0", "--metrics-address", ""},
+      {dir.File("third.log")});
+  ASSERT_TRUE(
+      WaitFor([&] { return standby.Log().find("standby:") != std::string::npos; }, seconds(30)))
+      << standby.Log();
+  leader.Signal(SIGTERM);
+  EXPECT_EQ(leader.Wait(), 0) << leader.Log();
+  ASSERT_TRUE(WaitFor(
+      [&] {
+        auto now = (*client)->GetJob(job->id());
+        return now.ok() && now->spec().name() == "survives-failover";
+      },
+      seconds(10)))
+      << standby.Log();
+  EXPECT_EQ(ReadText(dir.File("coordinator.address")), third + "\n");
+}
+
+TEST(CoordinatorStoreFlag, ABadUrlOrAnAbsentServerStopsTheStartNamingTheFlag) {
+  TempDir dir;
+  for (const std::string& url :
+       {std::string("mysql://db/stoke"), "postgresql://stoke:pw@/stoke?host=" + dir.path()}) {
+    auto result =
+        RunCommand({STOKE_COORDINATOR_BINARY, "--store", url, "--data-dir", dir.path(),
+                    "--local-workers", "0", "--metrics-address", "", "--address", "127.0.0.1:0"});
+    EXPECT_NE(result.exit_code, 0) << url;
+    EXPECT_NE(result.out.find("--store") + result.err.find("--store"), 2 * std::string::npos)
+        << result.out << result.err;
+    EXPECT_EQ((result.out + result.err).find(":pw@"), std::string::npos) << result.err;
+  }
+}
+
 }  // namespace
 }  // namespace stoke::testing

@@ -185,6 +185,8 @@ void WorkerAgent::Serve(v1::WorkerLink::Stub& stub) {
   if (!options_.join_token.empty()) {
     context.AddMetadata("authorization", "Bearer " + options_.join_token);
   }
+  // With a leader and standbys, attaching waits for whichever leads (Stop() cancels it).
+  if (security::IsCoordinatorList(options_.coordinator_address)) context.set_wait_for_ready(true);
   std::unique_ptr<Stream> stream = stub.Attach(&context);
 
   v1::WorkerMessage hello;

@@ -216,7 +216,6 @@ int main(int argc, char** argv) {
     metrics_token = *token;
   }
 
-
   std::error_code ec;
   for (const char* sub : {"", "/jobs", "/logs", "/datasets"}) {
     fs::create_directories(data_dir + sub, ec);

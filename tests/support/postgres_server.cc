@@ -61,8 +61,10 @@ std::string ReadFile(const std::string& path) {
 }  // namespace
 
 std::string FindPostgresBinDir() {
-  if (const char* env = std::getenv("STOKE_POSTGRES_BIN"); env && *env) return env;
   std::error_code ec;
+  if (const char* env = std::getenv("STOKE_POSTGRES_BIN"); env && *env) {
+    return fs::exists(fs::path(env) / "initdb", ec) ? env : "";
+  }
   std::vector<std::string> found;
   for (const auto& entry : fs::directory_iterator("/usr/lib/postgresql", ec)) {
     const fs::path bin = entry.path() / "bin";
@@ -83,8 +85,8 @@ std::unique_ptr<PostgresServer> PostgresServer::Start(std::string* error) {
   server->bin_dir_ = FindPostgresBinDir();
   if (server->bin_dir_.empty()) {
     *error =
-        "PostgreSQL server binaries not found (no /usr/lib/postgresql/*/bin/initdb, "
-        "STOKE_POSTGRES_BIN unset): install Debian's postgresql (scripts/setup-deps.sh)";
+        "PostgreSQL server binaries not found (no initdb in /usr/lib/postgresql/*/bin or "
+        "$STOKE_POSTGRES_BIN): install Debian's postgresql (scripts/setup-deps.sh)";
     return nullptr;
   }
   const char* tmp = std::getenv("TMPDIR");
@@ -94,19 +96,10 @@ std::unique_ptr<PostgresServer> PostgresServer::Start(std::string* error) {
     return nullptr;
   }
   server->dir_ = pattern;
-  if (geteuid() == 0) {
-    const passwd* nobody = getpwnam("nobody");
-    if (nobody == nullptr) {
-      *error = "running as root, and there is no user `nobody` to run PostgreSQL as";
-      return nullptr;
-    }
-    server->switch_user_ = true;
-    server->uid_ = nobody->pw_uid;
-    server->gid_ = nobody->pw_gid;
-    if (chown(server->dir_.c_str(), server->uid_, server->gid_) != 0) {
-      *error = "cannot give " + server->dir_ + " to user nobody";
-      return nullptr;
-    }
+  if (!server->UseNobodyIfRoot(error)) return nullptr;
+  if (server->switch_user_ && chown(server->dir_.c_str(), server->uid_, server->gid_) != 0) {
+    *error = "cannot give " + server->dir_ + " to user nobody";
+    return nullptr;
   }
   const std::string log = server->dir_ + "/initdb.log";
   const pid_t initdb = Spawn({server->bin_dir_ + "/initdb", "-D", server->dir_ + "/data", "-U",
@@ -118,6 +111,32 @@ std::unique_ptr<PostgresServer> PostgresServer::Start(std::string* error) {
     return nullptr;
   }
   if (!server->Launch(error)) return nullptr;
+  return server;
+}
+
+bool PostgresServer::UseNobodyIfRoot(std::string* error) {
+  if (geteuid() != 0) return true;
+  const passwd* nobody = getpwnam("nobody");
+  if (nobody == nullptr) {
+    *error = "running as root, and there is no user `nobody` to run PostgreSQL as";
+    return false;
+  }
+  switch_user_ = true;
+  uid_ = nobody->pw_uid;
+  gid_ = nobody->pw_gid;
+  return true;
+}
+
+std::unique_ptr<PostgresServer> PostgresServer::Attach(const std::string& dir, std::string* error) {
+  std::unique_ptr<PostgresServer> server(new PostgresServer());
+  server->owned_ = false;
+  server->dir_ = dir;
+  server->bin_dir_ = FindPostgresBinDir();
+  if (!server->UseNobodyIfRoot(error)) return nullptr;
+  if (PQping(server->Url("postgres").c_str()) != PQPING_OK) {
+    *error = "no PostgreSQL server answers on the socket in " + dir;
+    return nullptr;
+  }
   return server;
 }
 
@@ -149,6 +168,7 @@ void PostgresServer::StopServer() {
 }
 
 PostgresServer::~PostgresServer() {
+  if (!owned_) return;
   StopServer();
   std::error_code ec;
   if (!dir_.empty()) fs::remove_all(dir_, ec);
@@ -206,6 +226,7 @@ bool PostgresServer::LoadSql(const std::string& name, const std::string& sql_fil
 }
 
 bool PostgresServer::Restart() {
+  if (!owned_) return false;
   StopServer();
   std::string error;
   // The old backends may take a moment to leave the shared memory the new server needs.

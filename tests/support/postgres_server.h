@@ -20,13 +20,17 @@
 namespace stoke::testing {
 
 // The folder holding initdb and postgres: $STOKE_POSTGRES_BIN, else the newest
-// /usr/lib/postgresql/*/bin (Debian's postgresql package); empty when there is none.
+// /usr/lib/postgresql/*/bin (Debian's postgresql package); empty when there is none
+// (STOKE_POSTGRES_BIN=/nowhere shows how the tests skip without PostgreSQL).
 std::string FindPostgresBinDir();
 
 class PostgresServer {
  public:
   // Starts a server; null with *error set when it cannot (no binaries, initdb failed...).
   static std::unique_ptr<PostgresServer> Start(std::string* error);
+  // A server someone else started with its socket in `dir` (postgres-test-server.sh):
+  // used, never stopped or removed. Null with *error set when it does not answer.
+  static std::unique_ptr<PostgresServer> Attach(const std::string& dir, std::string* error);
   ~PostgresServer();
   PostgresServer(const PostgresServer&) = delete;
   PostgresServer& operator=(const PostgresServer&) = delete;
@@ -51,6 +55,7 @@ class PostgresServer {
  private:
   PostgresServer() = default;
   bool Launch(std::string* error);
+  bool UseNobodyIfRoot(std::string* error);
   void StopServer();
 
   std::string bin_dir_;
@@ -58,6 +63,7 @@ class PostgresServer {
   uid_t uid_ = 0;
   gid_t gid_ = 0;
   bool switch_user_ = false;
+  bool owned_ = true;
   pid_t postmaster_ = -1;
 };
 

@@ -1,5 +1,10 @@
 #include "tests/support/store_factories.h"
 
+#include <unistd.h>
+
+#include <cstdlib>
+#include <fstream>
+
 #include "server/store/postgres_job_store.h"
 #include "server/store/sqlite_job_store.h"
 #include "tests/support/temp_dir.h"
@@ -32,11 +37,23 @@ class PostgresFactory : public StoreFactory {
   std::string url_;
 };
 
+// Under CTest, the server of the postgres_server fixture (tests/CMakeLists.txt), whose
+// socket folder $STOKE_TEST_POSTGRES_STATE names; run alone, a server of our own.
+std::unique_ptr<PostgresServer> StartOrAttach(std::string* error) {
+  const char* state = std::getenv("STOKE_TEST_POSTGRES_STATE");
+  if (state != nullptr && *state) {
+    std::ifstream in(state);
+    std::string dir;
+    if (std::getline(in, dir) && !dir.empty()) return PostgresServer::Attach(dir, error);
+  }
+  return PostgresServer::Start(error);
+}
+
 }  // namespace
 
 PostgresServer* SharedPostgresServer(std::string* error) {
   static std::string start_error;
-  static std::unique_ptr<PostgresServer> server = PostgresServer::Start(&start_error);
+  static std::unique_ptr<PostgresServer> server = StartOrAttach(&start_error);
   if (!server) *error = start_error;
   return server.get();
 }
@@ -44,8 +61,10 @@ PostgresServer* SharedPostgresServer(std::string* error) {
 std::string NewPostgresDatabase(std::string* error) {
   PostgresServer* server = SharedPostgresServer(error);
   if (server == nullptr) return "";
+  // Test processes share the fixture's server: the pid keeps their databases apart.
   static int databases = 0;
-  return server->CreateDatabase("stoke_test_" + std::to_string(++databases), error);
+  return server->CreateDatabase(
+      "stoke_test_" + std::to_string(getpid()) + "_" + std::to_string(++databases), error);
 }
 
 std::unique_ptr<StoreFactory> NewStoreFactory(const std::string& kind, std::string* skip,

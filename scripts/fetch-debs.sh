@@ -25,7 +25,7 @@ here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 
 wanted=(
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler libabsl-dev
-  prometheus-cpp-dev libsqlite3-dev libyaml-cpp-dev nlohmann-json3-dev libcli11-dev
+  prometheus-cpp-dev libsqlite3-dev libpq-dev libyaml-cpp-dev nlohmann-json3-dev libcli11-dev
   libspdlog-dev libfmt-dev libgtest-dev libgmock-dev zlib1g-dev
   "$@"
 )

@@ -29,6 +29,8 @@
 #include "server/core/coordinator.h"
 #include "server/core/local_workers.h"
 #include "server/metrics/coordinator_metrics.h"
+#include "server/standby.h"
+#include "server/store/open_store.h"
 #include "server/store/sqlite_job_store.h"
 
 namespace fs = std::filesystem;
@@ -103,6 +105,11 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--data-dir", data_dir, "Job store, job files and worker logs ($STOKE_DATA_DIR)")
       ->capture_default_str();
+  std::string store_url;
+  app.add_option("--store", store_url,
+                 "Keep jobs in PostgreSQL at this URL (postgres://user:password@host:port/db) "
+                 "instead of SQLite in --data-dir ($STOKE_STORE)")
+      ->envname("STOKE_STORE");
   app.add_option("--local-workers", local_workers,
                  "Workers to launch here: auto (one per GPU, else 2 CPU workers), N, cpu:N, or 0")
       ->capture_default_str();
@@ -150,9 +157,22 @@ int main(int argc, char** argv) {
   app.add_flag("--insecure", insecure,
                "Allow plaintext gRPC on an address other than loopback (not recommended)");
   CLI11_PARSE(app, argc, argv);
+  // Blocked in every thread, so main alone takes them (sigwait): before anything starts a
+  // thread (gRPC does as soon as credentials are made), or such a thread would be killed
+  // by a signal that arrives while main is busy (a standby waiting for the lease).
+  sigset_t stop_signals;
+  sigemptyset(&stop_signals);
+  sigaddset(&stop_signals, SIGINT);
+  sigaddset(&stop_signals, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
+  signal(SIGPIPE, SIG_IGN);
   spdlog::set_level(spdlog::level::from_str(log_level));
 
   if (!backup_path.empty()) {
+    if (!store_url.empty()) {
+      return Fail(absl::InvalidArgumentError(
+          "--backup copies the SQLite store; back up a PostgreSQL store (--store) with pg_dump"));
+    }
     const std::string db = data_dir + "/stoke.db";
     if (!fs::exists(db)) {
       return Fail(absl::NotFoundError(absl::StrCat("--backup: no job store at ", db)));
@@ -196,14 +216,6 @@ int main(int argc, char** argv) {
     metrics_token = *token;
   }
 
-  // Blocked in every thread started from here on; main waits for them with sigwait.
-  sigset_t stop_signals;
-  sigemptyset(&stop_signals);
-  sigaddset(&stop_signals, SIGINT);
-  sigaddset(&stop_signals, SIGTERM);
-  pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
-  signal(SIGPIPE, SIG_IGN);
-
   std::error_code ec;
   for (const char* sub : {"", "/jobs", "/logs", "/datasets"}) {
     fs::create_directories(data_dir + sub, ec);
@@ -213,19 +225,26 @@ int main(int argc, char** argv) {
   }
   data_dir = fs::canonical(data_dir).string();
 
-  if (auto s = CheckStoreNotEmptied(data_dir + "/stoke.db", data_dir + "/jobs"); !s.ok()) {
-    return Fail(s);
+  auto opened = OpenJobStore(store_url, data_dir);
+  if (!opened.ok()) return Fail(opened.status());
+  std::unique_ptr<JobStore> store = std::move(opened->store);
+  if (opened->shared != nullptr) {
+    spdlog::info("job store: PostgreSQL at {}", RedactedStoreUrl(store_url));
+    std::thread lease_watch;
+    if (auto s = LeadBeforeServing(*opened->shared, stop_signals, &lease_watch); !s.ok()) {
+      if (s.code() != absl::StatusCode::kCancelled) return Fail(s);
+      spdlog::info("stopped while standby");
+      return 0;
+    }
   }
-  auto store = SqliteJobStore::Open({data_dir + "/stoke.db"});
-  if (!store.ok()) return Fail(store.status());
-  EventHub hub(**store);
+  EventHub hub(*store);
   RealClock clock;
   Coordinator::Options core_options;
   core_options.jobs_dir = data_dir + "/jobs";
   core_options.heartbeat_timeout = absl::Seconds(heartbeat_timeout_s);
   core_options.start_timeout = absl::Seconds(start_timeout_s);
   core_options.scheduler.backfill_window = absl::Seconds(backfill_window_s);
-  auto core = Coordinator::Create(core_options, **store, hub, clock);
+  auto core = Coordinator::Create(core_options, *store, hub, clock);
   if (!core.ok()) return Fail(core.status());
   if (auto s = (*core)->Start(); !s.ok()) return Fail(s);
 
@@ -272,7 +291,7 @@ int main(int argc, char** argv) {
         {"local-workers", security::Role::kWorker, security::HashToken(*token)});
   }
   const AccessControl access(std::move(access_options));
-  AuditLog audit(**store, clock);
+  AuditLog audit(*store, clock);
   CoordinatorService coordinator_service(**core, hub, executor, std::move(roots), access, audit);
   WorkerLinkService worker_link_service(**core, executor, access, audit);
   GrpcServer::Options server_options;

@@ -59,7 +59,9 @@ int main(int argc, char** argv) {
   bool list_devices = false;
   int threads = 0;
   std::string log_level = "info";
-  app.add_option("--coordinator", coordinator, "Coordinator address host:port ($STOKE_ADDRESS)")
+  app.add_option("--coordinator", coordinator,
+                 "Coordinator address host:port, or several separated by commas: a leader and its "
+                 "standbys ($STOKE_ADDRESS)")
       ->capture_default_str();
   app.add_option("--device", device_text,
                  "cpu, cpu:N or cuda:N (default: cuda:0 if present, else cpu)");

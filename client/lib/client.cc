@@ -12,6 +12,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "proto/stoke/v1/limits.h"
+#include "security/coordinator_target.h"
 #include "security/grpc_credentials.h"
 
 namespace stoke::client {
@@ -30,7 +31,10 @@ absl::StatusOr<std::unique_ptr<Client>> Client::Connect(const ClientOptions& opt
   args.SetInt(GRPC_ARG_KEEPALIVE_TIME_MS, 20'000);
   args.SetMaxReceiveMessageSize(v1::kMaxMessageBytes);
   args.SetMaxSendMessageSize(v1::kMaxMessageBytes);
-  auto channel = grpc::CreateCustomChannel(options.address, *credentials, args);
+  // A comma-separated list names a leader and its standbys.
+  auto target = security::CoordinatorTarget(options.address, "coordinator address", &args);
+  if (!target.ok()) return target.status();
+  auto channel = grpc::CreateCustomChannel(*target, *credentials, args);
   return std::unique_ptr<Client>(new Client(options, std::move(channel)));
 }
 
@@ -40,6 +44,8 @@ void Client::Authorize(grpc::ClientContext& context) const {
 
 void Client::PrepareContext(grpc::ClientContext& context) const {
   context.set_deadline(std::chrono::system_clock::now() + options_.call_timeout);
+  // With a leader and standbys, a call waits (up to its deadline) for the new leader.
+  if (security::IsCoordinatorList(options_.address)) context.set_wait_for_ready(true);
   Authorize(context);
 }
 

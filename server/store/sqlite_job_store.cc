@@ -5,11 +5,11 @@
 #include <sys/stat.h>
 
 #include <algorithm>
-#include <charconv>
 #include <cstdint>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "server/store/job_id.h"
 
 namespace stoke::server {
 namespace {
@@ -48,14 +48,6 @@ class Statement {
   sqlite3_stmt* stmt_ = nullptr;
   int rc_ = SQLITE_OK;
 };
-
-// Job ids are decimal row ids, written one way only: "01" or "+1" name no job, so that
-// every RPC (all of which come here) agrees on what an id means.
-bool ParseJobId(const std::string& id, int64_t* out) {
-  if (id.empty() || id.size() > 18 || id[0] < '1' || id[0] > '9') return false;
-  auto [end, ec] = std::from_chars(id.data(), id.data() + id.size(), *out);
-  return ec == std::errc() && end == id.data() + id.size() && *out > 0;
-}
 
 // Rolls back unless Commit() was called, so every early return leaves the file as it was.
 class Transaction {

@@ -1,5 +1,6 @@
 #include "worker/link/worker_agent.h"
 
+#include "security/coordinator_target.h"
 #include "security/grpc_credentials.h"
 
 #include <grpcpp/grpcpp.h>
@@ -148,7 +149,10 @@ absl::Status WorkerAgent::Run() {
   // The coordinator's own limit, so that whatever it accepts reaches its workers.
   args.SetMaxReceiveMessageSize(v1::kMaxMessageBytes);
   args.SetMaxSendMessageSize(v1::kMaxMessageBytes);
-  auto channel = grpc::CreateCustomChannel(options_.coordinator_address, *credentials, args);
+  // A comma-separated list names a leader and its standbys: the channel follows the leader.
+  auto target = security::CoordinatorTarget(options_.coordinator_address, "--coordinator", &args);
+  if (!target.ok()) return target.status();
+  auto channel = grpc::CreateCustomChannel(*target, *credentials, args);
   auto stub = v1::WorkerLink::NewStub(channel);
   auto backoff = std::chrono::milliseconds(250);
   while (!stopping_) {
@@ -181,6 +185,8 @@ void WorkerAgent::Serve(v1::WorkerLink::Stub& stub) {
   if (!options_.join_token.empty()) {
     context.AddMetadata("authorization", "Bearer " + options_.join_token);
   }
+  // With a leader and standbys, attaching waits for whichever leads (Stop() cancels it).
+  if (security::IsCoordinatorList(options_.coordinator_address)) context.set_wait_for_ready(true);
   std::unique_ptr<Stream> stream = stub.Attach(&context);
 
   v1::WorkerMessage hello;

@@ -11,6 +11,7 @@ from typing import Any, Callable, Iterable, Iterator, List, Optional, Tuple, Uni
 
 import grpc
 
+from stoke.addresses import channel_target
 from stoke.errors import StokeError, error_from_rpc
 from stoke.events import Event
 from stoke.job import Job
@@ -118,11 +119,14 @@ class Client:
             ("grpc.min_reconnect_backoff_ms", 200),
             ("grpc.max_reconnect_backoff_ms", 2_000),
         ]
+        # A comma-separated list names a leader and its standbys.
+        target, list_options = channel_target(self.address)
+        options += list_options
         credentials = _credentials(tls)
         if credentials is None:
-            self._channel = grpc.insecure_channel(self.address, options=options)
+            self._channel = grpc.insecure_channel(target, options=options)
         else:
-            self._channel = grpc.secure_channel(self.address, credentials, options=options)
+            self._channel = grpc.secure_channel(target, credentials, options=options)
         self._stub = coordinator_pb2_grpc.CoordinatorStub(self._channel)
 
     # --- lifetime -------------------------------------------------------------------

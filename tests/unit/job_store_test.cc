@@ -1,0 +1,317 @@
+// One suite, every job store: SQLite on a temp file and PostgreSQL on a throwaway server
+// (tests/support/postgres_server.h). What is committed is what is read back, also after the
+// store is opened again; each write is one transaction; ids, pages and request ids behave
+// the same whichever store a coordinator runs on.
+#include <gtest/gtest.h>
+
+#include <set>
+#include <thread>
+
+#include "server/store/job_store.h"
+#include "tests/support/store_factories.h"
+
+namespace stoke::server {
+namespace {
+
+using stoke::testing::NewStoreFactory;
+using stoke::testing::StoreFactory;
+
+v1::Job NewJob(const std::string& name, v1::JobState state = v1::JOB_STATE_PENDING) {
+  v1::Job job;
+  job.mutable_spec()->set_name(name);
+  job.set_state(state);
+  job.set_last_event_seq(1);
+  return job;
+}
+
+v1::JobEvent StateEvent(uint64_t seq, v1::JobState state) {
+  v1::JobEvent event;
+  event.set_seq(seq);
+  event.mutable_state_change()->set_state(state);
+  return event;
+}
+
+class JobStoreTest : public ::testing::TestWithParam<std::string> {
+ protected:
+  void SetUp() override {
+    std::string skip, failure;
+    factory_ = NewStoreFactory(GetParam(), &skip, &failure);
+    if (!skip.empty()) GTEST_SKIP() << skip;
+    ASSERT_NE(factory_, nullptr) << failure;
+    auto store = factory_->Open();
+    ASSERT_TRUE(store.ok()) << store.status();
+    store_ = *std::move(store);
+  }
+
+  // Closes the store and opens it again, as a restarted coordinator does.
+  JobStore& Reopen() {
+    store_.reset();
+    auto store = factory_->Open();
+    EXPECT_TRUE(store.ok()) << store.status();
+    store_ = *std::move(store);
+    return *store_;
+  }
+
+  std::unique_ptr<StoreFactory> factory_;
+  std::unique_ptr<JobStore> store_;
+};
+
+TEST_P(JobStoreTest, CreatedJobRoundTripsWithItsFirstEvent) {
+  auto job = store_->CreateJob(NewJob("first"), {StateEvent(1, v1::JOB_STATE_PENDING)});
+  ASSERT_TRUE(job.ok()) << job.status();
+  EXPECT_EQ(job->id(), "1");
+  auto read = store_->GetJob("1");
+  ASSERT_TRUE(read.ok()) << read.status();
+  EXPECT_EQ(read->spec().name(), "first");
+  EXPECT_EQ(read->id(), "1");
+  auto events = store_->ReadEvents("1", 1, 100);
+  ASSERT_TRUE(events.ok()) << events.status();
+  ASSERT_EQ(events->size(), 1u);
+  EXPECT_EQ((*events)[0].state_change().state(), v1::JOB_STATE_PENDING);
+}
+
+TEST_P(JobStoreTest, IdsIncreaseInSubmissionOrder) {
+  for (int i = 1; i <= 3; ++i) {
+    auto job = store_->CreateJob(NewJob("j"), {});
+    ASSERT_TRUE(job.ok()) << job.status();
+    EXPECT_EQ(job->id(), std::to_string(i));
+  }
+}
+
+TEST_P(JobStoreTest, CommitStoresTransitionAndEventsTogether) {
+  auto job = *store_->CreateJob(NewJob("j"), {StateEvent(1, v1::JOB_STATE_PENDING)});
+  job.set_state(v1::JOB_STATE_RUNNING);
+  job.set_last_event_seq(3);
+  ASSERT_TRUE(store_
+                  ->Commit(job, {StateEvent(2, v1::JOB_STATE_SCHEDULED),
+                                 StateEvent(3, v1::JOB_STATE_RUNNING)})
+                  .ok());
+  EXPECT_EQ(store_->GetJob(job.id())->state(), v1::JOB_STATE_RUNNING);
+  auto events = *store_->ReadEvents(job.id(), 2, 100);
+  ASSERT_EQ(events.size(), 2u);
+  EXPECT_EQ(events[0].seq(), 2u);
+  EXPECT_EQ(events[1].state_change().state(), v1::JOB_STATE_RUNNING);
+}
+
+// An event that is already stored makes the whole commit fail: the job's new state is not
+// kept without its events.
+TEST_P(JobStoreTest, AFailedCommitChangesNothing) {
+  auto job = *store_->CreateJob(NewJob("j"), {StateEvent(1, v1::JOB_STATE_PENDING)});
+  job.set_state(v1::JOB_STATE_RUNNING);
+  auto s = store_->Commit(
+      job, {StateEvent(2, v1::JOB_STATE_RUNNING), StateEvent(1, v1::JOB_STATE_RUNNING)});
+  EXPECT_FALSE(s.ok());
+  EXPECT_EQ(store_->GetJob(job.id())->state(), v1::JOB_STATE_PENDING);
+  EXPECT_EQ(store_->ReadEvents(job.id(), 1, 10)->size(), 1u);
+  // The store still takes writes after the failure.
+  EXPECT_TRUE(store_->Commit(job, {StateEvent(2, v1::JOB_STATE_RUNNING)}).ok());
+}
+
+TEST_P(JobStoreTest, CommitOfAnUnknownJobIsNotFound) {
+  v1::Job ghost = NewJob("ghost");
+  ghost.set_id("42");
+  EXPECT_EQ(store_->Commit(ghost, {StateEvent(1, v1::JOB_STATE_PENDING)}).code(),
+            absl::StatusCode::kNotFound);
+  EXPECT_TRUE(store_->ReadEvents("42", 1, 10)->empty());
+}
+
+TEST_P(JobStoreTest, EverythingSurvivesReopening) {
+  auto job = *store_->CreateJob(NewJob("kept"), {StateEvent(1, v1::JOB_STATE_PENDING)});
+  job.set_state(v1::JOB_STATE_SUCCEEDED);
+  job.set_last_event_seq(2);
+  ASSERT_TRUE(store_->Commit(job, {StateEvent(2, v1::JOB_STATE_SUCCEEDED)}).ok());
+  JobStore& store = Reopen();
+  auto read = store.GetJob("1");
+  ASSERT_TRUE(read.ok()) << read.status();
+  EXPECT_EQ(read->spec().name(), "kept");
+  EXPECT_EQ(read->state(), v1::JOB_STATE_SUCCEEDED);
+  EXPECT_EQ(store.ReadEvents("1", 1, 10)->size(), 2u);
+  // New ids continue after the old ones.
+  EXPECT_EQ(store.CreateJob(NewJob("next"), {})->id(), "2");
+}
+
+TEST_P(JobStoreTest, ListsNewestFirstFilteredAndPaged) {
+  for (int i = 0; i < 5; ++i) {
+    ASSERT_TRUE(
+        store_->CreateJob(NewJob("j", i % 2 ? v1::JOB_STATE_RUNNING : v1::JOB_STATE_PENDING), {})
+            .ok());
+  }
+  JobQuery query;
+  query.limit = 2;
+  auto page = *store_->ListJobs(query);
+  ASSERT_EQ(page.jobs.size(), 2u);
+  EXPECT_EQ(page.jobs[0].id(), "5");
+  EXPECT_EQ(page.jobs[1].id(), "4");
+  EXPECT_TRUE(page.more);
+  query.before_id = 4;
+  page = *store_->ListJobs(query);
+  EXPECT_EQ(page.jobs[0].id(), "3");
+  query.before_id = 2;
+  page = *store_->ListJobs(query);
+  ASSERT_EQ(page.jobs.size(), 1u);
+  EXPECT_FALSE(page.more);
+  query = JobQuery{};
+  query.states = {v1::JOB_STATE_RUNNING};
+  page = *store_->ListJobs(query);
+  ASSERT_EQ(page.jobs.size(), 2u);
+  EXPECT_EQ(page.jobs[0].id(), "4");
+  EXPECT_EQ(page.jobs[1].id(), "2");
+  EXPECT_FALSE(page.more);
+  query.states = {v1::JOB_STATE_RUNNING, v1::JOB_STATE_PENDING};
+  EXPECT_EQ(store_->ListJobs(query)->jobs.size(), 5u);
+}
+
+TEST_P(JobStoreTest, ListsOnlyTheOwnersJobs) {
+  for (const char* owner : {"alice", "bob", "alice", ""}) {
+    v1::Job job = NewJob("j");
+    job.set_owner(owner);
+    ASSERT_TRUE(store_->CreateJob(job, {StateEvent(1, v1::JOB_STATE_PENDING)}).ok());
+  }
+  JobQuery query;
+  query.owner = "alice";
+  auto page = store_->ListJobs(query);
+  ASSERT_TRUE(page.ok()) << page.status();
+  ASSERT_EQ(page->jobs.size(), 2u);
+  EXPECT_EQ(page->jobs[0].id(), "3");
+  EXPECT_EQ(page->jobs[1].id(), "1");
+  query.owner = "carol";
+  EXPECT_TRUE(store_->ListJobs(query)->jobs.empty());
+}
+
+TEST_P(JobStoreTest, UnknownJobsAreNotFound) {
+  EXPECT_EQ(store_->GetJob("7").status().code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(store_->GetJob("abc").status().code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(store_->GetJob("").status().code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(store_->GetJob("99999999999999999999").status().code(), absl::StatusCode::kNotFound);
+}
+
+TEST_P(JobStoreTest, AuditEntriesAndWorkerBindingsSurviveAReopen) {
+  for (const char* who : {"alice", "bob", "root"}) {
+    v1::AuditEntry entry;
+    entry.set_who(who);
+    entry.set_action("SubmitJob");
+    ASSERT_TRUE(store_->AppendAudit(entry).ok());
+  }
+  EXPECT_EQ(*store_->BindWorkerCredential("host/cuda:0", "host-a"), "host-a");
+  JobStore& store = Reopen();
+  auto page = store.ListAudit(0, 2);
+  ASSERT_TRUE(page.ok()) << page.status();
+  ASSERT_EQ(page->entries.size(), 2u);
+  EXPECT_TRUE(page->more);
+  EXPECT_EQ(page->entries[0].who(), "root");  // newest first
+  EXPECT_EQ(page->entries[0].id(), 3u);
+  auto rest = store.ListAudit(page->entries[1].id(), 2);
+  ASSERT_EQ(rest->entries.size(), 1u);
+  EXPECT_EQ(rest->entries[0].who(), "alice");
+  EXPECT_FALSE(rest->more);
+  // The first credential keeps the id.
+  EXPECT_EQ(*store.BindWorkerCredential("host/cuda:0", "host-b"), "host-a");
+  EXPECT_EQ(*store.BindWorkerCredential("host/cuda:1", "host-b"), "host-b");
+}
+
+TEST_P(JobStoreTest, ARequestIdLeadsBackToItsJobAfterReopening) {
+  v1::Job job = NewJob("retried");
+  job.set_request_id("req-1");
+  ASSERT_TRUE(store_->CreateJob(job, {StateEvent(1, v1::JOB_STATE_PENDING)}).ok());
+  ASSERT_TRUE(store_->CreateJob(NewJob("other"), {StateEvent(1, v1::JOB_STATE_PENDING)}).ok());
+  JobStore& store = Reopen();
+  auto found = store.FindJobByRequestId("req-1");
+  ASSERT_TRUE(found.ok()) << found.status();
+  EXPECT_EQ(found->id(), "1");
+  EXPECT_EQ(found->spec().name(), "retried");
+  EXPECT_EQ(store.FindJobByRequestId("req-2").status().code(), absl::StatusCode::kNotFound);
+}
+
+// Two submissions with one request id: the second is refused whole, so a retried submit
+// can never leave a second job behind.
+TEST_P(JobStoreTest, AReusedRequestIdCreatesNoSecondJob) {
+  v1::Job job = NewJob("once");
+  job.set_request_id("req-1");
+  ASSERT_TRUE(store_->CreateJob(job, {StateEvent(1, v1::JOB_STATE_PENDING)}).ok());
+  EXPECT_FALSE(store_->CreateJob(job, {StateEvent(1, v1::JOB_STATE_PENDING)}).ok());
+  JobQuery all;
+  all.limit = 100;
+  EXPECT_EQ(store_->ListJobs(all)->jobs.size(), 1u);
+  EXPECT_EQ(store_->FindJobByRequestId("req-1")->spec().name(), "once");
+}
+
+// Protobuf strings may hold any byte, NUL included; the store keeps them as given.
+TEST_P(JobStoreTest, KeepsEveryByteOfRequestIdsOwnersAndWorkerIds) {
+  const std::string odd("a\0b\xc3\xa9'\";--", 10);
+  v1::Job job = NewJob(odd);
+  job.set_request_id(odd);
+  job.set_owner(odd);
+  ASSERT_TRUE(store_->CreateJob(job, {StateEvent(1, v1::JOB_STATE_PENDING)}).ok());
+  auto found = store_->FindJobByRequestId(odd);
+  ASSERT_TRUE(found.ok()) << found.status();
+  EXPECT_EQ(found->spec().name(), odd);
+  JobQuery query;
+  query.owner = odd;
+  EXPECT_EQ(store_->ListJobs(query)->jobs.size(), 1u);
+  query.owner = "a";
+  EXPECT_TRUE(store_->ListJobs(query)->jobs.empty());
+  EXPECT_EQ(*store_->BindWorkerCredential(odd, odd), odd);
+}
+
+TEST_P(JobStoreTest, IdsAreCanonicalDecimalOnly) {
+  for (int i = 0; i < 13; ++i) {
+    ASSERT_TRUE(store_->CreateJob(NewJob("j"), {StateEvent(1, v1::JOB_STATE_PENDING)}).ok());
+  }
+  EXPECT_TRUE(store_->GetJob("13").ok());
+  for (const char* alias : {"013", "01", "+1", " 1", "1 ", "0x1"}) {
+    EXPECT_EQ(store_->GetJob(alias).status().code(), absl::StatusCode::kNotFound) << alias;
+    EXPECT_EQ(store_->ReadEvents(alias, 1, 10).status().code(), absl::StatusCode::kNotFound)
+        << alias;
+  }
+}
+
+TEST_P(JobStoreTest, ReadsEventsFromASeqUpToALimit) {
+  auto job = *store_->CreateJob(NewJob("j"), {StateEvent(1, v1::JOB_STATE_PENDING)});
+  std::vector<v1::JobEvent> more;
+  for (uint64_t seq = 2; seq <= 10; ++seq) more.push_back(StateEvent(seq, v1::JOB_STATE_RUNNING));
+  job.set_last_event_seq(10);
+  ASSERT_TRUE(store_->Commit(job, more).ok());
+  auto events = *store_->ReadEvents(job.id(), 4, 3);
+  ASSERT_EQ(events.size(), 3u);
+  EXPECT_EQ(events[0].seq(), 4u);
+  EXPECT_EQ(events[2].seq(), 6u);
+  EXPECT_EQ(store_->ReadEvents(job.id(), 9, 100)->size(), 2u);
+}
+
+TEST_P(JobStoreTest, AHugeFromSeqReadsNothingInsteadOfEverything) {
+  ASSERT_TRUE(store_->CreateJob(NewJob("j"), {StateEvent(1, v1::JOB_STATE_PENDING)}).ok());
+  for (uint64_t from : {uint64_t{1} << 63, ~uint64_t{0}}) {
+    auto events = store_->ReadEvents("1", from, 10);
+    ASSERT_TRUE(events.ok()) << events.status();
+    EXPECT_TRUE(events->empty()) << from;
+  }
+}
+
+// The coordinator calls the store from several threads (RPC handlers, the scheduler).
+TEST_P(JobStoreTest, WritersOnSeveralThreadsGetDistinctIds) {
+  constexpr int kThreads = 4, kJobsEach = 25;
+  std::vector<std::thread> threads;
+  std::vector<std::vector<std::string>> ids(kThreads);
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      for (int i = 0; i < kJobsEach; ++i) {
+        auto job = store_->CreateJob(NewJob("t" + std::to_string(t)),
+                                     {StateEvent(1, v1::JOB_STATE_PENDING)});
+        if (job.ok()) ids[t].push_back(job->id());
+      }
+    });
+  }
+  for (auto& thread : threads) thread.join();
+  std::set<std::string> distinct;
+  for (const auto& some : ids) distinct.insert(some.begin(), some.end());
+  EXPECT_EQ(distinct.size(), static_cast<size_t>(kThreads * kJobsEach));
+  JobQuery all;
+  all.limit = 1000;
+  EXPECT_EQ(store_->ListJobs(all)->jobs.size(), static_cast<size_t>(kThreads * kJobsEach));
+}
+
+INSTANTIATE_TEST_SUITE_P(Stores, JobStoreTest, ::testing::Values("sqlite", "postgres"),
+                         [](const auto& info) { return info.param; });
+
+}  // namespace
+}  // namespace stoke::server

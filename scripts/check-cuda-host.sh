@@ -73,4 +73,5 @@ export work CXX="${CXX:-c++}"
 export flags_text="${flags[*]}"
 # At most CHECK_JOBS at once (default: the cores): each holds LibTorch's headers (~1 GiB).
 printf '%s\n' "${sources[@]}" |
-  xargs -P "${CHECK_JOBS:-$(nproc)}" -I{} bash -c 'read -ra flags <<< "$flags_text"; check "$1"' _ {}
+  xargs -P "${CHECK_JOBS:-$(nproc)}" -I{} bash -c 'read -ra flags <<< "$flags_text"; check "$1"' _ {} ||
+  exit 1

@@ -26,7 +26,8 @@ packages=(
 # elsewhere (its own archive bundles npm), so the command counts, not the package.
 declare -A command_packages=()
 if [ "${1:-}" != --build-only ] && [ "${STOKE_DEPS:-}" != build ]; then
-  packages+=(git libgtest-dev libgmock-dev prometheus dataset-fashion-mnist clang-format)
+  packages+=(git libgtest-dev libgmock-dev prometheus dataset-fashion-mnist clang-format
+    clang-tidy)
   # The Python SDK and its tests; openssl makes the TLS tests' certificates.
   packages+=(python3-grpcio python3-protobuf python3-yaml python3-pytest python3-pip
     python3-setuptools openssl)

@@ -6,7 +6,7 @@
 #   scripts/check-tidy.sh BUILD_DIR [FILE.cc ...]
 # Changed means added or modified between STOKE_TIDY_BASE (default: the first parent of
 # HEAD, so a merge counts with everything it brings) and HEAD; at most STOKE_TIDY_MAX_FILES
-# .cc files (default 24, the ones with the most changed lines; the rest are named). A
+# .cc files (default 12, the ones with the most changed lines; the rest are named). A
 # changed header is judged through the changed files that include it. BUILD_DIR holds the
 # compile_commands.json CMake writes; files it does not compile (another build's options)
 # are left out and named.
@@ -39,7 +39,7 @@ else
   # the .cc files by how many lines changed.
   mapfile -t files < <(git diff --numstat --diff-filter=AM "$base" HEAD -- '*.cc' |
     grep -vE '\stests/fuzz/' | sort -k1,1nr | awk '{print $3}')
-  max="${STOKE_TIDY_MAX_FILES:-24}"
+  max="${STOKE_TIDY_MAX_FILES:-12}"
   if [[ ${#files[@]} -gt $max ]]; then
     echo "check-tidy: ${#files[@]} changed files; checking the $max with the most changed" \
       "lines, leaving out: ${files[*]:$max}"

@@ -59,7 +59,10 @@ class Coordinator {
                                                              EventHub& hub, Clock& clock);
   ~Coordinator();
 
-  // Recovers jobs from the store and starts the background pass.
+  // Recovers jobs from the store and starts the background pass. Jobs that were scheduled
+  // or running stay where they are: their workers trained on while no coordinator ran,
+  // and have heartbeat_timeout to reattach holding them; a job whose workers do not is
+  // re-queued then (no restart counted).
   absl::Status Start();
   // From here on, losing workers changes no job: the coordinator is going away, and the
   // next one re-queues whatever was running without counting it as the job's failure.
@@ -125,6 +128,14 @@ class Coordinator {
                         const std::function<void(v1::Job&)>& edit = nullptr);
   void RetryUnsavedTransitions();
   void RemoveWorker(WorkerEntry entry, const std::string& why);
+  // A worker reattached holding a task: the job carries on where it is when that attempt
+  // is still placed on it; otherwise the task is stale and is cancelled.
+  void ReclaimTask(const std::string& worker_id, const v1::HeldTask& held);
+  // A worker reattached holding nothing: recovered jobs placed on it lost their rank.
+  void ReleaseRecoveredPlacements(const std::string& worker_id);
+  // Tick: recovered jobs whose workers have all reattached are settled; those past their
+  // deadline go back to the queue.
+  void SettleRecoveredJobs();
   // Tick: jobs past their start deadline go back to the queue; the workers that did not
   // start them are evicted.
   void WithdrawUnstartedAssignments();
@@ -151,6 +162,9 @@ class Coordinator {
   std::map<std::string, std::pair<uint32_t, absl::Time>> scheduled_at_;
   // Per (job, rank): the history its diagnoses are drawn from.
   std::map<std::pair<std::string, uint32_t>, RankDiagnostician> diagnosticians_;
+  // Jobs found scheduled or running at start, waiting for their workers to reattach, and
+  // until when.
+  std::map<std::string, absl::Time> reattach_deadline_;
   // Why each queued job is still waiting (from the last scheduling pass).
   std::map<std::string, std::string> waiting_;
   bool shutting_down_ = false;

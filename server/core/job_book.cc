@@ -1,6 +1,5 @@
 #include "server/core/job_book.h"
 
-#include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "server/common/time_util.h"
 
@@ -53,14 +52,6 @@ absl::Status JobBook::Recover() {
     query.before_id = std::stoull(unfinished.back().id());
   }
   for (auto& job : unfinished) active_[job.id()] = std::move(job);
-  for (const auto& [id, job] : std::map<std::string, v1::Job>(active_)) {
-    if (job.state() != v1::JOB_STATE_SCHEDULED && job.state() != v1::JOB_STATE_RUNNING) continue;
-    auto s = Transition(id, v1::JOB_STATE_PENDING,
-                        "re-queued: the coordinator restarted while the job was " +
-                            absl::AsciiStrToLower(StateName(job.state())),
-                        [](v1::Job& j) { j.clear_placement(); });
-    if (!s.ok()) return s;
-  }
   return absl::OkStatus();
 }
 

@@ -23,8 +23,8 @@ class JobBook {
  public:
   JobBook(JobStore& store, EventHub& hub, Clock& clock) : store_(store), hub_(hub), clock_(clock) {}
 
-  // Loads every unfinished job. Those that were scheduled or running when the previous
-  // coordinator stopped go back to the queue; their workers are gone with it.
+  // Loads every unfinished job, as stored. Those that were scheduled or running stay so:
+  // their workers outlive the coordinator, and the Coordinator waits for them to reattach.
   absl::Status Recover();
 
   // Stores a new PENDING job for an already validated spec.

@@ -26,6 +26,9 @@ absl::StatusOr<std::unique_ptr<Coordinator>> Coordinator::Create(Options options
   if (options.heartbeat_timeout <= options.heartbeat_interval) {
     return absl::InvalidArgumentError("heartbeat timeout must exceed the heartbeat interval");
   }
+  if (options.telemetry.max_queued_events == 0 || options.telemetry.max_batch_events == 0) {
+    return absl::InvalidArgumentError("telemetry queue and batch sizes must be positive");
+  }
   return std::unique_ptr<Coordinator>(new Coordinator(std::move(options), store, hub, clock));
 }
 
@@ -34,7 +37,8 @@ Coordinator::Coordinator(Options options, JobStore& store, EventHub& hub, Clock&
       store_(store),
       clock_(clock),
       scheduler_(options_.scheduler),
-      jobs_(store, hub, clock) {}
+      telemetry_(*TelemetryWriter::Create(options_.telemetry, store, hub)),
+      jobs_(store, hub, clock, telemetry_.get()) {}
 
 Coordinator::~Coordinator() { Stop(); }
 
@@ -53,6 +57,7 @@ absl::Status Coordinator::Start() {
                    absl::FormatDuration(options_.heartbeat_timeout));
     }
   }
+  telemetry_->Start();
   if (options_.tick_interval > absl::ZeroDuration()) {
     ticker_ = std::thread([this] { TickLoop(); });
   }
@@ -71,7 +76,10 @@ void Coordinator::Stop() {
   }
   tick_cv_.notify_all();
   if (ticker_.joinable()) ticker_.join();
+  telemetry_->Stop();
 }
+
+void Coordinator::FlushTelemetry() { telemetry_->FlushAll(); }
 
 void Coordinator::TickLoop() {
   std::unique_lock<std::mutex> lock(tick_mu_);
@@ -169,6 +177,8 @@ v1::Cluster Coordinator::GetCluster() {
   }
   cluster.set_coordinator_version(STOKE_VERSION);
   cluster.set_refused_worker_reports(refused_reports_);
+  cluster.set_telemetry_events_dropped(telemetry_->dropped());
+  cluster.set_telemetry_events_queued(telemetry_->queued());
   return cluster;
 }
 
@@ -465,8 +475,11 @@ void Coordinator::OnTaskReport(const std::string& worker_id, const v1::TaskRepor
     for (v1::Diagnosis d : diagnostician.Diagnose(sample, device)) sample.add_diagnoses(d);
   }
   auto s = jobs_.AppendReport(report.job_id(), diagnosed, worker->info.rank());
-  // Losing a batch of metrics (store full, say) must not stop training.
-  if (!s.ok()) spdlog::error("job {}: metrics not stored: {}", report.job_id(), s.ToString());
+  // Losing a batch of metrics (store full, say) must not stop training; a full telemetry
+  // queue is counted on /metrics rather than said once per report.
+  if (!s.ok() && !absl::IsResourceExhausted(s)) {
+    spdlog::error("job {}: metrics not stored: {}", report.job_id(), s.ToString());
+  }
 }
 
 void Coordinator::OnTaskFinished(const std::string& worker_id, const v1::TaskFinished& finished) {

@@ -23,6 +23,7 @@
 #include "server/core/event_hub.h"
 #include "server/core/job_book.h"
 #include "server/core/scheduler.h"
+#include "server/core/telemetry_writer.h"
 #include "server/core/worker_connection.h"
 #include "server/core/worker_registry.h"
 #include "server/store/job_store.h"
@@ -53,6 +54,8 @@ class Coordinator {
     // rank 0's worker). A port that turns out taken there fails that attempt only.
     uint16_t first_rendezvous_port = 29400;
     uint16_t last_rendezvous_port = 29999;
+    // Metric samples and log lines are written by a writer of their own (group commit).
+    TelemetryWriter::Options telemetry;
   };
 
   static absl::StatusOr<std::unique_ptr<Coordinator>> Create(Options options, JobStore& store,
@@ -67,7 +70,11 @@ class Coordinator {
   // From here on, losing workers changes no job: the coordinator is going away, and the
   // next one re-queues whatever was running without counting it as the job's failure.
   void BeginShutdown();
+  // Stops the background pass, then writes the telemetry still queued.
   void Stop();
+  // Returns once every metric sample and log line received so far is stored and
+  // published (tests; a clean stop does it too).
+  void FlushTelemetry();
 
   // --- The public API (validated requests). ---
   // With a request_id (SubmitJobRequest.request_id): a retry of an earlier submission
@@ -152,6 +159,8 @@ class Coordinator {
   Clock& clock_;
   Scheduler scheduler_;
 
+  // Before jobs_, which writes through it.
+  std::unique_ptr<TelemetryWriter> telemetry_;
   std::mutex mu_;
   JobBook jobs_;
   WorkerRegistry workers_;

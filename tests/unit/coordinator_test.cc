@@ -569,6 +569,7 @@ TEST_F(CoordinatorTest, ReportsBecomeOrderedEvents) {
   for (int step = 10; step <= 30; step += 10) m.mutable_report()->add_metrics()->set_step(step);
   m.mutable_report()->add_logs()->set_text("hello");
   Send("w1", m);
+  core_->FlushTelemetry();  // written and published by a thread of its own
   auto read = *hub_->Read(id, 1, 100);
   std::vector<uint64_t> steps;
   for (size_t i = 0; i < read.events.size(); ++i) {

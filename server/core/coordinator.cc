@@ -440,6 +440,12 @@ void Coordinator::OnTaskReport(const std::string& worker_id, const v1::TaskRepor
     RefuseReport(worker_id, "report", report.job_id());
     return;  // a late report of an attempt already given up on, or a forged one
   }
+  if (report.report_seq() > 0) {
+    for (const auto& p : job->placement()) {
+      // Sent again after a reattachment, and already stored: applied once only.
+      if (p.rank() == worker->info.rank() && report.report_seq() <= p.last_report_seq()) return;
+    }
+  }
   // Diagnoses join each training sample before it is stored and streamed.
   v1::TaskReport diagnosed = report;
   if (report.dropped_samples() > 0 || report.dropped_logs() > 0) {

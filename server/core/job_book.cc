@@ -144,6 +144,11 @@ absl::Status JobBook::AppendReport(const std::string& id, const v1::TaskReport& 
   }
   if (events.empty()) return absl::OkStatus();
   auto latest = [&](v1::Job& job) {
+    for (auto& p : *job.mutable_placement()) {
+      if (p.rank() == rank && report.report_seq() > p.last_report_seq()) {
+        p.set_last_report_seq(report.report_seq());
+      }
+    }
     if (rank != 0) return;
     for (const auto& sample : report.metrics()) {
       *(sample.has_eval() ? job.mutable_latest_eval() : job.mutable_latest_metrics()) = sample;

@@ -508,7 +508,9 @@ TEST_F(CoordinatorRestartTest, RunningJobCarriesOnWhenItsWorkerReattachesHolding
   report.mutable_report()->set_attempt(1);
   report.mutable_report()->add_metrics()->set_step(500);
   report.mutable_report()->set_dropped_samples(3);
+  report.mutable_report()->set_report_seq(7);
   Send("w1", report);
+  Send("w1", report);  // sent again after another reattachment: applied once
   EXPECT_EQ(GetJob(running_).latest_metrics().step(), 500u);
   Finished("w1", running_, 1, v1::TASK_OUTCOME_SUCCEEDED);
   v1::Job job = GetJob(running_);
@@ -519,10 +521,13 @@ TEST_F(CoordinatorRestartTest, RunningJobCarriesOnWhenItsWorkerReattachesHolding
   bool told = false;
   auto events = store_->ReadEvents(running_, 1, 100);
   ASSERT_TRUE(events.ok()) << events.status();
+  int samples = 0;
   for (const auto& e : *events) {
     told |= e.has_log() && e.log().text().find("dropped 3 metric samples") != std::string::npos;
+    samples += e.has_metrics();
   }
   EXPECT_TRUE(told);
+  EXPECT_EQ(samples, 1);
 }
 
 TEST_F(CoordinatorRestartTest, JobWhoseWorkerDoesNotReattachIsRequeuedAfterTheHeartbeatTimeout) {

@@ -82,8 +82,10 @@ class WorkerAgent::Outbox {
 
  private:
   v1::TaskReport* ReportLocked(const std::string& job, uint32_t attempt) {
+    // A numbered report was sent before (it waits to be sent again): the coordinator
+    // skips it whole if it has it, so nothing new may join it.
     if (queue_.empty() || !queue_.back().has_report() || queue_.back().report().job_id() != job ||
-        queue_.back().report().attempt() != attempt) {
+        queue_.back().report().attempt() != attempt || queue_.back().report().report_seq() != 0) {
       v1::TaskReport* report = queue_.emplace_back().mutable_report();
       report->set_job_id(job);
       report->set_attempt(attempt);
@@ -232,12 +234,25 @@ void WorkerAgent::MarkHeldTaskStarted(const std::string& job_id, uint32_t attemp
 }
 
 void WorkerAgent::OnSent(const v1::WorkerMessage& message) {
-  if (!message.has_finished()) return;
-  // Its outcome is the coordinator's now: the task is no longer ours to report.
-  std::lock_guard<std::mutex> lock(held_mu_);
-  if (held_ && held_->job_id() == message.finished().job_id() &&
-      held_->attempt() == message.finished().attempt()) {
-    held_.reset();
+  if (message.has_report() || message.has_finished()) {
+    recent_.push_back({std::chrono::steady_clock::now(), message});
+  }
+  PruneRecent();
+}
+
+void WorkerAgent::PruneRecent() {
+  const auto oldest = std::chrono::steady_clock::now() - options_.resend_window;
+  while (!recent_.empty() && recent_.front().at < oldest) {
+    const v1::WorkerMessage& message = recent_.front().message;
+    if (message.has_finished()) {
+      // Its outcome has surely reached a coordinator: the task is no longer ours.
+      std::lock_guard<std::mutex> lock(held_mu_);
+      if (held_ && held_->job_id() == message.finished().job_id() &&
+          held_->attempt() == message.finished().attempt()) {
+        held_.reset();
+      }
+    }
+    recent_.pop_front();
   }
 }
 
@@ -290,6 +305,15 @@ bool WorkerAgent::Serve(v1::WorkerLink::Stub& stub, const std::string& address) 
       "attached to coordinator {} as {}{}", address, options_.worker_id,
       reg->has_held_task() ? " (still holding job " + reg->held_task().job_id() + ")" : "");
 
+  // What the previous coordinator may have lost goes first; it drops what it has.
+  PruneRecent();
+  if (!recent_.empty()) {
+    std::deque<v1::WorkerMessage> again;
+    for (auto& sent : recent_) again.push_back(std::move(sent.message));
+    recent_.clear();
+    outbox_->PutBack(std::move(again));
+  }
+
   std::atomic<bool> connected{true};
   std::thread sender([&] {
     auto last_heartbeat = std::chrono::steady_clock::now();
@@ -298,6 +322,9 @@ bool WorkerAgent::Serve(v1::WorkerLink::Stub& stub, const std::string& address) 
       const bool closing = close_requested_;
       auto batch = outbox_->Take(options_.flush_interval);
       while (!batch.empty()) {
+        if (batch.front().has_report() && batch.front().report().report_seq() == 0) {
+          batch.front().mutable_report()->set_report_seq(++next_report_seq_);
+        }
         if (!stream->Write(batch.front())) {
           // Kept for the next coordinator; the task trains on meanwhile.
           outbox_->PutBack(std::move(batch));
@@ -326,6 +353,7 @@ bool WorkerAgent::Serve(v1::WorkerLink::Stub& stub, const std::string& address) 
         }
         last_heartbeat = std::chrono::steady_clock::now();
       }
+      PruneRecent();
     }
   });
 

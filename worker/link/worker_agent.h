@@ -53,6 +53,9 @@ class WorkerAgent {
     size_t max_queued_logs = 10'000;
     // Longest wait between attach attempts.
     std::chrono::milliseconds max_reconnect_backoff{2'000};
+    // Reports and outcomes sent this recently are sent again after a reattachment: a
+    // coordinator that died may not have stored them (it applies each report once).
+    std::chrono::milliseconds resend_window{10'000};
     // Reports are batched over this period.
     std::chrono::milliseconds flush_interval{200};
     // A cancelled rank of a job of several ranks can be stuck inside a collective whose
@@ -83,8 +86,10 @@ class WorkerAgent {
   // The task this process holds until its outcome has been sent (registration says it).
   std::optional<v1::HeldTask> CurrentHeldTask();
   void MarkHeldTaskStarted(const std::string& job_id, uint32_t attempt);
-  // The sender wrote `message`: a task's outcome releases it.
+  // The sender wrote `message`: reports and outcomes are kept for resend_window.
   void OnSent(const v1::WorkerMessage& message);
+  // Forgets what left the resend window; a task whose outcome did is no longer held.
+  void PruneRecent();
   void StartTask(const v1::Assignment& assignment);
   void CancelTask(const v1::CancelTask& cancel);
   void StopTask();
@@ -117,6 +122,13 @@ class WorkerAgent {
 
   std::mutex held_mu_;
   std::optional<v1::HeldTask> held_;
+  // Touched by the sender thread, and by Serve before it starts one.
+  struct Sent {
+    std::chrono::steady_clock::time_point at;
+    v1::WorkerMessage message;
+  };
+  std::deque<Sent> recent_;
+  uint64_t next_report_seq_ = 0;
 };
 
 }  // namespace stoke::worker

@@ -38,7 +38,7 @@ def test_watch_resumes_across_a_coordinator_restart_without_gaps_or_repeats(tmp_
 
             states = [(e.state, e.attempt) for e in seen if isinstance(e, stoke.StateChange)]
             assert (JobState.RUNNING, 1) in states, states
-            assert all(attempt == 1 for _, attempt in states), states
+            assert max(attempt for _, attempt in states) == 1, states  # never started again
             assert states[-1][0] is JobState.CANCELLED
             assert job.refresh().state is JobState.CANCELLED
     finally:

@@ -141,7 +141,8 @@ void WritePidFile(const std::string& path, pid_t pid, const std::string& device)
   std::rename(tmp.c_str(), path.c_str());
 }
 
-// Sends SIGTERM, waits up to `grace`, then SIGKILL; `alive` says whether it still runs.
+// Waits for a process already sent SIGTERM to end, and SIGKILLs it past `deadline`;
+// `alive` says whether it still runs.
 void Terminate(pid_t pid, const std::function<bool()>& alive, absl::Time deadline) {
   while (alive()) {
     if (absl::Now() > deadline) {

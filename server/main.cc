@@ -136,6 +136,14 @@ int main(int argc, char** argv) {
                  "/usr/share/datasets and DATA_DIR/datasets)");
   app.add_option("--log-level", log_level, "trace, debug, info, warn or error")
       ->capture_default_str();
+  bool stop_workers_on_exit = false, stop_workers = false;
+  app.add_flag("--stop-workers-on-exit", stop_workers_on_exit,
+               "On SIGTERM or SIGINT, stop the local workers too (their jobs go back to the "
+               "queue when a coordinator next starts). By default they keep training and "
+               "reattach to the next coordinator started on the same data dir");
+  app.add_flag("--stop-workers", stop_workers,
+               "Stop the local workers an earlier coordinator left running on DATA_DIR, "
+               "then exit");
   std::string backup_path;
   app.add_option("--backup", backup_path,
                  "Write a consistent copy of DATA_DIR/stoke.db to this file and exit (safe "
@@ -184,6 +192,14 @@ int main(int argc, char** argv) {
     return 0;
   }
 
+  if (stop_workers) {
+    const size_t stopped =
+        LocalWorkerSupervisor::StopLeftWorkers(data_dir + "/workers", absl::Seconds(10));
+    spdlog::info("stopped {} local worker{} left running on {}", stopped, stopped == 1 ? "" : "s",
+                 data_dir);
+    return 0;
+  }
+
   // Security settings are checked before anything starts: a typo must not leave an open
   // coordinator running.
   if (tls.cert_path.empty() && !insecure && !security::IsLoopbackAddress(address)) {
@@ -217,7 +233,7 @@ int main(int argc, char** argv) {
   }
 
   std::error_code ec;
-  for (const char* sub : {"", "/jobs", "/logs", "/datasets"}) {
+  for (const char* sub : {"", "/jobs", "/logs", "/datasets", "/workers"}) {
     fs::create_directories(data_dir + sub, ec);
     if (ec)
       return Fail(absl::UnavailableError(absl::StrCat("--data-dir ", data_dir, ": cannot create ",
@@ -271,22 +287,27 @@ int main(int argc, char** argv) {
       return Fail(s);
     }
   }
-  // Local workers join with a token of their own, made afresh at each start and known only
-  // to this process and the workers it launches (through a file only its user can read).
+  // Local workers join with a token of their own, known only to the coordinators on this
+  // data dir and the workers they launch (through a file only its user can read). It is
+  // kept across restarts: workers left training by the previous coordinator reattach
+  // with it.
   std::string local_join_token_path;
   if (!access_options.tokens.empty() && local_workers != "0") {
-    auto token = security::NewToken();
-    if (!token.ok()) return Fail(token.status());
     local_join_token_path = data_dir + "/local-worker.token";
-    std::remove(local_join_token_path.c_str());
-    const int fd = open(local_join_token_path.c_str(), O_WRONLY | O_CREAT | O_EXCL, 0600);
-    const std::string line = *token + "\n";
-    if (fd < 0 || write(fd, line.data(), line.size()) != static_cast<ssize_t>(line.size())) {
-      if (fd >= 0) close(fd);
-      return Fail(absl::UnavailableError(
-          absl::StrCat(local_join_token_path, ": cannot write: ", std::strerror(errno))));
+    auto token = security::ReadTokenFromFile(local_join_token_path, "local worker token");
+    if (!token.ok()) {
+      token = security::NewToken();
+      if (!token.ok()) return Fail(token.status());
+      std::remove(local_join_token_path.c_str());
+      const int fd = open(local_join_token_path.c_str(), O_WRONLY | O_CREAT | O_EXCL, 0600);
+      const std::string line = *token + "\n";
+      if (fd < 0 || write(fd, line.data(), line.size()) != static_cast<ssize_t>(line.size())) {
+        if (fd >= 0) close(fd);
+        return Fail(absl::UnavailableError(
+            absl::StrCat(local_join_token_path, ": cannot write: ", std::strerror(errno))));
+      }
+      close(fd);
     }
-    close(fd);
     access_options.tokens.push_back(
         {"local-workers", security::Role::kWorker, security::HashToken(*token)});
   }
@@ -318,6 +339,8 @@ int main(int argc, char** argv) {
     options.coordinator_address = LocalDialAddress((*server)->address());
     options.workers = *plan;
     options.log_dir = data_dir + "/logs";
+    options.state_dir = data_dir + "/workers";
+    options.address_file = data_dir + "/coordinator.address";
     options.join_token_file = local_join_token_path;
     // Local workers verify the coordinator with $STOKE_TLS_CA when set (they inherit our
     // environment), else with the certificate itself (self-signed deployments).
@@ -335,7 +358,16 @@ int main(int argc, char** argv) {
   spdlog::info("{} received; shutting down", strsignal(sig));
   (*core)->BeginShutdown();
   (*server)->Shutdown(std::chrono::seconds(2));
-  if (supervisor) supervisor->Stop();
+  if (supervisor && stop_workers_on_exit) {
+    supervisor->Stop();
+  } else if (supervisor) {
+    const size_t left = supervisor->Running();
+    supervisor->Leave();
+    spdlog::info(
+        "{} local worker{} keep training and reattach to the next coordinator on {}; "
+        "`stoke-coordinator --stop-workers --data-dir {}` stops them",
+        left, left == 1 ? "" : "s", data_dir, data_dir);
+  }
   metrics.reset();
   executor.Stop();
   (*core)->Stop();

@@ -63,6 +63,11 @@ int main(int argc, char** argv) {
                  "Coordinator address host:port, or several separated by commas: a leader and its "
                  "standbys ($STOKE_ADDRESS)")
       ->capture_default_str();
+  std::string address_file;
+  app.add_option("--coordinator-address-file", address_file,
+                 "File holding the coordinator's address, re-read before every attach attempt "
+                 "(a restarted coordinator may listen elsewhere); the worker exits when its "
+                 "folder is removed");
   app.add_option("--device", device_text,
                  "cpu, cpu:N or cuda:N (default: cuda:0 if present, else cpu)");
   app.add_option("--id", worker_id, "Worker id, unique in the cluster (default: HOST/DEVICE)");
@@ -109,6 +114,7 @@ int main(int argc, char** argv) {
     SetCpuThreads(threads);
     WorkerAgent::Options options;
     options.coordinator_address = coordinator;
+    options.coordinator_address_file = address_file;
     options.host = Hostname();
     options.device = DescribeDevice(device);
     options.worker_id = worker_id.empty() ? options.host + "/" + device.Label() : worker_id;
@@ -160,7 +166,9 @@ int main(int argc, char** argv) {
                  options.device.name, coordinator);
     // Returns once the stopper has called Stop(), or at once when TLS cannot be set up.
     const absl::Status run = agent.Run();
-    if (!run.ok()) kill(getpid(), SIGTERM);  // wakes the stopper
+    // Wakes the stopper when Run returned by itself (TLS files unusable, or the local
+    // coordinator's data dir removed); after a signal, this one stays pending, unread.
+    kill(getpid(), SIGTERM);
     stopper.join();
     if (!run.ok()) {
       std::fprintf(stderr, "stoke-worker: %s\n", std::string(run.message()).c_str());

@@ -26,6 +26,9 @@ absl::StatusOr<std::unique_ptr<Coordinator>> Coordinator::Create(Options options
   if (options.heartbeat_timeout <= options.heartbeat_interval) {
     return absl::InvalidArgumentError("heartbeat timeout must exceed the heartbeat interval");
   }
+  if (options.telemetry.max_queued_events == 0 || options.telemetry.max_batch_events == 0) {
+    return absl::InvalidArgumentError("telemetry queue and batch sizes must be positive");
+  }
   return std::unique_ptr<Coordinator>(new Coordinator(std::move(options), store, hub, clock));
 }
 
@@ -34,7 +37,8 @@ Coordinator::Coordinator(Options options, JobStore& store, EventHub& hub, Clock&
       store_(store),
       clock_(clock),
       scheduler_(options_.scheduler),
-      jobs_(store, hub, clock) {}
+      telemetry_(*TelemetryWriter::Create(options_.telemetry, store, hub)),
+      jobs_(store, hub, clock, telemetry_.get()) {}
 
 Coordinator::~Coordinator() { Stop(); }
 
@@ -43,7 +47,17 @@ absl::Status Coordinator::Start() {
     std::lock_guard<std::mutex> lock(mu_);
     if (auto s = jobs_.Recover(); !s.ok()) return s;
     spdlog::info("recovered {} unfinished jobs from the store", jobs_.Active().size());
+    const absl::Time now = clock_.Now();
+    for (const v1::Job* job : jobs_.Active()) {
+      if (!IsLive(job->state())) continue;
+      reattach_deadline_[job->id()] = now + options_.heartbeat_timeout;
+      if (job->state() == v1::JOB_STATE_SCHEDULED) scheduled_at_[job->id()] = {job->attempt(), now};
+      spdlog::info("job {} attempt {} was {}: waiting up to {} for its workers to reattach",
+                   job->id(), job->attempt(), StateName(job->state()),
+                   absl::FormatDuration(options_.heartbeat_timeout));
+    }
   }
+  telemetry_->Start();
   if (options_.tick_interval > absl::ZeroDuration()) {
     ticker_ = std::thread([this] { TickLoop(); });
   }
@@ -62,7 +76,10 @@ void Coordinator::Stop() {
   }
   tick_cv_.notify_all();
   if (ticker_.joinable()) ticker_.join();
+  telemetry_->Stop();
 }
+
+void Coordinator::FlushTelemetry() { telemetry_->FlushAll(); }
 
 void Coordinator::TickLoop() {
   std::unique_lock<std::mutex> lock(tick_mu_);
@@ -160,6 +177,8 @@ v1::Cluster Coordinator::GetCluster() {
   }
   cluster.set_coordinator_version(STOKE_VERSION);
   cluster.set_refused_worker_reports(refused_reports_);
+  cluster.set_telemetry_events_dropped(telemetry_->dropped());
+  cluster.set_telemetry_events_queued(telemetry_->queued());
   return cluster;
 }
 
@@ -219,11 +238,18 @@ absl::Status Coordinator::AttachWorker(const v1::RegisterWorker& registration,
   info.set_address(registration.advertise_address().empty() ? address
                                                             : registration.advertise_address());
   auto replaced = workers_.Attach(std::move(info), connection, clock_.Now());
+  const v1::HeldTask* held = registration.has_held_task() ? &registration.held_task() : nullptr;
   if (replaced) {
     replaced->connection->Close("replaced by a new registration of the same worker");
-    RemoveWorker(std::move(*replaced),
-                 absl::StrCat("worker ", registration.worker_id(),
-                              " re-registered; its previous process is gone"));
+    // The same process on a new stream, still on its task: nothing was lost.
+    const bool same_task = held != nullptr && replaced->info.state() != v1::WORKER_STATE_IDLE &&
+                           replaced->info.job_id() == held->job_id() &&
+                           replaced->attempt == held->attempt();
+    if (!same_task) {
+      RemoveWorker(std::move(*replaced),
+                   absl::StrCat("worker ", registration.worker_id(),
+                                " re-registered; its previous process is gone"));
+    }
   }
   spdlog::info("worker {} attached: {} {} on {}", registration.worker_id(),
                DeviceLabel(registration.device()), registration.device().name(),
@@ -233,8 +259,101 @@ absl::Status Coordinator::AttachWorker(const v1::RegisterWorker& registration,
   reply.mutable_registered()->set_heartbeat_interval_ms(
       static_cast<uint32_t>(absl::ToInt64Milliseconds(options_.heartbeat_interval)));
   connection->Send(reply);
+  if (held != nullptr) {
+    ReclaimTask(registration.worker_id(), *held);
+  } else {
+    ReleaseRecoveredPlacements(registration.worker_id());
+  }
   Schedule();
   return absl::OkStatus();
+}
+
+void Coordinator::ReclaimTask(const std::string& worker_id, const v1::HeldTask& held) {
+  const v1::Job* job = jobs_.FindActive(held.job_id());
+  const bool current = job != nullptr && IsLive(job->state()) && job->attempt() == held.attempt() &&
+                       held.rank() < static_cast<uint32_t>(job->placement_size()) &&
+                       job->placement(static_cast<int>(held.rank())).worker_id() == worker_id;
+  workers_.MarkBusy(worker_id, held.job_id(), held.attempt(), held.rank());
+  if (!current) {
+    // An attempt given up on while the worker was away: its device frees up once the
+    // worker confirms the task has stopped.
+    spdlog::info(
+        "worker {} reattached holding job {} attempt {}, which is no longer its; "
+        "cancelling it",
+        worker_id, held.job_id(), held.attempt());
+    v1::CoordinatorMessage cancel;
+    cancel.mutable_cancel()->set_job_id(held.job_id());
+    cancel.mutable_cancel()->set_attempt(held.attempt());
+    cancel.mutable_cancel()->set_reason("the coordinator gave up on this attempt");
+    workers_.Find(worker_id)->connection->Send(cancel);
+    workers_.MarkDraining(worker_id);
+    return;
+  }
+  spdlog::info("worker {} reattached holding job {} attempt {} rank {}; it carries on", worker_id,
+               held.job_id(), held.attempt(), held.rank());
+  if (held.started() && job->state() == v1::JOB_STATE_SCHEDULED) {
+    auto& ranks = started_ranks_[job->id()];
+    ranks.insert(held.rank());
+    if (ranks.size() == static_cast<size_t>(job->placement_size())) {
+      std::vector<std::string> where;
+      for (const auto& p : job->placement()) where.push_back(p.worker_id());
+      RecordTransition(job->id(), job->attempt(), v1::JOB_STATE_RUNNING,
+                       absl::StrCat("running on ", absl::StrJoin(where, ", ")));
+    }
+  }
+}
+
+void Coordinator::ReleaseRecoveredPlacements(const std::string& worker_id) {
+  std::vector<std::pair<std::string, uint32_t>> lost;
+  for (const auto& [job_id, deadline] : reattach_deadline_) {
+    const v1::Job* job = jobs_.FindActive(job_id);
+    if (!job || !IsLive(job->state())) continue;
+    for (const auto& p : job->placement()) {
+      if (p.worker_id() == worker_id) lost.emplace_back(job_id, job->attempt());
+    }
+  }
+  for (const auto& [job_id, attempt] : lost) {
+    RequeueAttempt(job_id, attempt,
+                   absl::StrCat("the coordinator restarted and worker ", worker_id,
+                                " came back without the job (its process restarted)"));
+    reattach_deadline_.erase(job_id);
+  }
+}
+
+void Coordinator::SettleRecoveredJobs() {
+  const absl::Time now = clock_.Now();
+  for (auto it = reattach_deadline_.begin(); it != reattach_deadline_.end();) {
+    const v1::Job* job = jobs_.FindActive(it->first);
+    if (!job || !IsLive(job->state())) {
+      it = reattach_deadline_.erase(it);
+      continue;
+    }
+    std::vector<std::string> missing;
+    for (const auto& p : job->placement()) {
+      const WorkerEntry* worker = workers_.Find(p.worker_id());
+      if (!worker || worker->info.state() != v1::WORKER_STATE_BUSY ||
+          worker->info.job_id() != job->id() || worker->attempt != job->attempt()) {
+        missing.push_back(p.worker_id());
+      }
+    }
+    if (missing.empty()) {
+      spdlog::info("job {}: every worker reattached; it carries on after the restart", job->id());
+      it = reattach_deadline_.erase(it);
+      continue;
+    }
+    if (now < it->second) {
+      ++it;
+      continue;
+    }
+    const std::string job_id = job->id();
+    const uint32_t attempt = job->attempt();
+    it = reattach_deadline_.erase(it);
+    RequeueAttempt(
+        job_id, attempt,
+        absl::StrCat("the coordinator restarted and ", missing.size() == 1 ? "worker " : "workers ",
+                     absl::StrJoin(missing, ", "), " did not come back within ",
+                     absl::FormatDuration(options_.heartbeat_timeout)));
+  }
 }
 
 void Coordinator::DetachWorker(const std::string& worker_id, const WorkerConnection* connection,
@@ -291,6 +410,11 @@ void Coordinator::OnTaskStarted(const std::string& worker_id, const v1::TaskStar
   workers_.Touch(worker_id, clock_.Now());
   WorkerEntry* worker = workers_.Find(worker_id);
   const v1::Job* job = jobs_.FindActive(started.job_id());
+  if (worker && job && job->state() == v1::JOB_STATE_RUNNING &&
+      job->attempt() == started.attempt() && worker->info.job_id() == started.job_id() &&
+      worker->attempt == started.attempt()) {
+    return;  // sent before a coordinator restart; the reattachment already said so
+  }
   if (!worker || !job || worker->info.state() != v1::WORKER_STATE_BUSY ||
       worker->info.job_id() != started.job_id() || worker->attempt != started.attempt() ||
       job->attempt() != started.attempt() || job->state() != v1::JOB_STATE_SCHEDULED) {
@@ -316,9 +440,21 @@ void Coordinator::OnTaskReport(const std::string& worker_id, const v1::TaskRepor
     RefuseReport(worker_id, "report", report.job_id());
     return;  // a late report of an attempt already given up on, or a forged one
   }
-  if (report.dropped_samples() > 0) {
-    spdlog::warn("worker {} dropped {} metric samples of job {} (link too slow)", worker_id,
-                 report.dropped_samples(), report.job_id());
+  if (report.report_seq() > 0) {
+    for (const auto& p : job->placement()) {
+      // Sent again after a reattachment, and already stored: applied once only.
+      if (p.rank() == worker->info.rank() && report.report_seq() <= p.last_report_seq()) return;
+    }
+  }
+  // Diagnoses join each training sample before it is stored and streamed.
+  v1::TaskReport diagnosed = report;
+  if (report.dropped_samples() > 0 || report.dropped_logs() > 0) {
+    // Said in the job's own log too: its watchers see where its history has a hole.
+    const std::string what = absl::StrCat(
+        "worker ", worker_id, " dropped ", report.dropped_samples(), " metric samples and ",
+        report.dropped_logs(), " log lines (link too slow, or no coordinator for long)");
+    spdlog::warn("job {}: {}", report.job_id(), what);
+    diagnosed.add_logs()->set_text(what);
   }
   // A worker that claimed a GPU must show one: every training sample of a CUDA rank
   // carries the CUDA caching allocator's readings, which a process without a GPU has none
@@ -336,8 +472,6 @@ void Coordinator::OnTaskReport(const std::string& worker_id, const v1::TaskRepor
       return;
     }
   }
-  // Diagnoses join each training sample before it is stored and streamed.
-  v1::TaskReport diagnosed = report;
   auto& diagnostician = diagnosticians_[{report.job_id(), worker->info.rank()}];
   const std::optional<v1::DeviceStats> device =
       worker->info.has_device_stats() ? std::make_optional(worker->info.device_stats())
@@ -347,8 +481,11 @@ void Coordinator::OnTaskReport(const std::string& worker_id, const v1::TaskRepor
     for (v1::Diagnosis d : diagnostician.Diagnose(sample, device)) sample.add_diagnoses(d);
   }
   auto s = jobs_.AppendReport(report.job_id(), diagnosed, worker->info.rank());
-  // Losing a batch of metrics (store full, say) must not stop training.
-  if (!s.ok()) spdlog::error("job {}: metrics not stored: {}", report.job_id(), s.ToString());
+  // Losing a batch of metrics (store full, say) must not stop training; a full telemetry
+  // queue is counted on /metrics rather than said once per report.
+  if (!s.ok() && !absl::IsResourceExhausted(s)) {
+    spdlog::error("job {}: metrics not stored: {}", report.job_id(), s.ToString());
+  }
 }
 
 void Coordinator::OnTaskFinished(const std::string& worker_id, const v1::TaskFinished& finished) {
@@ -511,6 +648,7 @@ void Coordinator::StopGang(const std::string& job_id, const std::string& reason)
 void Coordinator::Tick() {
   std::lock_guard<std::mutex> lock(mu_);
   RetryUnsavedTransitions();
+  SettleRecoveredJobs();
   for (const auto& worker_id : workers_.Silent(clock_.Now(), options_.heartbeat_timeout)) {
     WorkerEntry* worker = workers_.Find(worker_id);
     const WorkerConnection* connection = worker->connection.get();

@@ -23,6 +23,7 @@
 #include "server/core/event_hub.h"
 #include "server/core/job_book.h"
 #include "server/core/scheduler.h"
+#include "server/core/telemetry_writer.h"
 #include "server/core/worker_connection.h"
 #include "server/core/worker_registry.h"
 #include "server/store/job_store.h"
@@ -53,18 +54,27 @@ class Coordinator {
     // rank 0's worker). A port that turns out taken there fails that attempt only.
     uint16_t first_rendezvous_port = 29400;
     uint16_t last_rendezvous_port = 29999;
+    // Metric samples and log lines are written by a writer of their own (group commit).
+    TelemetryWriter::Options telemetry;
   };
 
   static absl::StatusOr<std::unique_ptr<Coordinator>> Create(Options options, JobStore& store,
                                                              EventHub& hub, Clock& clock);
   ~Coordinator();
 
-  // Recovers jobs from the store and starts the background pass.
+  // Recovers jobs from the store and starts the background pass. Jobs that were scheduled
+  // or running stay where they are: their workers trained on while no coordinator ran,
+  // and have heartbeat_timeout to reattach holding them; a job whose workers do not is
+  // re-queued then (no restart counted).
   absl::Status Start();
   // From here on, losing workers changes no job: the coordinator is going away, and the
   // next one re-queues whatever was running without counting it as the job's failure.
   void BeginShutdown();
+  // Stops the background pass, then writes the telemetry still queued.
   void Stop();
+  // Returns once every metric sample and log line received so far is stored and
+  // published (tests; a clean stop does it too).
+  void FlushTelemetry();
 
   // --- The public API (validated requests). ---
   // With a request_id (SubmitJobRequest.request_id): a retry of an earlier submission
@@ -125,6 +135,14 @@ class Coordinator {
                         const std::function<void(v1::Job&)>& edit = nullptr);
   void RetryUnsavedTransitions();
   void RemoveWorker(WorkerEntry entry, const std::string& why);
+  // A worker reattached holding a task: the job carries on where it is when that attempt
+  // is still placed on it; otherwise the task is stale and is cancelled.
+  void ReclaimTask(const std::string& worker_id, const v1::HeldTask& held);
+  // A worker reattached holding nothing: recovered jobs placed on it lost their rank.
+  void ReleaseRecoveredPlacements(const std::string& worker_id);
+  // Tick: recovered jobs whose workers have all reattached are settled; those past their
+  // deadline go back to the queue.
+  void SettleRecoveredJobs();
   // Tick: jobs past their start deadline go back to the queue; the workers that did not
   // start them are evicted.
   void WithdrawUnstartedAssignments();
@@ -141,6 +159,8 @@ class Coordinator {
   Clock& clock_;
   Scheduler scheduler_;
 
+  // Before jobs_, which writes through it.
+  std::unique_ptr<TelemetryWriter> telemetry_;
   std::mutex mu_;
   JobBook jobs_;
   WorkerRegistry workers_;
@@ -151,6 +171,9 @@ class Coordinator {
   std::map<std::string, std::pair<uint32_t, absl::Time>> scheduled_at_;
   // Per (job, rank): the history its diagnoses are drawn from.
   std::map<std::pair<std::string, uint32_t>, RankDiagnostician> diagnosticians_;
+  // Jobs found scheduled or running at start, waiting for their workers to reattach, and
+  // until when.
+  std::map<std::string, absl::Time> reattach_deadline_;
   // Why each queued job is still waiting (from the last scheduling pass).
   std::map<std::string, std::string> waiting_;
   bool shutting_down_ = false;

@@ -1,6 +1,5 @@
 #include "server/core/job_book.h"
 
-#include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "server/common/time_util.h"
 
@@ -53,14 +52,6 @@ absl::Status JobBook::Recover() {
     query.before_id = std::stoull(unfinished.back().id());
   }
   for (auto& job : unfinished) active_[job.id()] = std::move(job);
-  for (const auto& [id, job] : std::map<std::string, v1::Job>(active_)) {
-    if (job.state() != v1::JOB_STATE_SCHEDULED && job.state() != v1::JOB_STATE_RUNNING) continue;
-    auto s = Transition(id, v1::JOB_STATE_PENDING,
-                        "re-queued: the coordinator restarted while the job was " +
-                            absl::AsciiStrToLower(StateName(job.state())),
-                        [](v1::Job& j) { j.clear_placement(); });
-    if (!s.ok()) return s;
-  }
   return absl::OkStatus();
 }
 
@@ -117,6 +108,9 @@ absl::Status JobBook::Transition(const std::string& id, v1::JobState state,
     return absl::FailedPreconditionError(absl::StrCat(
         "job ", id, " cannot go from ", StateName(current->state()), " to ", StateName(state)));
   }
+  // The job's reports queued so far go to the store (and to watchers) first: its events
+  // stay in sequence order, and none is left behind a final state.
+  if (telemetry_) telemetry_->Flush(id);
   const absl::Time now = clock_.Now();
   v1::JobEvent event;
   auto* change = event.mutable_state_change();
@@ -149,15 +143,36 @@ absl::Status JobBook::AppendReport(const std::string& id, const v1::TaskReport& 
     event.mutable_log()->set_rank(rank);
   }
   if (events.empty()) return absl::OkStatus();
-  return Commit(
-      id,
-      [&](v1::Job& job) {
-        if (rank != 0) return;
-        for (const auto& sample : report.metrics()) {
-          *(sample.has_eval() ? job.mutable_latest_eval() : job.mutable_latest_metrics()) = sample;
-        }
-      },
-      std::move(events));
+  auto latest = [&](v1::Job& job) {
+    for (auto& p : *job.mutable_placement()) {
+      if (p.rank() == rank && report.report_seq() > p.last_report_seq()) {
+        p.set_last_report_seq(report.report_seq());
+      }
+    }
+    if (rank != 0) return;
+    for (const auto& sample : report.metrics()) {
+      *(sample.has_eval() ? job.mutable_latest_eval() : job.mutable_latest_metrics()) = sample;
+    }
+  };
+  if (telemetry_ == nullptr) return Commit(id, latest, std::move(events));
+  auto it = active_.find(id);
+  if (it == active_.end()) return absl::NotFoundError(absl::StrCat("job ", id, " is not active"));
+  v1::Job& job = it->second;
+  latest(job);
+  if (!telemetry_->HasRoom(events.size())) {
+    // Numbered only once queued, so that the job's sequence has no holes.
+    telemetry_->CountDropped(events.size());
+    return absl::ResourceExhaustedError(
+        absl::StrCat(events.size(), " events dropped: the telemetry queue is full"));
+  }
+  const auto now = ToProto(clock_.Now());
+  for (auto& event : events) {
+    event.set_seq(job.last_event_seq() + 1);
+    job.set_last_event_seq(event.seq());
+    if (!event.has_time()) *event.mutable_time() = now;
+  }
+  telemetry_->Append(job, std::move(events));
+  return absl::OkStatus();
 }
 
 absl::Status JobBook::Commit(const std::string& id, const std::function<void(v1::Job&)>& edit,

@@ -1,7 +1,9 @@
 // The jobs the coordinator is responsible for, and the only code that changes them. Each
-// change is committed to the store (the job row and its new events, in one transaction)
-// before memory is updated and before anyone acts on it; then its events are published
-// to watchers. Unfinished jobs live in memory; finished ones are read from the store.
+// state change is committed to the store (the job row and its new events, in one
+// transaction) before memory is updated and before anyone acts on it; then its events are
+// published to watchers. Metric samples and log lines go to the telemetry writer when
+// there is one: numbered here, written and published by it, never waited for.
+// Unfinished jobs live in memory; finished ones are read from the store.
 // Not thread-safe: the Coordinator calls it under its own lock.
 #pragma once
 
@@ -13,6 +15,7 @@
 #include "absl/status/statusor.h"
 #include "server/core/clock.h"
 #include "server/core/event_hub.h"
+#include "server/core/telemetry_writer.h"
 #include "server/store/job_store.h"
 #include "stoke/v1/job.pb.h"
 #include "stoke/v1/worker_link.pb.h"
@@ -21,10 +24,12 @@ namespace stoke::server {
 
 class JobBook {
  public:
-  JobBook(JobStore& store, EventHub& hub, Clock& clock) : store_(store), hub_(hub), clock_(clock) {}
+  // `telemetry`: null commits reports as state changes are (synchronously).
+  JobBook(JobStore& store, EventHub& hub, Clock& clock, TelemetryWriter* telemetry = nullptr)
+      : store_(store), hub_(hub), clock_(clock), telemetry_(telemetry) {}
 
-  // Loads every unfinished job. Those that were scheduled or running when the previous
-  // coordinator stopped go back to the queue; their workers are gone with it.
+  // Loads every unfinished job, as stored. Those that were scheduled or running stay so:
+  // their workers outlive the coordinator, and the Coordinator waits for them to reattach.
   absl::Status Recover();
 
   // Stores a new PENDING job for an already validated spec.
@@ -43,7 +48,9 @@ class JobBook {
   absl::Status Transition(const std::string& id, v1::JobState state, const std::string& message,
                           const std::function<void(v1::Job&)>& edit = nullptr);
 
-  // Records a worker's metric samples and log lines as events.
+  // Records a worker's metric samples and log lines as events. With a telemetry writer
+  // whose queue is full they are dropped (and counted there), the job's latest metrics
+  // still updated.
   absl::Status AppendReport(const std::string& id, const v1::TaskReport& report, uint32_t rank);
 
  private:
@@ -55,6 +62,7 @@ class JobBook {
   JobStore& store_;
   EventHub& hub_;
   Clock& clock_;
+  TelemetryWriter* const telemetry_;
   std::map<std::string, v1::Job> active_;
 };
 

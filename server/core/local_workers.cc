@@ -3,13 +3,19 @@
 #include <fcntl.h>
 #include <signal.h>
 #include <spdlog/spdlog.h>
-#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <dirent.h>
+
+#include <algorithm>
 #include <cstdio>
+#include <fstream>
+#include <functional>
+#include <optional>
 #include <thread>
 
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
@@ -78,6 +84,80 @@ absl::StatusOr<std::vector<LocalWorkerSpec>> PlanLocalWorkers(const std::string&
   return workers;
 }
 
+namespace {
+
+// Field 22 of /proc/PID/stat, the process's start time in clock ticks since boot: with the
+// pid, it names one process, never a later one that reused the pid. nullopt when the
+// process is gone or a zombie.
+std::optional<uint64_t> ProcessStartTime(pid_t pid) {
+  std::ifstream in(absl::StrCat("/proc/", pid, "/stat"));
+  std::string line;
+  if (!std::getline(in, line)) return std::nullopt;
+  const auto close_paren = line.rfind(')');
+  if (close_paren == std::string::npos) return std::nullopt;
+  std::vector<std::string> fields =
+      absl::StrSplit(line.substr(close_paren + 2), ' ', absl::SkipEmpty());
+  // fields[0] is field 3 (the state).
+  uint64_t start = 0;
+  if (fields.size() < 20 || fields[0] == "Z" || !absl::SimpleAtoi(fields[19], &start)) {
+    return std::nullopt;
+  }
+  return start;
+}
+
+struct PidRecord {
+  pid_t pid = -1;
+  uint64_t start_time = 0;
+  std::string device;
+};
+
+std::optional<PidRecord> ReadPidFile(const std::string& path) {
+  std::ifstream in(path);
+  PidRecord record;
+  if (!(in >> record.pid >> record.start_time >> record.device) || record.pid <= 0) {
+    return std::nullopt;
+  }
+  return record;
+}
+
+// The recorded worker still runs (the same process, not one that reused its pid).
+bool StillRunning(const PidRecord& record) {
+  auto start = ProcessStartTime(record.pid);
+  return start && *start == record.start_time;
+}
+
+void WritePidFile(const std::string& path, pid_t pid, const std::string& device) {
+  // The child may not have been scheduled yet; /proc knows it from fork on.
+  auto start = ProcessStartTime(pid);
+  const std::string tmp = path + ".tmp";
+  {
+    std::ofstream out(tmp, std::ios::trunc);
+    out << pid << " " << start.value_or(0) << " " << device << "\n";
+    if (!out) {
+      spdlog::error("cannot write {}: a restarted coordinator will not find worker {}", path, pid);
+      return;
+    }
+  }
+  std::rename(tmp.c_str(), path.c_str());
+}
+
+// Waits for a process already sent SIGTERM to end, and SIGKILLs it past `deadline`;
+// `alive` says whether it still runs.
+void Terminate(pid_t pid, const std::function<bool()>& alive, absl::Time deadline) {
+  while (alive()) {
+    if (absl::Now() > deadline) {
+      kill(pid, SIGKILL);
+      for (int i = 0; i < 100 && alive(); ++i) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      }
+      return;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+}
+
+}  // namespace
+
 absl::StatusOr<std::unique_ptr<LocalWorkerSupervisor>> LocalWorkerSupervisor::Create(
     Options options) {
   if (access(options.worker_binary.c_str(), X_OK) != 0) {
@@ -89,16 +169,60 @@ absl::StatusOr<std::unique_ptr<LocalWorkerSupervisor>> LocalWorkerSupervisor::Cr
 
 LocalWorkerSupervisor::~LocalWorkerSupervisor() { Stop(); }
 
+std::string LocalWorkerSupervisor::PidFile(size_t index) const {
+  return absl::StrCat(options_.state_dir, "/worker-", index, ".pid");
+}
+
 absl::Status LocalWorkerSupervisor::Start() {
   children_.resize(options_.workers.size());
-  for (auto& child : children_) {
+  for (size_t i = 0; i < children_.size(); ++i) {
+    Child& child = children_[i];
     child.next_start = absl::InfinitePast();
     child.delay = options_.min_restart_delay;
+    if (options_.state_dir.empty()) continue;
+    // A worker an earlier coordinator started on this device and left training: it
+    // reattaches by itself; a second one on its device would only fight it.
+    auto record = ReadPidFile(PidFile(i));
+    if (record && record->device == options_.workers[i].device && StillRunning(*record)) {
+      child.pid = record->pid;
+      child.adopted = true;
+      child.started = absl::Now();
+      spdlog::info("local worker {} (pid {}) is still running from before; supervising it",
+                   record->device, record->pid);
+    }
   }
-  // Children are forked from the monitor thread: PR_SET_PDEATHSIG fires when the thread
-  // that forked exits, and this one lives as long as the supervisor.
   monitor_ = std::thread([this] { Monitor(); });
   return absl::OkStatus();
+}
+
+size_t LocalWorkerSupervisor::Running() {
+  std::lock_guard<std::mutex> lock(mu_);
+  return std::count_if(children_.begin(), children_.end(),
+                       [](const Child& c) { return c.pid > 0; });
+}
+
+size_t LocalWorkerSupervisor::StopLeftWorkers(const std::string& state_dir, absl::Duration grace) {
+  std::vector<std::pair<std::string, PidRecord>> running;
+  if (DIR* dir = opendir(state_dir.c_str())) {
+    while (dirent* entry = readdir(dir)) {
+      const std::string name = entry->d_name;
+      if (!absl::StartsWith(name, "worker-") || !absl::EndsWith(name, ".pid")) continue;
+      const std::string path = absl::StrCat(state_dir, "/", name);
+      auto record = ReadPidFile(path);
+      if (record && StillRunning(*record)) running.emplace_back(path, *record);
+      if (!record || !StillRunning(*record)) std::remove(path.c_str());
+    }
+    closedir(dir);
+  }
+  for (const auto& [path, record] : running) kill(record.pid, SIGTERM);
+  const absl::Time deadline = absl::Now() + grace;
+  for (const auto& [path, record] : running) {
+    spdlog::info("stopping local worker {} (pid {})", record.device, record.pid);
+    Terminate(
+        record.pid, [r = record] { return StillRunning(r); }, deadline);
+    std::remove(path.c_str());
+  }
+  return running.size();
 }
 
 pid_t LocalWorkerSupervisor::Spawn(size_t index) {
@@ -111,6 +235,10 @@ pid_t LocalWorkerSupervisor::Spawn(size_t index) {
                                    "--device",
                                    spec.device,
                                    "--local"};
+  if (!options_.address_file.empty()) {
+    args.push_back("--coordinator-address-file");
+    args.push_back(options_.address_file);
+  }
   if (spec.threads > 0) {
     args.push_back("--threads");
     args.push_back(std::to_string(spec.threads));
@@ -127,7 +255,6 @@ pid_t LocalWorkerSupervisor::Spawn(size_t index) {
   for (auto& a : args) argv.push_back(a.data());
   argv.push_back(nullptr);
   std::string log_path = absl::StrCat(options_.log_dir, "/worker-", index, ".log");
-  const pid_t parent = getpid();
 
   pid_t pid = fork();
   if (pid == 0) {
@@ -135,14 +262,14 @@ pid_t LocalWorkerSupervisor::Spawn(size_t index) {
     sigset_t none;
     sigemptyset(&none);
     sigprocmask(SIG_SETMASK, &none, nullptr);
-    prctl(PR_SET_PDEATHSIG, SIGKILL);
-    if (getppid() != parent) _exit(1);  // the parent died before prctl took effect
     int fd = open(log_path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
     if (fd >= 0) {
       dup2(fd, STDOUT_FILENO);
       dup2(fd, STDERR_FILENO);
     }
-    setpgid(0, 0);  // a terminal's Ctrl-C reaches the coordinator, which stops us in order
+    // A session of its own: neither a terminal's Ctrl-C nor the end of the coordinator's
+    // session reaches it. It trains on through a coordinator restart.
+    setsid();
     execv(argv[0], argv.data());
     _exit(127);
   }
@@ -150,6 +277,7 @@ pid_t LocalWorkerSupervisor::Spawn(size_t index) {
     spdlog::error("cannot start worker {}: fork failed", spec.device);
   } else {
     spdlog::info("started local worker {} (pid {}), log {}", spec.device, pid, log_path);
+    if (!options_.state_dir.empty()) WritePidFile(PidFile(index), pid, spec.device);
   }
   return pid;
 }
@@ -161,10 +289,18 @@ void LocalWorkerSupervisor::Monitor() {
     for (size_t i = 0; i < children_.size(); ++i) {
       Child& child = children_[i];
       if (child.pid > 0) {
-        int status = 0;
-        if (waitpid(child.pid, &status, WNOHANG) != child.pid) continue;
-        std::string how = WIFSIGNALED(status) ? absl::StrCat("killed by signal ", WTERMSIG(status))
-                                              : absl::StrCat("exited with ", WEXITSTATUS(status));
+        std::string how;
+        if (child.adopted) {
+          // Not our child: no exit status to wait for, only whether it still runs.
+          if (ProcessStartTime(child.pid)) continue;
+          how = "has exited";
+        } else {
+          int status = 0;
+          if (waitpid(child.pid, &status, WNOHANG) != child.pid) continue;
+          how = WIFSIGNALED(status) ? absl::StrCat("killed by signal ", WTERMSIG(status))
+                                    : absl::StrCat("exited with ", WEXITSTATUS(status));
+        }
+        child.adopted = false;
         // A worker that ran a good while earns a fresh backoff; one crashing at start
         // backs off further each time.
         child.delay = (now - child.started > absl::Minutes(1))
@@ -183,11 +319,10 @@ void LocalWorkerSupervisor::Monitor() {
     }
     cv_.wait_for(lock, std::chrono::milliseconds(200));
   }
-  // Still on the forking thread: leaving it would SIGKILL the workers at once, and they
-  // deserve a chance to report and exit cleanly.
   const absl::Duration grace = grace_;
+  const bool terminate = terminate_;
   lock.unlock();
-  TerminateChildren(grace);
+  if (terminate) TerminateChildren(grace);
 }
 
 void LocalWorkerSupervisor::Stop(absl::Duration grace) {
@@ -201,23 +336,36 @@ void LocalWorkerSupervisor::Stop(absl::Duration grace) {
   monitor_.join();
 }
 
+void LocalWorkerSupervisor::Leave() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (stopping_ || !monitor_.joinable()) return;
+    stopping_ = true;
+    terminate_ = false;
+  }
+  cv_.notify_all();
+  monitor_.join();
+}
+
 void LocalWorkerSupervisor::TerminateChildren(absl::Duration grace) {
   for (auto& child : children_) {
     if (child.pid > 0) kill(child.pid, SIGTERM);
   }
   const absl::Time deadline = absl::Now() + grace;
-  for (auto& child : children_) {
-    while (child.pid > 0) {
-      if (waitpid(child.pid, nullptr, WNOHANG) == child.pid) {
-        child.pid = -1;
-      } else if (absl::Now() > deadline) {
-        kill(child.pid, SIGKILL);
-        waitpid(child.pid, nullptr, 0);
-        child.pid = -1;
-      } else {
-        std::this_thread::sleep_for(std::chrono::milliseconds(50));
-      }
+  for (size_t i = 0; i < children_.size(); ++i) {
+    Child& child = children_[i];
+    if (child.pid <= 0) continue;
+    const pid_t pid = child.pid;
+    if (child.adopted) {
+      Terminate(
+          pid, [pid] { return ProcessStartTime(pid).has_value(); }, deadline);
+    } else {
+      Terminate(
+          pid, [pid] { return waitpid(pid, nullptr, WNOHANG) == 0; }, deadline);
+      waitpid(pid, nullptr, WNOHANG);
     }
+    child.pid = -1;
+    if (!options_.state_dir.empty()) std::remove(PidFile(i).c_str());
   }
 }
 

@@ -200,6 +200,15 @@ CoordinatorMetrics::CoordinatorMetrics(const Options& options,
                               "or forged), refused")
                           .Register(*registry_)
                           .Add({});
+  telemetry_dropped_ = &prometheus::BuildCounter()
+                            .Name("stoke_telemetry_events_dropped_total")
+                            .Help(
+                                "Metric samples and log lines not stored: the telemetry queue "
+                                "was full (a slow disk) or the store refused them")
+                            .Register(*registry_)
+                            .Add({});
+  telemetry_queued_ = &Gauge("stoke_telemetry_queue_events",
+                             "Metric samples and log lines received and not yet stored");
 
   // Every state is always present (0 when empty), so dashboards never show gaps.
   for (int s = v1::JOB_STATE_PENDING; s <= v1::JOB_STATE_RESTARTING; ++s) {
@@ -256,6 +265,12 @@ void CoordinatorMetrics::Refresh(const MetricsSnapshot& snapshot, absl::Time now
     refused_reports_->Increment(static_cast<double>(refused - refused_reports_seen_));
     refused_reports_seen_ = refused;
   }
+  const uint64_t dropped = snapshot.cluster.telemetry_events_dropped();
+  if (dropped > telemetry_dropped_seen_) {
+    telemetry_dropped_->Increment(static_cast<double>(dropped - telemetry_dropped_seen_));
+    telemetry_dropped_seen_ = dropped;
+  }
+  telemetry_queued_->Add({}).Set(static_cast<double>(snapshot.cluster.telemetry_events_queued()));
   queue_length_->Add({}).Set(queued);
   std::map<int, int> worker_counts;
   for (const auto& w : snapshot.cluster.workers()) ++worker_counts[w.state()];

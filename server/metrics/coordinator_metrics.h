@@ -112,6 +112,10 @@ class CoordinatorMetrics final : public RpcObserver {
   // Workers.
   prometheus::Counter* refused_reports_ = nullptr;
   uint64_t refused_reports_seen_ = 0;
+  // Telemetry writer.
+  prometheus::Counter* telemetry_dropped_ = nullptr;
+  uint64_t telemetry_dropped_seen_ = 0;
+  GaugeFamily* telemetry_queued_ = nullptr;
 
   mutable std::mutex mu_;  // guards everything below and the families' children
   std::map<int, prometheus::Gauge*> jobs_by_state_;

@@ -37,6 +37,12 @@ struct JobPage {
   bool more = false;
 };
 
+// A job as it is after `events`, for CommitBatch.
+struct JobUpdate {
+  v1::Job job;
+  std::vector<v1::JobEvent> events;
+};
+
 class JobStore {
  public:
   virtual ~JobStore() = default;
@@ -47,6 +53,17 @@ class JobStore {
 
   // Replaces the stored job with `job` and appends `events`, in one transaction.
   virtual absl::Status Commit(const v1::Job& job, absl::Span<const v1::JobEvent> events) = 0;
+
+  // Commits every update in order, as Commit does, in one transaction when the store can:
+  // the telemetry writer's group commit (one sync for many reports). Several updates may
+  // name the same job; the last one's row is the one kept. This default commits them one
+  // by one, stopping at the first failure.
+  virtual absl::Status CommitBatch(absl::Span<const JobUpdate> updates) {
+    for (const auto& update : updates) {
+      if (auto s = Commit(update.job, update.events); !s.ok()) return s;
+    }
+    return absl::OkStatus();
+  }
 
   // NOT_FOUND when no job has this id.
   virtual absl::StatusOr<v1::Job> GetJob(const std::string& id) = 0;

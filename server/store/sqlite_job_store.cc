@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <map>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -354,6 +355,30 @@ absl::Status SqliteJobStore::Commit(const v1::Job& job, absl::Span<const v1::Job
   if (txn.begin_rc() != SQLITE_OK) return Error(txn.begin_rc(), sqlite3_errmsg(db_));
   if (auto s = WriteJobRow(job, /*insert=*/false, &id); !s.ok()) return s;
   if (auto s = WriteEvents(id, events); !s.ok()) return s;
+  if (int rc = txn.Commit(); rc != SQLITE_OK) return Error(rc, sqlite3_errmsg(db_));
+  return absl::OkStatus();
+}
+
+absl::Status SqliteJobStore::CommitBatch(absl::Span<const JobUpdate> updates) {
+  if (updates.empty()) return absl::OkStatus();
+  std::lock_guard<std::mutex> lock(mu_);
+  Transaction txn(db_);
+  if (txn.begin_rc() != SQLITE_OK) return Error(txn.begin_rc(), sqlite3_errmsg(db_));
+  // A job's row is written once, as its last update leaves it.
+  std::map<std::string, const v1::Job*> rows;
+  for (const auto& update : updates) {
+    int64_t id = 0;
+    if (!ParseJobId(update.job.id(), &id)) {
+      return absl::NotFoundError(absl::StrCat("job ", update.job.id(), " not found"));
+    }
+    if (auto s = WriteEvents(id, update.events); !s.ok()) return s;
+    rows[update.job.id()] = &update.job;
+  }
+  for (const auto& [job_id, job] : rows) {
+    int64_t id = 0;
+    ParseJobId(job_id, &id);
+    if (auto s = WriteJobRow(*job, /*insert=*/false, &id); !s.ok()) return s;
+  }
   if (int rc = txn.Commit(); rc != SQLITE_OK) return Error(rc, sqlite3_errmsg(db_));
   return absl::OkStatus();
 }

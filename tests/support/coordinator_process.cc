@@ -45,6 +45,7 @@ std::unique_ptr<CoordinatorProcess> CoordinatorProcess::Start(const Options& opt
                                    "--metrics-address",
                                    "127.0.0.1:0"};
   for (const auto& a : options.extra_args) args.push_back(a);
+  if (options.stop_workers_on_exit) args.push_back("--stop-workers-on-exit");
   std::vector<char*> argv;
   for (auto& a : args) argv.push_back(a.data());
   argv.push_back(nullptr);

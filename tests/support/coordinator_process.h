@@ -21,6 +21,9 @@ class CoordinatorProcess {
     std::string address = "127.0.0.1:0";
     std::string local_workers = "cpu:2";
     std::vector<std::string> extra_args = {"--heartbeat-timeout", "6"};
+    // Stop the local workers with the coordinator (--stop-workers-on-exit), so that a test
+    // leaves no process behind. False: they train on through its restart, as by default.
+    bool stop_workers_on_exit = true;
     // The test's own client: the token it sends and the CA it verifies TLS with.
     std::string client_token{};
     std::string client_tls_ca{};

@@ -452,24 +452,116 @@ TEST_F(CoordinatorTest, LeavingWorkerGetsNoMoreWorkAndItsJobIsRequeuedWithoutARe
   EXPECT_EQ(w2->Assignments()[0].attempt(), 2u);
 }
 
-TEST_F(CoordinatorTest, RestartRequeuesRunningJobsWithoutCountingAFailure) {
-  auto w1 = Attach("w1");
-  std::string running = Submit();
-  std::string queued = Submit();
-  Started("w1", running, 1);
-  // A coordinator shutting down loses its workers; that is no fault of the job.
-  core_->BeginShutdown();
-  core_->DetachWorker("w1", w1.get(), "coordinator stopping");
-  EXPECT_EQ(GetJob(running).state(), v1::JOB_STATE_RUNNING);
-  Open();  // a new coordinator on the same store
-  v1::Job job = GetJob(running);
+// A coordinator restarts while w1 runs a job: the new one finds the job running and waits
+// for its worker, which trained on meanwhile, to reattach holding it.
+class CoordinatorRestartTest : public CoordinatorTest {
+ protected:
+  void RestartWhileRunning() {
+    w1_ = Attach("w1");
+    running_ = Submit();
+    queued_ = Submit();
+    Started("w1", running_, 1);
+    // A coordinator shutting down loses its workers; that is no fault of the job.
+    core_->BeginShutdown();
+    core_->DetachWorker("w1", w1_.get(), "coordinator stopping");
+    Open();  // a new coordinator on the same store
+  }
+
+  std::shared_ptr<RecordingConnection> Reattach(const std::string& id, const std::string& job,
+                                                uint32_t attempt, bool started = true) {
+    auto connection = std::make_shared<RecordingConnection>();
+    v1::RegisterWorker reg;
+    reg.set_worker_id(id);
+    reg.set_host("host");
+    reg.mutable_device()->set_type(v1::DEVICE_TYPE_CPU);
+    reg.mutable_held_task()->set_job_id(job);
+    reg.mutable_held_task()->set_attempt(attempt);
+    reg.mutable_held_task()->set_started(started);
+    EXPECT_TRUE(core_->AttachWorker(reg, "10.0.0.1", connection).ok());
+    return connection;
+  }
+
+  std::shared_ptr<RecordingConnection> w1_;
+  std::string running_, queued_;
+};
+
+TEST_F(CoordinatorRestartTest, RunningJobCarriesOnWhenItsWorkerReattachesHoldingIt) {
+  RestartWhileRunning();
+  EXPECT_EQ(GetJob(running_).state(), v1::JOB_STATE_RUNNING);
+  EXPECT_EQ(GetJob(queued_).state(), v1::JOB_STATE_PENDING);
+  auto w1 = Reattach("w1", running_, 1);
+  EXPECT_TRUE(w1->Assignments().empty()) << "the job was started again";
+  EXPECT_TRUE(w1->Cancels().empty());
+  EXPECT_EQ(WorkerState("w1"), v1::WORKER_STATE_BUSY);
+  // Past the deadline the worker has kept up its heartbeats: nothing changes.
+  clock_.Advance(absl::Seconds(6));
+  core_->HandleWorkerMessage("w1", [] {
+    v1::WorkerMessage m;
+    m.mutable_heartbeat();
+    return m;
+  }());
+  clock_.Advance(absl::Seconds(6));
+  core_->Tick();
+  // Metrics go on from the step reached; the outcome is the attempt's.
+  v1::WorkerMessage report;
+  report.mutable_report()->set_job_id(running_);
+  report.mutable_report()->set_attempt(1);
+  report.mutable_report()->add_metrics()->set_step(500);
+  report.mutable_report()->set_dropped_samples(3);
+  report.mutable_report()->set_report_seq(7);
+  Send("w1", report);
+  Send("w1", report);  // sent again after another reattachment: applied once
+  EXPECT_EQ(GetJob(running_).latest_metrics().step(), 500u);
+  Finished("w1", running_, 1, v1::TASK_OUTCOME_SUCCEEDED);
+  v1::Job job = GetJob(running_);
+  EXPECT_EQ(job.state(), v1::JOB_STATE_SUCCEEDED);
+  EXPECT_EQ(job.attempt(), 1u);
+  EXPECT_EQ(job.restarts(), 0u);
+  // The samples the worker could not keep are said in the job's log.
+  bool told = false;
+  auto events = store_->ReadEvents(running_, 1, 100);
+  ASSERT_TRUE(events.ok()) << events.status();
+  int samples = 0;
+  for (const auto& e : *events) {
+    told |= e.has_log() && e.log().text().find("dropped 3 metric samples") != std::string::npos;
+    samples += e.has_metrics();
+  }
+  EXPECT_TRUE(told);
+  EXPECT_EQ(samples, 1);
+}
+
+TEST_F(CoordinatorRestartTest, JobWhoseWorkerDoesNotReattachIsRequeuedAfterTheHeartbeatTimeout) {
+  RestartWhileRunning();
+  clock_.Advance(absl::Seconds(9));
+  core_->Tick();
+  EXPECT_EQ(GetJob(running_).state(), v1::JOB_STATE_RUNNING);
+  clock_.Advance(absl::Seconds(2));
+  core_->Tick();
+  v1::Job job = GetJob(running_);
   EXPECT_EQ(job.state(), v1::JOB_STATE_PENDING);
   EXPECT_EQ(job.restarts(), 0u);
   EXPECT_NE(job.message().find("coordinator restarted"), std::string::npos) << job.message();
-  EXPECT_EQ(GetJob(queued).state(), v1::JOB_STATE_PENDING);
-  auto w = Attach("w1");
-  EXPECT_EQ(GetJob(running).state(), v1::JOB_STATE_SCHEDULED);
-  EXPECT_EQ(GetJob(running).attempt(), 2u);
+  EXPECT_NE(job.message().find("w1 did not come back"), std::string::npos) << job.message();
+  // The worker, back late, is told to stop the stale attempt; the job runs anew once the
+  // worker is free.
+  auto w1 = Reattach("w1", running_, 1);
+  ASSERT_EQ(w1->Cancels().size(), 1u);
+  EXPECT_EQ(w1->Cancels()[0].attempt(), 1u);
+  EXPECT_TRUE(w1->Assignments().empty());
+  Finished("w1", running_, 1, v1::TASK_OUTCOME_CANCELLED);
+  ASSERT_FALSE(w1->Assignments().empty());
+  EXPECT_EQ(w1->Assignments()[0].job_id(), running_);
+  EXPECT_EQ(w1->Assignments()[0].attempt(), 2u);
+}
+
+TEST_F(CoordinatorRestartTest, WorkerBackWithoutItsJobRequeuesItAtOnce) {
+  RestartWhileRunning();
+  auto w1 = Attach("w1");  // a new process: the old one, and its training, are gone
+  v1::Job job = GetJob(running_);
+  EXPECT_EQ(job.restarts(), 0u);
+  ASSERT_FALSE(w1->Assignments().empty());
+  EXPECT_EQ(w1->Assignments()[0].job_id(), running_);
+  EXPECT_EQ(w1->Assignments()[0].attempt(), 2u);
 }
 
 TEST_F(CoordinatorTest, ReportsBecomeOrderedEvents) {
@@ -482,6 +574,7 @@ TEST_F(CoordinatorTest, ReportsBecomeOrderedEvents) {
   for (int step = 10; step <= 30; step += 10) m.mutable_report()->add_metrics()->set_step(step);
   m.mutable_report()->add_logs()->set_text("hello");
   Send("w1", m);
+  core_->FlushTelemetry();  // written and published by a thread of its own
   auto read = *hub_->Read(id, 1, 100);
   std::vector<uint64_t> steps;
   for (size_t i = 0; i < read.events.size(); ++i) {

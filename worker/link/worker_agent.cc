@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <fstream>
 
 #include "proto/stoke/v1/limits.h"
 #include "worker/link/task_translation.h"
@@ -15,10 +16,13 @@
 namespace stoke::worker {
 
 // Messages waiting for the sender thread, in the order they must reach the coordinator.
-// Metric samples and log lines are merged into the trailing report of their task.
+// Metric samples and log lines are merged into the trailing report of their task. It
+// outlives connections: while no coordinator answers, it keeps what the task reports,
+// the oldest samples and lines giving way (counted, and the counts sent with the next
+// report) once it holds its limit of each.
 class WorkerAgent::Outbox {
  public:
-  explicit Outbox(size_t max_samples) : max_samples_(max_samples) {}
+  Outbox(size_t max_samples, size_t max_logs) : max_samples_(max_samples), max_logs_(max_logs) {}
 
   // Control messages (started, finished) go out at once rather than at the next flush.
   void Push(v1::WorkerMessage message) {
@@ -33,12 +37,13 @@ class WorkerAgent::Outbox {
   void AddMetrics(const std::string& job, uint32_t attempt, const v1::MetricSample& sample) {
     std::lock_guard<std::mutex> lock(mu_);
     *ReportLocked(job, attempt)->add_metrics() = sample;
-    if (++queued_samples_ > max_samples_) DropOldestSampleLocked();
+    if (++queued_samples_ > max_samples_) DropOldestLocked(/*log=*/false);
   }
 
   void AddLog(const std::string& job, uint32_t attempt, const std::string& text) {
     std::lock_guard<std::mutex> lock(mu_);
     ReportLocked(job, attempt)->add_logs()->set_text(text);
+    if (++queued_logs_ > max_logs_) DropOldestLocked(/*log=*/true);
   }
 
   // Waits up to `wait` for something to send (less if woken), then takes it all.
@@ -49,7 +54,23 @@ class WorkerAgent::Outbox {
     std::deque<v1::WorkerMessage> taken;
     taken.swap(queue_);
     queued_samples_ = 0;
+    queued_logs_ = 0;
     return taken;
+  }
+
+  // Messages taken but not sent (the stream broke): back to the front, for the next
+  // coordinator, ahead of what was queued meanwhile.
+  void PutBack(std::deque<v1::WorkerMessage> unsent) {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (const auto& message : unsent) {
+      if (!message.has_report()) continue;
+      queued_samples_ += message.report().metrics_size();
+      queued_logs_ += message.report().logs_size();
+    }
+    for (auto& message : queue_) unsent.push_back(std::move(message));
+    queue_.swap(unsent);
+    while (queued_samples_ > max_samples_) DropOldestLocked(/*log=*/false);
+    while (queued_logs_ > max_logs_) DropOldestLocked(/*log=*/true);
   }
 
   void Wake() {
@@ -60,31 +81,32 @@ class WorkerAgent::Outbox {
     cv_.notify_all();
   }
 
-  void Clear() {
-    std::lock_guard<std::mutex> lock(mu_);
-    queue_.clear();
-    queued_samples_ = 0;
-    dropped_ = 0;
-  }
-
  private:
   v1::TaskReport* ReportLocked(const std::string& job, uint32_t attempt) {
+    // A numbered report was sent before (it waits to be sent again): the coordinator
+    // skips it whole if it has it, so nothing new may join it.
     if (queue_.empty() || !queue_.back().has_report() || queue_.back().report().job_id() != job ||
-        queue_.back().report().attempt() != attempt) {
+        queue_.back().report().attempt() != attempt || queue_.back().report().report_seq() != 0) {
       v1::TaskReport* report = queue_.emplace_back().mutable_report();
       report->set_job_id(job);
       report->set_attempt(attempt);
-      report->set_dropped_samples(dropped_);
-      dropped_ = 0;
     }
     return queue_.back().mutable_report();
   }
 
-  void DropOldestSampleLocked() {
+  void DropOldestLocked(bool log) {
     for (auto& message : queue_) {
-      if (message.has_report() && message.report().metrics_size() > 0) {
-        message.mutable_report()->mutable_metrics()->DeleteSubrange(0, 1);
-        message.mutable_report()->set_dropped_samples(message.report().dropped_samples() + 1);
+      if (!message.has_report()) continue;
+      v1::TaskReport* report = message.mutable_report();
+      if (log && report->logs_size() > 0) {
+        report->mutable_logs()->DeleteSubrange(0, 1);
+        report->set_dropped_logs(report->dropped_logs() + 1);
+        --queued_logs_;
+        return;
+      }
+      if (!log && report->metrics_size() > 0) {
+        report->mutable_metrics()->DeleteSubrange(0, 1);
+        report->set_dropped_samples(report->dropped_samples() + 1);
         --queued_samples_;
         return;
       }
@@ -92,21 +114,23 @@ class WorkerAgent::Outbox {
   }
 
   const size_t max_samples_;
+  const size_t max_logs_;
   std::mutex mu_;
   std::condition_variable cv_;
   std::deque<v1::WorkerMessage> queue_;
   size_t queued_samples_ = 0;
-  uint64_t dropped_ = 0;
+  size_t queued_logs_ = 0;
   bool woken_ = false;
 };
 
 // Feeds one task's reports into the outbox; runs on the training thread, never blocks.
 class WorkerAgent::Observer final : public TrainingObserver {
  public:
-  Observer(Outbox& outbox, std::string job, uint32_t attempt)
-      : outbox_(outbox), job_(std::move(job)), attempt_(attempt) {}
+  Observer(WorkerAgent& agent, std::string job, uint32_t attempt)
+      : agent_(agent), outbox_(*agent.outbox_), job_(std::move(job)), attempt_(attempt) {}
 
   void OnStarted() override {
+    agent_.MarkHeldTaskStarted(job_, attempt_);
     v1::WorkerMessage message;
     message.mutable_started()->set_job_id(job_);
     message.mutable_started()->set_attempt(attempt_);
@@ -121,6 +145,7 @@ class WorkerAgent::Observer final : public TrainingObserver {
   }
 
  private:
+  WorkerAgent& agent_;
   Outbox& outbox_;
   const std::string job_;
   const uint32_t attempt_;
@@ -129,13 +154,25 @@ class WorkerAgent::Observer final : public TrainingObserver {
 WorkerAgent::WorkerAgent(Options options, TrainFunction train)
     : options_(std::move(options)),
       train_(std::move(train)),
-      outbox_(std::make_unique<Outbox>(options_.max_queued_samples)) {}
+      outbox_(std::make_unique<Outbox>(options_.max_queued_samples, options_.max_queued_logs)) {}
 
 WorkerAgent::~WorkerAgent() {
   Stop();
   StopTask();
   if (cancel_watchdog_.joinable()) cancel_watchdog_.join();
 }
+
+namespace {
+
+// The first line of `path` (a coordinator's address file), or "" when it cannot be read.
+std::string ReadAddressFile(const std::string& path) {
+  std::ifstream in(path);
+  std::string address;
+  in >> address;
+  return address;
+}
+
+}  // namespace
 
 absl::Status WorkerAgent::Run() {
   auto credentials =
@@ -149,15 +186,38 @@ absl::Status WorkerAgent::Run() {
   // The coordinator's own limit, so that whatever it accepts reaches its workers.
   args.SetMaxReceiveMessageSize(v1::kMaxMessageBytes);
   args.SetMaxSendMessageSize(v1::kMaxMessageBytes);
-  // A comma-separated list names a leader and its standbys: the channel follows the leader.
-  auto target = security::CoordinatorTarget(options_.coordinator_address, "--coordinator", &args);
-  if (!target.ok()) return target.status();
-  auto channel = grpc::CreateCustomChannel(*target, *credentials, args);
-  auto stub = v1::WorkerLink::NewStub(channel);
+  std::string address = options_.coordinator_address;
+  std::string stub_address;
+  std::unique_ptr<v1::WorkerLink::Stub> stub;
   auto backoff = std::chrono::milliseconds(250);
   while (!stopping_) {
+    if (!options_.coordinator_address_file.empty()) {
+      // A restarted coordinator may listen elsewhere (port 0); it writes where.
+      const std::string dir =
+          options_.coordinator_address_file.substr(0, options_.coordinator_address_file.rfind('/'));
+      if (access(dir.c_str(), F_OK) != 0) {
+        spdlog::error("{} is gone: the coordinator's data dir was removed; exiting", dir);
+        break;
+      }
+      if (std::string read = ReadAddressFile(options_.coordinator_address_file); !read.empty()) {
+        address = read;
+      }
+    }
+    if (!stub || address != stub_address) {
+      // A comma-separated list names a leader and its standbys: the channel follows the
+      // leader.
+      grpc::ChannelArguments channel_args = args;
+      auto target = security::CoordinatorTarget(address, "--coordinator", &channel_args);
+      if (!target.ok()) return target.status();
+      stub =
+          v1::WorkerLink::NewStub(grpc::CreateCustomChannel(*target, *credentials, channel_args));
+      stub_address = address;
+    }
     const auto began = std::chrono::steady_clock::now();
-    Serve(*stub);
+    // A channel that failed to connect waits out gRPC's own backoff before it tries
+    // again; a fresh one tries at once, so a restarted coordinator is found within our
+    // backoff rather than gRPC's.
+    if (!Serve(*stub, address)) stub.reset();
     if (stopping_) break;
     // A connection that lasted resets the backoff; quick failures back off further.
     if (std::chrono::steady_clock::now() - began > std::chrono::seconds(10)) {
@@ -165,16 +225,49 @@ absl::Status WorkerAgent::Run() {
     }
     std::unique_lock<std::mutex> lock(stop_mu_);
     stop_cv_.wait_for(lock, backoff, [this] { return stopping_.load(); });
-    backoff = std::min(backoff * 2, std::chrono::milliseconds(5000));
+    backoff = std::min(backoff * 2, options_.max_reconnect_backoff);
   }
   return absl::OkStatus();
 }
 
-void WorkerAgent::Serve(v1::WorkerLink::Stub& stub) {
+std::optional<v1::HeldTask> WorkerAgent::CurrentHeldTask() {
+  std::lock_guard<std::mutex> lock(held_mu_);
+  return held_;
+}
+
+void WorkerAgent::MarkHeldTaskStarted(const std::string& job_id, uint32_t attempt) {
+  std::lock_guard<std::mutex> lock(held_mu_);
+  if (held_ && held_->job_id() == job_id && held_->attempt() == attempt) held_->set_started(true);
+}
+
+void WorkerAgent::OnSent(const v1::WorkerMessage& message) {
+  if (message.has_report() || message.has_finished()) {
+    recent_.push_back({std::chrono::steady_clock::now(), message});
+  }
+  PruneRecent();
+}
+
+void WorkerAgent::PruneRecent() {
+  const auto oldest = std::chrono::steady_clock::now() - options_.resend_window;
+  while (!recent_.empty() && recent_.front().at < oldest) {
+    const v1::WorkerMessage& message = recent_.front().message;
+    if (message.has_finished()) {
+      // Its outcome has surely reached a coordinator: the task is no longer ours.
+      std::lock_guard<std::mutex> lock(held_mu_);
+      if (held_ && held_->job_id() == message.finished().job_id() &&
+          held_->attempt() == message.finished().attempt()) {
+        held_.reset();
+      }
+    }
+    recent_.pop_front();
+  }
+}
+
+bool WorkerAgent::Serve(v1::WorkerLink::Stub& stub, const std::string& address) {
   grpc::ClientContext context;
   {
     std::lock_guard<std::mutex> lock(stop_mu_);
-    if (stopping_) return;
+    if (stopping_) return true;
     active_context_ = &context;
   }
   auto clear_context = [&] {
@@ -186,7 +279,7 @@ void WorkerAgent::Serve(v1::WorkerLink::Stub& stub) {
     context.AddMetadata("authorization", "Bearer " + options_.join_token);
   }
   // With a leader and standbys, attaching waits for whichever leads (Stop() cancels it).
-  if (security::IsCoordinatorList(options_.coordinator_address)) context.set_wait_for_ready(true);
+  if (security::IsCoordinatorList(address)) context.set_wait_for_ready(true);
   std::unique_ptr<Stream> stream = stub.Attach(&context);
 
   v1::WorkerMessage hello;
@@ -198,6 +291,7 @@ void WorkerAgent::Serve(v1::WorkerLink::Stub& stub) {
   reg->set_version(STOKE_VERSION);
   reg->set_local(options_.local);
   reg->set_advertise_address(options_.advertise_address);
+  if (auto held = CurrentHeldTask()) *reg->mutable_held_task() = *held;
   v1::CoordinatorMessage reply;
   if (!stream->Write(hello) || !stream->Read(&reply) || !reply.has_registered()) {
     grpc::Status status = stream->Finish();
@@ -206,18 +300,28 @@ void WorkerAgent::Serve(v1::WorkerLink::Stub& stub) {
                          status.error_code() == grpc::StatusCode::PERMISSION_DENIED;
     const std::string why = status.ok() ? "unexpected reply" : status.error_message();
     if (refused) {
-      spdlog::error("coordinator {} refused this worker: {}", options_.coordinator_address, why);
+      spdlog::error("coordinator {} refused this worker: {}", address, why);
     } else {
-      spdlog::warn("cannot attach to coordinator {}: {}", options_.coordinator_address, why);
+      spdlog::warn("cannot attach to coordinator {}: {}", address, why);
     }
     clear_context();
-    return;
+    return false;
   }
   if (reply.registered().heartbeat_interval_ms() > 0) {
     heartbeat_interval_ = std::chrono::milliseconds(reply.registered().heartbeat_interval_ms());
   }
-  spdlog::info("attached to coordinator {} as {}", options_.coordinator_address,
-               options_.worker_id);
+  spdlog::info(
+      "attached to coordinator {} as {}{}", address, options_.worker_id,
+      reg->has_held_task() ? " (still holding job " + reg->held_task().job_id() + ")" : "");
+
+  // What the previous coordinator may have lost goes first; it drops what it has.
+  PruneRecent();
+  if (!recent_.empty()) {
+    std::deque<v1::WorkerMessage> again;
+    for (auto& sent : recent_) again.push_back(std::move(sent.message));
+    recent_.clear();
+    outbox_->PutBack(std::move(again));
+  }
 
   std::atomic<bool> connected{true};
   std::thread sender([&] {
@@ -226,13 +330,20 @@ void WorkerAgent::Serve(v1::WorkerLink::Stub& stub) {
       // Read before taking: Stop() sets it only once everything it had to say is queued.
       const bool closing = close_requested_;
       auto batch = outbox_->Take(options_.flush_interval);
-      for (auto& message : batch) {
-        if (!stream->Write(message)) {
+      while (!batch.empty()) {
+        if (batch.front().has_report() && batch.front().report().report_seq() == 0) {
+          batch.front().mutable_report()->set_report_seq(++next_report_seq_);
+        }
+        if (!stream->Write(batch.front())) {
+          // Kept for the next coordinator; the task trains on meanwhile.
+          outbox_->PutBack(std::move(batch));
           context.TryCancel();  // ends the Read below too
           return;
         }
+        OnSent(batch.front());
+        batch.pop_front();
       }
-      if (closing && batch.empty()) {
+      if (closing) {
         // Half-close: the coordinator reads all we sent, then ends the stream.
         stream->WritesDone();
         return;
@@ -251,6 +362,7 @@ void WorkerAgent::Serve(v1::WorkerLink::Stub& stub) {
         }
         last_heartbeat = std::chrono::steady_clock::now();
       }
+      PruneRecent();
     }
   });
 
@@ -262,19 +374,18 @@ void WorkerAgent::Serve(v1::WorkerLink::Stub& stub) {
       CancelTask(message.cancel());
     }
   }
-  // The stream is gone: whatever runs cannot be reported any more, and the coordinator
-  // has already given up on it.
-  StopTask();
+  // The stream is gone, but not the task: it trains on, its reports wait in the outbox,
+  // and the next coordinator to answer takes it back (or cancels it if it gave up on it).
   connected = false;
   outbox_->Wake();
   sender.join();
   grpc::Status status = stream->Finish();
   clear_context();
-  outbox_->Clear();
   if (!stopping_) {
-    spdlog::warn("lost the coordinator at {}: {}; reconnecting", options_.coordinator_address,
+    spdlog::warn("lost the coordinator at {}: {}; reconnecting", address,
                  status.ok() ? "stream closed" : status.error_message());
   }
+  return true;
 }
 
 void WorkerAgent::StartTask(const v1::Assignment& assignment) {
@@ -296,6 +407,13 @@ void WorkerAgent::StartTask(const v1::Assignment& assignment) {
   task_cancel_ = false;
   task_running_ = true;
   task_world_size_ = static_cast<int>(std::max<uint32_t>(1, assignment.world_size()));
+  {
+    std::lock_guard<std::mutex> held_lock(held_mu_);
+    held_.emplace();
+    held_->set_job_id(assignment.job_id());
+    held_->set_attempt(assignment.attempt());
+    held_->set_rank(assignment.rank());
+  }
   task_thread_ = std::thread([this, assignment] {
     v1::WorkerMessage done;
     auto* finished = done.mutable_finished();
@@ -309,7 +427,7 @@ void WorkerAgent::StartTask(const v1::Assignment& assignment) {
     } else {
       spdlog::info("job {} attempt {}: rank {} of {} starting", task->job_id, task->attempt,
                    task->rank, task->world_size);
-      Observer observer(*outbox_, task->job_id, task->attempt);
+      Observer observer(*this, task->job_id, task->attempt);
       TrainOutcome outcome = train_(*task, observer, task_cancel_);
       spdlog::info("job {} attempt {}: {}", task->job_id, task->attempt, outcome.message);
       finished->set_outcome(ToProto(outcome.kind));

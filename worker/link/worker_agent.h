@@ -3,7 +3,9 @@
 // on a training thread through the given Train function, and sends heartbeats, metrics,
 // logs and the outcome back. Training never waits on the network: what it reports goes
 // into a bounded outbox that a sender thread drains, dropping the oldest metric samples
-// (and counting them) if the coordinator cannot keep up.
+// and log lines (and counting them) if the coordinator cannot keep up. A lost coordinator
+// stops nothing: the task trains on, the outbox keeps filling, and the worker reattaches
+// saying which task it holds, so that a restarted coordinator takes the job back.
 #pragma once
 
 #include <atomic>
@@ -13,6 +15,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 
@@ -41,8 +44,18 @@ class WorkerAgent {
     std::string tls_cert;
     std::string tls_key;
     std::string join_token;
-    // Metric samples held while the link is slow; older ones are dropped beyond this.
+    // Re-read before every attach attempt when set: a restarted coordinator writes the
+    // address it listens on there (local workers).
+    std::string coordinator_address_file;
+    // Metric samples and log lines held while the link is slow or the coordinator away;
+    // older ones are dropped beyond these.
     size_t max_queued_samples = 10'000;
+    size_t max_queued_logs = 10'000;
+    // Longest wait between attach attempts.
+    std::chrono::milliseconds max_reconnect_backoff{2'000};
+    // Reports and outcomes sent this recently are sent again after a reattachment: a
+    // coordinator that died may not have stored them (it applies each report once).
+    std::chrono::milliseconds resend_window{10'000};
     // Reports are batched over this period.
     std::chrono::milliseconds flush_interval{200};
     // A cancelled rank of a job of several ranks can be stuck inside a collective whose
@@ -68,7 +81,15 @@ class WorkerAgent {
   using Stream = grpc::ClientReaderWriter<v1::WorkerMessage, v1::CoordinatorMessage>;
 
   // One connection's life; returns when the stream ends or Stop() is called.
-  void Serve(v1::WorkerLink::Stub& stub);
+  // False when it could not attach at all.
+  bool Serve(v1::WorkerLink::Stub& stub, const std::string& address);
+  // The task this process holds until its outcome has been sent (registration says it).
+  std::optional<v1::HeldTask> CurrentHeldTask();
+  void MarkHeldTaskStarted(const std::string& job_id, uint32_t attempt);
+  // The sender wrote `message`: reports and outcomes are kept for resend_window.
+  void OnSent(const v1::WorkerMessage& message);
+  // Forgets what left the resend window; a task whose outcome did is no longer held.
+  void PruneRecent();
   void StartTask(const v1::Assignment& assignment);
   void CancelTask(const v1::CancelTask& cancel);
   void StopTask();
@@ -98,6 +119,16 @@ class WorkerAgent {
   std::thread cancel_watchdog_;
   bool watchdog_done_ = true;  // guarded by task_mu_
   std::chrono::milliseconds heartbeat_interval_{2000};
+
+  std::mutex held_mu_;
+  std::optional<v1::HeldTask> held_;
+  // Touched by the sender thread, and by Serve before it starts one.
+  struct Sent {
+    std::chrono::steady_clock::time_point at;
+    v1::WorkerMessage message;
+  };
+  std::deque<Sent> recent_;
+  uint64_t next_report_seq_ = 0;
 };
 
 }  // namespace stoke::worker

@@ -1,0 +1,113 @@
+#include "server/core/telemetry_writer.h"
+
+#include <spdlog/spdlog.h>
+
+namespace stoke::server {
+
+absl::StatusOr<std::unique_ptr<TelemetryWriter>> TelemetryWriter::Create(Options options,
+                                                                         JobStore& store,
+                                                                         EventHub& hub) {
+  if (options.max_queued_events == 0 || options.max_batch_events == 0) {
+    return absl::InvalidArgumentError("telemetry queue and batch sizes must be positive");
+  }
+  return std::unique_ptr<TelemetryWriter>(new TelemetryWriter(options, store, hub));
+}
+
+TelemetryWriter::~TelemetryWriter() { Stop(); }
+
+void TelemetryWriter::Start() {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (thread_.joinable()) return;
+  stopping_ = false;
+  thread_ = std::thread([this] { Loop(); });
+}
+
+void TelemetryWriter::Stop() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!thread_.joinable()) return;
+    stopping_ = true;
+  }
+  work_cv_.notify_all();
+  thread_.join();
+}
+
+bool TelemetryWriter::HasRoom(size_t events) {
+  std::lock_guard<std::mutex> lock(mu_);
+  return queued_events_ + events <= options_.max_queued_events;
+}
+
+void TelemetryWriter::CountDropped(size_t events) {
+  std::lock_guard<std::mutex> lock(mu_);
+  dropped_ += events;
+}
+
+void TelemetryWriter::Append(const v1::Job& job, std::vector<v1::JobEvent> events) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    queued_events_ += events.size();
+    ++pending_[job.id()];
+    queue_.push_back({job, std::move(events)});
+  }
+  work_cv_.notify_one();
+}
+
+void TelemetryWriter::Flush(const std::string& job_id) {
+  std::unique_lock<std::mutex> lock(mu_);
+  if (!thread_.joinable()) return;  // not started (or stopped): nothing is queued
+  done_cv_.wait(lock, [&] { return pending_.count(job_id) == 0; });
+}
+
+void TelemetryWriter::FlushAll() {
+  std::unique_lock<std::mutex> lock(mu_);
+  if (!thread_.joinable()) return;
+  done_cv_.wait(lock, [&] { return pending_.empty(); });
+}
+
+uint64_t TelemetryWriter::dropped() {
+  std::lock_guard<std::mutex> lock(mu_);
+  return dropped_;
+}
+
+size_t TelemetryWriter::queued() {
+  std::lock_guard<std::mutex> lock(mu_);
+  return queued_events_;
+}
+
+void TelemetryWriter::Loop() {
+  std::unique_lock<std::mutex> lock(mu_);
+  for (;;) {
+    work_cv_.wait(lock, [this] { return stopping_ || !queue_.empty(); });
+    if (queue_.empty()) return;  // stopping, and everything is written
+    // Everything gathered while the previous batch was written goes in this one: the
+    // slower the disk, the larger the batches, and the fewer the syncs.
+    std::vector<JobUpdate> batch;
+    std::vector<std::string> jobs;
+    size_t events = 0;
+    while (!queue_.empty() &&
+           (batch.empty() || events + queue_.front().events.size() <= options_.max_batch_events)) {
+      events += queue_.front().events.size();
+      jobs.push_back(queue_.front().job.id());
+      batch.push_back(std::move(queue_.front()));
+      queue_.pop_front();
+    }
+    lock.unlock();
+    const absl::Status s = store_.CommitBatch(batch);
+    if (!s.ok()) {
+      // Watchers still get them below; only the stored history has the hole.
+      spdlog::error("{} metric and log events not stored: {}", events, s.ToString());
+    }
+    for (const auto& update : batch) {
+      hub_.Publish(update.job.id(), update.events, /*terminal=*/false);
+    }
+    lock.lock();
+    if (!s.ok()) dropped_ += events;
+    queued_events_ -= events;
+    for (const auto& job : jobs) {
+      if (--pending_[job] == 0) pending_.erase(job);
+    }
+    done_cv_.notify_all();
+  }
+}
+
+}  // namespace stoke::server

@@ -1,0 +1,80 @@
+// Writes jobs' metric samples and log lines to the store off the scheduling path: callers
+// queue them (never waiting on the disk) and one thread commits whatever has gathered in
+// one transaction (group commit), then hands the events to watchers. The queue is
+// bounded: what does not fit is dropped and counted, never waited for. State transitions
+// do not come here; a job's transition first waits for that job's queued telemetry
+// (Flush), so the store and watchers see every job's events in sequence order.
+#pragma once
+
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "server/core/event_hub.h"
+#include "server/store/job_store.h"
+#include "stoke/v1/job.pb.h"
+
+namespace stoke::server {
+
+class TelemetryWriter {
+ public:
+  struct Options {
+    // Events queued and not yet written, at most; beyond, new ones are dropped.
+    size_t max_queued_events = 200'000;
+    // Events per transaction, at most.
+    size_t max_batch_events = 20'000;
+  };
+
+  static absl::StatusOr<std::unique_ptr<TelemetryWriter>> Create(Options options, JobStore& store,
+                                                                 EventHub& hub);
+  ~TelemetryWriter();
+
+  void Start();
+  // Writes everything queued, then stops the thread.
+  void Stop();
+
+  // Whether `events` more would fit in the queue now. A caller that is told no drops them
+  // (and calls CountDropped) before numbering them, so sequence numbers stay gapless.
+  bool HasRoom(size_t events);
+  void CountDropped(size_t events);
+  // Queues `events` (numbered, after the job's earlier ones) with `job` as it is after
+  // them. Never blocks on the disk.
+  void Append(const v1::Job& job, std::vector<v1::JobEvent> events);
+  // Returns once everything queued for the job has been written (or failed to be).
+  void Flush(const std::string& job_id);
+  // Returns once everything queued has been written.
+  void FlushAll();
+
+  uint64_t dropped();
+  size_t queued();
+
+ private:
+  TelemetryWriter(Options options, JobStore& store, EventHub& hub)
+      : options_(options), store_(store), hub_(hub) {}
+  void Loop();
+
+  const Options options_;
+  JobStore& store_;
+  EventHub& hub_;
+
+  std::mutex mu_;
+  std::condition_variable work_cv_;  // the writer: something queued, or stopping
+  std::condition_variable done_cv_;  // Flush: a batch was written
+  std::deque<JobUpdate> queue_;
+  size_t queued_events_ = 0;
+  // Updates queued or being written, per job (Flush waits for zero).
+  std::map<std::string, size_t> pending_;
+  uint64_t dropped_ = 0;
+  bool stopping_ = false;
+  std::thread thread_;
+};
+
+}  // namespace stoke::server

@@ -1,0 +1,296 @@
+// Metric samples and log lines are written off the scheduling path: watchers still get
+// every one, in order, and a telemetry write stuck on the disk holds up no RPC. A real
+// SQLite store; the one fake is a disk that stalls (or a latency) on telemetry batches.
+#include <gtest/gtest.h>
+
+#include <condition_variable>
+#include <future>
+#include <mutex>
+#include <thread>
+
+#include "server/api/job_spec_rules.h"
+#include "server/core/coordinator.h"
+#include "server/store/sqlite_job_store.h"
+#include "tests/support/temp_dir.h"
+
+namespace stoke::server {
+namespace {
+
+using std::chrono::seconds;
+
+// The real store, whose batch commits (the telemetry writer's) can be held up.
+class StallingStore final : public JobStore {
+ public:
+  explicit StallingStore(std::unique_ptr<SqliteJobStore> store) : sqlite_(std::move(store)) {}
+
+  void Stall() {
+    std::lock_guard<std::mutex> lock(mu_);
+    stalled_ = true;
+  }
+  void Release() {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      stalled_ = false;
+    }
+    cv_.notify_all();
+  }
+  // Every batch commit takes at least this long (a slow disk).
+  void SetLatency(std::chrono::milliseconds latency) { latency_ = latency; }
+  bool WaitForStalledWrite(std::chrono::seconds timeout) {
+    std::unique_lock<std::mutex> lock(mu_);
+    return cv_.wait_for(lock, timeout, [this] { return waiting_ > 0; });
+  }
+  int batches() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return batches_;
+  }
+
+  absl::Status CommitBatch(absl::Span<const JobUpdate> updates) override {
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      ++batches_;
+      ++waiting_;
+      cv_.notify_all();
+      cv_.wait(lock, [this] { return !stalled_; });
+      --waiting_;
+    }
+    std::this_thread::sleep_for(latency_);
+    return sqlite_->CommitBatch(updates);
+  }
+  absl::StatusOr<v1::Job> CreateJob(v1::Job job, absl::Span<const v1::JobEvent> events) override {
+    return sqlite_->CreateJob(std::move(job), events);
+  }
+  absl::Status Commit(const v1::Job& job, absl::Span<const v1::JobEvent> events) override {
+    return sqlite_->Commit(job, events);
+  }
+  absl::StatusOr<v1::Job> GetJob(const std::string& id) override { return sqlite_->GetJob(id); }
+  absl::StatusOr<v1::Job> FindJobByRequestId(const std::string& request_id) override {
+    return sqlite_->FindJobByRequestId(request_id);
+  }
+  absl::StatusOr<JobPage> ListJobs(const JobQuery& query) override {
+    return sqlite_->ListJobs(query);
+  }
+  absl::StatusOr<std::vector<v1::JobEvent>> ReadEvents(const std::string& job_id, uint64_t from_seq,
+                                                       uint32_t limit) override {
+    return sqlite_->ReadEvents(job_id, from_seq, limit);
+  }
+  absl::Status AppendAudit(const v1::AuditEntry& entry) override {
+    return sqlite_->AppendAudit(entry);
+  }
+  absl::StatusOr<AuditPage> ListAudit(uint64_t before_id, uint32_t limit) override {
+    return sqlite_->ListAudit(before_id, limit);
+  }
+  absl::StatusOr<std::string> BindWorkerCredential(const std::string& worker_id,
+                                                   const std::string& credential) override {
+    return sqlite_->BindWorkerCredential(worker_id, credential);
+  }
+
+ private:
+  std::unique_ptr<SqliteJobStore> sqlite_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool stalled_ = false;
+  int waiting_ = 0;
+  int batches_ = 0;
+  std::chrono::milliseconds latency_{0};
+};
+
+class NullConnection final : public WorkerConnection {
+ public:
+  void Send(const v1::CoordinatorMessage&) override {}
+  void Close(const std::string&) override {}
+};
+
+class TelemetryWriterTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    store_ = std::make_unique<StallingStore>(*SqliteJobStore::Open({dir_.File("stoke.db")}));
+    hub_ = std::make_unique<EventHub>(*store_);
+    Coordinator::Options options;
+    options.tick_interval = absl::ZeroDuration();
+    options.jobs_dir = dir_.File("jobs");
+    options.telemetry.max_queued_events = max_queued_events_;
+    core_ = *Coordinator::Create(options, *store_, *hub_, clock_);
+    ASSERT_TRUE(core_->Start().ok());
+  }
+
+  void TearDown() override {
+    store_->Release();
+    core_->Stop();
+  }
+
+  void Attach(const std::string& id) {
+    v1::RegisterWorker reg;
+    reg.set_worker_id(id);
+    reg.mutable_device()->set_type(v1::DEVICE_TYPE_CPU);
+    ASSERT_TRUE(core_->AttachWorker(reg, "10.0.0.1", std::make_shared<NullConnection>()).ok());
+  }
+
+  v1::JobSpec Spec() {
+    v1::JobSpec spec;
+    spec.mutable_model()->mutable_mlp();
+    spec.mutable_data()->mutable_synthetic();
+    spec.mutable_training()->set_steps(10);
+    EXPECT_TRUE(ValidateJobSpec(spec).ok());
+    ApplyJobSpecDefaults(spec, *InspectData(spec, DataRoots({})));
+    return spec;
+  }
+
+  // Submits a job and has `worker` start it.
+  std::string Running(const std::string& worker) {
+    auto job = core_->SubmitJob(Spec());
+    EXPECT_TRUE(job.ok()) << job.status();
+    v1::WorkerMessage started;
+    started.mutable_started()->set_job_id(job->id());
+    started.mutable_started()->set_attempt(1);
+    core_->HandleWorkerMessage(worker, started);
+    EXPECT_EQ(core_->GetJob(job->id())->state(), v1::JOB_STATE_RUNNING);
+    return job->id();
+  }
+
+  // Samples for steps first..first+count-1 and a log line naming the last.
+  void Report(const std::string& worker, const std::string& job, uint64_t first, int count) {
+    v1::WorkerMessage m;
+    m.mutable_report()->set_job_id(job);
+    m.mutable_report()->set_attempt(1);
+    for (int i = 0; i < count; ++i) m.mutable_report()->add_metrics()->set_step(first + i);
+    m.mutable_report()->add_logs()->set_text("through " + std::to_string(first + count - 1));
+    core_->HandleWorkerMessage(worker, m);
+  }
+
+  void Finish(const std::string& worker, const std::string& job) {
+    v1::WorkerMessage m;
+    m.mutable_finished()->set_job_id(job);
+    m.mutable_finished()->set_attempt(1);
+    m.mutable_finished()->set_outcome(v1::TASK_OUTCOME_SUCCEEDED);
+    core_->HandleWorkerMessage(worker, m);
+  }
+
+  stoke::testing::TempDir dir_;
+  FakeClock clock_;
+  size_t max_queued_events_ = 200'000;
+  std::unique_ptr<StallingStore> store_;
+  std::unique_ptr<EventHub> hub_;
+  std::unique_ptr<Coordinator> core_;
+};
+
+TEST_F(TelemetryWriterTest, WatchersGetEverySampleAndLogLineInOrderWhileTheDiskIsSlow) {
+  store_->SetLatency(std::chrono::milliseconds(5));
+  Attach("w1");
+  const std::string id = Running("w1");
+  // A watcher reads as WatchJob does, from its own position, until the job ends.
+  std::vector<v1::JobEvent> seen;
+  std::thread watcher([&] {
+    uint64_t next = 1;
+    const auto deadline = std::chrono::steady_clock::now() + seconds(60);
+    while (std::chrono::steady_clock::now() < deadline) {
+      auto read = hub_->Read(id, next, 1000);
+      ASSERT_TRUE(read.ok()) << read.status();
+      for (auto& e : read->events) {
+        next = e.seq() + 1;
+        seen.push_back(std::move(e));
+      }
+      if (read->end_of_stream) return;
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+  });
+  constexpr int kReports = 300, kPerReport = 5;
+  for (int r = 0; r < kReports; ++r) Report("w1", id, 1 + r * kPerReport, kPerReport);
+  Finish("w1", id);
+  watcher.join();
+  // Every event once, in sequence order; samples and lines in the order reported; the
+  // final state last.
+  ASSERT_EQ(seen.size(), 3u + kReports * (kPerReport + 1) + 1);
+  std::vector<uint64_t> steps;
+  std::vector<std::string> lines;
+  for (size_t i = 0; i < seen.size(); ++i) {
+    ASSERT_EQ(seen[i].seq(), i + 1);
+    if (seen[i].has_metrics()) steps.push_back(seen[i].metrics().step());
+    if (seen[i].has_log()) lines.push_back(seen[i].log().text());
+  }
+  ASSERT_EQ(steps.size(), static_cast<size_t>(kReports * kPerReport));
+  for (size_t i = 0; i < steps.size(); ++i) ASSERT_EQ(steps[i], i + 1);
+  ASSERT_EQ(lines.size(), static_cast<size_t>(kReports));
+  for (int r = 0; r < kReports; ++r) {
+    ASSERT_EQ(lines[r], "through " + std::to_string((r + 1) * kPerReport));
+  }
+  EXPECT_EQ(seen.back().state_change().state(), v1::JOB_STATE_SUCCEEDED);
+  // The store holds the same history, written in far fewer transactions than reports.
+  auto stored = store_->ReadEvents(id, 1, 10'000);
+  ASSERT_TRUE(stored.ok());
+  ASSERT_EQ(stored->size(), seen.size());
+  for (size_t i = 0; i < seen.size(); ++i) {
+    EXPECT_EQ((*stored)[i].SerializeAsString(), seen[i].SerializeAsString());
+  }
+  EXPECT_LT(store_->batches(), kReports);
+  EXPECT_EQ(core_->GetCluster().telemetry_events_dropped(), 0u);
+}
+
+TEST_F(TelemetryWriterTest, ATelemetryWriteStuckOnTheDiskHoldsUpNoRpc) {
+  Attach("w1");
+  const std::string busy = Running("w1");
+  Attach("w2");
+  store_->Stall();
+  Report("w1", busy, 1, 10);
+  ASSERT_TRUE(store_->WaitForStalledWrite(seconds(10)));
+  // More reports arrive meanwhile: queued, not waited for.
+  auto reported = std::async(std::launch::async, [&] { Report("w1", busy, 11, 10); });
+  ASSERT_EQ(reported.wait_for(seconds(2)), std::future_status::ready)
+      << "a report waited on the disk";
+  auto submitted = std::async(std::launch::async, [&] { return core_->SubmitJob(Spec()); });
+  ASSERT_EQ(submitted.wait_for(seconds(2)), std::future_status::ready)
+      << "SubmitJob waited on a telemetry write";
+  auto job = submitted.get();
+  ASSERT_TRUE(job.ok()) << job.status();
+  // Scheduled at once on the free worker: a state change of another job.
+  EXPECT_EQ(job->state(), v1::JOB_STATE_SCHEDULED);
+  auto got = std::async(std::launch::async, [&] { return core_->GetJob(busy); });
+  ASSERT_EQ(got.wait_for(seconds(2)), std::future_status::ready);
+  EXPECT_EQ(got.get()->latest_metrics().step(), 20u) << "memory is current";
+  EXPECT_GT(core_->GetCluster().telemetry_events_queued(), 0u);
+
+  store_->Release();
+  core_->FlushTelemetry();
+  auto stored = store_->ReadEvents(busy, 1, 1000);
+  ASSERT_TRUE(stored.ok());
+  size_t samples = 0;
+  for (const auto& e : *stored) samples += e.has_metrics();
+  EXPECT_EQ(samples, 20u);
+  EXPECT_EQ(core_->GetCluster().telemetry_events_queued(), 0u);
+}
+
+class SmallTelemetryQueueTest : public TelemetryWriterTest {
+ protected:
+  void SetUp() override {
+    max_queued_events_ = 30;
+    TelemetryWriterTest::SetUp();
+  }
+};
+
+TEST_F(SmallTelemetryQueueTest, AFullQueueDropsAndCountsReportsButLeavesNoHoleInTheSequence) {
+  Attach("w1");
+  const std::string id = Running("w1");
+  store_->Stall();
+  Report("w1", id, 1, 10);  // 11 events, being written
+  ASSERT_TRUE(store_->WaitForStalledWrite(seconds(10)));
+  Report("w1", id, 11, 10);  // queued: 22
+  Report("w1", id, 21, 10);  // would make 33: dropped
+  EXPECT_EQ(core_->GetCluster().telemetry_events_dropped(), 11u);
+  store_->Release();
+  core_->FlushTelemetry();
+  Report("w1", id, 31, 10);
+  Finish("w1", id);
+  auto stored = store_->ReadEvents(id, 1, 1000);
+  ASSERT_TRUE(stored.ok());
+  std::vector<uint64_t> steps;
+  for (size_t i = 0; i < stored->size(); ++i) {
+    EXPECT_EQ((*stored)[i].seq(), i + 1) << "a hole in the sequence";
+    if ((*stored)[i].has_metrics()) steps.push_back((*stored)[i].metrics().step());
+  }
+  ASSERT_EQ(steps.size(), 30u);
+  EXPECT_EQ(steps[19], 20u);
+  EXPECT_EQ(steps[20], 31u) << "steps 21 to 30 were dropped";
+}
+
+}  // namespace
+}  // namespace stoke::server

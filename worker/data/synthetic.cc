@@ -1,9 +1,30 @@
 #include "worker/data/synthetic.h"
 
-#include <c10/util/accumulate.h>
 #include <torch/torch.h>
 
+#include <limits>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
 namespace stoke::worker {
+namespace {
+
+// A sample's size from a TorchScript model's shapes, multiplied with the overflow checked:
+// a wrapped product would shape a small, wrong rule (or a negative size).
+int64_t CheckedProduct(const std::vector<int64_t>& dims, const std::string& field) {
+  int64_t product = 1;
+  for (int64_t d : dims) {
+    if (d < 1 || __builtin_mul_overflow(product, d, &product) ||
+        product > std::numeric_limits<int32_t>::max()) {
+      throw std::invalid_argument("model.torchscript." + field +
+                                  ": a sample of more than 2^31 elements, or a dimension below 1");
+    }
+  }
+  return product;
+}
+
+}  // namespace
 
 SyntheticSource::SyntheticSource(const SyntheticDataConfig& config, torch::Device device,
                                  int64_t batch_size, uint64_t seed, int world_size)
@@ -22,12 +43,10 @@ SyntheticSource::SyntheticSource(const SyntheticDataConfig& config, torch::Devic
                           .item<int64_t>();
   } else if (!config.input_shape.empty()) {
     int64_t outputs = config.num_classes;
-    if (config.regression_shape) {
-      outputs = 1;
-      for (int64_t d : *config.regression_shape) outputs *= d;
-    }
-    teacher_ = torch::randn({c10::multiply_integers(config.input_shape), outputs}, generator, f32)
-                   .to(device);
+    if (config.regression_shape) outputs = CheckedProduct(*config.regression_shape, "target_shape");
+    teacher_ =
+        torch::randn({CheckedProduct(config.input_shape, "input_shape"), outputs}, generator, f32)
+            .to(device);
   } else if (config.image_shape.empty()) {
     teacher_ = torch::randn({config.features, config.num_classes}, generator, f32).to(device);
   }

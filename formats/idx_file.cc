@@ -10,8 +10,6 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "formats/open_failure.h"
-#include "worker/common/files.h"
 
 namespace stoke::data {
 namespace {
@@ -48,13 +46,13 @@ absl::Status ReadExactly(gzFile file, const std::string& path, void* out, size_t
 // Opens `path` (a regular file only, never waiting on a FIFO) for gzread, which reads
 // plain files too. *plain_size: the file's size when it is not gzipped, else -1.
 absl::StatusOr<std::unique_ptr<gzFile_s, GzCloser>> OpenIdx(const std::string& path,
+                                                            const ReadOptions& options,
                                                             long long* plain_size,
                                                             uint32_t* gzip_isize) {
-  std::string error;
   long long size = 0;
-  bool not_regular = false;
-  const int fd = files::OpenRegularFile(path, &error, &size, &not_regular);
-  if (fd < 0) return OpenFailure(not_regular, absl::StrCat(path, ": cannot open: ", error));
+  auto opened = OpenDataFile(path, options, &size);
+  if (!opened.ok()) return opened.status();
+  const int fd = *opened;
   unsigned char head[2] = {0, 0};
   const bool gzipped =
       size >= 18 && pread(fd, head, 2, 0) == 2 && head[0] == 0x1f && head[1] == 0x8b;
@@ -84,11 +82,12 @@ absl::StatusOr<std::vector<int64_t>> ReadHeader(gzFile file, const std::string& 
   const uint32_t expected_magic = 0x00000800u | static_cast<uint32_t>(expected_dims);
   const uint32_t found = (uint32_t{magic[0]} << 24) | (uint32_t{magic[1]} << 16) |
                          (uint32_t{magic[2]} << 8) | magic[3];
+  // What was found is not quoted: a message must never carry a file's bytes.
   if (found != expected_magic) {
     return absl::InvalidArgumentError(absl::StrFormat(
-        "%s: wrong magic number 0x%08x (expected 0x%08x: unsigned bytes in %d dimensions); is "
-        "it an idx file of the right kind?",
-        path, found, expected_magic, expected_dims));
+        "%s: wrong magic number (expected 0x%08x: unsigned bytes in %d dimensions); is it an "
+        "idx file of the right kind?",
+        path, expected_magic, expected_dims));
   }
   std::vector<int64_t> dims;
   constexpr uint64_t kMaxBytes = uint64_t{1} << 34;
@@ -111,9 +110,10 @@ absl::StatusOr<std::vector<int64_t>> ReadHeader(gzFile file, const std::string& 
 
 }  // namespace
 
-absl::StatusOr<IdxArray> ReadIdxFile(const std::string& path, int expected_dims) {
+absl::StatusOr<IdxArray> ReadIdxFile(const std::string& path, int expected_dims,
+                                     const ReadOptions& options) {
   long long plain_size = 0;
-  auto file = OpenIdx(path, &plain_size, nullptr);
+  auto file = OpenIdx(path, options, &plain_size, nullptr);
   if (!file.ok()) return file.status();
   IdxArray array;
   uint64_t total = 0;
@@ -127,6 +127,7 @@ absl::StatusOr<IdxArray> ReadIdxFile(const std::string& path, int expected_dims)
   array.bytes.reserve(static_cast<size_t>(std::min<uint64_t>(total, uint64_t{1} << 28)));
   const std::string what = absl::StrCat("the header's ", array.dims[0], " entries");
   while (array.bytes.size() < total) {
+    if (options.cancelled()) return ReadCancelled(path);
     const uint64_t before = array.bytes.size();
     const uint64_t n = std::min(total - before, kPiece);
     array.bytes.resize(static_cast<size_t>(before + n));
@@ -147,7 +148,7 @@ absl::StatusOr<IdxArray> ReadIdxFile(const std::string& path, int expected_dims)
 absl::StatusOr<IdxShape> InspectIdxFile(const std::string& path, int expected_dims, bool scan_max) {
   long long plain_size = 0;
   uint32_t gzip_isize = 0;
-  auto file = OpenIdx(path, &plain_size, &gzip_isize);
+  auto file = OpenIdx(path, ReadOptions{}, &plain_size, &gzip_isize);
   if (!file.ok()) return file.status();
   IdxShape shape;
   uint64_t total = 0;

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "formats/read_options.h"
 
 namespace stoke::data {
 
@@ -18,8 +19,10 @@ struct IdxArray {
 };
 
 // Reads a whole idx file of unsigned bytes with `expected_dims` dimensions. The errors
-// name the file and what is wrong with it (missing, wrong magic number, truncated).
-absl::StatusOr<IdxArray> ReadIdxFile(const std::string& path, int expected_dims);
+// name the file and what is wrong with it (missing, wrong magic number, truncated), never
+// quoting its bytes.
+absl::StatusOr<IdxArray> ReadIdxFile(const std::string& path, int expected_dims,
+                                     const ReadOptions& options = {});
 
 struct IdxShape {
   std::vector<int64_t> dims;

@@ -7,11 +7,10 @@
 #include <cerrno>
 #include <cstring>
 #include <fstream>
+#include <memory>
 
 #include "absl/strings/str_cat.h"
 #include "formats/idx_file.h"
-#include "formats/open_failure.h"
-#include "worker/common/files.h"
 
 namespace stoke::data {
 namespace {
@@ -38,14 +37,15 @@ absl::Status CheckLabels(ImageSet& set, const std::string& where) {
   return absl::OkStatus();
 }
 
-absl::StatusOr<ImageSet> ReadMnistSplit(const std::string& folder, const std::string& prefix) {
+absl::StatusOr<ImageSet> ReadMnistSplit(const std::string& folder, const std::string& prefix,
+                                        const ReadOptions& options) {
   auto images_path = FindFile(folder, prefix + "-images-idx3-ubyte");
   if (!images_path.ok()) return images_path.status();
   auto labels_path = FindFile(folder, prefix + "-labels-idx1-ubyte");
   if (!labels_path.ok()) return labels_path.status();
-  auto images = ReadIdxFile(*images_path, 3);
+  auto images = ReadIdxFile(*images_path, 3, options);
   if (!images.ok()) return images.status();
-  auto labels = ReadIdxFile(*labels_path, 1);
+  auto labels = ReadIdxFile(*labels_path, 1, options);
   if (!labels.ok()) return labels.status();
   if (images->dims[0] != labels->dims[0]) {
     return absl::InvalidArgumentError(absl::StrCat(*images_path, " holds ", images->dims[0],
@@ -63,7 +63,8 @@ absl::StatusOr<ImageSet> ReadMnistSplit(const std::string& folder, const std::st
   return set;
 }
 
-absl::StatusOr<ImageSet> InspectMnistSplit(const std::string& folder, const std::string& prefix) {
+absl::StatusOr<ImageSet> InspectMnistSplit(const std::string& folder, const std::string& prefix,
+                                           const ReadOptions&) {
   auto images_path = FindFile(folder, prefix + "-images-idx3-ubyte");
   if (!images_path.ok()) return images_path.status();
   auto labels_path = FindFile(folder, prefix + "-labels-idx1-ubyte");
@@ -88,19 +89,19 @@ absl::StatusOr<ImageSet> InspectMnistSplit(const std::string& folder, const std:
 
 // Goes through a batch file's records a piece at a time, checking each label; with
 // `keep`, appends them to `set` (the worker), else only counts them (the coordinator).
-absl::Status ReadCifarBatch(const std::string& path, ImageSet& set, bool keep) {
+absl::Status ReadCifarBatch(const std::string& path, ImageSet& set, bool keep,
+                            const ReadOptions& options) {
   constexpr int64_t kRecord = 1 + 3 * 32 * 32;
-  std::string error;
   long long size = 0;
-  bool not_regular = false;
-  const int fd = files::OpenRegularFile(path, &error, &size, &not_regular);
-  if (fd < 0) {
-    return OpenFailure(
-        not_regular,
+  auto opened = OpenDataFile(path, options, &size);
+  if (!opened.ok()) {
+    return absl::Status(
+        opened.status().code(),
         absl::StrCat(
-            path, ": cannot open: ", error,
+            opened.status().message(),
             "; a CIFAR-10 folder holds data_batch_1.bin ... data_batch_5.bin and test_batch.bin"));
   }
+  const int fd = *opened;
   std::unique_ptr<int, void (*)(int*)> closer(new int(fd), [](int* f) {
     close(*f);
     delete f;
@@ -114,6 +115,7 @@ absl::Status ReadCifarBatch(const std::string& path, ImageSet& set, bool keep) {
   constexpr int64_t kPieceRecords = 1024;
   std::vector<uint8_t> piece(static_cast<size_t>(kPieceRecords * kRecord));
   for (int64_t r = 0; r < records;) {
+    if (options.cancelled()) return ReadCancelled(path);
     const int64_t n = std::min(kPieceRecords, records - r);
     const size_t want = static_cast<size_t>(n * kRecord);
     size_t got = 0;
@@ -129,8 +131,9 @@ absl::Status ReadCifarBatch(const std::string& path, ImageSet& set, bool keep) {
     for (int64_t i = 0; i < n; ++i) {
       const uint8_t* rec = piece.data() + i * kRecord;
       if (rec[0] > 9) {
+        // The label itself is not quoted: a message must never carry a file's bytes.
         return absl::InvalidArgumentError(absl::StrCat(
-            path, ": record ", r + i, " has label ", int{rec[0]}, "; CIFAR-10 labels are 0 to 9"));
+            path, ": record ", r + i, " has a label above 9; CIFAR-10 labels are 0 to 9"));
       }
       if (keep) {
         set.labels.push_back(rec[0]);
@@ -145,24 +148,30 @@ absl::Status ReadCifarBatch(const std::string& path, ImageSet& set, bool keep) {
   return absl::OkStatus();
 }
 
-absl::StatusOr<ImageSplits> CifarFolder(const std::string& folder, bool keep) {
+absl::StatusOr<ImageSplits> CifarFolder(const std::string& folder, bool keep,
+                                        const ReadOptions& options) {
   ImageSplits splits;
   for (int i = 1; i <= 5; ++i) {
-    auto s = ReadCifarBatch(absl::StrCat(folder, "/data_batch_", i, ".bin"), splits.train, keep);
+    auto s = ReadCifarBatch(absl::StrCat(folder, "/data_batch_", i, ".bin"), splits.train, keep,
+                            options);
     if (!s.ok()) return s;
   }
-  if (auto s = ReadCifarBatch(folder + "/test_batch.bin", splits.test, keep); !s.ok()) return s;
+  if (auto s = ReadCifarBatch(folder + "/test_batch.bin", splits.test, keep, options); !s.ok()) {
+    return s;
+  }
   splits.train.num_classes = splits.test.num_classes = 10;
   return splits;
 }
 
 absl::StatusOr<ImageSplits> MnistFolder(const std::string& folder,
                                         absl::StatusOr<ImageSet> (*split)(const std::string&,
-                                                                          const std::string&)) {
+                                                                          const std::string&,
+                                                                          const ReadOptions&),
+                                        const ReadOptions& options) {
   ImageSplits splits;
-  auto train = split(folder, "train");
+  auto train = split(folder, "train", options);
   if (!train.ok()) return train.status();
-  auto test = split(folder, "t10k");
+  auto test = split(folder, "t10k", options);
   if (!test.ok()) return test.status();
   if (train->height != test->height || train->width != test->width) {
     return absl::InvalidArgumentError(absl::StrCat(folder, ": training images are ", train->height,
@@ -178,20 +187,21 @@ absl::StatusOr<ImageSplits> MnistFolder(const std::string& folder,
 
 }  // namespace
 
-absl::StatusOr<ImageSplits> ReadMnistFolder(const std::string& folder) {
-  return MnistFolder(folder, ReadMnistSplit);
+absl::StatusOr<ImageSplits> ReadMnistFolder(const std::string& folder, const ReadOptions& options) {
+  return MnistFolder(folder, ReadMnistSplit, options);
 }
 
 absl::StatusOr<ImageSplits> InspectMnistFolder(const std::string& folder) {
-  return MnistFolder(folder, InspectMnistSplit);
+  return MnistFolder(folder, InspectMnistSplit, ReadOptions{});
 }
 
-absl::StatusOr<ImageSplits> ReadCifar10Folder(const std::string& folder) {
-  return CifarFolder(folder, /*keep=*/true);
+absl::StatusOr<ImageSplits> ReadCifar10Folder(const std::string& folder,
+                                              const ReadOptions& options) {
+  return CifarFolder(folder, /*keep=*/true, options);
 }
 
 absl::StatusOr<ImageSplits> InspectCifar10Folder(const std::string& folder) {
-  return CifarFolder(folder, /*keep=*/false);
+  return CifarFolder(folder, /*keep=*/false, ReadOptions{});
 }
 
 }  // namespace stoke::data

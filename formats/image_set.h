@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "formats/read_options.h"
 
 namespace stoke::data {
 
@@ -30,11 +31,13 @@ struct ImageSplits {
 
 // A folder with train-images-idx3-ubyte, train-labels-idx1-ubyte, t10k-images-idx3-ubyte
 // and t10k-labels-idx1-ubyte, each optionally ending in .gz.
-absl::StatusOr<ImageSplits> ReadMnistFolder(const std::string& folder);
+absl::StatusOr<ImageSplits> ReadMnistFolder(const std::string& folder,
+                                            const ReadOptions& options = {});
 
 // A folder with data_batch_1.bin ... data_batch_5.bin and test_batch.bin: records of one
 // label byte and 3x32x32 pixel bytes.
-absl::StatusOr<ImageSplits> ReadCifar10Folder(const std::string& folder);
+absl::StatusOr<ImageSplits> ReadCifar10Folder(const std::string& folder,
+                                              const ReadOptions& options = {});
 
 // The same checks as the readers above, without loading the images: headers, sizes and
 // labels only, read a piece at a time, so that memory stays small whatever the files

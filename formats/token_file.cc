@@ -5,6 +5,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <fstream>
@@ -16,12 +17,12 @@
 
 namespace stoke::data {
 
-absl::StatusOr<std::shared_ptr<const TokenFile>> TokenFile::Open(const std::string& path) {
-  std::string error;
+absl::StatusOr<std::shared_ptr<const TokenFile>> TokenFile::Open(const std::string& path,
+                                                                 const ReadOptions& options) {
   long long size = 0;
-  bool not_regular = false;
-  const int fd = files::OpenRegularFile(path, &error, &size, &not_regular);
-  if (fd < 0) return OpenFailure(not_regular, absl::StrCat(path, ": cannot open: ", error));
+  auto opened = OpenDataFile(path, options, &size);
+  if (!opened.ok()) return opened.status();
+  const int fd = *opened;
   const size_t bytes = static_cast<size_t>(size);
   if (bytes < 4) {
     close(fd);
@@ -43,8 +44,10 @@ absl::StatusOr<std::shared_ptr<const TokenFile>> TokenFile::Open(const std::stri
 
 TokenFile::~TokenFile() { munmap(map_, bytes_); }
 
-int64_t TokenFile::FirstOutOfVocabulary(int64_t vocab_size, int64_t* id) const {
-  for (int64_t i = 0; i < size_; ++i) {
+int64_t TokenFile::FirstOutOfVocabulary(int64_t vocab_size, int64_t* id, int64_t begin,
+                                        int64_t end) const {
+  if (end < 0 || end > size_) end = size_;
+  for (int64_t i = std::max<int64_t>(begin, 0); i < end; ++i) {
     if (tokens_[i] >= vocab_size) {
       *id = tokens_[i];
       return i;

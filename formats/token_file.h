@@ -8,20 +8,24 @@
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "formats/read_options.h"
 
 namespace stoke::data {
 
 class TokenFile {
  public:
   // Maps the file; errors name it (missing, empty, odd size).
-  static absl::StatusOr<std::shared_ptr<const TokenFile>> Open(const std::string& path);
+  static absl::StatusOr<std::shared_ptr<const TokenFile>> Open(const std::string& path,
+                                                               const ReadOptions& options = {});
   ~TokenFile();
 
   const uint16_t* tokens() const { return tokens_; }
   int64_t size() const { return size_; }
   const std::string& path() const { return path_; }
-  // The first token id >= vocab_size, if any: -1 when every id is below it.
-  int64_t FirstOutOfVocabulary(int64_t vocab_size, int64_t* id) const;
+  // The first token id >= vocab_size, if any, among tokens [begin, end) (end -1: to the
+  // last): -1 when every id is below it.
+  int64_t FirstOutOfVocabulary(int64_t vocab_size, int64_t* id, int64_t begin = 0,
+                               int64_t end = -1) const;
 
  private:
   TokenFile(std::string path, void* map, size_t bytes)

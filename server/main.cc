@@ -260,13 +260,14 @@ int main(int argc, char** argv) {
   core_options.heartbeat_timeout = absl::Seconds(heartbeat_timeout_s);
   core_options.start_timeout = absl::Seconds(start_timeout_s);
   core_options.scheduler.backfill_window = absl::Seconds(backfill_window_s);
+  if (data_roots.empty()) data_roots = {"/usr/share/datasets", data_dir + "/datasets"};
+  DataRoots roots(data_roots);
+  core_options.data_roots = roots.roots();
   auto core = Coordinator::Create(core_options, *store, hub, clock);
   if (!core.ok()) return Fail(core.status());
   if (auto s = (*core)->Start(); !s.ok()) return Fail(s);
 
   Executor executor(4);
-  if (data_roots.empty()) data_roots = {"/usr/share/datasets", data_dir + "/datasets"};
-  DataRoots roots(data_roots);
   spdlog::info("jobs may read data under: {}", fmt::join(roots.roots(), ", "));
   // Before the gRPC server, which reports every call to it.
   std::unique_ptr<CoordinatorMetrics> metrics;

@@ -778,6 +778,7 @@ void Coordinator::StartJob(const PlannedStart& start) {
     a->set_job_dir(absl::StrCat(options_.jobs_dir, "/", job->id()));
     a->set_rendezvous_address(job->rendezvous_address());
     a->set_advertise_address(worker->info.address());
+    for (const auto& root : options_.data_roots) a->add_data_roots(root);
     worker->connection->Send(message);
   }
 }

@@ -47,6 +47,9 @@ class Coordinator {
     Scheduler::Options scheduler;
     // Jobs' files (checkpoints) go under <jobs_dir>/<id>.
     std::string jobs_dir;
+    // The data roots (canonical), sent with every assignment: workers re-check the files
+    // a job names against them when they open them.
+    std::vector<std::string> data_roots;
     // Period of the background pass over timeouts and the queue; zero runs no
     // background thread (tests call Tick themselves).
     absl::Duration tick_interval = absl::Seconds(1);

@@ -9,6 +9,7 @@
 #include <fstream>
 #include <regex>
 #include <set>
+#include <thread>
 
 #include "tests/support/coordinator_process.h"
 #include "tests/support/subprocess.h"
@@ -295,6 +296,37 @@ distributed: {timeout_seconds: 20}
     EXPECT_EQ(done->restarts(), 0u) << id;
     EXPECT_EQ(done->latest_metrics().step(), 3000u) << id;
   }
+}
+
+// A job cancelled while it evaluates (four billion held-out batches: hours) releases its
+// worker within seconds, which then takes the next job. The bound leaves room for a
+// loaded two-core machine; before, the worker finished the evaluation first.
+TEST_F(EngineTest, CancelDuringALongEvaluationFreesTheWorkerWithinSeconds) {
+  StartCoordinator("cpu:1");
+  auto& client = coordinator_->client();
+  const std::string id = SubmitFile(Write("eval.yaml", R"(name: long-eval
+model: {mlp: {hidden: [16]}}
+data: {synthetic: {features: 8, num_classes: 2, samples_per_epoch: 64}}
+training: {steps: 1, batch_size: 8}
+eval: {batches: 4000000000}
+metrics: {interval_steps: 1}
+)"));
+  ASSERT_FALSE(id.empty());
+  // Step 1's metrics arrive just before the evaluation starts.
+  ASSERT_TRUE(
+      WaitFor([&] { return client.GetJob(id)->latest_metrics().step() >= 1; }, seconds(120)))
+      << coordinator_->Log();
+  std::this_thread::sleep_for(seconds(1));
+  const auto cancelled_at = std::chrono::steady_clock::now();
+  ASSERT_TRUE(client.CancelJob(id, "test").ok());
+  auto idle = [&] {
+    auto cluster = client.GetCluster();
+    if (!cluster.ok() || cluster->workers_size() != 1) return false;
+    return cluster->workers(0).state() == v1::WORKER_STATE_IDLE;
+  };
+  ASSERT_TRUE(WaitFor(idle, seconds(10))) << "the worker still held the job 10 s after cancel";
+  EXPECT_LT(std::chrono::steady_clock::now() - cancelled_at, seconds(10));
+  EXPECT_EQ(client.GetJob(id)->state(), v1::JOB_STATE_CANCELLED);
 }
 
 TEST_F(EngineTest, BadDataIsRefusedAtSubmitNamingFieldAndFile) {

@@ -152,3 +152,38 @@ TEST(JobDefaults, ACnnLeftToItsDefaultsIsTheSubmittedJob) {
 
 }  // namespace
 }  // namespace stoke::worker
+
+namespace stoke::worker {
+namespace {
+
+// The coordinator's data roots ride along with the assignment, for the worker to re-check
+// every file against as it opens it; without them a spec that names files is refused
+// rather than opened unchecked.
+TEST(WorkerLink, TheDataRootsComeWithTheAssignmentAndFilesNeedThem) {
+  v1::Assignment assignment;
+  assignment.set_job_id("1");
+  v1::JobSpec& spec = *assignment.mutable_spec();
+  spec.mutable_model()->mutable_gpt();
+  spec.mutable_data()->mutable_tokens()->set_train_path("/data/train.bin");
+  spec.mutable_training()->set_steps(10);
+  spec.mutable_training()->set_batch_size(8);
+  auto refused = TaskFromAssignment(assignment);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_NE(refused.status().message().find("data roots"), std::string::npos) << refused.status();
+
+  assignment.add_data_roots("/data");
+  assignment.add_data_roots("/srv/datasets");
+  auto task = TaskFromAssignment(assignment);
+  ASSERT_TRUE(task.ok()) << task.status();
+  EXPECT_EQ(task->data_roots, (std::vector<std::string>{"/data", "/srv/datasets"}));
+
+  // Synthetic data names no file and needs no roots.
+  spec.mutable_data()->mutable_synthetic()->set_vocab_size(64);
+  spec.mutable_data()->mutable_synthetic()->set_samples_per_epoch(100);
+  assignment.clear_data_roots();
+  EXPECT_TRUE(TaskFromAssignment(assignment).ok());
+}
+
+}  // namespace
+}  // namespace stoke::worker

@@ -28,9 +28,12 @@ class StatusError : public std::runtime_error {
 // service or file system is not there yet (UNAVAILABLE, NOT_FOUND: a data path not
 // mounted yet), or a deadline, contention or an internal fault. Permanent: the request
 // itself is wrong (INVALID_ARGUMENT, OUT_OF_RANGE, FAILED_PRECONDITION, UNIMPLEMENTED,
-// PERMISSION_DENIED, ALREADY_EXISTS) or the data is corrupt (DATA_LOSS).
+// PERMISSION_DENIED, ALREADY_EXISTS), the data is corrupt (DATA_LOSS), or the job asks
+// for more memory than the device has (RESOURCE_EXHAUSTED: an allocation that failed
+// fails again on the same device; the batch-size search handles the ones it provokes).
 inline bool IsRetryable(absl::StatusCode code) {
   switch (code) {
+    case absl::StatusCode::kResourceExhausted:
     case absl::StatusCode::kInvalidArgument:
     case absl::StatusCode::kOutOfRange:
     case absl::StatusCode::kFailedPrecondition:

@@ -227,6 +227,10 @@ struct TrainTask {
   DistributedConfig distributed;
   std::string job_dir;
   std::string name;
+  // The coordinator's data roots: the files the model and data specs name are opened
+  // only beneath one of them, checked again as each is opened. Empty: anywhere (tools
+  // that run the engine in process on files their own user named).
+  std::vector<std::string> data_roots;
   ModelConfig model;
   DataConfig data;
   OptimizerConfig optimizer;

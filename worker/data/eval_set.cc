@@ -25,8 +25,4 @@ Batch DatasetEval::Get(int64_t index) {
   return prep_(inputs.to(device_), targets.to(device_), /*train=*/false);
 }
 
-FixedEval::FixedEval(BatchSource& source, int64_t batches) {
-  for (int64_t i = 0; i < batches; ++i) batches_.push_back(source.Next());
-}
-
 }  // namespace stoke::worker

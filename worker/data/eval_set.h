@@ -8,6 +8,7 @@
 #include "worker/data/batch_prep.h"
 #include "worker/data/batch_source.h"
 #include "worker/data/dataset.h"
+#include "worker/data/synthetic.h"
 
 namespace stoke::worker {
 
@@ -36,15 +37,19 @@ class DatasetEval final : public EvalSet {
   torch::Device device_;
 };
 
-// Batches drawn once, up front, from a synthetic source.
-class FixedEval final : public EvalSet {
+// A synthetic source's held-out batches, each drawn when asked for (the same ones every
+// pass): nothing is drawn up front, so a large eval.batches costs neither time before
+// training nor memory.
+class SyntheticEval final : public EvalSet {
  public:
-  FixedEval(BatchSource& source, int64_t batches);
-  int64_t batches() const override { return static_cast<int64_t>(batches_.size()); }
-  Batch Get(int64_t index) override { return batches_[static_cast<size_t>(index)]; }
+  SyntheticEval(const SyntheticSource& source, int64_t batches)
+      : source_(source), batches_(batches) {}
+  int64_t batches() const override { return batches_; }
+  Batch Get(int64_t index) override { return source_.HeldOut(index); }
 
  private:
-  std::vector<Batch> batches_;
+  const SyntheticSource source_;  // a copy: the rule, not the training draws
+  int64_t batches_;
 };
 
 }  // namespace stoke::worker

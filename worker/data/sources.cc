@@ -54,9 +54,27 @@ DataPipeline OpenImages(const TrainTask& task, data::ImageSplits splits, torch::
   return pipeline;
 }
 
+// Every token id below the vocabulary, or std::invalid_argument naming the first that is
+// not (by its position: the id itself is the file's content, kept out of messages). In
+// pieces, so that a cancel is seen within a fraction of a second on a large file.
+void CheckVocabulary(const data::TokenFile& file, int64_t vocab_size,
+                     const data::ReadOptions& options) {
+  constexpr int64_t kPiece = int64_t{1} << 24;
+  for (int64_t begin = 0; begin < file.size(); begin += kPiece) {
+    if (options.cancelled()) ThrowIfError(data::ReadCancelled(file.path()));
+    int64_t id = 0;
+    const int64_t at = file.FirstOutOfVocabulary(vocab_size, &id, begin, begin + kPiece);
+    if (at >= 0) {
+      throw std::invalid_argument(file.path() + ": token " + std::to_string(at) +
+                                  " is not below data.tokens.vocab_size " +
+                                  std::to_string(vocab_size));
+    }
+  }
+}
+
 DataPipeline OpenTokens(const TrainTask& task, const TokenDataConfig& config, torch::Device device,
-                        int64_t start_batch) {
-  auto train_file = ValueOrThrow(data::TokenFile::Open(config.train_path));
+                        int64_t start_batch, const data::ReadOptions& options) {
+  auto train_file = ValueOrThrow(data::TokenFile::Open(config.train_path, options));
   std::shared_ptr<const data::TokenFile> val_file = train_file;
   int64_t train_end = train_file->size();
   int64_t val_begin = 0;
@@ -65,17 +83,10 @@ DataPipeline OpenTokens(const TrainTask& task, const TokenDataConfig& config, to
     train_end = train_file->size() - train_file->size() / 10;
     val_begin = train_end;
   } else {
-    val_file = ValueOrThrow(data::TokenFile::Open(config.val_path));
+    val_file = ValueOrThrow(data::TokenFile::Open(config.val_path, options));
   }
-  for (const auto& file : {train_file, val_file}) {
-    int64_t id = 0;
-    const int64_t at = file->FirstOutOfVocabulary(config.vocab_size, &id);
-    if (at >= 0) {
-      throw std::invalid_argument(file->path() + ": token " + std::to_string(at) + " is " +
-                                  std::to_string(id) + ", not below data.tokens.vocab_size " +
-                                  std::to_string(config.vocab_size));
-    }
-  }
+  CheckVocabulary(*train_file, config.vocab_size, options);
+  if (val_file != train_file) CheckVocabulary(*val_file, config.vocab_size, options);
   auto train = std::make_shared<TokenDataset>(train_file, 0, train_end, config.context,
                                               config.vocab_size, task.training.seed);
   auto val = std::make_shared<TokenDataset>(val_file, val_begin, val_file->size(), config.context,
@@ -90,8 +101,12 @@ DataPipeline OpenTokens(const TrainTask& task, const TokenDataConfig& config, to
 
 }  // namespace
 
-DataPipeline OpenData(const TrainTask& task, torch::Device device, int64_t start_batch) {
+DataPipeline OpenData(const TrainTask& task, torch::Device device, int64_t start_batch,
+                      const std::atomic<bool>* cancel) {
   const auto& source = task.data.source;
+  data::ReadOptions files;
+  files.roots = task.data_roots;
+  files.cancel = cancel;
   if (const auto* given = std::get_if<SyntheticDataConfig>(&source)) {
     SyntheticDataConfig shaped = *given;
     // A TorchScript model says what it takes; synthetic data follows.
@@ -106,19 +121,20 @@ DataPipeline OpenData(const TrainTask& task, torch::Device device, int64_t start
     // the held-out ones are drawn once, before training starts.
     auto train = std::make_unique<SyntheticSource>(*synthetic, device, task.training.batch_size,
                                                    task.training.seed, task.world_size);
-    pipeline.eval = std::make_unique<FixedEval>(
+    pipeline.eval = std::make_unique<SyntheticEval>(
         *train, task.eval.batches > 0 ? task.eval.batches : kSyntheticEvalBatches);
     pipeline.train = std::move(train);
     return pipeline;
   }
   if (const auto* mnist = std::get_if<MnistDataConfig>(&source)) {
-    return OpenImages(task, ValueOrThrow(data::ReadMnistFolder(mnist->path)), device, start_batch);
-  }
-  if (const auto* cifar = std::get_if<Cifar10DataConfig>(&source)) {
-    return OpenImages(task, ValueOrThrow(data::ReadCifar10Folder(cifar->path)), device,
+    return OpenImages(task, ValueOrThrow(data::ReadMnistFolder(mnist->path, files)), device,
                       start_batch);
   }
-  return OpenTokens(task, std::get<TokenDataConfig>(source), device, start_batch);
+  if (const auto* cifar = std::get_if<Cifar10DataConfig>(&source)) {
+    return OpenImages(task, ValueOrThrow(data::ReadCifar10Folder(cifar->path, files)), device,
+                      start_batch);
+  }
+  return OpenTokens(task, std::get<TokenDataConfig>(source), device, start_batch, files);
 }
 
 }  // namespace stoke::worker

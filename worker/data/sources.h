@@ -2,6 +2,7 @@
 // the data spec, on the training device.
 #pragma once
 
+#include <atomic>
 #include <memory>
 
 #include "worker/common/task.h"
@@ -17,6 +18,9 @@ struct DataPipeline {
 
 // `start_batch`: the first training batch to produce (non-zero when resuming). Throws, naming
 // the field or file, StatusError (a reader's code) or std::invalid_argument (a bad spec).
-DataPipeline OpenData(const TrainTask& task, torch::Device device, int64_t start_batch);
+// Files are opened beneath task.data_roots (when set), re-checked as they are opened.
+// Long reads look at `cancel` between pieces and stop (StatusError, CANCELLED) once set.
+DataPipeline OpenData(const TrainTask& task, torch::Device device, int64_t start_batch,
+                      const std::atomic<bool>* cancel = nullptr);
 
 }  // namespace stoke::worker

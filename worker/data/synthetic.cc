@@ -1,13 +1,38 @@
 #include "worker/data/synthetic.h"
 
-#include <c10/util/accumulate.h>
 #include <torch/torch.h>
 
+#include <limits>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
 namespace stoke::worker {
+namespace {
+
+// A sample's size from a TorchScript model's shapes, multiplied with the overflow checked:
+// a wrapped product would shape a small, wrong rule (or a negative size).
+int64_t CheckedProduct(const std::vector<int64_t>& dims, const std::string& field) {
+  int64_t product = 1;
+  for (int64_t d : dims) {
+    if (d < 1 || __builtin_mul_overflow(product, d, &product) ||
+        product > std::numeric_limits<int32_t>::max()) {
+      throw std::invalid_argument("model.torchscript." + field +
+                                  ": a sample of more than 2^31 elements, or a dimension below 1");
+    }
+  }
+  return product;
+}
+
+}  // namespace
 
 SyntheticSource::SyntheticSource(const SyntheticDataConfig& config, torch::Device device,
                                  int64_t batch_size, uint64_t seed, int world_size)
-    : config_(config), device_(device), batch_size_(batch_size), world_size_(world_size) {
+    : config_(config),
+      device_(device),
+      batch_size_(batch_size),
+      world_size_(world_size),
+      seed_(seed) {
   // The rule comes from its own generator so that it depends on the seed alone, not on
   // how much randomness model initialisation drew before it.
   auto generator = at::detail::createCPUGenerator(seed ^ 0x5deece66dULL);
@@ -18,12 +43,10 @@ SyntheticSource::SyntheticSource(const SyntheticDataConfig& config, torch::Devic
                           .item<int64_t>();
   } else if (!config.input_shape.empty()) {
     int64_t outputs = config.num_classes;
-    if (config.regression_shape) {
-      outputs = 1;
-      for (int64_t d : *config.regression_shape) outputs *= d;
-    }
-    teacher_ = torch::randn({c10::multiply_integers(config.input_shape), outputs}, generator, f32)
-                   .to(device);
+    if (config.regression_shape) outputs = CheckedProduct(*config.regression_shape, "target_shape");
+    teacher_ =
+        torch::randn({CheckedProduct(config.input_shape, "input_shape"), outputs}, generator, f32)
+            .to(device);
   } else if (config.image_shape.empty()) {
     teacher_ = torch::randn({config.features, config.num_classes}, generator, f32).to(device);
   }
@@ -44,13 +67,25 @@ DataShape SyntheticSource::Shape() const {
   return DataShape{DataShape::Kind::kVector, {config_.features}, config_.num_classes, 0};
 }
 
-Batch SyntheticSource::Next() {
+Batch SyntheticSource::Next() { return Draw(at::Generator(), device_); }
+
+Batch SyntheticSource::HeldOut(int64_t index) const {
+  auto generator =
+      at::detail::createCPUGenerator(seed_ ^ 0x9e3779b97f4a7c15ULL ^ static_cast<uint64_t>(index));
+  Batch batch = Draw(generator, torch::kCPU);
+  // Evaluation is not the hot loop: a plain copy is fine here.
+  return {batch.inputs.to(device_), batch.targets.to(device_)};
+}
+
+Batch SyntheticSource::Draw(const at::Generator& generator, torch::Device where) const {
   torch::NoGradGuard no_grad;
-  const auto on_device = torch::TensorOptions().device(device_);
+  const auto on_device = torch::TensorOptions().device(where);
+  // The rule's tensors where the batch is made.
+  const torch::Tensor teacher = teacher_.defined() ? teacher_.to(where) : teacher_;
   Batch batch;
   if (config_.vocab_size > 0) {
     const auto ids = on_device.dtype(torch::kLong);
-    torch::Tensor start = torch::randint(config_.vocab_size, {batch_size_, 1}, ids);
+    torch::Tensor start = torch::randint(config_.vocab_size, {batch_size_, 1}, generator, ids);
     torch::Tensor sequence =
         (start + torch::arange(config_.context + 1, ids).view({1, -1}) * token_step_)
             .remainder(config_.vocab_size);
@@ -59,8 +94,8 @@ Batch SyntheticSource::Next() {
   } else if (!config_.input_shape.empty()) {
     std::vector<int64_t> shape = {batch_size_};
     shape.insert(shape.end(), config_.input_shape.begin(), config_.input_shape.end());
-    batch.inputs = torch::randn(shape, on_device);
-    torch::Tensor projected = batch.inputs.flatten(1).matmul(teacher_);
+    batch.inputs = torch::randn(shape, generator, on_device);
+    torch::Tensor projected = batch.inputs.flatten(1).matmul(teacher);
     if (config_.regression_shape) {
       std::vector<int64_t> target = {batch_size_};
       target.insert(target.end(), config_.regression_shape->begin(),
@@ -72,12 +107,12 @@ Batch SyntheticSource::Next() {
   } else if (!config_.image_shape.empty()) {
     std::vector<int64_t> shape = {batch_size_};
     shape.insert(shape.end(), config_.image_shape.begin(), config_.image_shape.end());
-    batch.inputs = torch::randn(shape, on_device);
-    batch.targets =
-        torch::randint(config_.num_classes, {batch_size_}, on_device.dtype(torch::kLong));
+    batch.inputs = torch::randn(shape, generator, on_device);
+    batch.targets = torch::randint(config_.num_classes, {batch_size_}, generator,
+                                   on_device.dtype(torch::kLong));
   } else {
-    batch.inputs = torch::randn({batch_size_, config_.features}, on_device);
-    batch.targets = batch.inputs.matmul(teacher_).argmax(1);
+    batch.inputs = torch::randn({batch_size_, config_.features}, generator, on_device);
+    batch.targets = batch.inputs.matmul(teacher).argmax(1);
   }
   return batch;
 }

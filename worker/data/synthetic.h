@@ -18,6 +18,10 @@ class SyntheticSource final : public BatchSource {
   SyntheticSource(const SyntheticDataConfig& config, torch::Device device, int64_t batch_size,
                   uint64_t seed, int world_size);
   Batch Next() override;
+  // Batch `index` of a held-out set labelled by the same rule: drawn on the CPU from a
+  // generator of its own (seeded by the job's seed and the index), so that every pass
+  // sees the same batches, none is kept in memory, and training draws are untouched.
+  Batch HeldOut(int64_t index) const;
   int64_t BatchesPerEpoch() const override {
     return std::max<int64_t>(1, config_.samples_per_epoch / (batch_size_ * world_size_));
   }
@@ -28,6 +32,11 @@ class SyntheticSource final : public BatchSource {
   torch::Device device_;
   int64_t batch_size_;
   int world_size_;
+  // One batch drawn from `generator` on `where`; an undefined generator (at::Generator())
+  // draws from the device's default one, as the training batches do.
+  Batch Draw(const at::Generator& generator, torch::Device where) const;
+
+  uint64_t seed_;
   torch::Tensor teacher_;  // vectors: [features, num_classes]
   int64_t token_step_ = 1;
 };

@@ -9,12 +9,17 @@
 
 namespace stoke::worker {
 
-EvalResult Evaluate(Network& net, EvalSet& eval, DataShape::Kind data_kind, bool bf16) {
+std::optional<EvalResult> Evaluate(Network& net, EvalSet& eval, DataShape::Kind data_kind,
+                                   bool bf16, const std::atomic<bool>& cancel) {
   torch::NoGradGuard no_grad;
   net.eval();
   torch::Tensor loss_sum, correct;
   int64_t samples = 0, loss_terms = 0;
   for (int64_t i = 0; i < eval.batches(); ++i) {
+    if (cancel.load(std::memory_order_relaxed)) {
+      net.train();
+      return std::nullopt;
+    }
     Batch batch = eval.Get(i);
     torch::Tensor outputs;
     {

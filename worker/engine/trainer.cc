@@ -16,6 +16,7 @@
 #include "worker/engine/training_run.h"
 #include "worker/ops/step_context.h"
 #include "worker/runtime/step_trace.h"
+#include "worker/runtime/torch_compat.h"
 
 namespace stoke::worker {
 namespace {
@@ -42,10 +43,22 @@ std::optional<TrainOutcome> Report(const MetricSample& sample, TrainingObserver&
   return std::nullopt;
 }
 
+// An allocation that failed will fail the same way on the next attempt (the spec asks for
+// more than the device holds), so it is not retried; the message says what to make
+// smaller.
+std::string OutOfMemoryMessage(const std::string& where, const std::string& detail) {
+  return "out of memory " + where +
+         ": the model, its optimizer state and a batch's activations do not fit this device; "
+         "lower training.batch_size (or set training.batch_size_auto), or make the model "
+         "smaller (fewer or narrower layers, a shorter context, a smaller vocabulary): " +
+         detail;
+}
+
 // How a run that threw ended: what went wrong as a status code, from which whether
 // another attempt may succeed follows (IsRetryable), and a message naming the step.
 TrainOutcome FailureOf(std::exception_ptr error, uint64_t step) {
   const std::string at_step = "at step " + std::to_string(step);
+  const std::string where = step == 0 ? "while building the model and its data" : at_step;
   absl::StatusCode code = absl::StatusCode::kUnknown;
   std::string message;
   try {
@@ -57,13 +70,17 @@ TrainOutcome FailureOf(std::exception_ptr error, uint64_t step) {
   } catch (const CollectiveTimeout& e) {
     code = absl::StatusCode::kDeadlineExceeded;
     message = at_step + ": " + e.what();
-  } catch (const c10::OutOfMemoryError& e) {
-    code = absl::StatusCode::kResourceExhausted;
-    message = "out of device memory " + at_step +
-              "; lower training.batch_size: " + e.what_without_backtrace();
   } catch (const c10::Error& e) {
-    code = absl::StatusCode::kInternal;
-    message = "LibTorch error " + at_step + ": " + e.what_without_backtrace();
+    if (compat::IsOutOfMemory(e)) {
+      code = absl::StatusCode::kResourceExhausted;
+      message = OutOfMemoryMessage(where, e.what_without_backtrace());
+    } else {
+      code = absl::StatusCode::kInternal;
+      message = "LibTorch error " + at_step + ": " + e.what_without_backtrace();
+    }
+  } catch (const std::bad_alloc&) {
+    code = absl::StatusCode::kResourceExhausted;
+    message = OutOfMemoryMessage(where, "host memory allocation failed (std::bad_alloc)");
   } catch (const std::invalid_argument& e) {
     // The spec asks for something this data or model cannot do.
     code = absl::StatusCode::kInvalidArgument;
@@ -115,7 +132,11 @@ TrainOutcome Loop(TrainingRun& run, TrainingObserver& observer, const std::atomi
       sample.total_steps = run.total_steps;
       sample.epoch = epoch;
       sample.eval = Evaluate(*run.net, *run.data.eval, run.shape.kind,
-                             run.math.autocast && run.math.dtype == at::kBFloat16);
+                             run.math.autocast && run.math.dtype == at::kBFloat16, cancel);
+      if (!sample.eval) {
+        return {TrainOutcome::Kind::kCancelled,
+                "cancelled during the evaluation at step " + std::to_string(step)};
+      }
       observer.OnLog(DescribeEval(step, *sample.eval));
       observer.OnMetrics(sample);
     }
@@ -154,11 +175,18 @@ TrainOutcome RunTraining(const TrainTask& task, const DeviceRef& device_ref,
                          const TrainingProbe& probe) {
   uint64_t step = 0;
   try {
-    std::unique_ptr<TrainingRun> run = BuildTrainingRun(task, device_ref, observer);
+    std::unique_ptr<TrainingRun> run = BuildTrainingRun(task, device_ref, observer, cancel);
     // Steps, evaluation and checkpoints all run under the run's step context.
     const StepContextScope context(run->context.get());
     return Loop(*run, observer, cancel, probe, step);
   } catch (...) {
+    // A read stopped by the cancel, or anything that failed once it was asked for: the
+    // job was cancelled, not failed.
+    if (cancel.load(std::memory_order_relaxed)) {
+      return {TrainOutcome::Kind::kCancelled, step == 0
+                                                  ? "cancelled while preparing the run"
+                                                  : "cancelled at step " + std::to_string(step)};
+    }
     return FailureOf(std::current_exception(), step);
   }
 }

@@ -61,6 +61,13 @@ uint64_t OptimizerStateBytes(const OptimizerConfig& config, Network& net) {
   return std::get<SgdConfig>(config.kind).momentum > 0 ? param_bytes : 0;
 }
 
+// How a TorchScript model's file is opened: beneath the job's data roots.
+data::ReadOptions ModelFiles(const TrainTask& task) {
+  data::ReadOptions files;
+  files.roots = task.data_roots;
+  return files;
+}
+
 // Applies the job's layout and memory switches to a freshly built network.
 Layout PrepareNetwork(Network& net, const TrainTask& task, const torch::Device& device) {
   Layout layout;
@@ -78,8 +85,8 @@ Layout PrepareNetwork(Network& net, const TrainTask& task, const torch::Device& 
 // from a search on a throw-away copy of the network, or from the choice an earlier
 // attempt of the job saved. Several ranks take rank 0's choice.
 void ChooseBatchSize(TrainTask& task, const DeviceRef& device_ref, const torch::Device& device,
-                     const MathChoice& math, Communicator* communicator,
-                     TrainingObserver& observer) {
+                     const MathChoice& math, Communicator* communicator, TrainingObserver& observer,
+                     const std::atomic<bool>& cancel) {
   auto& t = task.training;
   const std::string saved_path = task.job_dir.empty() ? "" : task.job_dir + "/auto-batch";
   int64_t chosen[2] = {0, 1};  // batch, micro-steps
@@ -95,10 +102,10 @@ void ChooseBatchSize(TrainTask& task, const DeviceRef& device_ref, const torch::
   if (chosen[0] == 0) {
     TrainTask probe_task = task;
     probe_task.training.batch_size = 1;
-    const DataPipeline probe_data = OpenData(probe_task, device, 0);
+    const DataPipeline probe_data = OpenData(probe_task, device, 0, &cancel);
     const DataShape shape = probe_data.train->Shape();
     const int64_t samples_per_rank = probe_data.train->BatchesPerEpoch();
-    std::shared_ptr<Network> net = BuildNetwork(task.model, shape);
+    std::shared_ptr<Network> net = BuildNetwork(task.model, shape, ModelFiles(task));
     net->to(device);
     const Layout layout = PrepareNetwork(*net, task, device);
     const uint64_t reserve = OptimizerStateBytes(task.optimizer, *net);
@@ -163,7 +170,8 @@ std::string Describe(const TrainTask& task, Network& net, const DeviceInfo& devi
 
 std::unique_ptr<TrainingRun> BuildTrainingRun(const TrainTask& job_task,
                                               const DeviceRef& device_ref,
-                                              TrainingObserver& observer) {
+                                              TrainingObserver& observer,
+                                              const std::atomic<bool>& cancel) {
   auto run = std::make_unique<TrainingRun>();
   TrainingRun& r = *run;
   r.task = job_task;
@@ -185,7 +193,7 @@ std::unique_ptr<TrainingRun> BuildTrainingRun(const TrainTask& job_task,
   if (task.world_size > 1) r.communicator = Communicator::Connect(task, device);
   if (task.training.batch_size_auto) {
     torch::manual_seed(task.training.seed);
-    ChooseBatchSize(task, device_ref, device, math, r.communicator.get(), observer);
+    ChooseBatchSize(task, device_ref, device, math, r.communicator.get(), observer, cancel);
   }
   const auto& t = task.training;
   torch::manual_seed(t.seed);
@@ -197,9 +205,9 @@ std::unique_ptr<TrainingRun> BuildTrainingRun(const TrainTask& job_task,
   // The data position follows from the step: each step consumed grad_accum_steps batches.
   const int64_t start_batch =
       resume_from ? static_cast<int64_t>(resume_from->step) * t.grad_accum_steps : 0;
-  r.data = OpenData(task, device, start_batch);
+  r.data = OpenData(task, device, start_batch, &cancel);
   r.shape = r.data.train->Shape();
-  r.net = BuildNetwork(task.model, r.shape);
+  r.net = BuildNetwork(task.model, r.shape, ModelFiles(task));
   Network& net = *r.net;
   net.to(device);
   if (Resolve(t.activation_checkpointing, false) && !net.SupportsActivationCheckpointing()) {

@@ -6,6 +6,7 @@
 
 #include <torch/types.h>
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -75,8 +76,9 @@ struct TrainingRun {
 
 // Builds the run, logging what it chose through the observer (the batch search, the
 // model and its settings, a resumed checkpoint, the ranks). Throws as RunTraining
-// describes.
+// describes. Reading the data looks at `cancel` between pieces.
 std::unique_ptr<TrainingRun> BuildTrainingRun(const TrainTask& task, const DeviceRef& device,
-                                              TrainingObserver& observer);
+                                              TrainingObserver& observer,
+                                              const std::atomic<bool>& cancel);
 
 }  // namespace stoke::worker

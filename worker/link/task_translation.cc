@@ -2,6 +2,8 @@
 // (spec/job_defaults.h): the coordinator fills a submitted spec from the same table.
 #include "worker/link/task_translation.h"
 
+#include <variant>
+
 #include "absl/strings/str_cat.h"
 
 namespace stoke::worker {
@@ -240,6 +242,15 @@ absl::StatusOr<TrainTask> TaskFromAssignment(const v1::Assignment& a) {
   if (spec.checkpoint().keep() > 0) task.checkpoint.keep = spec.checkpoint().keep();
   if (task.training.batch_size <= 0 && !task.training.batch_size_auto) {
     return absl::InvalidArgumentError("training.batch_size: must be set");
+  }
+  task.data_roots.assign(a.data_roots().begin(), a.data_roots().end());
+  const bool names_files =
+      spec.model().has_torchscript() || !std::holds_alternative<SyntheticDataConfig>(data->source);
+  if (names_files && task.data_roots.empty()) {
+    // Fail closed: without the roots the worker could not re-check the paths it opens.
+    return absl::FailedPreconditionError(
+        "the assignment came without the coordinator's data roots, so the files this spec "
+        "names cannot be checked; run a coordinator of the same version as the worker");
   }
   if (task.world_size > 1 && task.distributed.rendezvous_address.empty()) {
     return absl::InvalidArgumentError(absl::StrCat("assignment of rank ", task.rank, " of ",

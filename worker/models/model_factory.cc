@@ -1,6 +1,7 @@
 #include "worker/models/model_factory.h"
 
-#include <numeric>
+#include <initializer_list>
+#include <limits>
 #include <stdexcept>
 #include <string>
 
@@ -13,8 +14,32 @@
 namespace stoke::worker {
 namespace {
 
-int64_t Product(const std::vector<int64_t>& dims) {
-  return std::accumulate(dims.begin(), dims.end(), int64_t{1}, std::multiplies<>());
+// Sizes the data and the spec imply, multiplied in 64 bits with the overflow checked: a
+// wrapped product would build a small, wrong layer, or a negative size. A weight must
+// also leave room for its bytes (8 per element at most) and the optimizer's copies.
+constexpr int64_t kMaxElements = std::numeric_limits<int64_t>::max() / 64;
+
+int64_t Checked(std::initializer_list<int64_t> factors, const std::string& what,
+                int64_t limit = kMaxElements) {
+  int64_t product = 1;
+  std::string spelled;
+  bool overflow = false;
+  for (int64_t f : factors) {
+    spelled += (spelled.empty() ? "" : " x ") + std::to_string(f);
+    if (f < 0) throw std::invalid_argument(what + ": negative size " + std::to_string(f));
+    overflow = overflow || __builtin_mul_overflow(product, f, &product) || product > limit;
+  }
+  if (overflow) {
+    throw std::invalid_argument(what + ": " + spelled +
+                                " elements is more than any device holds; make it smaller");
+  }
+  return product;
+}
+
+int64_t Product(const std::vector<int64_t>& dims, const std::string& what) {
+  int64_t product = 1;
+  for (int64_t d : dims) product = Checked({product, d}, what);
+  return product;
 }
 
 int64_t Classes(int64_t configured, const DataShape& data, const char* field) {
@@ -25,6 +50,7 @@ int64_t Classes(int64_t configured, const DataShape& data, const char* field) {
 
 struct Builder {
   const DataShape& data;
+  const data::ReadOptions& files;
 
   std::shared_ptr<Network> operator()(const MlpConfig& config) const {
     if (data.kind == DataShape::Kind::kTokens) {
@@ -32,9 +58,18 @@ struct Builder {
     }
     MlpConfig c = config;
     // Images are flattened: an MLP sees C*H*W features.
-    if (c.input_dim == 0) c.input_dim = Product(data.sample);
+    if (c.input_dim == 0) c.input_dim = Product(data.sample, "model.mlp: the data's samples");
     c.num_classes = Classes(c.num_classes, data, "model.mlp.num_classes");
-    if (c.hidden.empty()) c.hidden = {defaults::kMlpHiddenPerInput * c.input_dim};
+    if (c.hidden.empty()) {
+      c.hidden = {Checked({defaults::kMlpHiddenPerInput, c.input_dim}, "model.mlp.hidden")};
+    }
+    int64_t in = c.input_dim;
+    for (int64_t width : c.hidden) {
+      Checked({in, width}, "model.mlp: a layer of " + std::to_string(in) + " inputs and " +
+                               std::to_string(width) + " outputs");
+      in = width;
+    }
+    Checked({in, c.num_classes}, "model.mlp: the classifier layer");
     return std::make_shared<MlpImpl>(c);
   }
   std::shared_ptr<Network> operator()(const CnnConfig& config) const {
@@ -42,6 +77,12 @@ struct Builder {
       throw std::invalid_argument(
           "model.cnn: needs image data (mnist, cifar10, synthetic.image_shape)");
     }
+    // The first stage's work per sample, the largest product the network forms.
+    const int64_t first = config.channels.empty() ? 1 : config.channels[0];
+    Checked({Product(data.sample, "model.cnn: the images"), first, 9 * 6},
+            "model.cnn: the first convolution's work per image");
+    Checked({Product(data.sample, "model.cnn: the images"), config.hidden},
+            "model.cnn.hidden: the hidden layer over the flattened images");
     return std::make_shared<CnnImpl>(config, data.sample,
                                      Classes(config.num_classes, data, "model.cnn.num_classes"));
   }
@@ -50,6 +91,8 @@ struct Builder {
       throw std::invalid_argument(
           "model.resnet: needs image data (mnist, cifar10, synthetic.image_shape)");
     }
+    Checked({Product(data.sample, "model.resnet: the images"), 64 * 9 * 6},
+            "model.resnet: the stem's work per image");
     return std::make_shared<ResNetImpl>(
         config, data.sample, Classes(config.num_classes, data, "model.resnet.num_classes"));
   }
@@ -74,18 +117,32 @@ struct Builder {
                                   " is smaller than the data's vocabulary of " +
                                   std::to_string(data.vocab_size));
     }
+    Checked({c.vocab_size, c.width}, "model.gpt: the token embedding (vocab_size x width)");
+    Checked({c.context, c.width}, "model.gpt: the position embedding (context x width)");
+    // The weights, and the FLOP count the model reports: context x (6 x weights + 12 x
+    // layers x width x context), each term checked (the count may exceed kMaxElements).
+    const int64_t block = Checked({12, c.width, c.width}, "model.gpt: a block (12 x width^2)");
+    const int64_t weights = Checked({block, c.layers}, "model.gpt: the blocks (layers)") +
+                            Checked({c.vocab_size, c.width}, "model.gpt");
+    constexpr int64_t kAny = std::numeric_limits<int64_t>::max() / 2;
+    const std::string work = "model.gpt: the work per sequence (context x weights)";
+    Checked({c.context, 6, weights}, work, kAny);
+    Checked({c.context, c.context, 12, c.layers, c.width}, work, kAny);
     return std::make_shared<GptImpl>(c);
   }
   // Any data: only the user's module knows what it takes.
   std::shared_ptr<Network> operator()(const TorchScriptConfig& config) const {
-    return std::make_shared<TorchScriptModelImpl>(config);
+    Product(config.input_shape, "model.torchscript.input_shape");
+    Product(config.target_shape, "model.torchscript.target_shape");
+    return std::make_shared<TorchScriptModelImpl>(config, files);
   }
 };
 
 }  // namespace
 
-std::shared_ptr<Network> BuildNetwork(const ModelConfig& config, const DataShape& data) {
-  return std::visit(Builder{data}, config);
+std::shared_ptr<Network> BuildNetwork(const ModelConfig& config, const DataShape& data,
+                                      const data::ReadOptions& files) {
+  return std::visit(Builder{data, files}, config);
 }
 
 }  // namespace stoke::worker

@@ -4,14 +4,19 @@
 
 #include <torch/csrc/jit/serialization/import.h>
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
-#include <fstream>
+#include <istream>
 #include <stdexcept>
+#include <streambuf>
 #include <string>
 #include <unordered_set>
 #include <vector>
+
+#include "worker/common/status_error.h"
 
 namespace stoke::worker {
 namespace {
@@ -20,15 +25,65 @@ namespace {
   throw std::invalid_argument("model.torchscript.path: " + path + ": " + reason);
 }
 
-torch::jit::Module Load(const std::string& path) {
+// A file read through a descriptor already checked and opened, with the seeks torch's
+// zip reader makes (it reads the archive's directory at the end first). Loading by name
+// instead would open the path a second time, unchecked, and block on a FIFO.
+class DescriptorBuffer final : public std::streambuf {
+ public:
+  DescriptorBuffer(int fd, long long size) : fd_(fd), size_(size) {}
+  ~DescriptorBuffer() override { close(fd_); }
+  DescriptorBuffer(const DescriptorBuffer&) = delete;
+  DescriptorBuffer& operator=(const DescriptorBuffer&) = delete;
+
+ protected:
+  int_type underflow() override {
+    ssize_t n;
+    do {
+      n = pread(fd_, buffer_, sizeof(buffer_), static_cast<off_t>(next_));
+    } while (n < 0 && errno == EINTR);
+    if (n <= 0) return traits_type::eof();
+    setg(buffer_, buffer_, buffer_ + n);
+    next_ += n;
+    return traits_type::to_int_type(buffer_[0]);
+  }
+  pos_type seekoff(off_type offset, std::ios_base::seekdir from,
+                   std::ios_base::openmode which) override {
+    const off_type here = static_cast<off_type>(next_) - (egptr() - gptr());
+    const off_type base = from == std::ios_base::beg   ? 0
+                          : from == std::ios_base::cur ? here
+                                                       : static_cast<off_type>(size_);
+    return seekpos(pos_type(base + offset), which);
+  }
+  pos_type seekpos(pos_type position, std::ios_base::openmode) override {
+    if (off_type(position) < 0) return pos_type(off_type(-1));
+    next_ = static_cast<long long>(off_type(position));
+    setg(buffer_, buffer_, buffer_);  // nothing buffered: the next read starts there
+    return position;
+  }
+
+ private:
+  int fd_;
+  long long size_;
+  long long next_ = 0;  // the file offset the buffer's end stands for
+  char buffer_[1 << 16];
+};
+
+torch::jit::Module Load(const std::string& path, const data::ReadOptions& files) {
   if (path.empty()) Fail(path, "not set");
-  // Opening it first gives the plain reason (no such file, permission denied) rather
-  // than the zip reader's message and a C++ backtrace.
-  if (!std::ifstream(path, std::ios::binary)) Fail(path, std::strerror(errno));
+  // Opened first, without waiting (a FIFO is refused) and beneath the data roots: the
+  // plain reason (no such file, not a regular file) rather than the zip reader's message.
+  long long size = 0;
+  auto opened = data::OpenDataFile(path, files, &size);
+  if (!opened.ok()) {
+    ThrowIfError(absl::Status(opened.status().code(),
+                              "model.torchscript.path: " + std::string(opened.status().message())));
+  }
+  DescriptorBuffer buffer(*opened, size);
+  std::istream in(&buffer);
   try {
     // Onto the CPU, whatever device it was saved from: the trainer moves the model to its
     // own device, and a module saved on a GPU must still load on a machine without one.
-    return torch::jit::load(path, torch::Device(torch::kCPU));
+    return torch::jit::load(in, torch::Device(torch::kCPU));
   } catch (const c10::Error& e) {
     Fail(path, e.what_without_backtrace());
   }
@@ -43,8 +98,9 @@ std::string FlatName(std::string name) {
 
 }  // namespace
 
-TorchScriptModelImpl::TorchScriptModelImpl(const TorchScriptConfig& config)
-    : config_(config), module_(Load(config.path)) {
+TorchScriptModelImpl::TorchScriptModelImpl(const TorchScriptConfig& config,
+                                           const data::ReadOptions& files)
+    : config_(config), module_(Load(config.path, files)) {
   int64_t count = 0;
   // A tensor the module shares between two submodules (tied weights) is registered once,
   // or the optimizer would step it twice.

@@ -8,6 +8,7 @@
 
 #include <cstdint>
 
+#include "formats/read_options.h"
 #include "worker/common/task.h"
 #include "worker/models/network.h"
 
@@ -15,9 +16,12 @@ namespace stoke::worker {
 
 class TorchScriptModelImpl : public Network {
  public:
-  // Loads config.path onto the CPU. Throws std::invalid_argument
-  // ("model.torchscript.path: <path>: <reason>") when it cannot.
-  explicit TorchScriptModelImpl(const TorchScriptConfig& config);
+  // Loads config.path onto the CPU, through a descriptor opened beneath files.roots (when
+  // set) that is never a FIFO or device. Throws std::invalid_argument
+  // ("model.torchscript.path: <path>: <reason>") when it is no model, and StatusError
+  // with the opener's code (NOT_FOUND: may yet appear) when it cannot be opened.
+  explicit TorchScriptModelImpl(const TorchScriptConfig& config,
+                                const data::ReadOptions& files = {});
   // The scripted module's forward on the batch; it must return one tensor.
   torch::Tensor forward(const torch::Tensor& inputs) override;
   int64_t TrainingFlopsPerSample() const override { return flops_; }

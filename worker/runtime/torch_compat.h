@@ -9,6 +9,7 @@
 
 #include <cmath>
 #include <limits>
+#include <string>
 #include <vector>
 
 #define STOKE_TORCH_AT_LEAST(major, minor) \
@@ -153,6 +154,17 @@ inline void UpdateScale(at::Tensor& scale, at::Tensor& growth_tracker, const at:
   scale.copy_(
       at::where(overflowed, scale * backoff_factor, at::where(grow, scale * growth_factor, scale)));
   growth_tracker.copy_(at::where(grow, at::zeros_like(clean), clean));
+}
+
+// Whether a LibTorch error is an allocation that failed. CUDA's are c10::OutOfMemoryError
+// in every version; the CPU allocator's were a plain c10::Error in 1.13 ("can't allocate
+// memory") and say "not enough memory" in later versions, some of which throw
+// OutOfMemoryError for them too.
+inline bool IsOutOfMemory(const c10::Error& error) {
+  if (dynamic_cast<const c10::OutOfMemoryError*>(&error) != nullptr) return true;
+  const std::string message = error.what_without_backtrace();
+  return message.find("DefaultCPUAllocator: can't allocate memory") != std::string::npos ||
+         message.find("DefaultCPUAllocator: not enough memory") != std::string::npos;
 }
 
 }  // namespace stoke::worker::compat

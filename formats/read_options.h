@@ -1,0 +1,36 @@
+// How a reader opens and reads the files a job names. The worker passes the data roots
+// it was given, so that every file is re-checked against them when it is opened (a link
+// swapped in after the coordinator's check leads nowhere), and its cancel flag, so that
+// a long read of a large file stops when the job is cancelled. The coordinator and the
+// CLI pass nothing: they check paths themselves, or read what their user named.
+#pragma once
+
+#include <atomic>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+
+namespace stoke::data {
+
+struct ReadOptions {
+  // Absolute folders the files must lie beneath when opened; empty: anywhere.
+  std::vector<std::string> roots;
+  // Read between pieces of a long read; once true, the reader stops with CANCELLED.
+  const std::atomic<bool>* cancel = nullptr;
+
+  bool cancelled() const { return cancel != nullptr && cancel->load(std::memory_order_relaxed); }
+};
+
+// The descriptor of the regular file `path`, opened without ever waiting (a FIFO is
+// refused). Errors name the file and say why, never with anything read from it:
+// NOT_FOUND when it may yet appear (a file system not mounted yet), INVALID_ARGUMENT when
+// it is no regular file, PERMISSION_DENIED when it leads outside the roots.
+absl::StatusOr<int> OpenDataFile(const std::string& path, const ReadOptions& options,
+                                 long long* size);
+
+// CANCELLED, naming the file, for a reader that stopped because its job was cancelled.
+absl::Status ReadCancelled(const std::string& path);
+
+}  // namespace stoke::data

@@ -21,77 +21,13 @@
 #include "server/metrics/coordinator_metrics.h"
 #include "server/store/sqlite_job_store.h"
 #include "stoke/v1/worker_link.grpc.pb.h"
-#include "tests/support/temp_dir.h"
+#include "tests/support/in_process_coordinator.h"
 #include "tests/support/wait.h"
 
 namespace stoke::server {
 namespace {
 
-class InProcessCoordinator {
- public:
-  InProcessCoordinator() {
-    store_ = *SqliteJobStore::Open({dir_.File("stoke.db")});
-    hub_ = std::make_unique<EventHub>(*store_);
-    Coordinator::Options options;
-    options.jobs_dir = dir_.File("jobs");
-    options.tick_interval = absl::Milliseconds(50);
-    core_ = *Coordinator::Create(options, *store_, *hub_, clock_);
-    EXPECT_TRUE(core_->Start().ok());
-    executor_ = std::make_unique<Executor>(4);
-    audit_ = std::make_unique<AuditLog>(*store_, clock_);
-    coordinator_service_ = std::make_unique<CoordinatorService>(*core_, *hub_, *executor_,
-                                                                DataRoots({}), access_, *audit_);
-    link_service_ = std::make_unique<WorkerLinkService>(*core_, *executor_, access_, *audit_);
-    metrics_ = *CoordinatorMetrics::Start({}, nullptr);
-    GrpcServer::Options server_options;
-    server_options.address = "127.0.0.1:0";
-    server_options.observer = metrics_.get();
-    server_ = *GrpcServer::Start(server_options, {coordinator_service_.get(), link_service_.get()});
-  }
-  ~InProcessCoordinator() {
-    core_->BeginShutdown();
-    server_->Shutdown(std::chrono::milliseconds(500));
-    executor_->Stop();
-    core_->Stop();
-  }
-
-  Coordinator& core() { return *core_; }
-  std::unique_ptr<v1::Coordinator::Stub> Stub() const {
-    return v1::Coordinator::NewStub(
-        grpc::CreateChannel(address(), grpc::InsecureChannelCredentials()));
-  }
-  CoordinatorMetrics& metrics() { return *metrics_; }
-  const std::string& address() const { return server_->address(); }
-
-  std::string Submit() {
-    v1::JobSpec spec;
-    spec.mutable_model()->mutable_mlp();
-    spec.mutable_data()->mutable_synthetic();
-    spec.mutable_training()->set_steps(10);
-    spec.mutable_resources()->set_gpus(1);
-    spec.set_max_restarts(100);
-    EXPECT_TRUE(ValidateJobSpec(spec).ok());
-    ApplyJobSpecDefaults(spec, *InspectData(spec, DataRoots({})));
-    auto job = core_->SubmitJob(spec);
-    EXPECT_TRUE(job.ok()) << job.status();
-    return job.ok() ? job->id() : "";
-  }
-
- private:
-  testing::TempDir dir_;
-  RealClock clock_;
-  std::unique_ptr<SqliteJobStore> store_;
-  std::unique_ptr<EventHub> hub_;
-  std::unique_ptr<Coordinator> core_;
-  std::unique_ptr<Executor> executor_;
-  // No tokens: every caller is an anonymous admin, as on a loopback quickstart.
-  const AccessControl access_{AccessControl::Options{}};
-  std::unique_ptr<AuditLog> audit_;
-  std::unique_ptr<CoordinatorService> coordinator_service_;
-  std::unique_ptr<WorkerLinkService> link_service_;
-  std::unique_ptr<CoordinatorMetrics> metrics_;
-  std::unique_ptr<GrpcServer> server_;
-};
+using testing::InProcessCoordinator;
 
 // One worker's stream, as the worker's link opens it (registration only; it never reads
 // what it is sent, as a worker that hangs would not).

@@ -31,6 +31,7 @@ struct Layer {
   std::string field;  // what to change to shrink it
   std::string shape;  // for the message
   uint64_t parameters = 0;
+  uint64_t count = 1;  // identical copies (a transformer's blocks)
 };
 
 struct Estimate {
@@ -137,15 +138,12 @@ Estimate Gpt(const v1::GptSpec& gpt, const DataFacts& data) {
   // layer norms (4w).
   const uint64_t block =
       SaturatingAdd(SaturatingMul(12, SaturatingMul(width, width)), SaturatingMul(13, width));
-  e.layers.push_back({"model.gpt.width", absl::StrCat("one block of width ", width), block});
+  e.layers.push_back(
+      {"model.gpt.width", absl::StrCat("one block of width ", width), block, layers});
   e.layers.push_back({"model.gpt.vocab_size", absl::StrCat(vocab, " x ", width, " embedding"),
                       SaturatingMul(vocab, width)});
   e.layers.push_back({"model.gpt.context", absl::StrCat(context, " x ", width, " positions"),
                       SaturatingMul(context, width)});
-  if (layers > 1) {
-    e.layers.push_back({"model.gpt.layers", absl::StrCat(layers - 1, " more blocks"),
-                        SaturatingMul(layers - 1, block)});
-  }
   // Each block's output over the context.
   e.activations_per_sample = SaturatingMul(SaturatingMul(context, width), layers);
   return e;
@@ -210,7 +208,7 @@ ModelSize EstimateModelSize(const v1::JobSpec& spec, const DataFacts& data) {
   Estimate e;
   if (!BreakDown(spec, data, &e)) return size;
   for (const Layer& layer : e.layers)
-    size.parameters = SaturatingAdd(size.parameters, layer.parameters);
+    size.parameters = SaturatingAdd(size.parameters, SaturatingMul(layer.parameters, layer.count));
   size.state_bytes = SaturatingMul(size.parameters, BytesPerParameter(spec.optimizer()));
   // Inputs as fp32 values (token ids as int64), activations as fp32.
   const uint64_t input_bytes =

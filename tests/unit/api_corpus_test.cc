@@ -41,7 +41,12 @@ struct Api {
   std::unique_ptr<v1::Coordinator::Stub> stub;
   std::unique_ptr<v1::WorkerLink::Stub> link;
   std::string job_id;  // a stored job, PENDING (no workers attach)
+  std::string token;   // sent as "authorization: Bearer TOKEN" when set
 };
+
+void Authorize(const Api& api, grpc::ClientContext& context) {
+  if (!api.token.empty()) context.AddMetadata("authorization", "Bearer " + api.token);
+}
 
 struct Case {
   std::string name;
@@ -67,6 +72,7 @@ std::function<grpc::Status(Api&)> Unary(UnaryMethod<Request, Response> method, R
   return [method, request](Api& api) {
     grpc::ClientContext context;
     context.set_deadline(Deadline());
+    Authorize(api, context);
     Response response;
     return (api.stub.get()->*method)(&context, request, &response);
   };
@@ -78,6 +84,7 @@ std::function<grpc::Status(Api&)> Streaming(StreamMethod<Request, Response> meth
   return [method, request](Api& api) {
     grpc::ClientContext context;
     context.set_deadline(Deadline());
+    Authorize(api, context);
     auto reader = (api.stub.get()->*method)(&context, request);
     Response response;
     while (reader->Read(&response)) {
@@ -91,6 +98,7 @@ std::function<grpc::Status(Api&)> Link(std::vector<v1::WorkerMessage> messages) 
   return [messages](Api& api) {
     grpc::ClientContext context;
     context.set_deadline(Deadline());
+    Authorize(api, context);
     auto stream = api.link->Attach(&context);
     for (const auto& m : messages) {
       if (!stream->Write(m)) break;
@@ -384,6 +392,27 @@ std::vector<Case> SpecRuleCases() {
       SubmitInvalid("request_id", [](S&) {}),  // replaced below
   };
   cases.pop_back();
+  // Jobs that cannot allocate (model_size.h).
+  cases.push_back(SubmitInvalid("model.mlp.hidden[1]", [](S& s) {
+    s.mutable_model()->mutable_mlp()->add_hidden(1u << 20);
+    s.mutable_model()->mutable_mlp()->add_hidden(1u << 20);
+  }));
+  cases.push_back(SubmitInvalid("model.mlp", [](S& s) {
+    for (uint32_t d : {4096u, 4096u, 4096u})
+      s.mutable_data()->mutable_synthetic()->add_image_shape(d);
+  }));
+  cases.push_back(SubmitInvalid("model.gpt", [](S& s) {
+    s.mutable_model()->mutable_gpt()->set_width(4096);
+    s.mutable_model()->mutable_gpt()->set_heads(32);
+    s.mutable_model()->mutable_gpt()->set_layers(64);
+    s.mutable_data()->mutable_synthetic()->set_vocab_size(50257);
+  }));
+  cases.push_back(SubmitInvalid("training.batch_size", [](S& s) {
+    s.mutable_model()->mutable_resnet();
+    for (uint32_t d : {3u, 4096u, 4096u}) s.mutable_data()->mutable_synthetic()->add_image_shape(d);
+    s.mutable_data()->mutable_synthetic()->set_samples_per_epoch(1u << 20);
+    s.mutable_training()->set_batch_size(4096);
+  }));
   cases.push_back({"SubmitJob without spec",
                    Unary(&v1::Coordinator::Stub::SubmitJob, v1::SubmitJobRequest()),
                    grpc::StatusCode::INVALID_ARGUMENT, "spec"});
@@ -871,6 +900,115 @@ TEST(ApiCorpus, MalformedRequestsAreRefusedNamingTheFieldAndChangeNothing) {
   for (const auto& [id, bytes] : before) {
     EXPECT_EQ(after[id], bytes) << "job " << id << " changed";
   }
+}
+
+// A call made with `token`.
+std::function<grpc::Status(Api&)> As(std::string token, std::function<grpc::Status(Api&)> call) {
+  return [token, call](Api& api) {
+    Api& as = api;
+    const std::string saved = as.token;
+    as.token = token;
+    grpc::Status status = call(as);
+    as.token = saved;
+    return status;
+  };
+}
+
+std::vector<Case> AccessCases() {
+  using Code = grpc::StatusCode;
+  std::vector<Case> cases;
+  auto on_job = [](std::function<grpc::Status(Api&, const std::string&)> call) {
+    return [call](Api& api) { return call(api, api.job_id); };
+  };
+  auto get = on_job([](Api& api, const std::string& id) {
+    v1::GetJobRequest r;
+    r.set_id(id);
+    return Unary(&v1::Coordinator::Stub::GetJob, r)(api);
+  });
+  auto cancel = on_job([](Api& api, const std::string& id) {
+    v1::CancelJobRequest r;
+    r.set_id(id);
+    return Unary(&v1::Coordinator::Stub::CancelJob, r)(api);
+  });
+  auto checkpoints = on_job([](Api& api, const std::string& id) {
+    v1::ListCheckpointsRequest r;
+    r.set_id(id);
+    return Unary(&v1::Coordinator::Stub::ListCheckpoints, r)(api);
+  });
+  auto download = on_job([](Api& api, const std::string& id) {
+    v1::DownloadModelRequest r;
+    r.set_id(id);
+    return Streaming(&v1::Coordinator::Stub::DownloadModel, r)(api);
+  });
+  v1::SubmitJobRequest submit;
+  *submit.mutable_spec() = ValidSpec();
+  auto submit_call = Unary(&v1::Coordinator::Stub::SubmitJob, submit);
+  auto audit = Unary(&v1::Coordinator::Stub::ListAudit, v1::ListAuditRequest());
+  auto cluster = Unary(&v1::Coordinator::Stub::GetCluster, v1::GetClusterRequest());
+  auto attach = Link({Registration("w-access")});
+  for (const std::string& token : {std::string(""), std::string("not-a-token"),
+                                   std::string(5000, 't'), std::string("two words")}) {
+    const std::string who = absl::StrCat(" with a token of ", token.size(), " bytes");
+    const std::string names = token.empty() ? "requires a token" : "token is not valid";
+    cases.push_back({"GetJob" + who, As(token, get), Code::UNAUTHENTICATED, names});
+    cases.push_back({"SubmitJob" + who, As(token, submit_call), Code::UNAUTHENTICATED, names});
+    cases.push_back({"GetCluster" + who, As(token, cluster), Code::UNAUTHENTICATED, names});
+    cases.push_back({"Attach" + who, As(token, attach), Code::UNAUTHENTICATED,
+                     token.empty() ? "token" : "join token is not valid"});
+  }
+  cases.push_back({"SubmitJob as a viewer", As("viewer-secret", submit_call),
+                   Code::PERMISSION_DENIED, "submitting jobs needs role submitter"});
+  cases.push_back({"CancelJob as a viewer", As("viewer-secret", cancel), Code::PERMISSION_DENIED,
+                   "cancelling jobs needs role submitter"});
+  cases.push_back({"ListAudit as a submitter", As("bob-secret", audit), Code::PERMISSION_DENIED,
+                   "reading the audit log needs role admin"});
+  cases.push_back({"CancelJob of another's job", As("bob-secret", cancel), Code::PERMISSION_DENIED,
+                   "for its owner"});
+  cases.push_back({"ListCheckpoints of another's job", As("bob-secret", checkpoints),
+                   Code::PERMISSION_DENIED, "for its owner"});
+  cases.push_back({"DownloadModel of another's job", As("bob-secret", download),
+                   Code::PERMISSION_DENIED, "for its owner"});
+  cases.push_back({"GetJob with a worker's join token", As("worker-secret", get),
+                   Code::PERMISSION_DENIED, "join token"});
+  cases.push_back({"Attach with a user's token", As("alice-secret", attach),
+                   Code::PERMISSION_DENIED, "workers join with a token of role worker"});
+  return cases;
+}
+
+TEST(ApiCorpus, CallsWithoutTheRightCredentialAreRefusedAndChangeNothing) {
+  InProcessCoordinator::Options options;
+  for (auto [name, role] :
+       {std::pair{"alice", security::Role::kSubmitter},
+        std::pair{"bob", security::Role::kSubmitter}, std::pair{"viewer", security::Role::kViewer},
+        std::pair{"worker", security::Role::kWorker}}) {
+    options.tokens.push_back({name, role, security::HashToken(std::string(name) + "-secret")});
+  }
+  InProcessCoordinator coordinator(options);
+  Api api;
+  api.channel = grpc::CreateChannel(coordinator.address(), grpc::InsecureChannelCredentials());
+  api.stub = v1::Coordinator::NewStub(api.channel);
+  api.link = v1::WorkerLink::NewStub(api.channel);
+  api.token = "alice-secret";
+  {
+    v1::SubmitJobRequest request;
+    *request.mutable_spec() = ValidSpec();
+    grpc::ClientContext context;
+    Authorize(api, context);
+    v1::SubmitJobResponse response;
+    ASSERT_TRUE(api.stub->SubmitJob(&context, request, &response).ok());
+    api.job_id = response.job().id();
+  }
+  const auto before = StoredJobs(coordinator.store());
+  const std::vector<Case> corpus = AccessCases();
+  for (const Case& c : corpus) {
+    const grpc::Status status = c.call(api);
+    EXPECT_EQ(status.error_code(), c.code)
+        << c.name << ": got " << status.error_code() << " " << status.error_message();
+    EXPECT_NE(status.error_message().find(c.names), std::string::npos)
+        << c.name << ": the message does not say " << c.names << ": " << status.error_message();
+  }
+  EXPECT_EQ(StoredJobs(coordinator.store()), before);
+  EXPECT_EQ(coordinator.core().GetCluster().workers_size(), 0);
 }
 
 }  // namespace

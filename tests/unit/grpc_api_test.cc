@@ -12,6 +12,7 @@
 #include <thread>
 #include <vector>
 
+#include "security/token_hash.h"
 #include "server/api/coordinator_service.h"
 #include "server/api/executor.h"
 #include "server/api/grpc_server.h"
@@ -337,6 +338,45 @@ TEST(GrpcApi, InvalidUtf8IsRefusedAndTheServerStaysUp) {
   grpc::ClientContext next;
   v1::Cluster cluster;
   EXPECT_TRUE(coordinator.Stub()->GetCluster(&next, v1::GetClusterRequest(), &cluster).ok());
+}
+
+// One submitter cannot grow the queue without bound: past its cap of unfinished jobs its
+// submissions are refused, others' are not, and a finished job makes room.
+TEST(GrpcApi, AnOwnersUnfinishedJobsAreCapped) {
+  InProcessCoordinator::Options options;
+  options.max_unfinished_jobs_per_owner = 3;
+  for (const std::string name : {"alice", "bob"}) {
+    options.tokens.push_back(
+        {name, security::Role::kSubmitter, security::HashToken(name + "-secret")});
+  }
+  InProcessCoordinator coordinator(options);
+  auto stub = coordinator.Stub();
+  auto submit = [&](const std::string& who, v1::SubmitJobResponse* response) {
+    grpc::ClientContext context;
+    context.AddMetadata("authorization", "Bearer " + who + "-secret");
+    v1::SubmitJobRequest request;
+    *request.mutable_spec() = SyntheticSpec(who);
+    return stub->SubmitJob(&context, request, response);
+  };
+  std::vector<std::string> ids;
+  for (int i = 0; i < 3; ++i) {
+    v1::SubmitJobResponse response;
+    ASSERT_TRUE(submit("alice", &response).ok());
+    ids.push_back(response.job().id());
+  }
+  v1::SubmitJobResponse response;
+  grpc::Status status = submit("alice", &response);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
+  EXPECT_NE(status.error_message().find("owner alice has 3 unfinished jobs"), std::string::npos)
+      << status.error_message();
+  EXPECT_TRUE(submit("bob", &response).ok());
+  grpc::ClientContext cancel_context;
+  cancel_context.AddMetadata("authorization", "Bearer alice-secret");
+  v1::CancelJobRequest cancel;
+  cancel.set_id(ids[0]);
+  v1::Job cancelled;
+  ASSERT_TRUE(stub->CancelJob(&cancel_context, cancel, &cancelled).ok());
+  EXPECT_TRUE(submit("alice", &response).ok());
 }
 
 }  // namespace

@@ -27,6 +27,7 @@
 #include "tests/support/data_files.h"
 #include "tests/support/in_process_coordinator.h"
 #include "tests/support/temp_dir.h"
+#include "tests/support/wait.h"
 
 namespace stoke::testing {
 namespace {
@@ -1009,6 +1010,95 @@ TEST(ApiCorpus, CallsWithoutTheRightCredentialAreRefusedAndChangeNothing) {
   }
   EXPECT_EQ(StoredJobs(coordinator.store()), before);
   EXPECT_EQ(coordinator.core().GetCluster().workers_size(), 0);
+}
+
+// A registered worker's stream carries no status per message: what it sends about tasks
+// that are not its own (made-up ids, other attempts, jobs assigned elsewhere) is refused
+// and counted, and changes no job.
+TEST(ApiCorpus, AWorkersReportsAboutTasksNotItsOwnChangeNothing) {
+  InProcessCoordinator coordinator;
+  auto api = coordinator.Stub();
+  std::vector<std::string> ids;
+  for (int i = 0; i < 2; ++i) {
+    v1::SubmitJobRequest request;
+    *request.mutable_spec() = ValidSpec();
+    grpc::ClientContext context;
+    v1::SubmitJobResponse response;
+    ASSERT_TRUE(api->SubmitJob(&context, request, &response).ok());
+    ids.push_back(response.job().id());
+  }
+  // The first job runs on an honest worker, which then holds it.
+  auto link = coordinator.WorkerStub();
+  grpc::ClientContext honest_context;
+  auto honest = link->Attach(&honest_context);
+  ASSERT_TRUE(honest->Write(Registration("honest")));
+  v1::CoordinatorMessage received;
+  while (honest->Read(&received) && !received.has_assignment()) {
+  }
+  ASSERT_TRUE(received.has_assignment());
+  const v1::Assignment assignment = received.assignment();
+  v1::WorkerMessage started;
+  started.mutable_started()->set_job_id(assignment.job_id());
+  started.mutable_started()->set_attempt(assignment.attempt());
+  ASSERT_TRUE(honest->Write(started));
+  ASSERT_TRUE(WaitFor([&] {
+    auto job = coordinator.core().GetJob(assignment.job_id());
+    return job.ok() && job->state() == v1::JOB_STATE_RUNNING;
+  }));
+  // The other job is over before the forger attaches, so nothing is assigned to it.
+  {
+    grpc::ClientContext context;
+    v1::CancelJobRequest cancel;
+    cancel.set_id(ids[1]);
+    v1::Job job;
+    ASSERT_TRUE(api->CancelJob(&context, cancel, &job).ok());
+  }
+  const auto before = StoredJobs(coordinator.store());
+  const uint64_t refused_before = coordinator.core().GetCluster().refused_worker_reports();
+
+  grpc::ClientContext forger_context;
+  auto forger = link->Attach(&forger_context);
+  v1::WorkerMessage reg = Registration("forger");
+  ASSERT_TRUE(forger->Write(reg));
+  ASSERT_TRUE(forger->Read(&received));
+  ASSERT_TRUE(received.has_registered());
+  std::vector<v1::WorkerMessage> forged;
+  for (const std::string& job :
+       {assignment.job_id(), ids[1], std::string("999"), std::string(""), std::string(5000, '1')}) {
+    for (uint32_t attempt : {assignment.attempt(), 0u, 4000000000u}) {
+      v1::WorkerMessage m;
+      m.mutable_started()->set_job_id(job);
+      m.mutable_started()->set_attempt(attempt);
+      forged.push_back(m);
+      m.Clear();
+      m.mutable_report()->set_job_id(job);
+      m.mutable_report()->set_attempt(attempt);
+      m.mutable_report()->add_metrics()->set_loss(std::numeric_limits<double>::quiet_NaN());
+      m.mutable_report()->add_logs()->set_text("forged");
+      forged.push_back(m);
+      m.Clear();
+      m.mutable_finished()->set_job_id(job);
+      m.mutable_finished()->set_attempt(attempt);
+      m.mutable_finished()->set_outcome(static_cast<v1::TaskOutcome>(attempt % 2 ? 999 : 1));
+      forged.push_back(m);
+    }
+  }
+  forged.push_back(Registration("honest"));  // a second registration on the same stream
+  forged.push_back(v1::WorkerMessage());     // a message of no kind
+  for (const auto& m : forged) ASSERT_TRUE(forger->Write(m));
+  ASSERT_TRUE(WaitFor([&] {
+    return coordinator.core().GetCluster().refused_worker_reports() >=
+           // 5 jobs x 3 attempts x 3 kinds, but for "finished job '' attempt 0": that is
+           // what an idle worker holds, and it is taken as a (harmless) no-op.
+           refused_before + 44;
+  })) << coordinator.core().GetCluster().refused_worker_reports() - refused_before;
+  EXPECT_EQ(StoredJobs(coordinator.store()), before);
+  auto held = coordinator.core().GetJob(assignment.job_id());
+  ASSERT_TRUE(held.ok());
+  EXPECT_EQ(held->state(), v1::JOB_STATE_RUNNING);
+  EXPECT_EQ(held->placement(0).worker_id(), "honest");
+  forger_context.TryCancel();
+  honest_context.TryCancel();
 }
 
 }  // namespace

@@ -3,7 +3,9 @@
 // are submitted and half of them cancelled over the public API. The coordinator must stay
 // up, lose no state change (every job's stored events run 1, 2, 3, ... and end in the
 // state stored and held in memory; every acknowledged cancel holds), and leave no job
-// held by a worker that is gone.
+// held by a worker that is gone. A second test puts the core alone under the same churn
+// from many threads, for ThreadSanitizer (scripts/test-sanitizers.sh), which cannot see
+// through Debian's uninstrumented gRPC.
 #include <gtest/gtest.h>
 
 #include <atomic>
@@ -14,9 +16,11 @@
 #include <random>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "server/api/job_spec_rules.h"
 #include "tests/support/in_process_coordinator.h"
 #include "tests/support/simulated_worker.h"
 #include "tests/support/wait.h"
@@ -60,10 +64,10 @@ std::vector<std::unique_ptr<v1::WorkerLink::Stub>> WorkerStubs(const std::string
 // What the store holds of a job is consistent with itself and with memory: events
 // numbered without gaps, at most one final state and nothing after it, the stored state
 // the last state change's.
-void ExpectConsistent(InProcessCoordinator& coordinator, const std::string& id) {
-  auto stored = coordinator.store().GetJob(id);
+void ExpectConsistent(server::Coordinator& core, server::JobStore& store, const std::string& id) {
+  auto stored = store.GetJob(id);
   ASSERT_TRUE(stored.ok()) << stored.status();
-  auto events = coordinator.store().ReadEvents(id, 1, 1000000);
+  auto events = store.ReadEvents(id, 1, 1000000);
   ASSERT_TRUE(events.ok()) << events.status();
   ASSERT_EQ(events->size(), stored->last_event_seq()) << "job " << id;
   v1::JobState last = v1::JOB_STATE_UNSPECIFIED;
@@ -78,7 +82,7 @@ void ExpectConsistent(InProcessCoordinator& coordinator, const std::string& id) 
     last = e.state_change().state();
   }
   EXPECT_EQ(stored->state(), last) << "job " << id << ": stored state differs from its events";
-  auto live = coordinator.core().GetJob(id);
+  auto live = core.GetJob(id);
   ASSERT_TRUE(live.ok()) << live.status();
   EXPECT_EQ(live->state(), stored->state()) << "job " << id << ": memory and store disagree";
 }
@@ -189,7 +193,7 @@ TEST(Stress, FiveHundredWorkersComingAndGoingWhileJobsAreSubmittedAndCancelled) 
     if (IsQueued(job->state())) {
       EXPECT_FALSE(job->message().empty()) << "job " << id;
     }
-    ExpectConsistent(coordinator, id);
+    ExpectConsistent(coordinator.core(), coordinator.store(), id);
   }
   const v1::Cluster idle = coordinator.core().GetCluster();
   EXPECT_EQ(idle.running_jobs(), 0u);
@@ -215,7 +219,7 @@ TEST(Stress, FiveHundredWorkersComingAndGoingWhileJobsAreSubmittedAndCancelled) 
   for (const auto& id : jobs) {
     auto job = coordinator.core().GetJob(id);
     ASSERT_TRUE(job.ok());
-    ExpectConsistent(coordinator, id);
+    ExpectConsistent(coordinator.core(), coordinator.store(), id);
     if (cancel_acknowledged[id]) {
       EXPECT_EQ(job->state(), v1::JOB_STATE_CANCELLED) << "job " << id << ": its cancel was lost";
     } else {
@@ -231,6 +235,132 @@ TEST(Stress, FiveHundredWorkersComingAndGoingWhileJobsAreSubmittedAndCancelled) 
   EXPECT_TRUE(WaitFor([&] { return coordinator.core().GetCluster().workers_size() == 0; }));
   std::cout << kRounds << " rounds of " << kWorkers << " workers: " << assignments
             << " assignments; " << succeeded << " jobs succeeded, " << cancelled << " cancelled\n";
+}
+
+// A worker's end of the link, driven by its own thread: the core sends into an inbox
+// (under its lock, so nothing here calls back), the thread answers from it.
+class InboxConnection final : public server::WorkerConnection {
+ public:
+  void Send(const v1::CoordinatorMessage& message) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    inbox_.push_back(message);
+  }
+  void Close(const std::string&) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    closed_ = true;
+  }
+  std::vector<v1::CoordinatorMessage> Take() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return std::exchange(inbox_, {});
+  }
+
+ private:
+  std::mutex mu_;
+  std::vector<v1::CoordinatorMessage> inbox_;
+  bool closed_ = false;
+};
+
+// The same churn without gRPC, so that ThreadSanitizer sees every lock involved (Debian's
+// gRPC is not built with it): worker threads attach, start what they are given, finish
+// or vanish, and detach, while jobs are submitted and cancelled from other threads and
+// the core's own timer runs.
+TEST(Stress, TheCoreUnderConcurrentWorkersSubmissionsAndCancels) {
+  TempDir dir;
+  auto store = *server::SqliteJobStore::Open({dir.File("stoke.db")});
+  server::EventHub hub(*store);
+  server::RealClock clock;
+  server::Coordinator::Options options;
+  options.jobs_dir = dir.File("jobs");
+  options.tick_interval = absl::Milliseconds(5);
+  options.heartbeat_timeout = absl::Minutes(5);
+  auto core = *server::Coordinator::Create(options, *store, hub, clock);
+  ASSERT_TRUE(core->Start().ok());
+
+  constexpr int kThreads = 10, kPerThread = 50;  // 500 workers in all
+  std::atomic<bool> finishing{false};
+  std::atomic<int> assignments{0}, cancels{0};
+  auto worker_thread = [&](int t) {
+    for (int i = 0; i < kPerThread; ++i) {
+      const std::string id = absl::StrCat("core-", t, "-", i);
+      auto connection = std::make_shared<InboxConnection>();
+      v1::RegisterWorker reg;
+      reg.set_worker_id(id);
+      reg.mutable_device()->set_type(v1::DEVICE_TYPE_CPU);
+      ASSERT_TRUE(core->AttachWorker(reg, "127.0.0.1", connection, "").ok());
+      for (int round = 0; round < 3; ++round) {
+        for (const auto& m : connection->Take()) {
+          v1::WorkerMessage reply;
+          if (m.has_assignment()) {
+            ++assignments;
+            reply.mutable_started()->set_job_id(m.assignment().job_id());
+            reply.mutable_started()->set_attempt(m.assignment().attempt());
+            core->HandleWorkerMessage(id, reply);
+            if (!finishing && i % 3 != 0) continue;  // holds it until it vanishes
+            reply.Clear();
+            reply.mutable_finished()->set_job_id(m.assignment().job_id());
+            reply.mutable_finished()->set_attempt(m.assignment().attempt());
+            reply.mutable_finished()->set_outcome(v1::TASK_OUTCOME_SUCCEEDED);
+          } else if (m.has_cancel()) {
+            ++cancels;
+            reply.mutable_finished()->set_job_id(m.cancel().job_id());
+            reply.mutable_finished()->set_attempt(m.cancel().attempt());
+            reply.mutable_finished()->set_outcome(v1::TASK_OUTCOME_CANCELLED);
+          } else {
+            continue;
+          }
+          core->HandleWorkerMessage(id, reply);
+        }
+        std::this_thread::sleep_for(std::chrono::milliseconds(2));
+      }
+      if (i % 2 == 0) {
+        v1::WorkerMessage leaving;
+        leaving.mutable_leaving()->set_reason("stress");
+        core->HandleWorkerMessage(id, leaving);
+      } else {
+        core->DetachWorker(id, connection.get(), "stress: vanished");
+      }
+    }
+  };
+  std::vector<std::string> jobs(kJobs);
+  std::vector<int> cancel_ok(kJobs, 0);
+  std::thread submitter([&] {
+    for (int i = 0; i < kJobs; ++i) {
+      v1::JobSpec spec = Spec(i);
+      ASSERT_TRUE(server::ValidateJobSpec(spec).ok());
+      server::ApplyJobSpecDefaults(spec, *server::InspectData(spec, server::DataRoots({})));
+      auto job = core->SubmitJob(spec);
+      ASSERT_TRUE(job.ok()) << job.status();
+      jobs[i] = job->id();
+      if (i % 2 == 1) {
+        auto cancelled = core->CancelJob(jobs[i - 1], "stress");
+        cancel_ok[i - 1] = cancelled.ok();
+      }
+    }
+  });
+  std::vector<std::thread> workers;
+  for (int t = 0; t < kThreads; ++t) workers.emplace_back(worker_thread, t);
+  submitter.join();
+  for (auto& w : workers) w.join();
+  // Finishing workers drain what is left.
+  finishing = true;
+  std::vector<std::thread> finishers;
+  for (int t = 0; t < 2; ++t) finishers.emplace_back(worker_thread, 100 + t);
+  for (auto& f : finishers) f.join();
+  EXPECT_EQ(core->GetCluster().workers_size(), 0);
+  EXPECT_GT(assignments, kJobs / 2) << "the churn hardly reached the scheduler";
+  std::cout << assignments << " assignments, " << cancels << " cancels of running tasks\n";
+  for (int i = 0; i < kJobs; ++i) {
+    auto job = core->GetJob(jobs[i]);
+    ASSERT_TRUE(job.ok());
+    EXPECT_TRUE(IsTerminal(job->state()) || (IsQueued(job->state()) && !job->message().empty()))
+        << "job " << jobs[i] << " is " << job->state();
+    if (cancel_ok[i]) {
+      EXPECT_EQ(job->state(), v1::JOB_STATE_CANCELLED) << "job " << jobs[i];
+    }
+    ExpectConsistent(*core, *store, jobs[i]);
+  }
+  core->BeginShutdown();
+  core->Stop();
 }
 
 }  // namespace

@@ -99,6 +99,7 @@ int main(int argc, char** argv) {
   double heartbeat_timeout_s = 15;
   double start_timeout_s = 600;
   double backfill_window_s = 120;
+  size_t max_jobs_per_owner = 10000;
   std::string log_level = "info";
   std::vector<std::string> data_roots;
   app.add_option("--address", address, "gRPC listen address (port 0 picks a free port)")
@@ -128,6 +129,11 @@ int main(int argc, char** argv) {
                  "Seconds a worker has to start a job assigned to it; after that the job goes "
                  "back to the queue (no restart counted) and the worker is evicted (0: no limit)")
       ->capture_default_str();
+  app.add_option("--max-jobs-per-owner", max_jobs_per_owner,
+                 "Unfinished jobs one token's owner may have at once (one cap for all "
+                 "without --auth-tokens); submissions beyond it get RESOURCE_EXHAUSTED")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
   app.add_option("--backfill-window", backfill_window_s,
                  "Seconds a blocked job lets smaller jobs pass it before it reserves devices")
       ->capture_default_str();
@@ -263,6 +269,7 @@ int main(int argc, char** argv) {
   if (data_roots.empty()) data_roots = {"/usr/share/datasets", data_dir + "/datasets"};
   DataRoots roots(data_roots);
   core_options.data_roots = roots.roots();
+  core_options.max_unfinished_jobs_per_owner = max_jobs_per_owner;
   auto core = Coordinator::Create(core_options, *store, hub, clock);
   if (!core.ok()) return Fail(core.status());
   if (auto s = (*core)->Start(); !s.ok()) return Fail(s);

@@ -114,7 +114,14 @@ grpc::ServerUnaryReactor* CoordinatorService::ListJobs(grpc::CallbackServerConte
       return s;
     }
     JobQuery query;
+    if (request->owner().size() > v1::kMaxIdBytes) {
+      return absl::InvalidArgumentError(absl::StrCat("owner: at most ", v1::kMaxIdBytes, " bytes"));
+    }
     query.owner = request->owner();
+    if (request->states_size() > v1::kMaxRepeatedElements) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "states: ", request->states_size(), " entries; at most ", v1::kMaxRepeatedElements));
+    }
     for (int state : request->states()) {
       if (!v1::JobState_IsValid(state) || state == v1::JOB_STATE_UNSPECIFIED) {
         return absl::InvalidArgumentError(absl::StrCat("states: unknown job state ", state));
@@ -184,13 +191,21 @@ grpc::ServerWriteReactor<v1::JobEvent>* CoordinatorService::WatchJob(
     grpc::CallbackServerContext* context, const v1::WatchJobRequest* request) {
   auto caller = access_.IdentifyUser(*context);
   if (!caller.ok()) return WatchReactor::Fail(hub_, executor_, ToGrpcStatus(caller.status()));
-  bool include_logs = true;
-  if (access_.enabled()) {
-    // Whose job it is decides whether its log lines are shown: one lookup (memory for a
-    // live job, one indexed row for a finished one).
-    auto job = JobFor(*caller, request->id());
-    if (!job.ok()) return WatchReactor::Fail(hub_, executor_, ToGrpcStatus(job.status()));
-    include_logs = AccessControl::Owns(*caller, *job);
+  // Whose job it is decides whether its log lines are shown, and its newest event how far
+  // a watch may start: one lookup (memory for a live job, one indexed row for a finished
+  // one).
+  auto job = JobFor(*caller, request->id());
+  if (!job.ok()) return WatchReactor::Fail(hub_, executor_, ToGrpcStatus(job.status()));
+  const bool include_logs = !access_.enabled() || AccessControl::Owns(*caller, *job);
+  // A client resumes at the last event it saw + 1; a start beyond that was never handed
+  // out, and would otherwise wait silently for events that may never come.
+  if (request->from_seq() > job->last_event_seq() + 1) {
+    return WatchReactor::Fail(
+        hub_, executor_,
+        grpc::Status(grpc::StatusCode::OUT_OF_RANGE,
+                     absl::StrCat("from_seq: ", request->from_seq(), " is beyond job ",
+                                  request->id(), "'s newest event (", job->last_event_seq(),
+                                  "); resume at the last seq seen + 1")));
   }
   return WatchReactor::Start(hub_, executor_, request->id(), request->from_seq(), include_logs);
 }

@@ -122,6 +122,8 @@ DataRoots::DataRoots(const std::vector<std::string>& roots) {
 absl::StatusOr<std::string> DataRoots::Resolve(const std::string& field,
                                                const std::string& path) const {
   if (path.empty()) return Invalid(field, "required");
+  // The system calls below would stop at a NUL and check a path other than the one stored.
+  if (path.find('\0') != std::string::npos) return Invalid(field, "must not contain a NUL byte");
   if (path[0] != '/') {
     return Invalid(field,
                    absl::StrCat(path, ": must be an absolute path (the coordinator reads it)"));

@@ -9,6 +9,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "proto/stoke/v1/limits.h"
+#include "server/api/model_size.h"
 #include "spec/job_defaults.h"
 
 namespace stoke::server {
@@ -24,13 +25,27 @@ constexpr uint32_t kMaxLayerWidth = 1u << 20;
 constexpr uint32_t kMaxVocab = 1u << 16;  // token files hold uint16 ids
 constexpr size_t kMaxNameLength = 200;
 constexpr uint32_t kDefaultBatchSize = defaults::kBatchSize;
+// Samples per optimizer step across all ranks (batch_size: auto); 16M, beyond any
+// published large-batch run.
+constexpr uint32_t kMaxEffectiveBatchSize = 1u << 24;
+// Ranges of the optimizer's numbers: far beyond what trains, short of what overflows fp32
+// updates into inf and NaN at the first step (lr: 1e308 used to be queued and retried).
+constexpr double kMaxLearningRate = 10;
+constexpr double kMaxWeightDecay = 10;
+constexpr double kMaxGradClipNorm = 1e6;
+// fp16's loss scale: 2^32 at most (the default is 2^16); more overflows fp16 gradients at
+// every step, so that no step is ever taken.
+constexpr double kMaxLossScale = 4294967296.0;
 
 absl::Status Invalid(absl::string_view field, absl::string_view problem) {
   return absl::InvalidArgumentError(absl::StrCat(field, ": ", problem));
 }
 
-absl::Status Positive(absl::string_view field, double value) {
-  if (!std::isfinite(value) || value < 0) return Invalid(field, "must be zero or positive");
+// In [0, max]; NaN and infinities are not.
+absl::Status InRange(absl::string_view field, double value, double max) {
+  if (!(value >= 0 && value <= max)) {
+    return Invalid(field, absl::StrCat(value, " is out of range: from 0 to ", max));
+  }
   return absl::OkStatus();
 }
 
@@ -144,11 +159,14 @@ absl::Status ValidateModel(const v1::ModelSpec& model) {
 }
 
 absl::Status ValidateOptimizer(const v1::OptimizerSpec& opt) {
-  if (!std::isfinite(opt.lr()) || opt.lr() < 0) {
-    return Invalid("optimizer.lr", "must be a positive number");
+  if (auto s = InRange("optimizer.lr", opt.lr(), kMaxLearningRate); !s.ok()) return s;
+  if (auto s = InRange("optimizer.weight_decay", opt.weight_decay(), kMaxWeightDecay); !s.ok()) {
+    return s;
   }
-  if (auto s = Positive("optimizer.weight_decay", opt.weight_decay()); !s.ok()) return s;
-  if (auto s = Positive("optimizer.grad_clip_norm", opt.grad_clip_norm()); !s.ok()) return s;
+  if (auto s = InRange("optimizer.grad_clip_norm", opt.grad_clip_norm(), kMaxGradClipNorm);
+      !s.ok()) {
+    return s;
+  }
   if (opt.has_min_lr_ratio() && !(opt.min_lr_ratio() >= 0 && opt.min_lr_ratio() <= 1)) {
     return Invalid("optimizer.min_lr_ratio", "must be in [0, 1]");
   }
@@ -201,9 +219,9 @@ absl::Status ValidateTraining(const v1::TrainingSpec& t) {
   if (t.batch_size_auto() && t.batch_size() != 0) {
     return Invalid("training.batch_size", "set a number or auto, not both");
   }
-  if (t.effective_batch_size() > uint64_t{kMaxBatchSize} * kMaxAccumSteps) {
+  if (t.effective_batch_size() > kMaxEffectiveBatchSize) {
     return Invalid("training.effective_batch_size",
-                   absl::StrCat("at most ", uint64_t{kMaxBatchSize} * kMaxAccumSteps));
+                   absl::StrCat("at most ", kMaxEffectiveBatchSize));
   }
   if (t.effective_batch_size() != 0 && !t.batch_size_auto()) {
     return Invalid("training.effective_batch_size",
@@ -229,9 +247,7 @@ absl::Status ValidateTraining(const v1::TrainingSpec& t) {
       return Invalid("training.loss_scale", "applies to precision fp16 only");
     }
     const double initial = t.loss_scale().initial();
-    if (!(initial >= 0) || !std::isfinite(initial)) {
-      return Invalid("training.loss_scale.initial", "must be a positive finite number");
-    }
+    if (auto s = InRange("training.loss_scale.initial", initial, kMaxLossScale); !s.ok()) return s;
   }
   return absl::OkStatus();
 }
@@ -405,6 +421,7 @@ absl::Status ValidateAgainstData(const v1::JobSpec& spec, const DataFacts& data)
     default:
       break;
   }
+  if (auto s = CheckModelSize(spec, data); !s.ok()) return s;
   const uint32_t batch = spec.training().batch_size_auto() ? 1
                          : spec.training().batch_size()    ? spec.training().batch_size()
                                                            : kDefaultBatchSize;

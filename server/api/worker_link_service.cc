@@ -43,6 +43,13 @@ absl::Status CheckRegistration(const v1::RegisterWorker& r) {
           absl::StrCat(field, ": at most ", v1::kMaxIdBytes, " bytes"));
     }
   }
+  // proto3 keeps numbers it has no name for; a device of an unknown type would be
+  // scheduled as neither a CPU nor a GPU.
+  const v1::DeviceType type = r.device().type();
+  if (type != v1::DEVICE_TYPE_CPU && type != v1::DEVICE_TYPE_CUDA) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("register.device.type: ", static_cast<int>(type), "; must be CPU or CUDA"));
+  }
   return absl::OkStatus();
 }
 

@@ -115,6 +115,14 @@ absl::StatusOr<v1::Job> Coordinator::SubmitJob(const v1::JobSpec& spec,
     }
     if (earlier.status().code() != absl::StatusCode::kNotFound) return earlier.status();
   }
+  size_t unfinished = 0;
+  for (const v1::Job* active : jobs_.Active()) unfinished += active->owner() == owner;
+  if (unfinished >= options_.max_unfinished_jobs_per_owner) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        owner.empty() ? "this coordinator" : absl::StrCat("owner ", owner), " has ", unfinished,
+        " unfinished jobs, the most allowed; wait for some to finish or "
+        "cancel them"));
+  }
   auto job = jobs_.Create(spec, request_id, owner);
   if (!job.ok()) return job.status();
   spdlog::info("job {} submitted: {}", job->id(), spec.name());

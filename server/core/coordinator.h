@@ -57,6 +57,11 @@ class Coordinator {
     // rank 0's worker). A port that turns out taken there fails that attempt only.
     uint16_t first_rendezvous_port = 29400;
     uint16_t last_rendezvous_port = 29999;
+    // Unfinished jobs (queued or running) one owner may have at once; a submission beyond
+    // it is refused (RESOURCE_EXHAUSTED), so no one caller can grow the queue, the store
+    // and every ListJobs without bound. Without --auth-tokens every job has the same
+    // owner (""), and the cap is the coordinator's.
+    size_t max_unfinished_jobs_per_owner = 10000;
     // Metric samples and log lines are written by a writer of their own (group commit).
     TelemetryWriter::Options telemetry;
   };

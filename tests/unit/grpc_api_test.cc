@@ -12,6 +12,7 @@
 #include <thread>
 #include <vector>
 
+#include "security/token_hash.h"
 #include "server/api/coordinator_service.h"
 #include "server/api/executor.h"
 #include "server/api/grpc_server.h"
@@ -21,77 +22,13 @@
 #include "server/metrics/coordinator_metrics.h"
 #include "server/store/sqlite_job_store.h"
 #include "stoke/v1/worker_link.grpc.pb.h"
-#include "tests/support/temp_dir.h"
+#include "tests/support/in_process_coordinator.h"
 #include "tests/support/wait.h"
 
 namespace stoke::server {
 namespace {
 
-class InProcessCoordinator {
- public:
-  InProcessCoordinator() {
-    store_ = *SqliteJobStore::Open({dir_.File("stoke.db")});
-    hub_ = std::make_unique<EventHub>(*store_);
-    Coordinator::Options options;
-    options.jobs_dir = dir_.File("jobs");
-    options.tick_interval = absl::Milliseconds(50);
-    core_ = *Coordinator::Create(options, *store_, *hub_, clock_);
-    EXPECT_TRUE(core_->Start().ok());
-    executor_ = std::make_unique<Executor>(4);
-    audit_ = std::make_unique<AuditLog>(*store_, clock_);
-    coordinator_service_ = std::make_unique<CoordinatorService>(*core_, *hub_, *executor_,
-                                                                DataRoots({}), access_, *audit_);
-    link_service_ = std::make_unique<WorkerLinkService>(*core_, *executor_, access_, *audit_);
-    metrics_ = *CoordinatorMetrics::Start({}, nullptr);
-    GrpcServer::Options server_options;
-    server_options.address = "127.0.0.1:0";
-    server_options.observer = metrics_.get();
-    server_ = *GrpcServer::Start(server_options, {coordinator_service_.get(), link_service_.get()});
-  }
-  ~InProcessCoordinator() {
-    core_->BeginShutdown();
-    server_->Shutdown(std::chrono::milliseconds(500));
-    executor_->Stop();
-    core_->Stop();
-  }
-
-  Coordinator& core() { return *core_; }
-  std::unique_ptr<v1::Coordinator::Stub> Stub() const {
-    return v1::Coordinator::NewStub(
-        grpc::CreateChannel(address(), grpc::InsecureChannelCredentials()));
-  }
-  CoordinatorMetrics& metrics() { return *metrics_; }
-  const std::string& address() const { return server_->address(); }
-
-  std::string Submit() {
-    v1::JobSpec spec;
-    spec.mutable_model()->mutable_mlp();
-    spec.mutable_data()->mutable_synthetic();
-    spec.mutable_training()->set_steps(10);
-    spec.mutable_resources()->set_gpus(1);
-    spec.set_max_restarts(100);
-    EXPECT_TRUE(ValidateJobSpec(spec).ok());
-    ApplyJobSpecDefaults(spec, *InspectData(spec, DataRoots({})));
-    auto job = core_->SubmitJob(spec);
-    EXPECT_TRUE(job.ok()) << job.status();
-    return job.ok() ? job->id() : "";
-  }
-
- private:
-  testing::TempDir dir_;
-  RealClock clock_;
-  std::unique_ptr<SqliteJobStore> store_;
-  std::unique_ptr<EventHub> hub_;
-  std::unique_ptr<Coordinator> core_;
-  std::unique_ptr<Executor> executor_;
-  // No tokens: every caller is an anonymous admin, as on a loopback quickstart.
-  const AccessControl access_{AccessControl::Options{}};
-  std::unique_ptr<AuditLog> audit_;
-  std::unique_ptr<CoordinatorService> coordinator_service_;
-  std::unique_ptr<WorkerLinkService> link_service_;
-  std::unique_ptr<CoordinatorMetrics> metrics_;
-  std::unique_ptr<GrpcServer> server_;
-};
+using testing::InProcessCoordinator;
 
 // One worker's stream, as the worker's link opens it (registration only; it never reads
 // what it is sent, as a worker that hangs would not).
@@ -401,6 +338,45 @@ TEST(GrpcApi, InvalidUtf8IsRefusedAndTheServerStaysUp) {
   grpc::ClientContext next;
   v1::Cluster cluster;
   EXPECT_TRUE(coordinator.Stub()->GetCluster(&next, v1::GetClusterRequest(), &cluster).ok());
+}
+
+// One submitter cannot grow the queue without bound: past its cap of unfinished jobs its
+// submissions are refused, others' are not, and a finished job makes room.
+TEST(GrpcApi, AnOwnersUnfinishedJobsAreCapped) {
+  InProcessCoordinator::Options options;
+  options.max_unfinished_jobs_per_owner = 3;
+  for (const std::string name : {"alice", "bob"}) {
+    options.tokens.push_back(
+        {name, security::Role::kSubmitter, security::HashToken(name + "-secret")});
+  }
+  InProcessCoordinator coordinator(options);
+  auto stub = coordinator.Stub();
+  auto submit = [&](const std::string& who, v1::SubmitJobResponse* response) {
+    grpc::ClientContext context;
+    context.AddMetadata("authorization", "Bearer " + who + "-secret");
+    v1::SubmitJobRequest request;
+    *request.mutable_spec() = SyntheticSpec(who);
+    return stub->SubmitJob(&context, request, response);
+  };
+  std::vector<std::string> ids;
+  for (int i = 0; i < 3; ++i) {
+    v1::SubmitJobResponse response;
+    ASSERT_TRUE(submit("alice", &response).ok());
+    ids.push_back(response.job().id());
+  }
+  v1::SubmitJobResponse response;
+  grpc::Status status = submit("alice", &response);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
+  EXPECT_NE(status.error_message().find("owner alice has 3 unfinished jobs"), std::string::npos)
+      << status.error_message();
+  EXPECT_TRUE(submit("bob", &response).ok());
+  grpc::ClientContext cancel_context;
+  cancel_context.AddMetadata("authorization", "Bearer alice-secret");
+  v1::CancelJobRequest cancel;
+  cancel.set_id(ids[0]);
+  v1::Job cancelled;
+  ASSERT_TRUE(stub->CancelJob(&cancel_context, cancel, &cancelled).ok());
+  EXPECT_TRUE(submit("alice", &response).ok());
 }
 
 }  // namespace

@@ -155,6 +155,20 @@ class WorkerStream final
     connection_->Detach();
     std::unique_lock<std::mutex> lock(mu_);
     done_ = true;
+    // A stream cancelled while its last message was being handled has no read left to
+    // fail, so OnReadDone never reports it closed: the worker goes here (or, if its
+    // registration is still being handled, there, once it sees done_).
+    if (!worker_id_.empty()) {
+      ++pending_tasks_;
+      executor_.Post([this, id = worker_id_] {
+        core_.DetachWorker(id, connection_.get(), "link closed");
+        std::unique_lock<std::mutex> task_lock(mu_);
+        if (--pending_tasks_ == 0) {
+          task_lock.unlock();
+          delete this;
+        }
+      });
+    }
     if (pending_tasks_ > 0) return;  // the last task deletes us
     lock.unlock();
     delete this;
@@ -181,7 +195,16 @@ class WorkerStream final
         connection_->Finish(ToGrpcStatus(s));
         return false;
       }
-      worker_id_ = message.register_().worker_id();
+      bool gone;
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        worker_id_ = message.register_().worker_id();
+        gone = done_;
+      }
+      if (gone) {
+        core_.DetachWorker(worker_id_, connection_.get(), "link closed");
+        return false;
+      }
       return true;
     }
     core_.HandleWorkerMessage(worker_id_, message);
@@ -210,7 +233,7 @@ class WorkerStream final
   Caller caller_;
   std::shared_ptr<StreamConnection> connection_;
   v1::WorkerMessage incoming_;
-  std::string worker_id_;  // set once registered; touched only by one task at a time
+  std::string worker_id_;  // set once registered (under mu_, which OnDone reads it under)
 
   std::mutex mu_;
   int pending_tasks_ = 0;

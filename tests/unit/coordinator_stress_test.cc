@@ -149,6 +149,15 @@ TEST(Stress, FiveHundredWorkersComingAndGoingWhileJobsAreSubmittedAndCancelled) 
     }
   });
 
+  // A failed assertion below returns early; the threads end on their own, and are joined.
+  struct JoinAtExit {
+    std::thread& a;
+    std::thread& b;
+    ~JoinAtExit() {
+      if (a.joinable()) a.join();
+      if (b.joinable()) b.join();
+    }
+  } join_at_exit{submitter, canceller};
   int assignments = 0;
   for (int round = 0; round < kRounds; ++round) {
     std::vector<std::unique_ptr<SimulatedWorker>> workers;

@@ -379,5 +379,33 @@ TEST(GrpcApi, AnOwnersUnfinishedJobsAreCapped) {
   EXPECT_TRUE(submit("alice", &response).ok());
 }
 
+// A worker whose stream is cancelled while its registration is being handled has no read
+// left to fail: it used to stay attached (and be given jobs) until its heartbeats were
+// missed. Each one goes as its stream ends.
+TEST(GrpcApi, AWorkerWhoseStreamEndsAsItRegistersIsNotLeftAttached) {
+  InProcessCoordinator::Options options;
+  options.heartbeat_timeout = absl::Minutes(5);
+  InProcessCoordinator coordinator(options);
+  auto stub = coordinator.WorkerStub();
+  for (int round = 0; round < 5; ++round) {
+    std::vector<std::unique_ptr<FakeWorkerStream>> workers;
+    for (int i = 0; i < 100; ++i) {
+      auto w = std::make_unique<FakeWorkerStream>();
+      w->stream = stub->Attach(&w->context);
+      v1::WorkerMessage reg;
+      reg.mutable_register_()->set_worker_id("w" + std::to_string(i));
+      reg.mutable_register_()->mutable_device()->set_type(v1::DEVICE_TYPE_CPU);
+      w->stream->Write(reg);
+      w->context.TryCancel();
+      workers.push_back(std::move(w));
+    }
+    for (auto& w : workers) w->stream->Finish();
+    ASSERT_TRUE(
+        testing::WaitFor([&] { return coordinator.core().GetCluster().workers_size() == 0; },
+                         std::chrono::seconds(10)))
+        << coordinator.core().GetCluster().workers_size() << " workers left attached";
+  }
+}
+
 }  // namespace
 }  // namespace stoke::server

@@ -125,6 +125,10 @@ TEST(StandbyCoordinator, TakesOverWithin10sAndTheJobFinishesThere) {
       << (*client)->GetJob(id)->DebugString() << standby.Log() << ReadText(dir.File("worker.log"));
   auto done = (*client)->GetJob(id);
   EXPECT_EQ(done->latest_metrics().step(), 6000u);
+  // The worker trained on through the failover and reattached holding the job: the same
+  // attempt finished it, with no restart counted and so no step repeated.
+  EXPECT_EQ(done->attempt(), 1u) << done->DebugString();
+  EXPECT_EQ(done->restarts(), 0u) << done->DebugString();
   // Nothing lost, nothing doubled: the one job, with its history from the start.
   auto listed = (*client)->ListJobs({});
   ASSERT_TRUE(listed.ok()) << listed.status();

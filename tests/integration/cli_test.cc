@@ -81,12 +81,13 @@ TEST_F(CliTest, SubmitWithJsonOutputPrintsTheJobObject) {
 }
 
 TEST_F(CliTest, SubmitWatchExitsNonZeroForAJobThatFails) {
-  // Diverges at once: SGD with an absurd learning rate; not retried.
-  std::string file =
-      WriteFile("diverge.yaml",
-                "model: {mlp: {hidden: [16]}}\ndata: {synthetic: {features: 8}}\n"
-                "optimizer: {sgd: {}, lr: 1e12}\ntraining: {steps: 100, batch_size: 16}\n"
-                "metrics: {interval_steps: 5}\n");
+  // Diverges within a few steps: SGD at the largest learning rate and weight decay the
+  // coordinator accepts multiplies every weight by -99 a step; not retried.
+  std::string file = WriteFile(
+      "diverge.yaml",
+      "model: {mlp: {hidden: [16]}}\ndata: {synthetic: {features: 8}}\n"
+      "optimizer: {sgd: {}, lr: 10, weight_decay: 10}\ntraining: {steps: 100, batch_size: 16}\n"
+      "metrics: {interval_steps: 5}\n");
   CommandResult result = Stoke({"submit", file, "--watch"});
   EXPECT_EQ(result.exit_code, 1) << result.out << result.err;
   EXPECT_NE(result.out.find("FAILED"), std::string::npos) << result.out;

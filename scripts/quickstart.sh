@@ -45,4 +45,6 @@ The coordinator is still running at $STOKE_ADDRESS. Next:
   stoke submit examples/mlp-synthetic.yaml --watch
   curl -s http://127.0.0.1:9464/metrics | grep ^stoke_
 Stop it with:  kill \$(cat "$data_dir/coordinator.pid")
+Its local workers train on across a coordinator restart (an upgrade costs no steps); to
+stop them too:  "$root/build/bin/stoke-coordinator" --stop-workers --data-dir "$data_dir"
 EOT

@@ -9,27 +9,15 @@
 
 #include "server/store/job_store.h"
 #include "tests/support/store_factories.h"
+#include "tests/support/store_records.h"
 
 namespace stoke::server {
 namespace {
 
+using stoke::testing::NewJob;
 using stoke::testing::NewStoreFactory;
+using stoke::testing::StateEvent;
 using stoke::testing::StoreFactory;
-
-v1::Job NewJob(const std::string& name, v1::JobState state = v1::JOB_STATE_PENDING) {
-  v1::Job job;
-  job.mutable_spec()->set_name(name);
-  job.set_state(state);
-  job.set_last_event_seq(1);
-  return job;
-}
-
-v1::JobEvent StateEvent(uint64_t seq, v1::JobState state) {
-  v1::JobEvent event;
-  event.set_seq(seq);
-  event.mutable_state_change()->set_state(state);
-  return event;
-}
 
 class JobStoreTest : public ::testing::TestWithParam<std::string> {
  protected:

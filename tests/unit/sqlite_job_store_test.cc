@@ -9,27 +9,15 @@
 #include <filesystem>
 #include <fstream>
 
+#include "tests/support/store_records.h"
 #include "tests/support/temp_dir.h"
 
 namespace stoke::server {
 namespace {
 
+using stoke::testing::NewJob;
+using stoke::testing::StateEvent;
 using stoke::testing::TempDir;
-
-v1::Job NewJob(const std::string& name, v1::JobState state = v1::JOB_STATE_PENDING) {
-  v1::Job job;
-  job.mutable_spec()->set_name(name);
-  job.set_state(state);
-  job.set_last_event_seq(1);
-  return job;
-}
-
-v1::JobEvent StateEvent(uint64_t seq, v1::JobState state) {
-  v1::JobEvent event;
-  event.set_seq(seq);
-  event.mutable_state_change()->set_state(state);
-  return event;
-}
 
 v1::JobEvent SampleEvent(uint64_t seq, uint64_t step) {
   v1::JobEvent event;

@@ -6,6 +6,7 @@
 
 #include "server/api/job_spec_rules.h"
 #include "server/store/sqlite_job_store.h"
+#include "tests/support/forwarding_job_store.h"
 #include "tests/support/temp_dir.h"
 
 namespace stoke::server {
@@ -38,48 +39,37 @@ class RecordingConnection final : public WorkerConnection {
 
 // The real store, which a test can make refuse every write as a full disk does (the one
 // fake here is the failure; SqliteJobStoreTest fills a real store to the same error).
-class FillableStore final : public JobStore {
+class FillableStore final : public testing::ForwardingJobStore {
  public:
-  explicit FillableStore(std::unique_ptr<SqliteJobStore> store) : sqlite_(std::move(store)) {}
+  using ForwardingJobStore::ForwardingJobStore;
   bool full = false;
 
   absl::StatusOr<v1::Job> CreateJob(v1::Job job, absl::Span<const v1::JobEvent> events) override {
     if (full) return Full();
-    return sqlite_->CreateJob(std::move(job), events);
+    return ForwardingJobStore::CreateJob(std::move(job), events);
   }
   absl::Status Commit(const v1::Job& job, absl::Span<const v1::JobEvent> events) override {
     if (full) return Full();
-    return sqlite_->Commit(job, events);
+    return ForwardingJobStore::Commit(job, events);
   }
-  absl::StatusOr<v1::Job> GetJob(const std::string& id) override { return sqlite_->GetJob(id); }
-  absl::StatusOr<v1::Job> FindJobByRequestId(const std::string& request_id) override {
-    return sqlite_->FindJobByRequestId(request_id);
-  }
-  absl::StatusOr<JobPage> ListJobs(const JobQuery& query) override {
-    return sqlite_->ListJobs(query);
-  }
-  absl::StatusOr<std::vector<v1::JobEvent>> ReadEvents(const std::string& job_id, uint64_t from_seq,
-                                                       uint32_t limit) override {
-    return sqlite_->ReadEvents(job_id, from_seq, limit);
+  absl::Status CommitBatch(absl::Span<const JobUpdate> updates) override {
+    if (full) return Full();
+    return ForwardingJobStore::CommitBatch(updates);
   }
   absl::Status AppendAudit(const v1::AuditEntry& entry) override {
     if (full) return Full();
-    return sqlite_->AppendAudit(entry);
-  }
-  absl::StatusOr<AuditPage> ListAudit(uint64_t before_id, uint32_t limit) override {
-    return sqlite_->ListAudit(before_id, limit);
+    return ForwardingJobStore::AppendAudit(entry);
   }
   absl::StatusOr<std::string> BindWorkerCredential(const std::string& worker_id,
                                                    const std::string& credential) override {
     if (full) return Full();
-    return sqlite_->BindWorkerCredential(worker_id, credential);
+    return ForwardingJobStore::BindWorkerCredential(worker_id, credential);
   }
 
  private:
   static absl::Status Full() {
     return absl::ResourceExhaustedError("job store: database or disk is full");
   }
-  std::unique_ptr<SqliteJobStore> sqlite_;
 };
 
 class CoordinatorTest : public ::testing::Test {

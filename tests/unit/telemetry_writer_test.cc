@@ -11,6 +11,7 @@
 #include "server/api/job_spec_rules.h"
 #include "server/core/coordinator.h"
 #include "server/store/sqlite_job_store.h"
+#include "tests/support/forwarding_job_store.h"
 #include "tests/support/temp_dir.h"
 
 namespace stoke::server {
@@ -19,9 +20,9 @@ namespace {
 using std::chrono::seconds;
 
 // The real store, whose batch commits (the telemetry writer's) can be held up.
-class StallingStore final : public JobStore {
+class StallingStore final : public testing::ForwardingJobStore {
  public:
-  explicit StallingStore(std::unique_ptr<SqliteJobStore> store) : sqlite_(std::move(store)) {}
+  using ForwardingJobStore::ForwardingJobStore;
 
   void Stall() {
     std::lock_guard<std::mutex> lock(mu_);
@@ -55,38 +56,10 @@ class StallingStore final : public JobStore {
       --waiting_;
     }
     std::this_thread::sleep_for(latency_);
-    return sqlite_->CommitBatch(updates);
-  }
-  absl::StatusOr<v1::Job> CreateJob(v1::Job job, absl::Span<const v1::JobEvent> events) override {
-    return sqlite_->CreateJob(std::move(job), events);
-  }
-  absl::Status Commit(const v1::Job& job, absl::Span<const v1::JobEvent> events) override {
-    return sqlite_->Commit(job, events);
-  }
-  absl::StatusOr<v1::Job> GetJob(const std::string& id) override { return sqlite_->GetJob(id); }
-  absl::StatusOr<v1::Job> FindJobByRequestId(const std::string& request_id) override {
-    return sqlite_->FindJobByRequestId(request_id);
-  }
-  absl::StatusOr<JobPage> ListJobs(const JobQuery& query) override {
-    return sqlite_->ListJobs(query);
-  }
-  absl::StatusOr<std::vector<v1::JobEvent>> ReadEvents(const std::string& job_id, uint64_t from_seq,
-                                                       uint32_t limit) override {
-    return sqlite_->ReadEvents(job_id, from_seq, limit);
-  }
-  absl::Status AppendAudit(const v1::AuditEntry& entry) override {
-    return sqlite_->AppendAudit(entry);
-  }
-  absl::StatusOr<AuditPage> ListAudit(uint64_t before_id, uint32_t limit) override {
-    return sqlite_->ListAudit(before_id, limit);
-  }
-  absl::StatusOr<std::string> BindWorkerCredential(const std::string& worker_id,
-                                                   const std::string& credential) override {
-    return sqlite_->BindWorkerCredential(worker_id, credential);
+    return ForwardingJobStore::CommitBatch(updates);
   }
 
  private:
-  std::unique_ptr<SqliteJobStore> sqlite_;
   std::mutex mu_;
   std::condition_variable cv_;
   bool stalled_ = false;

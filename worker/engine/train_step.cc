@@ -49,9 +49,6 @@ std::vector<torch::Tensor> StepRunner::Body(const std::vector<Batch>& micro_batc
   // The 16-bit copies of the weights the layers multiply, in one launch, for this step's
   // forward passes (and the recomputed ones of checkpointed blocks); dropped at its end.
   if (parts_.context == nullptr) return ForwardBackwardAndUpdate(micro_batches);
-  // The layers find the run's context through this scope (the caller's is usually the
-  // same one already).
-  const StepContextScope scope(parts_.context);
   HalfWeights& copies = parts_.context->half_weights();
   struct ReleasedAtTheEnd {  // however the step ends
     HalfWeights& copies;

@@ -36,7 +36,8 @@ struct StepParts {
   at::ScalarType autocast_dtype = at::kBFloat16;
   bool channels_last = false;  // image inputs in NHWC
   // The run's step context (worker/ops/step_context.h), whose weight copies the runner
-  // makes and drops around each step; none: the layers cast for themselves.
+  // makes and drops around each step; none: the layers cast for themselves. The caller
+  // installs it (RunTraining does, for the whole run): the layers find it there.
   StepContext* context = nullptr;
 };
 

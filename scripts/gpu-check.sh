@@ -112,7 +112,9 @@ check "$labels tests (ctest -L '$labels'; $out/ctest.log)" ctest_run
 # End to end on CUDA, as a user would run it: a coordinator with one local worker per GPU.
 bin="$root/$build/bin"
 data=$(mktemp -d)
+# The check leaves nothing running behind it: its workers stop with the coordinator.
 "$bin/stoke-coordinator" --address 127.0.0.1:0 --data-dir "$data" --metrics-address "" \
+  --stop-workers-on-exit \
   > "$out/e2e.log" 2>&1 &
 coordinator=$!
 trap 'kill -TERM $coordinator 2> /dev/null; wait $coordinator 2> /dev/null; rm -rf "$data"' EXIT
@@ -120,7 +122,7 @@ for _ in $(seq 1 120); do [ -f "$data/coordinator.address" ] && break; sleep 0.5
 [ -f "$data/coordinator.address" ] || give_up "start the coordinator ($out/e2e.log)"
 STOKE_ADDRESS=$(cat "$data/coordinator.address")
 export STOKE_ADDRESS
-gpus_attached() { "$bin/stoke" cluster -o json 2> /dev/null | grep -q '"cuda:'; }
+gpus_attached() { "$bin/stoke" -o json cluster 2> /dev/null | grep -q DEVICE_TYPE_CUDA; }
 for _ in $(seq 1 120); do gpus_attached && break; sleep 0.5; done
 "$bin/stoke" cluster 2>&1 | tee -a "$out/e2e.log"
 gpus_attached || give_up "attach one worker per GPU ($out/e2e.log, $data/logs)"

@@ -167,10 +167,14 @@ def synthetic_tokens(vocab, context, batch, device):
 
 
 def synthetic_images(image, classes, batch, device):
-    """Random images (made NHWC, as the model wants them) with random labels."""
+    """Noise images (made NHWC, as the model wants them) whose channel means carry their
+    random label: a fixed random offset per class and channel, half the noise's deviation."""
+    offset = (0.5 * torch.randn(classes, image[0], generator=rule_generator())).to(device)
+
     def next_batch():
+        y = torch.randint(classes, (batch,), device=device)
         x = torch.empty(batch, *image, device=device, memory_format=torch.channels_last)
-        return x.normal_(), torch.randint(classes, (batch,), device=device)
+        return x.normal_().add_(offset[y].view(batch, image[0], 1, 1)), y
     return next_batch
 
 

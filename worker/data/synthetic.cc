@@ -49,6 +49,13 @@ SyntheticSource::SyntheticSource(const SyntheticDataConfig& config, torch::Devic
             .to(device);
   } else if (config.image_shape.empty()) {
     teacher_ = torch::randn({config.features, config.num_classes}, generator, f32).to(device);
+  } else {
+    // Offsets of half the noise's deviation: far apart next to how little a channel's mean
+    // over a whole image varies (1/sqrt(pixels)), even for a thousand classes in three
+    // channels, yet small enough that each image stays mostly noise.
+    class_offset_ =
+        (0.5 * torch::randn({config.num_classes, config.image_shape.front()}, generator, f32))
+            .to(device);
   }
 }
 
@@ -82,6 +89,8 @@ Batch SyntheticSource::Draw(const at::Generator& generator, torch::Device where)
   const auto on_device = torch::TensorOptions().device(where);
   // The rule's tensors where the batch is made.
   const torch::Tensor teacher = teacher_.defined() ? teacher_.to(where) : teacher_;
+  const torch::Tensor class_offset =
+      class_offset_.defined() ? class_offset_.to(where) : class_offset_;
   Batch batch;
   if (config_.vocab_size > 0) {
     const auto ids = on_device.dtype(torch::kLong);
@@ -107,9 +116,13 @@ Batch SyntheticSource::Draw(const at::Generator& generator, torch::Device where)
   } else if (!config_.image_shape.empty()) {
     std::vector<int64_t> shape = {batch_size_};
     shape.insert(shape.end(), config_.image_shape.begin(), config_.image_shape.end());
-    batch.inputs = torch::randn(shape, generator, on_device);
     batch.targets = torch::randint(config_.num_classes, {batch_size_}, generator,
                                    on_device.dtype(torch::kLong));
+    batch.inputs = torch::randn(shape, generator, on_device);
+    std::vector<int64_t> per_channel(shape.size(), 1);
+    per_channel[0] = batch_size_;
+    per_channel[1] = config_.image_shape.front();
+    batch.inputs.add_(class_offset.index_select(0, batch.targets).view(per_channel));
   } else {
     batch.inputs = torch::randn({batch_size_, config_.features}, generator, on_device);
     batch.targets = batch.inputs.matmul(teacher).argmax(1);

@@ -1,8 +1,9 @@
 // Synthetic data made on the training device, so that a job measures pure compute: no
 // byte crosses the host-device link. Three shapes: feature vectors labelled by a fixed
-// random linear "teacher" (learnable, the loss falls as on real data); images with random
-// labels; token sequences that follow a fixed rule (each id a constant step after the
-// previous, modulo the vocabulary), so a language model can learn them.
+// random linear "teacher" (learnable, the loss falls as on real data); noise images whose
+// channel means carry their class (a fixed random offset per class and channel, which a
+// network's global pooling can read); token sequences that follow a fixed rule (each id a constant
+// step after the previous, modulo the vocabulary), so a language model can learn them.
 #pragma once
 
 #include <algorithm>
@@ -37,7 +38,8 @@ class SyntheticSource final : public BatchSource {
   Batch Draw(const at::Generator& generator, torch::Device where) const;
 
   uint64_t seed_;
-  torch::Tensor teacher_;  // vectors: [features, num_classes]
+  torch::Tensor teacher_;       // vectors: [features, num_classes]
+  torch::Tensor class_offset_;  // images: [num_classes, channels]
   int64_t token_step_ = 1;
 };
 

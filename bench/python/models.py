@@ -143,12 +143,13 @@ class Mlp(nn.Module):
 
 
 class Cnn(nn.Module):
-    """worker/models/cnn.cc CnnImpl with no dropout: per stage a 3x3 convolution (no
-    bias), batch norm, ReLU and a 2x2 max-pool; then a hidden Linear with ReLU and one to
-    the classes. `image` is (channels, height, width)."""
+    """worker/models/cnn.cc CnnImpl: per stage a 3x3 convolution (no bias), batch norm,
+    ReLU and a 2x2 max-pool; then a hidden Linear with ReLU, dropout, and one to the
+    classes. `image` is (channels, height, width)."""
 
-    def __init__(self, channels, hidden, image, num_classes):
+    def __init__(self, channels, hidden, image, num_classes, dropout=0.0):
         super().__init__()
+        self.dropout = dropout
         c, h, w = image
         self.convs, self.norms = nn.ModuleList(), nn.ModuleList()
         for out in channels:
@@ -162,4 +163,5 @@ class Cnn(nn.Module):
         x = inputs
         for conv, norm in zip(self.convs, self.norms):
             x = F.max_pool2d(F.relu(norm(conv(x))), 2)
-        return self.out(F.relu(self.hidden(x.flatten(1))))
+        x = F.relu(self.hidden(x.flatten(1)))
+        return self.out(F.dropout(x, self.dropout, self.training) if self.dropout else x)

@@ -15,6 +15,7 @@
 #include "worker/ops/half_linear.h"
 #include "worker/ops/half_weights.h"
 #include "worker/ops/step_context.h"
+#include "worker/runtime/devices.h"
 #include "worker/runtime/torch_compat.h"
 
 namespace stoke::worker {
@@ -166,6 +167,55 @@ TEST_P(HalfLinearGpuTest, WithGeluMatchesAtensLinearAndGelu) {
                               1e-3 * ulp * rows * MaxAbs(dpre.to(torch::kFloat64))))
       << "dbias: largest difference from the fp64 sum of ATen's GELU gradient "
       << MaxAbs(db1.to(torch::kFloat64) - exact);
+}
+
+// A transformer's MLP (linear, exact GELU, linear) as one function against ATen's three
+// operations under the same autocast: the same output and gradients, and less held from
+// forward to backward by about the GELU's output, which backward computes again.
+TEST_P(HalfLinearGpuTest, GeluMlpMatchesAtensLayersAndHoldsLessForBackward) {
+  const auto [dtype, which] = GetParam();
+  if (which == 2) GTEST_SKIP() << "GPT shapes only";
+  const Shape shape = ActivationLayerShape(dtype, which);
+  const LayerCase first = MakeLayerCase(shape, dtype, 0.05, 17);
+  const int64_t width = shape.input.back();
+  const LayerCase second = MakeLayerCase(Shape{{1, shape.out}, width, dtype}, dtype, 0.02, 19);
+  const torch::Tensor dy =
+      (torch::randn(shape.input, first.x.options().dtype(torch::kFloat32)) + 0.5).to(dtype);
+  const DeviceRef gpu{DeviceKind::kCuda, 0};
+
+  compat::SetAutocast(c10::DeviceType::CUDA, true, dtype);
+  auto run = [&](bool ours) {
+    auto [x, w1, b1] = first.Leaves();
+    auto [unused, w2, b2] = second.Leaves();
+    const uint64_t before = ReadAllocatorStats(gpu).allocated_bytes;
+    torch::Tensor y = ours ? AutocastGeluMlp(x, w1, b1, w2, b2)
+                           : torch::linear(torch::gelu(torch::linear(x, w1, b1)), w2, b2);
+    const uint64_t held = ReadAllocatorStats(gpu).allocated_bytes - before;
+    y.backward(dy);
+    return std::make_tuple(y.detach(), x.grad(), w1.grad(), b1.grad(), w2.grad(), b2.grad(), held);
+  };
+  const auto [y1, dx1, dw11, db11, dw21, db21, held1] = run(true);
+  const auto [y2, dx2, dw12, db12, dw22, db22, held2] = run(false);
+  compat::SetAutocast(c10::DeviceType::CUDA, false, dtype);
+
+  auto f32 = [](const torch::Tensor& t) { return t.to(torch::kFloat32); };
+  EXPECT_EQ(y1.scalar_type(), y2.scalar_type());
+  EXPECT_TRUE(torch::allclose(f32(y1), f32(y2), 2e-2, 2e-2))
+      << "output: largest difference " << MaxAbs(f32(y1) - f32(y2));
+  EXPECT_TRUE(torch::allclose(f32(dx1), f32(dx2), 3e-2, 3e-3))
+      << "dx: largest difference " << MaxAbs(f32(dx1) - f32(dx2));
+  for (const auto& [ours, atens, name] :
+       {std::make_tuple(dw11, dw12, "dw1"), std::make_tuple(dw21, dw22, "dw2"),
+        std::make_tuple(db11, db12, "db1"), std::make_tuple(db21, db22, "db2")}) {
+    EXPECT_EQ(ours.scalar_type(), torch::kFloat32) << name;
+    // ATen's bias gradients are rounded to 16 bits once; ours stay fp32.
+    EXPECT_TRUE(torch::allclose(ours, f32(atens), 3e-2, 2e-2 * MaxAbs(f32(atens))))
+        << name << ": largest difference " << MaxAbs(ours - f32(atens));
+  }
+  const int64_t rows = first.x.numel() / width;
+  const auto gelu_output_bytes = static_cast<uint64_t>(rows * shape.out * 2);
+  EXPECT_LE(held1 + gelu_output_bytes * 9 / 10, held2)
+      << "held from forward to backward: " << held1 << " bytes against ATen's " << held2;
 }
 
 // Linear + ReLU with bias and ReLU in the matrix product's epilogue (_addmm_activation)

@@ -126,8 +126,8 @@ std::pair<torch::Tensor, torch::Tensor> GptBlockImpl::ForwardLeavingLastAdd(
                                                        is_training() ? dropout_ : 0.0);
   attended = attended.transpose(1, 2).reshape({batch, time, width});
   const auto [x, normed] = AddNorm(mlp_norm_, inputs, Dropout(Dense(attention_out_, attended)));
-  const torch::Tensor hidden = AutocastLinearGelu(normed, mlp_in_->weight, mlp_in_->bias);
-  return {x, Dropout(Dense(mlp_out_, hidden))};
+  return {x, Dropout(AutocastGeluMlp(normed, mlp_in_->weight, mlp_in_->bias, mlp_out_->weight,
+                                     mlp_out_->bias))};
 }
 
 GptImpl::GptImpl(const GptConfig& config) : config_(config) {

@@ -21,6 +21,12 @@ torch::Tensor AutocastLinear(const torch::Tensor& x, const torch::Tensor& weight
 torch::Tensor AutocastLinearGelu(const torch::Tensor& x, const torch::Tensor& weight,
                                  const torch::Tensor& bias);
 
+// torch::linear(torch::gelu(torch::linear(x, w1, b1)), w2, b2): a transformer's MLP, on
+// the same path, holding for backward the GELU's input but not its output (backward
+// computes the GELU again). Both layers need a bias.
+torch::Tensor AutocastGeluMlp(const torch::Tensor& x, const torch::Tensor& w1,
+                              const torch::Tensor& b1, const torch::Tensor& w2,
+                              const torch::Tensor& b2);
 // torch::relu(torch::linear(x, weight, bias)), on the same path, with the bias and the
 // ReLU in the matrix product's epilogue (ATen's _addmm_activation) and the ReLU's backward
 // taken with the bias gradient in one pass, from the output alone.

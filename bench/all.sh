@@ -10,7 +10,8 @@
 # mlp-1024, mlp-4096, gpt2-small, resnet50, fmnist-cnn; fmnist-cnn adds the ablation on the
 # real data pipeline), stoke-<case> (the same, Stoke alone), profile (bench/profile.sh, PROFILE_MODELS, PROFILE_PY_MODES), telemetry
 # (bench/telemetry-overhead.sh, TELEMETRY_MODES, TELEMETRY_STEPS, TELEMETRY_RUNS),
-# checkpointing (bench/checkpointing.sh); DDP_STEPS for ddp. ALL="ddp" names the all-GPU parts;
+# checkpointing (bench/checkpointing.sh), tta (bench/time-to-accuracy.sh: RUNS, PY_MODES,
+# SKIP_PYTHON); DDP_STEPS for ddp. ALL="ddp" names the all-GPU parts;
 # LANE0 and LANE1 the single-GPU ones (with one GPU, LANE1 runs after LANE0). LANE_TIMEOUT
 # (seconds) stops a lane that overruns, so that what finished still comes back.
 set -uo pipefail
@@ -52,6 +53,9 @@ part() {  # name -> runs it with its output in $out/<name>/
     profile) OUT="$dir" STEPS=5 PY_MODES="${PROFILE_PY_MODES:-eager compile}" MODELS="${PROFILE_MODELS:-gpt2-small}" bench/profile.sh > "$dir/run.log" 2>&1
              rm -f "$dir"/trace-*.json.gz ;;  # too large to bring back; the summary is kept
     checkpointing) OUT="$dir" bench/checkpointing.sh > "$dir/run.log" 2>&1 ;;
+    tta) OUT="$dir" STOKE_BIN=build-gpu/bin FMNIST_DIR=$fmnist bench/time-to-accuracy.sh \
+           > "$dir/run.log" 2>&1
+         sed -n '/^== median/,$p' "$dir/run.log" > "$dir/tta.md" ;;
     telemetry) OUT="$dir" STEPS="${TELEMETRY_STEPS:-30000}" RUNS="${TELEMETRY_RUNS:-6}" MODES="${TELEMETRY_MODES:-on off}" bench/telemetry-overhead.sh > "$dir/run.log" 2>&1 ;;
     *) echo "unknown part $name" > "$dir/run.log" ;;
   esac

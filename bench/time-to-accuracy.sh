@@ -9,7 +9,7 @@
 #   bench/time-to-accuracy.sh [SPEC ...]      (default: examples/fashion-mnist-fast.yaml)
 # Environment: TARGET (default 0.94), FMNIST_DIR (Fashion-MNIST's idx files; default the
 # spec's path, or .gpu-data/fashion-mnist when that exists), RUNS (submissions per spec,
-# default 3), PY_MODES (default "eager compile cuda-graph compile-cuda-graph"), PYTHON,
+# default 3; PY_RUNS for each Python mode, default RUNS), PY_MODES (default "eager compile cuda-graph compile-cuda-graph"), PYTHON,
 # STOKE_BIN (default build/bin), JOB_TIMEOUT (s, default 300). Output: one line per run,
 # then a summary; logs and each job's events in $OUT (default ./bench-out).
 set -uo pipefail
@@ -107,7 +107,7 @@ EOF
   [ "${SKIP_PYTHON:-0}" = 1 ] && continue
   [ -n "$fmnist" ] || { echo "python side needs FMNIST_DIR" >&2; continue; }
   for mode in ${PY_MODES:-eager compile cuda-graph compile-cuda-graph}; do
-    for run in $(seq 1 "$runs"); do
+    for run in $(seq 1 "${PY_RUNS:-$runs}"); do
       log="$out/tta-$name-python-$mode-$run.log"
       "$python" bench/python/time_to_accuracy.py --spec "$spec" --data-dir "$fmnist" \
         --mode "$mode" --target "$target" > "$log" 2>&1

@@ -129,7 +129,7 @@ def main():
     test_labels = read_idx(args.data_dir, "t10k-labels-idx1-ubyte").long().to(device)
     count, channels, h, w = images.shape
     pixels = images.double()
-    mean, std = pixels.mean().item() / 255, pixels.std(unbiased=False).item() / 255
+    mean, std = pixels.mean().item() / 255, pixels.std(correction=0).item() / 255
     if not augment.get("normalize", True):
         mean, std = 0.0, 1.0
     images, test_images = images.to(device), test_images.to(device)
@@ -187,6 +187,9 @@ def main():
         optimizer.step()
 
     if captured:
+        # The capture's warm-up steps update the weights too: at the schedule's first rate.
+        for group in optimizer.param_groups:
+            group["lr"].fill_(learning_rate(opt, 1, total_steps))
         step = whole_step_graph(train_step, next_batch, optimizer)
     else:
         def step():

@@ -10,8 +10,9 @@
 # Environment: TARGET (default 0.94), FMNIST_DIR (Fashion-MNIST's idx files; default the
 # spec's path, or .gpu-data/fashion-mnist when that exists), RUNS (submissions per spec,
 # default 3), PY_RUNS (runs of each Python mode, default RUNS), PY_MODES (default "eager
-# compile cuda-graph compile-cuda-graph"), PYTHON, STOKE_BIN (default build/bin), JOB_TIMEOUT (s, default 300). Output: one line per run,
-# then a summary; logs and each job's events in $OUT (default ./bench-out).
+# compile cuda-graph compile-cuda-graph"), PYTHON, STOKE_BIN (default build/bin),
+# JOB_TIMEOUT (s, default 300). Output: one line per run, then a summary; logs and each
+# job's events in $OUT (default ./bench-out).
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
 root=$PWD

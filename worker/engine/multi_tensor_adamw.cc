@@ -12,6 +12,8 @@
 #include <type_traits>
 #include <unordered_map>
 
+#include "worker/ops/own_adamw.h"
+#include "worker/ops/step_context.h"
 #include "worker/runtime/torch_compat.h"
 
 namespace stoke::worker {
@@ -185,9 +187,16 @@ void MultiTensorAdamW::StepInParts(const std::vector<std::vector<torch::Tensor>>
         counters.step.add_(1);
         counted.push_back(&counters);
       }
-      const std::vector<torch::Tensor> step_list(b.params.size(), counters.step);
       std::optional<torch::Tensor> found_inf;
       if (found_inf_.defined()) found_inf = found_inf_;
+      const OwnAdamWTensors own{b.params, b.grads, b.exp_avgs, b.exp_avg_sqs};
+      // Stoke's kernel spreads a small model's update over the whole GPU (own_adamw.h).
+      if (OwnKernelsAllowed() && OwnAdamWApplies(own)) {
+        OwnAdamWStep(own, counters.lr, counters.step, found_inf, beta1, beta2, options.eps(),
+                     options.weight_decay());
+        continue;
+      }
+      const std::vector<torch::Tensor> step_list(b.params.size(), counters.step);
       at::_fused_adamw_(b.params, b.grads, b.exp_avgs, b.exp_avg_sqs, /*max_exp_avg_sqs=*/{},
                         step_list, counters.lr, beta1, beta2, options.weight_decay(), options.eps(),
                         /*amsgrad=*/false, /*maximize=*/false,

@@ -1,0 +1,128 @@
+// Stoke's AdamW kernel (own_adamw.h) against ATen's fused AdamW, which torch.optim's
+// fused=True runs: the same parameters and moments after several steps of changing
+// learning rate, for tensors that take the 16-byte path and for those that cannot (odd
+// sizes, a view one element into a buffer, channels-last weights); nothing changes on a
+// step whose gradients overflowed; tensors laid out unlike their parameter are refused.
+// Skips without CUDA or the kernels.
+#include <gtest/gtest.h>
+#include <torch/cuda.h>
+#include <torch/torch.h>
+
+#include <optional>
+#include <vector>
+
+#include "worker/ops/own_adamw.h"
+#include "worker/runtime/torch_compat.h"
+
+namespace stoke::worker {
+namespace {
+
+const auto kCuda = torch::TensorOptions().device(torch::kCUDA).dtype(torch::kFloat32);
+
+class AdamWGpuTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device";
+    const torch::Tensor probe = torch::zeros({4}, kCuda);
+    if (!OwnAdamWApplies({{probe}, {probe}, {probe}, {probe}})) {
+      GTEST_SKIP() << "built without Stoke's CUDA kernels";
+    }
+  }
+};
+
+// Parameters of many shapes, with gradients and moments laid out as they are.
+OwnAdamWTensors MakeState(uint64_t seed) {
+  torch::manual_seed(seed);
+  OwnAdamWTensors t;
+  const torch::Tensor buffer = torch::randn({4099}, kCuda);
+  std::vector<torch::Tensor> params = {
+      torch::randn({1024, 256}, kCuda),  // the 16-byte path, many blocks
+      torch::randn({262147}, kCuda),     // a scalar tail
+      torch::randn({10}, kCuda),         // smaller than a vector round
+      buffer.narrow(0, 1, 4097),         // misaligned: the scalar path throughout
+      torch::randn({64, 32, 3, 3}, kCuda).contiguous(torch::MemoryFormat::ChannelsLast),
+  };
+  for (const torch::Tensor& p : params) {
+    t.params.push_back(p);
+    t.grads.push_back(torch::randn_like(p));
+    t.exp_avgs.push_back(torch::randn_like(p).abs_() * 0.1);
+    t.exp_avg_sqs.push_back(torch::randn_like(p).square_() * 0.01);
+  }
+  return t;
+}
+
+OwnAdamWTensors Clone(const OwnAdamWTensors& t) {
+  auto copy = [](const std::vector<torch::Tensor>& v) {
+    std::vector<torch::Tensor> out;
+    for (const auto& x : v) out.push_back(x.clone(torch::MemoryFormat::Preserve));
+    return out;
+  };
+  return {copy(t.params), copy(t.grads), copy(t.exp_avgs), copy(t.exp_avg_sqs)};
+}
+
+[[maybe_unused]] void ExpectClose(const std::vector<torch::Tensor>& ours,
+                                  const std::vector<torch::Tensor>& atens, const char* what) {
+  for (size_t i = 0; i < ours.size(); ++i) {
+    const double scale = atens[i].abs().max().item<double>();
+    const double diff = (ours[i] - atens[i]).abs().max().item<double>();
+    EXPECT_LE(diff, 2e-6 * scale + 1e-9) << what << " " << i << ": largest difference " << diff;
+  }
+}
+
+TEST_F(AdamWGpuTest, FollowsAtensFusedAdamWStepForStep) {
+#if STOKE_TORCH_AT_LEAST(2, 2) && STOKE_WITH_CUDA
+  OwnAdamWTensors ours = MakeState(5);
+  OwnAdamWTensors atens = Clone(ours);
+  const torch::Tensor step = torch::zeros({}, kCuda);
+  const torch::Tensor lr = torch::zeros({}, kCuda);
+  const double beta1 = 0.9, beta2 = 0.95, eps = 1e-8, weight_decay = 0.1;
+  for (int s = 1; s <= 6; ++s) {
+    step.fill_(s);
+    lr.fill_(1e-3 * s);
+    for (auto* state : {&ours, &atens}) {  // new gradients each step, the same for both
+      torch::manual_seed(100 + s);
+      for (auto& g : state->grads) g.normal_();
+    }
+    OwnAdamWStep(ours, lr, step, std::nullopt, beta1, beta2, eps, weight_decay);
+    const std::vector<torch::Tensor> steps(atens.params.size(), step);
+    at::_fused_adamw_(atens.params, atens.grads, atens.exp_avgs, atens.exp_avg_sqs, {}, steps, lr,
+                      beta1, beta2, weight_decay, eps, /*amsgrad=*/false, /*maximize=*/false,
+                      std::nullopt, std::nullopt);
+  }
+  ExpectClose(ours.params, atens.params, "parameter");
+  ExpectClose(ours.exp_avgs, atens.exp_avgs, "first moment");
+  ExpectClose(ours.exp_avg_sqs, atens.exp_avg_sqs, "second moment");
+  // Channels-last stays channels-last.
+  EXPECT_TRUE(ours.params[4].is_contiguous(torch::MemoryFormat::ChannelsLast));
+#else
+  GTEST_SKIP() << "ATen's fused AdamW with a device learning rate needs torch 2.2 and CUDA";
+#endif
+}
+
+TEST_F(AdamWGpuTest, AnOverflowedStepChangesNothing) {
+  OwnAdamWTensors state = MakeState(7);
+  const OwnAdamWTensors before = Clone(state);
+  const torch::Tensor found_inf = torch::ones({}, kCuda);
+  OwnAdamWStep(state, torch::full({}, 1e-2, kCuda), torch::ones({}, kCuda), found_inf, 0.9, 0.999,
+               1e-8, 0.1);
+  for (size_t i = 0; i < state.params.size(); ++i) {
+    EXPECT_TRUE(torch::equal(state.params[i], before.params[i])) << i;
+    EXPECT_TRUE(torch::equal(state.exp_avgs[i], before.exp_avgs[i])) << i;
+    EXPECT_TRUE(torch::equal(state.exp_avg_sqs[i], before.exp_avg_sqs[i])) << i;
+  }
+}
+
+TEST_F(AdamWGpuTest, TensorsLaidOutUnlikeTheirParameterAreRefused) {
+  const torch::Tensor p =
+      torch::randn({8, 4, 3, 3}, kCuda).contiguous(torch::MemoryFormat::ChannelsLast);
+  const torch::Tensor contiguous = torch::zeros({8, 4, 3, 3}, kCuda);
+  EXPECT_FALSE(
+      OwnAdamWApplies({{p}, {contiguous}, {torch::zeros_like(p)}, {torch::zeros_like(p)}}));
+  EXPECT_FALSE(OwnAdamWApplies(
+      {{p.to(torch::kBFloat16)}, {contiguous.to(torch::kBFloat16)}, {contiguous}, {contiguous}}));
+  EXPECT_TRUE(OwnAdamWApplies(
+      {{p}, {torch::zeros_like(p)}, {torch::zeros_like(p)}, {torch::zeros_like(p)}}));
+}
+
+}  // namespace
+}  // namespace stoke::worker

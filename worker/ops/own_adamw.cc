@@ -1,0 +1,80 @@
+#include "worker/ops/own_adamw.h"
+
+#include <torch/torch.h>
+
+#if STOKE_WITH_CUDA_KERNELS
+#include "worker/ops/cuda/adamw_kernels.h"
+#include "worker/ops/own_kernel_call.h"
+#endif
+
+namespace stoke::worker {
+
+#if STOKE_WITH_CUDA_KERNELS
+
+bool OwnAdamWApplies(const OwnAdamWTensors& tensors) {
+  const size_t n = tensors.params.size();
+  if (n == 0 || tensors.grads.size() != n || tensors.exp_avgs.size() != n ||
+      tensors.exp_avg_sqs.size() != n) {
+    return false;
+  }
+  const torch::Device device = tensors.params.front().device();
+  if (!device.is_cuda()) return false;
+  for (size_t i = 0; i < n; ++i) {
+    const torch::Tensor& p = tensors.params[i];
+    for (const torch::Tensor* t :
+         {&p, &tensors.grads[i], &tensors.exp_avgs[i], &tensors.exp_avg_sqs[i]}) {
+      if (t->scalar_type() != torch::kFloat32 || t->device() != device ||
+          !t->is_non_overlapping_and_dense() || t->strides() != p.strides() ||
+          t->sizes() != p.sizes()) {
+        return false;
+      }
+    }
+  }
+  return true;
+}
+
+void OwnAdamWStep(const OwnAdamWTensors& tensors, const torch::Tensor& lr,
+                  const torch::Tensor& step, const std::optional<torch::Tensor>& found_inf,
+                  double beta1, double beta2, double eps, double weight_decay) {
+  TORCH_CHECK(OwnAdamWApplies(tensors), "Stoke's AdamW kernel does not apply to these tensors");
+  for (const torch::Tensor* scalar : {&lr, &step}) {
+    TORCH_CHECK(scalar->scalar_type() == torch::kFloat32 && scalar->numel() == 1 &&
+                    scalar->device() == tensors.params.front().device(),
+                "AdamW's step count and learning rate must be fp32 scalars on the device");
+  }
+  std::vector<cuda::AdamWSegment> segments;
+  segments.reserve(tensors.params.size());
+  for (size_t i = 0; i < tensors.params.size(); ++i) {
+    cuda::AdamWSegment segment;
+    segment.param = tensors.params[i].data_ptr<float>();
+    segment.grad = tensors.grads[i].data_ptr<float>();
+    segment.exp_avg = tensors.exp_avgs[i].data_ptr<float>();
+    segment.exp_avg_sq = tensors.exp_avg_sqs[i].data_ptr<float>();
+    segment.count = tensors.params[i].numel();
+    if (segment.count > 0) segments.push_back(segment);
+  }
+  cuda::AdamWHyperparameters hyper;
+  hyper.beta1 = static_cast<float>(beta1);
+  hyper.beta2 = static_cast<float>(beta2);
+  hyper.eps = static_cast<float>(eps);
+  hyper.weight_decay = static_cast<float>(weight_decay);
+  const float* inf = found_inf ? found_inf->data_ptr<float>() : nullptr;
+  CheckKernel(
+      cuda::AdamWStep(segments.data(), static_cast<int>(segments.size()), lr.data_ptr<float>(),
+                      step.data_ptr<float>(), inf, hyper, CurrentStreamOf(tensors.params.front())),
+      "AdamW");
+}
+
+#else
+
+bool OwnAdamWApplies(const OwnAdamWTensors& /*tensors*/) { return false; }
+
+void OwnAdamWStep(const OwnAdamWTensors& /*tensors*/, const torch::Tensor& /*lr*/,
+                  const torch::Tensor& /*step*/, const std::optional<torch::Tensor>& /*found_inf*/,
+                  double /*beta1*/, double /*beta2*/, double /*eps*/, double /*weight_decay*/) {
+  TORCH_CHECK(false, "Stoke's AdamW kernel is not in this build (it needs nvcc)");
+}
+
+#endif
+
+}  // namespace stoke::worker

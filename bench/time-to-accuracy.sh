@@ -102,7 +102,9 @@ else:
 EOF
 )
     read -r secs step best state <<< "$result"
-    echo "$name run $run (job $id): ${secs} s to ${target} at step ${step}; best ${best}%; ${state}"
+    started=$("$bin/stoke" status "$id" 2>/dev/null | grep -o 'started in [^(]*' | head -1)
+    echo "$name run $run (job $id): ${secs} s to ${target} at step ${step}; best ${best}%;" \
+      "${state}${started:+; $started}"
     summary+=("$name stoke $secs")
   done
   [ "${SKIP_PYTHON:-0}" = 1 ] && continue

@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <memory>
@@ -15,6 +16,7 @@
 #include "worker/engine/trainer.h"
 #include "worker/link/worker_agent.h"
 #include "worker/runtime/devices.h"
+#include "worker/runtime/warm_up.h"
 #include "worker/telemetry/device_sampler.h"
 
 using namespace stoke::worker;
@@ -112,6 +114,12 @@ int main(int argc, char** argv) {
       return 2;
     }
     SetCpuThreads(threads);
+    // Before attaching: a job assigned to this worker finds the device ready.
+    const auto warm_up_began = std::chrono::steady_clock::now();
+    WarmUpDevice(device);
+    spdlog::info(
+        "{} warmed up in {:.2f} s", device.Label(),
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - warm_up_began).count());
     WorkerAgent::Options options;
     options.coordinator_address = coordinator;
     options.coordinator_address_file = address_file;

@@ -205,6 +205,10 @@ int StatusCommand(CliContext& cli, const std::string& id) {
   std::printf("  devices    %u, priority %d\n", spec.resources().gpus(),
               spec.resources().priority());
   std::printf("  placement  %s\n", Placement(*job).c_str());
+  const std::vector<std::string> startup = DescribeStartup(*job);
+  for (size_t i = 0; i < startup.size(); ++i) {
+    std::printf("  %s%s\n", i == 0 ? "" : "  ", startup[i].c_str());
+  }
   if (job->placement_size() > 1 && !job->rendezvous_address().empty()) {
     std::printf("  rendezvous %s\n", job->rendezvous_address().c_str());
   }

@@ -40,6 +40,33 @@ std::string FormatClock(double seconds) {
   return h > 0 ? absl::StrFormat("%d:%02d:%02d", h, m, s) : absl::StrFormat("%d:%02d", m, s);
 }
 
+std::string FormatSeconds(double seconds) {
+  if (!(seconds >= 0) || seconds > 1e8) return "?";
+  if (seconds < 10) return absl::StrFormat("%.2f s", seconds);
+  if (seconds < 3600) return absl::StrFormat("%.1f s", seconds);
+  return FormatClock(seconds);
+}
+
+std::vector<std::string> DescribeStartup(const v1::Job& job) {
+  if (!job.has_startup()) return {};
+  const v1::JobStartup& startup = job.startup();
+  const v1::WorkerStartup& worker = startup.worker();
+  // Attempts after the first start from their return to the queue, not from the submit.
+  const std::string from = job.attempt() <= 1 ? "submitted" : "re-queued";
+  std::vector<std::string> lines = {absl::StrCat("started in ", FormatSeconds(startup.seconds()),
+                                                 " (", from, " → first training step)")};
+  std::string setup = absl::StrCat("data ", FormatSeconds(worker.data_seconds()), ", model ",
+                                   FormatSeconds(worker.model_seconds()));
+  if (worker.batch_search_seconds() > 0) {
+    absl::StrAppend(&setup, ", batch search ", FormatSeconds(worker.batch_search_seconds()));
+  }
+  lines.push_back(absl::StrCat(
+      "queued/scheduling ", FormatSeconds(startup.queued_seconds()), ", worker set-up ",
+      FormatSeconds(std::max(0.0, worker.seconds() - worker.first_step_seconds())), " (", setup,
+      "), first step ", FormatSeconds(worker.first_step_seconds())));
+  return lines;
+}
+
 std::string FormatAge(const google::protobuf::Timestamp& when) {
   if (when.seconds() == 0) return "-";
   long age = static_cast<long>(std::time(nullptr)) - static_cast<long>(when.seconds());

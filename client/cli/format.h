@@ -25,6 +25,11 @@ std::string FormatAge(const google::protobuf::Timestamp& when);
 // 12345.6 -> "12.3k", 4.2e6 -> "4.20M".
 std::string FormatRate(double per_second);
 std::string FormatBytes(uint64_t bytes);
+// "0.42 s", "12.3 s", "1:02:03" past an hour.
+std::string FormatSeconds(double seconds);
+// What `stoke status` says of a job's start-up: "started in 1.42 s (submitted → first
+// training step)", then a line with the parts the coordinator and the worker measured.
+std::vector<std::string> DescribeStartup(const v1::Job& job);
 // Text that came from elsewhere (workers' log lines, messages, server errors) made safe
 // for a terminal: control characters but newline and tab shown as '?', so no escape
 // sequence can move the cursor or recolour the screen.

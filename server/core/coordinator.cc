@@ -3,10 +3,12 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <optional>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "server/common/time_util.h"
+#include "server/core/job_startup.h"
 
 namespace stoke::server {
 namespace {
@@ -488,7 +490,17 @@ void Coordinator::OnTaskReport(const std::string& worker_id, const v1::TaskRepor
     if (sample.has_eval()) continue;
     for (v1::Diagnosis d : diagnostician.Diagnose(sample, device)) sample.add_diagnoses(d);
   }
-  auto s = jobs_.AppendReport(report.job_id(), diagnosed, worker->info.rank());
+  // Rank 0's first step is the job's: once per attempt.
+  std::optional<v1::JobStartup> startup;
+  if (report.has_startup() && worker->info.rank() == 0 && !job->has_startup()) {
+    startup = JobStartupFrom(*job, report.startup());
+    if (!startup) {
+      spdlog::warn("job {}: worker {} reported an implausible start-up; not shown", job->id(),
+                   worker_id);
+    }
+  }
+  auto s = jobs_.AppendReport(report.job_id(), diagnosed, worker->info.rank(),
+                              startup ? &*startup : nullptr);
   // Losing a batch of metrics (store full, say) must not stop training; a full telemetry
   // queue is counted on /metrics rather than said once per report.
   if (!s.ok() && !absl::IsResourceExhausted(s)) {
@@ -752,6 +764,7 @@ void Coordinator::StartJob(const PlannedStart& start) {
       jobs_.Transition(start.job_id, v1::JOB_STATE_SCHEDULED,
                        absl::StrCat("scheduled on ", absl::StrJoin(where, ", ")), [&](v1::Job& j) {
                          j.set_attempt(j.attempt() + 1);
+                         j.clear_startup();  // the new attempt's, once it has stepped
                          j.set_rendezvous_address(rendezvous);
                          j.clear_placement();
                          for (size_t rank = 0; rank < start.worker_ids.size(); ++rank) {

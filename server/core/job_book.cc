@@ -129,7 +129,7 @@ absl::Status JobBook::Transition(const std::string& id, v1::JobState state,
 }
 
 absl::Status JobBook::AppendReport(const std::string& id, const v1::TaskReport& report,
-                                   uint32_t rank) {
+                                   uint32_t rank, const v1::JobStartup* startup) {
   std::vector<v1::JobEvent> events;
   events.reserve(report.metrics_size() + report.logs_size());
   for (const auto& sample : report.metrics()) {
@@ -142,8 +142,9 @@ absl::Status JobBook::AppendReport(const std::string& id, const v1::TaskReport& 
     *event.mutable_log() = line;
     event.mutable_log()->set_rank(rank);
   }
-  if (events.empty()) return absl::OkStatus();
+  if (events.empty() && startup == nullptr) return absl::OkStatus();
   auto latest = [&](v1::Job& job) {
+    if (startup != nullptr) *job.mutable_startup() = *startup;
     for (auto& p : *job.mutable_placement()) {
       if (p.rank() == rank && report.report_seq() > p.last_report_seq()) {
         p.set_last_report_seq(report.report_seq());
@@ -159,7 +160,7 @@ absl::Status JobBook::AppendReport(const std::string& id, const v1::TaskReport& 
   if (it == active_.end()) return absl::NotFoundError(absl::StrCat("job ", id, " is not active"));
   v1::Job& job = it->second;
   latest(job);
-  if (!telemetry_->HasRoom(events.size())) {
+  if (!events.empty() && !telemetry_->HasRoom(events.size())) {
     // Numbered only once queued, so that the job's sequence has no holes.
     telemetry_->CountDropped(events.size());
     return absl::ResourceExhaustedError(

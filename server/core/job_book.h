@@ -50,8 +50,9 @@ class JobBook {
 
   // Records a worker's metric samples and log lines as events. With a telemetry writer
   // whose queue is full they are dropped (and counted there), the job's latest metrics
-  // still updated.
-  absl::Status AppendReport(const std::string& id, const v1::TaskReport& report, uint32_t rank);
+  // still updated. `startup`, when given, becomes the job's (rank 0's first step).
+  absl::Status AppendReport(const std::string& id, const v1::TaskReport& report, uint32_t rank,
+                            const v1::JobStartup* startup = nullptr);
 
  private:
   // Applies `edit` to a copy, numbers `events` after the job's last one, commits both,

@@ -183,6 +183,15 @@ CoordinatorMetrics::CoordinatorMetrics(const Options& options,
   for (const DeviceGaugeDef& def : kDeviceGauges) {
     device_families_[def.name] = &Gauge(def.name, def.help);
   }
+  // Warm workers start in about a second; cold GPU jobs with large data take minutes.
+  job_startup_ = &prometheus::BuildHistogram()
+                      .Name("stoke_job_startup_seconds")
+                      .Help(
+                          "Time from a job attempt entering the queue to its first training "
+                          "step completing (for attempt 1: from the submit)")
+                      .Register(*registry_)
+                      .Add({}, prometheus::Histogram::BucketBoundaries{0.1, 0.25, 0.5, 1, 2, 5, 10,
+                                                                       30, 60, 120, 300, 600});
   rpc_requests_ = &prometheus::BuildCounter()
                        .Name("stoke_rpc_requests_total")
                        .Help("gRPC calls answered, by method and status code")
@@ -337,6 +346,11 @@ void CoordinatorMetrics::RefreshJobs(const std::vector<v1::Job>& active, absl::T
     }
     it->second.last = job;
     it->second.finished_at.reset();
+    // Each attempt's start-up once, as soon as a refresh sees it.
+    if (job.has_startup() && it->second.startup_observed_attempt != job.attempt()) {
+      job_startup_->Observe(job.startup().seconds());
+      it->second.startup_observed_attempt = job.attempt();
+    }
     SetJob(it->second, job, /*finished=*/false);
   }
   // Finished jobs keep their last values for the retention, then go, so label sets

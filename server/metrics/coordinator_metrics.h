@@ -74,6 +74,7 @@ class CoordinatorMetrics final : public RpcObserver {
     std::map<std::string, prometheus::Gauge*> placements;  // by worker id
     v1::Job last;
     std::optional<absl::Time> finished_at;
+    uint32_t startup_observed_attempt = 0;  // its start-up is in the histogram
   };
   struct DeviceSeries {
     prometheus::Labels labels;
@@ -103,6 +104,7 @@ class CoordinatorMetrics final : public RpcObserver {
   std::vector<GaugeFamily*> job_families_;
   GaugeFamily* job_diagnosis_ = nullptr;
   GaugeFamily* job_device_ = nullptr;
+  prometheus::Histogram* job_startup_ = nullptr;
   // Devices: by name (stoke_device_*).
   std::map<std::string, GaugeFamily*> device_families_;
   // API.

@@ -145,6 +145,38 @@ TEST_F(CliTest, ReadCommandsWorkAndSpeakJson) {
   EXPECT_NE(logs.out.find("-- SUCCEEDED"), std::string::npos) << logs.out;
 }
 
+// Submit to first training step on a warm CPU worker: measured by the worker, put
+// together by the coordinator, kept in the store once the job has finished, and shown.
+TEST_F(CliTest, StatusSaysHowLongTheJobTookToStart) {
+  CommandResult submit = Stoke({"submit", TinyJobFile(20)});
+  ASSERT_EQ(submit.exit_code, 0) << submit.err;
+  std::string id = submit.out.substr(0, submit.out.find('\n'));
+  ASSERT_EQ(Stoke({"watch", id}).exit_code, 0);
+
+  CommandResult status = Stoke({"status", id});
+  ASSERT_EQ(status.exit_code, 0) << status.err;
+  const std::string prefix = "  started in ";
+  const size_t at = status.out.find(prefix);
+  ASSERT_NE(at, std::string::npos) << status.out;
+  const double seconds = std::stod(status.out.substr(at + prefix.size()));
+  EXPECT_GT(seconds, 0.0) << status.out;
+  EXPECT_LT(seconds, 30.0) << status.out;
+  EXPECT_NE(status.out.find(" s (submitted → first training step)\n"), std::string::npos)
+      << status.out;
+  EXPECT_NE(status.out.find("    queued/scheduling "), std::string::npos) << status.out;
+  EXPECT_NE(status.out.find(", first step "), std::string::npos) << status.out;
+
+  // The API carries it too, with the parts.
+  CommandResult json = Stoke({"status", id, "--output", "json"});
+  ASSERT_EQ(json.exit_code, 0) << json.err;
+  EXPECT_NE(json.out.find("\"startup\": {"), std::string::npos) << json.out;
+  EXPECT_NE(json.out.find("\"first_step_time\": \""), std::string::npos) << json.out;
+  EXPECT_NE(json.out.find("\"first_step_seconds\": "), std::string::npos) << json.out;
+
+  CommandResult logs = Stoke({"logs", id});
+  EXPECT_NE(logs.out.find("[rank 0] first training step done "), std::string::npos) << logs.out;
+}
+
 TEST_F(CliTest, TopShowsEveryDeviceAndTheRunningJob) {
   std::string file = WriteFile("top.yaml",
                                "name: topped\nmodel: {mlp: {hidden: [16]}}\n"

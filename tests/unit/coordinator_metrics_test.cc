@@ -145,6 +145,35 @@ TEST(CoordinatorMetrics, ExpositionOfAKnownState) {
   EXPECT_EQ(Lines(text, "stoke_device_power_watts{gpu=\"cpu:0\"").size(), 0u) << text;
 }
 
+// Each attempt's start-up lands in the histogram once, however many refreshes see it.
+TEST(CoordinatorMetrics, EachAttemptsStartUpIsObservedOnce) {
+  auto metrics = Metrics();
+  MetricsSnapshot snapshot;
+  v1::Job job = RunningJob("7");
+  job.set_attempt(1);
+  snapshot.active_jobs = {job};
+  metrics->Refresh(snapshot, kT0);
+  EXPECT_TRUE(Has(metrics->Exposition(), "stoke_job_startup_seconds_count 0"));
+
+  job.mutable_startup()->set_seconds(1.5);
+  snapshot.active_jobs = {job};
+  metrics->Refresh(snapshot, kT0 + absl::Seconds(1));
+  metrics->Refresh(snapshot, kT0 + absl::Seconds(2));
+  std::string text = metrics->Exposition();
+  EXPECT_TRUE(Has(text, "stoke_job_startup_seconds_count 1")) << text;
+  EXPECT_TRUE(Has(text, "stoke_job_startup_seconds_sum 1.5")) << text;
+  EXPECT_TRUE(Has(text, "stoke_job_startup_seconds_bucket{le=\"1\"} 0")) << text;
+  EXPECT_TRUE(Has(text, "stoke_job_startup_seconds_bucket{le=\"2\"} 1")) << text;
+
+  job.set_attempt(2);  // restarted: its new start-up counts too
+  job.mutable_startup()->set_seconds(0.5);
+  snapshot.active_jobs = {job};
+  metrics->Refresh(snapshot, kT0 + absl::Seconds(3));
+  text = metrics->Exposition();
+  EXPECT_TRUE(Has(text, "stoke_job_startup_seconds_count 2")) << text;
+  EXPECT_TRUE(Has(text, "stoke_job_startup_seconds_sum 2")) << text;
+}
+
 TEST(CoordinatorMetrics, RpcCallsAreCountedTimedAndStreamsTracked) {
   auto metrics = Metrics();
   metrics->OnUnaryFinished("/stoke.v1.Coordinator/SubmitJob", "OK", 0.002);
@@ -226,7 +255,11 @@ TEST(CoordinatorMetrics, FinishedJobsStayForTheRetentionThenGo) {
   EXPECT_TRUE(Lines(text, "stoke_job_device_info{").empty()) << "holds no device: " << text;
   metrics->Refresh(done, kT0 + absl::Minutes(6));
   text = metrics->Exposition();
-  EXPECT_TRUE(Lines(text, "stoke_job_").empty()) << text;
+  // Every series of the job is gone; the start-up histogram, of no job, stays.
+  for (const std::string& line : Lines(text, "stoke_job_")) {
+    EXPECT_EQ(line.rfind("stoke_job_startup_seconds", 0), 0u) << line;
+  }
+  EXPECT_EQ(text.find("job=\"7\""), std::string::npos) << text;
 }
 
 TEST(CoordinatorMetrics, LabelSetsStayBoundedAfterAThousandJobs) {

@@ -118,6 +118,43 @@ TEST_P(JobStoreTest, EverythingSurvivesReopening) {
   EXPECT_EQ(store.CreateJob(NewJob("next"), {})->id(), "2");
 }
 
+// A job's start-up (its first training step) is written with the job by state changes
+// and by the telemetry writer's batches alike, and read back after a restart.
+TEST_P(JobStoreTest, AJobsStartUpSurvivesCommitsAndReopening) {
+  auto job = *store_->CreateJob(NewJob("j"), {StateEvent(1, v1::JOB_STATE_PENDING)});
+  job.set_state(v1::JOB_STATE_RUNNING);
+  job.set_last_event_seq(2);
+  v1::JobStartup* startup = job.mutable_startup();
+  startup->set_seconds(1.25);
+  startup->set_queued_seconds(0.004);
+  startup->mutable_first_step_time()->set_seconds(1'790'000'000);
+  startup->mutable_worker()->set_seconds(1.246);
+  startup->mutable_worker()->set_data_seconds(0.1);
+  startup->mutable_worker()->set_model_seconds(0.2);
+  startup->mutable_worker()->set_first_step_seconds(0.9);
+  ASSERT_TRUE(store_->Commit(job, {StateEvent(2, v1::JOB_STATE_RUNNING)}).ok());
+  job.set_last_event_seq(3);
+  v1::JobEvent metrics;
+  metrics.set_seq(3);
+  metrics.mutable_metrics()->set_step(10);
+  ASSERT_TRUE(store_->CommitBatch({JobUpdate{job, {metrics}}}).ok());
+
+  JobStore& store = Reopen();
+  auto read = store.GetJob(job.id());
+  ASSERT_TRUE(read.ok()) << read.status();
+  ASSERT_TRUE(read->has_startup());
+  EXPECT_DOUBLE_EQ(read->startup().seconds(), 1.25);
+  EXPECT_DOUBLE_EQ(read->startup().queued_seconds(), 0.004);
+  EXPECT_EQ(read->startup().first_step_time().seconds(), 1'790'000'000);
+  EXPECT_DOUBLE_EQ(read->startup().worker().seconds(), 1.246);
+  EXPECT_DOUBLE_EQ(read->startup().worker().model_seconds(), 0.2);
+  EXPECT_DOUBLE_EQ(read->startup().worker().first_step_seconds(), 0.9);
+  auto page = store.ListJobs(JobQuery{});
+  ASSERT_TRUE(page.ok()) << page.status();
+  ASSERT_EQ(page->jobs.size(), 1u);
+  EXPECT_DOUBLE_EQ(page->jobs[0].startup().seconds(), 1.25);
+}
+
 TEST_P(JobStoreTest, ListsNewestFirstFilteredAndPaged) {
   for (int i = 0; i < 5; ++i) {
     ASSERT_TRUE(

@@ -5,6 +5,7 @@
 // wheel on the GPU machines ships its own protobuf headers, which must not meet ours.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <iterator>
 #include <optional>
@@ -280,11 +281,24 @@ struct TrainOutcome {
 };
 
 // How the engine reports while it trains. Called on the training thread; must not block.
+// Where a run's time went before its first training step had completed (host seconds).
+struct StartupTimes {
+  double data_seconds = 0;
+  double model_seconds = 0;
+  double batch_search_seconds = 0;
+  // From taking the first step's batch to the device finishing the step.
+  double first_step_seconds = 0;
+  std::chrono::steady_clock::time_point completed_at;
+};
+
 class TrainingObserver {
  public:
   virtual ~TrainingObserver() = default;
   // The model is built, the data is ready, the first step is about to run.
   virtual void OnStarted() = 0;
+  // The first training step has completed on the device (seen without waiting for it:
+  // up to a step later on GPUs). Once per run.
+  virtual void OnFirstStep(const StartupTimes& times) { (void)times; }
   virtual void OnMetrics(const MetricSample& sample) = 0;
   virtual void OnLog(const std::string& line) = 0;
 };

@@ -3,6 +3,7 @@
 #include <torch/torch.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <exception>
 #include <optional>
@@ -15,6 +16,7 @@
 #include "worker/engine/step_math.h"
 #include "worker/engine/training_run.h"
 #include "worker/ops/step_context.h"
+#include "worker/runtime/device_timer.h"
 #include "worker/runtime/step_trace.h"
 #include "worker/runtime/torch_compat.h"
 
@@ -91,6 +93,54 @@ TrainOutcome FailureOf(std::exception_ptr error, uint64_t step) {
   return {TrainOutcome::Kind::kFailed, message, IsRetryable(code)};
 }
 
+// Tells the observer when the run's first step has completed on the device, without
+// waiting for it: marks on the device around the step, looked at after each later step.
+class FirstStepWatch {
+ public:
+  FirstStepWatch(TrainingRun& run, TrainingObserver& observer) : run_(run), observer_(observer) {}
+
+  void BeforeStep(uint64_t step) {
+    if (step != run_.first_step) return;
+    began_ = std::chrono::steady_clock::now();
+    start_ = DeviceTimer::Record(run_.device);
+  }
+  void AfterStep(uint64_t step) {
+    if (step == run_.first_step) end_ = DeviceTimer::Record(run_.device);
+    if (end_ && end_->Ready()) Report();
+  }
+  // The end of training: a first step not yet seen done is waited for.
+  void Finish() {
+    if (!end_) return;
+    end_->Wait();
+    Report();
+  }
+
+ private:
+  void Report() {
+    // The step's own device time from when the host began it: the host may have run ahead
+    // by the time it looks.
+    StartupTimes times = run_.startup;
+    times.first_step_seconds =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - began_).count();
+    if (start_->Ready()) {
+      const double device_seconds = end_->SecondsSince(*start_);
+      const double host_seconds = times.first_step_seconds;
+      times.first_step_seconds = std::min(host_seconds, std::max(0.0, device_seconds));
+    }
+    times.completed_at = began_ + std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                                      std::chrono::duration<double>(times.first_step_seconds));
+    end_.reset();
+    start_.reset();
+    observer_.OnFirstStep(times);
+  }
+
+  TrainingRun& run_;
+  TrainingObserver& observer_;
+  std::chrono::steady_clock::time_point began_;
+  std::unique_ptr<DeviceTimer> start_;
+  std::unique_ptr<DeviceTimer> end_;
+};
+
 // The steps of a built run, from its first to its last, with evaluation, metrics and
 // checkpoints at their intervals. `step` is the step under way, for the failure message.
 TrainOutcome Loop(TrainingRun& run, TrainingObserver& observer, const std::atomic<bool>& cancel,
@@ -106,6 +156,7 @@ TrainOutcome Loop(TrainingRun& run, TrainingObserver& observer, const std::atomi
 
   std::vector<Batch> micro_batches(static_cast<size_t>(t.grad_accum_steps));
   StepTrace trace(task.job_id, task.rank, [&](const std::string& line) { observer.OnLog(line); });
+  FirstStepWatch first_step(run, observer);
   for (step = run.first_step; step <= run.total_steps; ++step) {
     if (cancel.load(std::memory_order_relaxed)) {
       return {TrainOutcome::Kind::kCancelled, "cancelled at step " + std::to_string(step - 1)};
@@ -113,10 +164,12 @@ TrainOutcome Loop(TrainingRun& run, TrainingObserver& observer, const std::atomi
     if (probe.before_step) probe.before_step(step);
     const double lr = LearningRateAt(task.optimizer, step, run.total_steps);
     run.optimizer->SetLearningRate(lr);
+    first_step.BeforeStep(step);
     for (auto& batch : micro_batches) batch = run.data.train->Next();
     trace.BeforeStep(step);
     for (const auto& loss : run.runner->Run(micro_batches)) metrics.AddLoss(loss);
     trace.AfterStep(step);
+    first_step.AfterStep(step);
 
     const uint32_t epoch = static_cast<uint32_t>((step - 1) / run.steps_per_epoch);
     if (step % interval == 0 || step == run.total_steps) {
@@ -147,6 +200,7 @@ TrainOutcome Loop(TrainingRun& run, TrainingObserver& observer, const std::atomi
                             run.scaler.get());
     }
   }
+  first_step.Finish();
   while (auto sample = metrics.PollBlocking()) {
     if (auto diverged = Report(*sample, observer)) return *diverged;
   }

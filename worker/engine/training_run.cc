@@ -3,6 +3,7 @@
 #include <torch/torch.h>
 
 #include <algorithm>
+#include <chrono>
 #include <fstream>
 #include <sstream>
 #include <variant>
@@ -51,6 +52,10 @@ void ToChannelsLast(Network& net) {
   for (auto& p : net.parameters()) {
     if (p.dim() == 4) p.set_data(p.data().contiguous(at::MemoryFormat::ChannelsLast));
   }
+}
+
+double SecondsSince(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }
 
 // Bytes the optimizer's state will take once it has stepped (fp32 moments).
@@ -192,8 +197,10 @@ std::unique_ptr<TrainingRun> BuildTrainingRun(const TrainTask& job_task,
   const StepContextScope building(r.context.get());
   if (task.world_size > 1) r.communicator = Communicator::Connect(task, device);
   if (task.training.batch_size_auto) {
+    const auto search_began = std::chrono::steady_clock::now();
     torch::manual_seed(task.training.seed);
     ChooseBatchSize(task, device_ref, device, math, r.communicator.get(), observer, cancel);
+    r.startup.batch_search_seconds = SecondsSince(search_began);
   }
   const auto& t = task.training;
   torch::manual_seed(t.seed);
@@ -205,8 +212,11 @@ std::unique_ptr<TrainingRun> BuildTrainingRun(const TrainTask& job_task,
   // The data position follows from the step: each step consumed grad_accum_steps batches.
   const int64_t start_batch =
       resume_from ? static_cast<int64_t>(resume_from->step) * t.grad_accum_steps : 0;
+  const auto data_began = std::chrono::steady_clock::now();
   r.data = OpenData(task, device, start_batch, &cancel);
   r.shape = r.data.train->Shape();
+  r.startup.data_seconds = SecondsSince(data_began);
+  const auto model_began = std::chrono::steady_clock::now();
   r.net = BuildNetwork(task.model, r.shape, ModelFiles(task));
   Network& net = *r.net;
   net.to(device);
@@ -300,6 +310,7 @@ std::unique_ptr<TrainingRun> BuildTrainingRun(const TrainTask& job_task,
     sample.memory_peak_bytes = memory.peak_allocated_bytes;
     sample.allocator_retries = memory.retries;
   });
+  r.startup.model_seconds = SecondsSince(model_began);
   return run;
 }
 

@@ -69,6 +69,8 @@ struct TrainingRun {
   std::unique_ptr<GradientReducer> reducer;  // several ranks only
   std::unique_ptr<StepRunner> runner;
   std::unique_ptr<MetricWindow> metrics;
+  // How long the build took, by part; first_step_seconds is the loop's to fill.
+  StartupTimes startup;
   uint64_t first_step = 1;  // after a resumed checkpoint's
   uint64_t total_steps = 0;
   uint64_t steps_per_epoch = 1;

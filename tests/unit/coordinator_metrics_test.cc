@@ -110,6 +110,7 @@ TEST(CoordinatorMetrics, ExpositionOfAKnownState) {
   const std::string text = metrics->Exposition();
 
   for (const char* line : {
+           "stoke_coordinator_leader 1",
            "stoke_jobs{state=\"running\"} 1",
            "stoke_jobs{state=\"pending\"} 1",
            "stoke_jobs{state=\"restarting\"} 0",
@@ -143,6 +144,16 @@ TEST(CoordinatorMetrics, ExpositionOfAKnownState) {
   // The queued job has series but no throughput; the CPU worker reports no power.
   EXPECT_TRUE(Has(text, "stoke_job_samples_per_second{job=\"8\"} 0")) << text;
   EXPECT_EQ(Lines(text, "stoke_device_power_watts{gpu=\"cpu:0\"").size(), 0u) << text;
+}
+
+// Prometheus scrapes both coordinators of a pair: the standby answers, and says it waits.
+TEST(CoordinatorMetrics, AStandbySaysSoUntilItLeads) {
+  CoordinatorMetrics::Options options;
+  options.leader = false;
+  auto metrics = *CoordinatorMetrics::Start(options, nullptr);
+  EXPECT_TRUE(Has(metrics->Exposition(), "stoke_coordinator_leader 0")) << metrics->Exposition();
+  metrics->SetLeader(true);
+  EXPECT_TRUE(Has(metrics->Exposition(), "stoke_coordinator_leader 1")) << metrics->Exposition();
 }
 
 TEST(CoordinatorMetrics, RpcCallsAreCountedTimedAndStreamsTracked) {

@@ -308,6 +308,8 @@ int main(int argc, char** argv) {
   serving.store(core->get());
 
   Executor executor(4);
+  // Reads apart: they must not queue behind calls that wait for a transition's disk sync.
+  Executor read_executor(4);
   spdlog::info("jobs may read data under: {}", fmt::join(roots.roots(), ", "));
   // Local workers join with a token of their own, known only to the coordinators on this
   // data dir and the workers they launch (through a file only its user can read). It is
@@ -335,7 +337,8 @@ int main(int argc, char** argv) {
   }
   const AccessControl access(std::move(access_options));
   AuditLog audit(*store, clock);
-  CoordinatorService coordinator_service(**core, hub, executor, std::move(roots), access, audit);
+  CoordinatorService coordinator_service(**core, hub, executor, read_executor, std::move(roots),
+                                         access, audit);
   WorkerLinkService worker_link_service(**core, executor, access, audit);
   GrpcServer::Options server_options;
   server_options.address = address;
@@ -392,6 +395,7 @@ int main(int argc, char** argv) {
   }
   metrics.reset();
   executor.Stop();
+  read_executor.Stop();
   (*core)->Stop();
   fs::remove(data_dir + "/coordinator.address", ec);
   fs::remove(data_dir + "/metrics.address", ec);

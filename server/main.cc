@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
+#include <atomic>
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
@@ -250,14 +251,40 @@ int main(int argc, char** argv) {
   auto opened = OpenJobStore(store_url, data_dir);
   if (!opened.ok()) return Fail(opened.status());
   std::unique_ptr<JobStore> store = std::move(opened->store);
+  // Before the gRPC server, which reports every call to it, and before waiting as a
+  // standby, so that Prometheus sees a standby up (stoke_coordinator_leader 0). Until the
+  // core serves, snapshots are empty.
+  std::atomic<Coordinator*> serving{nullptr};
+  std::unique_ptr<CoordinatorMetrics> metrics;
+  if (!metrics_address.empty()) {
+    CoordinatorMetrics::Options metrics_options;
+    metrics_options.address = metrics_address;
+    metrics_options.finished_job_retention = absl::Seconds(metrics_retention_s);
+    metrics_options.token = metrics_token;
+    metrics_options.leader = opened->shared == nullptr;
+    auto started = CoordinatorMetrics::Start(metrics_options, [&serving] {
+      Coordinator* c = serving.load();
+      return c == nullptr ? MetricsSnapshot{} : MetricsSnapshot{c->GetCluster(), c->ActiveJobs()};
+    });
+    if (!started.ok()) return Fail(started.status());
+    metrics = *std::move(started);
+    spdlog::info("Prometheus metrics on http://{}/metrics", metrics->address());
+    if (auto s = WriteAtomically(data_dir + "/metrics.address", metrics->address() + "\n");
+        !s.ok()) {
+      return Fail(s);
+    }
+  }
   if (opened->shared != nullptr) {
     spdlog::info("job store: PostgreSQL at {}", RedactedStoreUrl(store_url));
     std::thread lease_watch;
     if (auto s = LeadBeforeServing(*opened->shared, stop_signals, &lease_watch); !s.ok()) {
       if (s.code() != absl::StatusCode::kCancelled) return Fail(s);
       spdlog::info("stopped while standby");
+      metrics.reset();
+      fs::remove(data_dir + "/metrics.address", ec);
       return 0;
     }
+    if (metrics) metrics->SetLeader(true);
   }
   EventHub hub(*store);
   RealClock clock;
@@ -272,29 +299,18 @@ int main(int argc, char** argv) {
   core_options.max_unfinished_jobs_per_owner = max_jobs_per_owner;
   auto core = Coordinator::Create(core_options, *store, hub, clock);
   if (!core.ok()) return Fail(core.status());
+  // On every way out, the metrics refresher stops before the core it reads goes.
+  struct MetricsStopFirst {
+    std::unique_ptr<CoordinatorMetrics>& metrics;
+    ~MetricsStopFirst() { metrics.reset(); }
+  } metrics_stop_first{metrics};
   if (auto s = (*core)->Start(); !s.ok()) return Fail(s);
+  serving.store(core->get());
 
   Executor executor(4);
+  // Reads apart: they must not queue behind calls that wait for a transition's disk sync.
+  Executor read_executor(4);
   spdlog::info("jobs may read data under: {}", fmt::join(roots.roots(), ", "));
-  // Before the gRPC server, which reports every call to it.
-  std::unique_ptr<CoordinatorMetrics> metrics;
-  if (!metrics_address.empty()) {
-    Coordinator* c = core->get();
-    CoordinatorMetrics::Options metrics_options;
-    metrics_options.address = metrics_address;
-    metrics_options.finished_job_retention = absl::Seconds(metrics_retention_s);
-    metrics_options.token = metrics_token;
-    auto started = CoordinatorMetrics::Start(metrics_options, [c] {
-      return MetricsSnapshot{c->GetCluster(), c->ActiveJobs()};
-    });
-    if (!started.ok()) return Fail(started.status());
-    metrics = *std::move(started);
-    spdlog::info("Prometheus metrics on http://{}/metrics", metrics->address());
-    if (auto s = WriteAtomically(data_dir + "/metrics.address", metrics->address() + "\n");
-        !s.ok()) {
-      return Fail(s);
-    }
-  }
   // Local workers join with a token of their own, known only to the coordinators on this
   // data dir and the workers they launch (through a file only its user can read). It is
   // kept across restarts: workers left training by the previous coordinator reattach
@@ -321,7 +337,8 @@ int main(int argc, char** argv) {
   }
   const AccessControl access(std::move(access_options));
   AuditLog audit(*store, clock);
-  CoordinatorService coordinator_service(**core, hub, executor, std::move(roots), access, audit);
+  CoordinatorService coordinator_service(**core, hub, executor, read_executor, std::move(roots),
+                                         access, audit);
   WorkerLinkService worker_link_service(**core, executor, access, audit);
   GrpcServer::Options server_options;
   server_options.address = address;
@@ -378,6 +395,7 @@ int main(int argc, char** argv) {
   }
   metrics.reset();
   executor.Stop();
+  read_executor.Stop();
   (*core)->Stop();
   fs::remove(data_dir + "/coordinator.address", ec);
   fs::remove(data_dir + "/metrics.address", ec);

@@ -27,15 +27,16 @@ absl::Status RequireId(const std::string& id) {
 
 }  // namespace
 
-grpc::ServerUnaryReactor* CoordinatorService::Defer(
-    grpc::CallbackServerContext* context, std::function<absl::Status(const Caller&)> work) {
+grpc::ServerUnaryReactor* CoordinatorService::Defer(grpc::CallbackServerContext* context,
+                                                    std::function<absl::Status(const Caller&)> work,
+                                                    Executor* on) {
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   auto caller = access_.IdentifyUser(*context);
   if (!caller.ok()) {
     reactor->Finish(ToGrpcStatus(caller.status()));
     return reactor;
   }
-  executor_.Post([reactor, caller = *std::move(caller), work = std::move(work)] {
+  (on ? *on : executor_).Post([reactor, caller = *std::move(caller), work = std::move(work)] {
     reactor->Finish(ToGrpcStatus(work(caller)));
   });
   return reactor;
@@ -98,65 +99,74 @@ absl::Status CoordinatorService::Submit(const Caller& caller, const v1::SubmitJo
 grpc::ServerUnaryReactor* CoordinatorService::GetJob(grpc::CallbackServerContext* context,
                                                      const v1::GetJobRequest* request,
                                                      v1::Job* response) {
-  return Defer(context, [this, request, response](const Caller& caller) -> absl::Status {
-    auto job = JobFor(caller, request->id());
-    if (!job.ok()) return job.status();
-    *response = *std::move(job);
-    return absl::OkStatus();
-  });
+  return Defer(
+      context,
+      [this, request, response](const Caller& caller) -> absl::Status {
+        auto job = JobFor(caller, request->id());
+        if (!job.ok()) return job.status();
+        *response = *std::move(job);
+        return absl::OkStatus();
+      },
+      &reads_);
 }
 
 grpc::ServerUnaryReactor* CoordinatorService::ListJobs(grpc::CallbackServerContext* context,
                                                        const v1::ListJobsRequest* request,
                                                        v1::ListJobsResponse* response) {
-  return Defer(context, [this, request, response](const Caller& caller) -> absl::Status {
-    if (auto s = AccessControl::Require(caller, security::Role::kViewer, "listing jobs"); !s.ok()) {
-      return s;
-    }
-    JobQuery query;
-    if (request->owner().size() > v1::kMaxIdBytes) {
-      return absl::InvalidArgumentError(absl::StrCat("owner: at most ", v1::kMaxIdBytes, " bytes"));
-    }
-    query.owner = request->owner();
-    if (request->states_size() > v1::kMaxRepeatedElements) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "states: ", request->states_size(), " entries; at most ", v1::kMaxRepeatedElements));
-    }
-    for (int state : request->states()) {
-      if (!v1::JobState_IsValid(state) || state == v1::JOB_STATE_UNSPECIFIED) {
-        return absl::InvalidArgumentError(absl::StrCat("states: unknown job state ", state));
-      }
-      query.states.push_back(static_cast<v1::JobState>(state));
-    }
-    query.limit =
-        request->page_size() == 0 ? kDefaultPageSize : std::min(request->page_size(), kMaxPageSize);
-    const std::string& token = request->page_token();
-    if (!token.empty()) {
-      auto [end, ec] = std::from_chars(token.data(), token.data() + token.size(), query.before_id);
-      if (ec != std::errc() || end != token.data() + token.size()) {
-        return absl::InvalidArgumentError("page_token: not a token returned by ListJobs");
-      }
-    }
-    auto page = core_.ListJobs(query);
-    if (!page.ok()) return page.status();
-    size_t bytes = 0;
-    bool cut = false;
-    for (auto& job : page->jobs) {
-      // A page stops short of the message limit however large the jobs are; the token
-      // leads on from the last job it holds.
-      bytes += job.ByteSizeLong();
-      if (response->jobs_size() > 0 && bytes > v1::kMaxPageBytes) {
-        cut = true;
-        break;
-      }
-      *response->add_jobs() =
-          AccessControl::Owns(caller, job) ? std::move(job) : RedactForNonOwner(std::move(job));
-    }
-    if ((page->more || cut) && response->jobs_size() > 0) {
-      response->set_next_page_token(response->jobs(response->jobs_size() - 1).id());
-    }
-    return absl::OkStatus();
-  });
+  return Defer(
+      context,
+      [this, request, response](const Caller& caller) -> absl::Status {
+        if (auto s = AccessControl::Require(caller, security::Role::kViewer, "listing jobs");
+            !s.ok()) {
+          return s;
+        }
+        JobQuery query;
+        if (request->owner().size() > v1::kMaxIdBytes) {
+          return absl::InvalidArgumentError(
+              absl::StrCat("owner: at most ", v1::kMaxIdBytes, " bytes"));
+        }
+        query.owner = request->owner();
+        if (request->states_size() > v1::kMaxRepeatedElements) {
+          return absl::InvalidArgumentError(absl::StrCat(
+              "states: ", request->states_size(), " entries; at most ", v1::kMaxRepeatedElements));
+        }
+        for (int state : request->states()) {
+          if (!v1::JobState_IsValid(state) || state == v1::JOB_STATE_UNSPECIFIED) {
+            return absl::InvalidArgumentError(absl::StrCat("states: unknown job state ", state));
+          }
+          query.states.push_back(static_cast<v1::JobState>(state));
+        }
+        query.limit = request->page_size() == 0 ? kDefaultPageSize
+                                                : std::min(request->page_size(), kMaxPageSize);
+        const std::string& token = request->page_token();
+        if (!token.empty()) {
+          auto [end, ec] =
+              std::from_chars(token.data(), token.data() + token.size(), query.before_id);
+          if (ec != std::errc() || end != token.data() + token.size()) {
+            return absl::InvalidArgumentError("page_token: not a token returned by ListJobs");
+          }
+        }
+        auto page = core_.ListJobs(query);
+        if (!page.ok()) return page.status();
+        size_t bytes = 0;
+        bool cut = false;
+        for (auto& job : page->jobs) {
+          // A page stops short of the message limit however large the jobs are; the token
+          // leads on from the last job it holds.
+          bytes += job.ByteSizeLong();
+          if (response->jobs_size() > 0 && bytes > v1::kMaxPageBytes) {
+            cut = true;
+            break;
+          }
+          *response->add_jobs() =
+              AccessControl::Owns(caller, job) ? std::move(job) : RedactForNonOwner(std::move(job));
+        }
+        if ((page->more || cut) && response->jobs_size() > 0) {
+          response->set_next_page_token(response->jobs(response->jobs_size() - 1).id());
+        }
+        return absl::OkStatus();
+      },
+      &reads_);
 }
 
 grpc::ServerUnaryReactor* CoordinatorService::CancelJob(grpc::CallbackServerContext* context,
@@ -190,24 +200,24 @@ grpc::ServerUnaryReactor* CoordinatorService::CancelJob(grpc::CallbackServerCont
 grpc::ServerWriteReactor<v1::JobEvent>* CoordinatorService::WatchJob(
     grpc::CallbackServerContext* context, const v1::WatchJobRequest* request) {
   auto caller = access_.IdentifyUser(*context);
-  if (!caller.ok()) return WatchReactor::Fail(hub_, executor_, ToGrpcStatus(caller.status()));
+  if (!caller.ok()) return WatchReactor::Fail(hub_, reads_, ToGrpcStatus(caller.status()));
   // Whose job it is decides whether its log lines are shown, and its newest event how far
   // a watch may start: one lookup (memory for a live job, one indexed row for a finished
   // one).
   auto job = JobFor(*caller, request->id());
-  if (!job.ok()) return WatchReactor::Fail(hub_, executor_, ToGrpcStatus(job.status()));
+  if (!job.ok()) return WatchReactor::Fail(hub_, reads_, ToGrpcStatus(job.status()));
   const bool include_logs = !access_.enabled() || AccessControl::Owns(*caller, *job);
   // A client resumes at the last event it saw + 1; a start beyond that was never handed
   // out, and would otherwise wait silently for events that may never come.
   if (request->from_seq() > job->last_event_seq() + 1) {
     return WatchReactor::Fail(
-        hub_, executor_,
+        hub_, reads_,
         grpc::Status(grpc::StatusCode::OUT_OF_RANGE,
                      absl::StrCat("from_seq: ", request->from_seq(), " is beyond job ",
                                   request->id(), "'s newest event (", job->last_event_seq(),
                                   "); resume at the last seq seen + 1")));
   }
-  return WatchReactor::Start(hub_, executor_, request->id(), request->from_seq(), include_logs);
+  return WatchReactor::Start(hub_, reads_, request->id(), request->from_seq(), include_logs);
 }
 
 grpc::ServerUnaryReactor* CoordinatorService::GetCluster(grpc::CallbackServerContext* context,

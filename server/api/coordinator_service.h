@@ -15,11 +15,15 @@ namespace stoke::server {
 
 class CoordinatorService final : public v1::Coordinator::CallbackService {
  public:
-  CoordinatorService(Coordinator& core, EventHub& hub, Executor& executor, DataRoots data_roots,
-                     const AccessControl& access, AuditLog& audit)
+  // `reads` runs GetJob, ListJobs and the watchers' reads; `executor` the rest. Apart,
+  // so that reads (which never take the core's lock) do not queue behind calls waiting
+  // for it while a transition syncs to disk.
+  CoordinatorService(Coordinator& core, EventHub& hub, Executor& executor, Executor& reads,
+                     DataRoots data_roots, const AccessControl& access, AuditLog& audit)
       : core_(core),
         hub_(hub),
         executor_(executor),
+        reads_(reads),
         data_roots_(std::move(data_roots)),
         access_(access),
         audit_(audit) {}
@@ -54,10 +58,11 @@ class CoordinatorService final : public v1::Coordinator::CallbackService {
 
  private:
   // Identifies the caller (from the call's metadata, on gRPC's thread), then runs `work`
-  // on the executor and finishes the call with its status. A caller who cannot be
+  // on the executor (or `on`) and finishes the call with its status. A caller who cannot be
   // identified gets UNAUTHENTICATED and `work` never runs.
   grpc::ServerUnaryReactor* Defer(grpc::CallbackServerContext* context,
-                                  std::function<absl::Status(const Caller&)> work);
+                                  std::function<absl::Status(const Caller&)> work,
+                                  Executor* on = nullptr);
   absl::Status Submit(const Caller& caller, const v1::SubmitJobRequest& request,
                       v1::SubmitJobResponse& response);
   // The job if `caller` may see it at all, redacted unless it owns it.
@@ -66,6 +71,7 @@ class CoordinatorService final : public v1::Coordinator::CallbackService {
   Coordinator& core_;
   EventHub& hub_;
   Executor& executor_;
+  Executor& reads_;
   const DataRoots data_roots_;
   const AccessControl& access_;
   AuditLog& audit_;

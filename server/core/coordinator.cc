@@ -134,9 +134,10 @@ absl::StatusOr<v1::Job> Coordinator::SubmitJob(const v1::JobSpec& spec,
   return current.ok() ? WithWaitingReason(*current) : *job;
 }
 
+// Reads take the job book's published view, not mu_: a transition holds mu_ through its
+// disk sync, and a read must not queue behind every one of them.
 absl::StatusOr<v1::Job> Coordinator::GetJob(const std::string& id) {
-  std::lock_guard<std::mutex> lock(mu_);
-  auto job = jobs_.Get(id);
+  auto job = jobs_.Published(id);
   if (!job.ok()) return job.status();
   return WithWaitingReason(*std::move(job));
 }
@@ -144,10 +145,11 @@ absl::StatusOr<v1::Job> Coordinator::GetJob(const std::string& id) {
 absl::StatusOr<JobPage> Coordinator::ListJobs(const JobQuery& query) {
   auto page = store_.ListJobs(query);
   if (!page.ok()) return page.status();
-  std::lock_guard<std::mutex> lock(mu_);
   for (auto& job : page->jobs) {
     // The store row of a live job lags memory only by metrics; prefer memory.
-    if (const v1::Job* active = jobs_.FindActive(job.id())) job = *active;
+    if (IsTerminal(job.state())) continue;
+    auto published = jobs_.Published(job.id());
+    if (published.ok()) job = *std::move(published);
     job = WithWaitingReason(std::move(job));
   }
   return page;
@@ -169,8 +171,7 @@ absl::StatusOr<v1::Job> Coordinator::CancelJob(const std::string& id, const std:
   if (was_live) StopGang(id, message);
   started_ranks_.erase(id);
   succeeded_ranks_.erase(id);
-  waiting_.erase(id);
-  Schedule();
+  Schedule();  // also forgets why the job was waiting
   return jobs_.Get(id);
 }
 
@@ -199,12 +200,7 @@ void Coordinator::RefuseReport(const std::string& worker_id, const char* kind,
                worker_id, kind, job_id);
 }
 
-std::vector<v1::Job> Coordinator::ActiveJobs() {
-  std::lock_guard<std::mutex> lock(mu_);
-  std::vector<v1::Job> jobs;
-  for (const v1::Job* job : jobs_.Active()) jobs.push_back(*job);
-  return jobs;
-}
+std::vector<v1::Job> Coordinator::ActiveJobs() { return jobs_.PublishedActive(); }
 
 absl::StatusOr<std::vector<CheckpointFiles>> Coordinator::ListCheckpoints(const std::string& id) {
   {
@@ -742,12 +738,12 @@ void Coordinator::Schedule() {
     queue.push_back(std::move(q));
   }
   if (queue.empty()) {
-    waiting_.clear();
+    PublishWaiting({});
     return;
   }
   SchedulePlan plan =
       scheduler_.Plan(std::move(queue), workers_.FreeDevices(), workers_.Capacity(), clock_.Now());
-  waiting_ = std::move(plan.waiting);
+  PublishWaiting(std::move(plan.waiting));
   for (const auto& start : plan.starts) StartJob(start);
 }
 
@@ -824,12 +820,22 @@ std::string Coordinator::RendezvousAddress(const std::string& host) {
   return candidate;
 }
 
+void Coordinator::PublishWaiting(std::map<std::string, std::string> waiting) {
+  auto shared = std::make_shared<const std::map<std::string, std::string>>(std::move(waiting));
+  std::lock_guard<std::mutex> lock(waiting_mu_);
+  waiting_ = std::move(shared);
+}
+
 v1::Job Coordinator::WithWaitingReason(v1::Job job) const {
-  if (IsQueued(job.state())) {
-    if (auto it = waiting_.find(job.id()); it != waiting_.end()) {
-      job.set_message(job.message().empty() ? it->second
-                                            : absl::StrCat(job.message(), "; ", it->second));
-    }
+  if (!IsQueued(job.state())) return job;
+  std::shared_ptr<const std::map<std::string, std::string>> waiting;
+  {
+    std::lock_guard<std::mutex> lock(waiting_mu_);
+    waiting = waiting_;
+  }
+  if (auto it = waiting->find(job.id()); it != waiting->end()) {
+    job.set_message(job.message().empty() ? it->second
+                                          : absl::StrCat(job.message(), "; ", it->second));
   }
   return job;
 }

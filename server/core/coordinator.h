@@ -156,7 +156,9 @@ class Coordinator {
   void WithdrawUnstartedAssignments();
   void Schedule();
   void StartJob(const PlannedStart& start);
+  // Thread-safe (no mu_ needed): adds why a queued job still waits to its message.
   v1::Job WithWaitingReason(v1::Job job) const;
+  void PublishWaiting(std::map<std::string, std::string> waiting);
   void ForgetDiagnoses(const std::string& job_id);
   // host:port for a new attempt's rendezvous on `host`, avoiding ports live jobs hold.
   std::string RendezvousAddress(const std::string& host);
@@ -182,8 +184,11 @@ class Coordinator {
   // Jobs found scheduled or running at start, waiting for their workers to reattach, and
   // until when.
   std::map<std::string, absl::Time> reattach_deadline_;
-  // Why each queued job is still waiting (from the last scheduling pass).
-  std::map<std::string, std::string> waiting_;
+  // Why each queued job is still waiting (from the last scheduling pass); replaced whole
+  // under waiting_mu_, so that readers without mu_ share it without copying.
+  mutable std::mutex waiting_mu_;
+  std::shared_ptr<const std::map<std::string, std::string>> waiting_ =
+      std::make_shared<const std::map<std::string, std::string>>();
   bool shutting_down_ = false;
   uint64_t refused_reports_ = 0;
   uint16_t next_rendezvous_port_ = 0;

@@ -51,7 +51,10 @@ absl::Status JobBook::Recover() {
     if (!page->more) break;
     query.before_id = std::stoull(unfinished.back().id());
   }
-  for (auto& job : unfinished) active_[job.id()] = std::move(job);
+  for (auto& job : unfinished) {
+    Show(job);
+    active_[job.id()] = std::move(job);
+  }
   return absl::OkStatus();
 }
 
@@ -74,6 +77,7 @@ absl::StatusOr<v1::Job> JobBook::Create(const v1::JobSpec& spec, const std::stri
   auto stored = store_.CreateJob(std::move(job), {event});
   if (!stored.ok()) return stored.status();
   active_[stored->id()] = *stored;
+  Show(*stored);
   hub_.Publish(stored->id(), {event}, /*terminal=*/false);
   return stored;
 }
@@ -92,6 +96,41 @@ std::vector<const v1::Job*> JobBook::Active() const {
 absl::StatusOr<v1::Job> JobBook::Get(const std::string& id) const {
   if (const v1::Job* job = FindActive(id)) return *job;
   return store_.GetJob(id);
+}
+
+void JobBook::Show(const v1::Job& job) {
+  auto copy = std::make_shared<const v1::Job>(job);
+  std::lock_guard<std::mutex> lock(view_mu_);
+  view_[job.id()] = std::move(copy);
+}
+
+void JobBook::Hide(const std::string& id) {
+  std::lock_guard<std::mutex> lock(view_mu_);
+  view_.erase(id);
+}
+
+absl::StatusOr<v1::Job> JobBook::Published(const std::string& id) const {
+  std::shared_ptr<const v1::Job> job;
+  {
+    std::lock_guard<std::mutex> lock(view_mu_);
+    if (auto it = view_.find(id); it != view_.end()) job = it->second;
+  }
+  if (job) return *job;
+  // Finished (hidden only once the store holds its final row), or unknown.
+  return store_.GetJob(id);
+}
+
+std::vector<v1::Job> JobBook::PublishedActive() const {
+  std::vector<std::shared_ptr<const v1::Job>> shared;
+  {
+    std::lock_guard<std::mutex> lock(view_mu_);
+    shared.reserve(view_.size());
+    for (const auto& [id, job] : view_) shared.push_back(job);
+  }
+  std::vector<v1::Job> jobs;
+  jobs.reserve(shared.size());
+  for (const auto& job : shared) jobs.push_back(*job);
+  return jobs;
 }
 
 absl::Status JobBook::Transition(const std::string& id, v1::JobState state,
@@ -163,6 +202,7 @@ absl::Status JobBook::AppendReport(const std::string& id, const v1::TaskReport& 
   if (!events.empty() && !telemetry_->HasRoom(events.size())) {
     // Numbered only once queued, so that the job's sequence has no holes.
     telemetry_->CountDropped(events.size());
+    Show(job);
     return absl::ResourceExhaustedError(
         absl::StrCat(events.size(), " events dropped: the telemetry queue is full"));
   }
@@ -173,6 +213,7 @@ absl::Status JobBook::AppendReport(const std::string& id, const v1::TaskReport& 
     if (!event.has_time()) *event.mutable_time() = now;
   }
   telemetry_->Append(job, std::move(events));
+  Show(job);
   return absl::OkStatus();
 }
 
@@ -193,8 +234,10 @@ absl::Status JobBook::Commit(const std::string& id, const std::function<void(v1:
   const bool terminal = IsTerminal(updated.state());
   if (terminal) {
     active_.erase(it);
+    Hide(id);
   } else {
     it->second = std::move(updated);
+    Show(it->second);
   }
   hub_.Publish(id, events, terminal);
   return absl::OkStatus();

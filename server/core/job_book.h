@@ -4,11 +4,14 @@
 // published to watchers. Metric samples and log lines go to the telemetry writer when
 // there is one: numbered here, written and published by it, never waited for.
 // Unfinished jobs live in memory; finished ones are read from the store.
-// Not thread-safe: the Coordinator calls it under its own lock.
+// Not thread-safe: the Coordinator calls it under its own lock, except for the published
+// view (Published, PublishedActive), which readers use without that lock.
 #pragma once
 
 #include <functional>
 #include <map>
+#include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -48,6 +51,14 @@ class JobBook {
   absl::Status Transition(const std::string& id, v1::JobState state, const std::string& message,
                           const std::function<void(v1::Job&)>& edit = nullptr);
 
+  // Thread-safe, and never waits for a commit: the job as last committed (an unfinished
+  // job with its newest reports, as FindActive has it), else as the store has it. Reads
+  // (GetJob, ListJobs, WatchJob, /metrics) use these without the Coordinator's lock, which
+  // a transition holds through its disk sync.
+  absl::StatusOr<v1::Job> Published(const std::string& id) const;
+  // Every unfinished job, by id, as published.
+  std::vector<v1::Job> PublishedActive() const;
+
   // Records a worker's metric samples and log lines as events. With a telemetry writer
   // whose queue is full they are dropped (and counted there), the job's latest metrics
   // still updated. `startup`, when given, becomes the job's (rank 0's first step).
@@ -60,11 +71,18 @@ class JobBook {
   absl::Status Commit(const std::string& id, const std::function<void(v1::Job&)>& edit,
                       std::vector<v1::JobEvent> events);
 
+  // Replaces (or, for a finished job, removes) the job's published copy.
+  void Show(const v1::Job& job);
+  void Hide(const std::string& id);
+
   JobStore& store_;
   EventHub& hub_;
   Clock& clock_;
   TelemetryWriter* const telemetry_;
   std::map<std::string, v1::Job> active_;
+  // active_ as readers see it: copies made after each change, shared with readers.
+  mutable std::mutex view_mu_;
+  std::map<std::string, std::shared_ptr<const v1::Job>> view_;
 };
 
 bool IsQueued(v1::JobState state);

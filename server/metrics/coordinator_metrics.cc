@@ -171,6 +171,11 @@ CoordinatorMetrics::CoordinatorMetrics(const Options& options,
       exposer_(std::move(exposer)),
       registry_(std::make_shared<prometheus::Registry>()),
       snapshot_(std::move(snapshot)) {
+  leader_ = &Gauge("stoke_coordinator_leader",
+                   "1 on the coordinator that serves; 0 on a standby waiting for the leader "
+                   "lease of a shared (PostgreSQL) store")
+                 .Add({});
+  leader_->Set(options.leader ? 1 : 0);
   jobs_ = &Gauge("stoke_jobs", "Unfinished jobs by state");
   queue_length_ = &Gauge("stoke_queue_length", "Jobs waiting for devices (pending or restarting)");
   workers_ = &Gauge("stoke_workers", "Attached workers by state");
@@ -254,6 +259,8 @@ void CoordinatorMetrics::RefreshLoop() {
     lock.lock();
   } while (!stop_cv_.wait_for(lock, std::chrono::seconds(1), [this] { return stopping_; }));
 }
+
+void CoordinatorMetrics::SetLeader(bool leader) { leader_->Set(leader ? 1 : 0); }
 
 std::string CoordinatorMetrics::Exposition() const {
   return prometheus::TextSerializer().Serialize(registry_->Collect());

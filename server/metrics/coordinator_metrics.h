@@ -46,6 +46,9 @@ class CoordinatorMetrics final : public RpcObserver {
     // When set, /metrics answers only requests that carry it as the HTTP basic-auth
     // password (Prometheus: basic_auth with password_file); any user name.
     std::string token;
+    // False for a standby coordinator waiting for the leader lease (SetLeader(true) once
+    // it leads): stoke_coordinator_leader says which one of a pair serves.
+    bool leader = true;
   };
 
   // Listens (if an address is given) and, with a snapshot function, refreshes from it
@@ -58,6 +61,8 @@ class CoordinatorMetrics final : public RpcObserver {
   const std::string& address() const { return address_; }
   // Applies one snapshot taken at `now` (the refresher does this every second).
   void Refresh(const MetricsSnapshot& snapshot, absl::Time now);
+  // This coordinator took the leader lease (or lost it).
+  void SetLeader(bool leader);
   // Everything registered, in Prometheus text format (what /metrics serves).
   std::string Exposition() const;
 
@@ -96,6 +101,7 @@ class CoordinatorMetrics final : public RpcObserver {
   std::string address_;
   SnapshotFn snapshot_;
 
+  prometheus::Gauge* leader_ = nullptr;
   // Cluster and scheduler.
   GaugeFamily* jobs_ = nullptr;
   GaugeFamily* queue_length_ = nullptr;

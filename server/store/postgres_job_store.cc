@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <map>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
@@ -106,6 +107,33 @@ absl::Status PostgresJobStore::Commit(const v1::Job& job, absl::Span<const v1::J
   if (updated->Affected() != 1)
     return absl::NotFoundError(absl::StrCat("job ", job.id(), " not found"));
   if (auto s = WriteEvents(id, events); !s.ok()) return s;
+  return txn.Commit();
+}
+
+absl::Status PostgresJobStore::CommitBatch(absl::Span<const JobUpdate> updates) {
+  if (updates.empty()) return absl::OkStatus();
+  std::lock_guard<std::mutex> lock(mu_);
+  PgTransaction txn(*db_);
+  if (!txn.begun().ok()) return txn.begun();
+  // A job's row is written once, as its last update leaves it: one round trip per job
+  // rather than per report.
+  std::map<int64_t, const v1::Job*> rows;
+  for (const auto& update : updates) {
+    int64_t id = 0;
+    if (!ParseJobId(update.job.id(), &id))
+      return absl::NotFoundError(absl::StrCat("job ", update.job.id(), " not found"));
+    if (auto s = WriteEvents(id, update.events); !s.ok()) return s;
+    rows[id] = &update.job;
+  }
+  std::string blob;
+  for (const auto& [id, job] : rows) {
+    if (!job->SerializeToString(&blob)) return absl::InternalError("cannot serialize job");
+    auto updated = db_->Exec("UPDATE jobs SET state = $1, job = $2 WHERE id = $3",
+                             PgParams().Int(job->state()).Bytes(std::move(blob)).Int(id));
+    if (!updated.ok()) return updated.status();
+    if (updated->Affected() != 1)
+      return absl::NotFoundError(absl::StrCat("job ", job->id(), " not found"));
+  }
   return txn.Commit();
 }
 

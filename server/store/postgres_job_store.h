@@ -40,6 +40,8 @@ class PostgresJobStore final : public JobStore {
 
   absl::StatusOr<v1::Job> CreateJob(v1::Job job, absl::Span<const v1::JobEvent> events) override;
   absl::Status Commit(const v1::Job& job, absl::Span<const v1::JobEvent> events) override;
+  // One transaction for the whole batch (the telemetry writer's group commit).
+  absl::Status CommitBatch(absl::Span<const JobUpdate> updates) override;
   absl::StatusOr<v1::Job> GetJob(const std::string& id) override;
   absl::StatusOr<v1::Job> FindJobByRequestId(const std::string& request_id) override;
   absl::StatusOr<JobPage> ListJobs(const JobQuery& query) override;

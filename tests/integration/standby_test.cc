@@ -5,11 +5,13 @@
 #include <gtest/gtest.h>
 #include <signal.h>
 
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 
 #include "client/lib/client.h"
 #include "tests/support/coordinator_process.h"
+#include "tests/support/http_get.h"
 #include "tests/support/postgres_server.h"
 #include "tests/support/store_factories.h"
 #include "tests/support/subprocess.h"
@@ -19,6 +21,7 @@
 namespace stoke::testing {
 namespace {
 
+namespace fs = std::filesystem;
 using std::chrono::seconds;
 
 std::string ReadText(const std::string& path) {
@@ -190,6 +193,49 @@ TEST(StandbyCoordinator, AStandbyStopsCleanlyAndAStoppedLeaderHandsOver) {
       seconds(10)))
       << standby.Log();
   EXPECT_EQ(ReadText(dir.File("coordinator.address")), third + "\n");
+}
+
+// Prometheus scrapes both coordinators of a pair: the standby answers /metrics (so it is
+// not reported down) and says it waits; once the leader stops, it says it leads.
+TEST(StandbyCoordinator, ServesMetricsSayingWhetherItLeads) {
+  if (FindPostgresBinDir().empty()) GTEST_SKIP() << "PostgreSQL server binaries not found";
+  std::string error;
+  const std::string store = NewPostgresDatabase(&error);
+  ASSERT_FALSE(store.empty()) << error;
+  TempDir dir;
+  const std::string leader_metrics = "127.0.0.1:" + std::to_string(FreePort());
+  const std::string standby_metrics = "127.0.0.1:" + std::to_string(FreePort());
+  auto start = [&](const std::string& name, const std::string& metrics) {
+    return std::make_unique<BackgroundProcess>(
+        std::vector<std::string>{STOKE_COORDINATOR_BINARY, "--address",
+                                 "127.0.0.1:" + std::to_string(FreePort()), "--store", store,
+                                 "--data-dir", dir.File(name), "--local-workers", "0",
+                                 "--metrics-address", metrics},
+        BackgroundProcess::Options{dir.File(name + ".log")});
+  };
+  auto leader = start("first", leader_metrics);
+  ASSERT_TRUE(
+      WaitFor([&] { return fs::exists(dir.File("first/coordinator.address")); }, seconds(30)))
+      << leader->Log();
+  auto standby = start("second", standby_metrics);
+  ASSERT_TRUE(
+      WaitFor([&] { return standby->Log().find("standby:") != std::string::npos; }, seconds(30)))
+      << standby->Log();
+  auto says = [](const std::string& address, const std::string& line) {
+    return HttpGet(address, "/metrics").find("\n" + line + "\n") != std::string::npos;
+  };
+  EXPECT_TRUE(says(standby_metrics, "stoke_coordinator_leader 0"))
+      << HttpGet(standby_metrics, "/metrics");
+  EXPECT_TRUE(says(leader_metrics, "stoke_coordinator_leader 1"))
+      << HttpGet(leader_metrics, "/metrics");
+
+  leader->Signal(SIGTERM);
+  EXPECT_EQ(leader->Wait(), 0) << leader->Log();
+  EXPECT_TRUE(
+      WaitFor([&] { return says(standby_metrics, "stoke_coordinator_leader 1"); }, seconds(10)))
+      << standby->Log() << HttpGet(standby_metrics, "/metrics");
+  standby->Signal(SIGTERM);
+  EXPECT_EQ(standby->Wait(), 0) << standby->Log();
 }
 
 TEST(CoordinatorStoreFlag, ABadUrlOrAnAbsentServerStopsTheStartNamingTheFlag) {

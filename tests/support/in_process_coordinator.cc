@@ -17,11 +17,13 @@ InProcessCoordinator::InProcessCoordinator(Options options) {
   core_ = *server::Coordinator::Create(core_options, *store_, *hub_, clock_);
   EXPECT_TRUE(core_->Start().ok());
   executor_ = std::make_unique<server::Executor>(options.executor_threads);
+  read_executor_ = std::make_unique<server::Executor>(options.executor_threads);
   access_ = std::make_unique<server::AccessControl>(
       server::AccessControl::Options{std::move(options.tokens), false});
   audit_ = std::make_unique<server::AuditLog>(*store_, clock_);
   coordinator_service_ = std::make_unique<server::CoordinatorService>(
-      *core_, *hub_, *executor_, server::DataRoots(options.data_roots), *access_, *audit_);
+      *core_, *hub_, *executor_, *read_executor_, server::DataRoots(options.data_roots), *access_,
+      *audit_);
   link_service_ =
       std::make_unique<server::WorkerLinkService>(*core_, *executor_, *access_, *audit_);
   metrics_ = *server::CoordinatorMetrics::Start({}, nullptr);
@@ -36,6 +38,7 @@ InProcessCoordinator::~InProcessCoordinator() {
   core_->BeginShutdown();
   server_->Shutdown(std::chrono::milliseconds(500));
   executor_->Stop();
+  read_executor_->Stop();
   core_->Stop();
 }
 

@@ -63,6 +63,7 @@ class InProcessCoordinator {
   std::unique_ptr<server::EventHub> hub_;
   std::unique_ptr<server::Coordinator> core_;
   std::unique_ptr<server::Executor> executor_;
+  std::unique_ptr<server::Executor> read_executor_;
   std::unique_ptr<server::AccessControl> access_;
   std::unique_ptr<server::AuditLog> audit_;
   std::unique_ptr<server::CoordinatorService> coordinator_service_;

@@ -110,6 +110,7 @@ TEST(CoordinatorMetrics, ExpositionOfAKnownState) {
   const std::string text = metrics->Exposition();
 
   for (const char* line : {
+           "stoke_coordinator_leader 1",
            "stoke_jobs{state=\"running\"} 1",
            "stoke_jobs{state=\"pending\"} 1",
            "stoke_jobs{state=\"restarting\"} 0",
@@ -172,6 +173,16 @@ TEST(CoordinatorMetrics, EachAttemptsStartUpIsObservedOnce) {
   text = metrics->Exposition();
   EXPECT_TRUE(Has(text, "stoke_job_startup_seconds_count 2")) << text;
   EXPECT_TRUE(Has(text, "stoke_job_startup_seconds_sum 2")) << text;
+}
+
+// Prometheus scrapes both coordinators of a pair: the standby answers, and says it waits.
+TEST(CoordinatorMetrics, AStandbySaysSoUntilItLeads) {
+  CoordinatorMetrics::Options options;
+  options.leader = false;
+  auto metrics = *CoordinatorMetrics::Start(options, nullptr);
+  EXPECT_TRUE(Has(metrics->Exposition(), "stoke_coordinator_leader 0")) << metrics->Exposition();
+  metrics->SetLeader(true);
+  EXPECT_TRUE(Has(metrics->Exposition(), "stoke_coordinator_leader 1")) << metrics->Exposition();
 }
 
 TEST(CoordinatorMetrics, RpcCallsAreCountedTimedAndStreamsTracked) {

@@ -4,6 +4,11 @@
 
 #include <gtest/gtest.h>
 
+#include <condition_variable>
+#include <future>
+#include <mutex>
+#include <thread>
+
 #include "server/api/job_spec_rules.h"
 #include "server/store/sqlite_job_store.h"
 #include "tests/support/forwarding_job_store.h"
@@ -630,6 +635,84 @@ TEST_F(CoordinatorTest, ReportsForJobsNotAssignedToTheSenderAreCounted) {
   Finished(other, id, 1, v1::TASK_OUTCOME_SUCCEEDED);  // forged
   EXPECT_EQ(GetJob(id).state(), v1::JOB_STATE_RUNNING);
   EXPECT_EQ(core_->GetCluster().refused_worker_reports(), 1u);
+}
+
+// The real store, whose job commits a test can hold as a slow disk sync would.
+class StallableStore final : public testing::ForwardingJobStore {
+ public:
+  using ForwardingJobStore::ForwardingJobStore;
+
+  absl::Status Commit(const v1::Job& job, absl::Span<const v1::JobEvent> events) override {
+    std::unique_lock<std::mutex> lock(mu_);
+    if (stall_) {
+      ++stalled_;
+      cv_.notify_all();
+      cv_.wait(lock, [this] { return !stall_; });
+    }
+    lock.unlock();
+    return ForwardingJobStore::Commit(job, events);
+  }
+  void Stall() {
+    std::lock_guard<std::mutex> lock(mu_);
+    stall_ = true;
+  }
+  bool AwaitStalled() {
+    std::unique_lock<std::mutex> lock(mu_);
+    return cv_.wait_for(lock, std::chrono::seconds(10), [this] { return stalled_ > 0; });
+  }
+  void Release() {
+    std::lock_guard<std::mutex> lock(mu_);
+    stall_ = false;
+    cv_.notify_all();
+  }
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool stall_ = false;
+  int stalled_ = 0;
+};
+
+// A transition holds the coordinator's lock until its commit is durable; GetJob, ListJobs
+// and /metrics' snapshot must not wait for that disk sync (under load they queued behind
+// every one, bench/load.sh found).
+TEST(CoordinatorReads, AnswerWhileATransitionWaitsForTheStore) {
+  stoke::testing::TempDir dir;
+  StallableStore store(*SqliteJobStore::Open({dir.File("stoke.db")}));
+  EventHub hub(store);
+  FakeClock clock;
+  Coordinator::Options options;
+  options.tick_interval = absl::ZeroDuration();
+  options.jobs_dir = dir.File("jobs");
+  auto core = *Coordinator::Create(options, store, hub, clock);
+  ASSERT_TRUE(core->Start().ok());
+  v1::JobSpec spec;
+  spec.mutable_model()->mutable_mlp();
+  spec.mutable_data()->mutable_synthetic();
+  spec.mutable_training()->set_steps(10);
+  ApplyJobSpecDefaults(spec, *InspectData(spec, DataRoots({})));
+  const std::string id = core->SubmitJob(spec)->id();
+
+  store.Stall();
+  std::thread cancel([&] { EXPECT_TRUE(core->CancelJob(id, "test").ok()); });
+  ASSERT_TRUE(store.AwaitStalled());
+  // Every read answers at once, with the job as last committed (still pending).
+  auto reads = std::async(std::launch::async, [&] {
+    auto job = core->GetJob(id);
+    auto page = core->ListJobs({});
+    auto active = core->ActiveJobs();
+    return job.ok() && job->state() == v1::JOB_STATE_PENDING && page.ok() &&
+           page->jobs.size() == 1 && page->jobs[0].state() == v1::JOB_STATE_PENDING &&
+           active.size() == 1;
+  });
+  const bool answered = reads.wait_for(std::chrono::seconds(5)) == std::future_status::ready;
+  store.Release();
+  cancel.join();
+  ASSERT_TRUE(answered) << "a read waited for the stalled commit";
+  EXPECT_TRUE(reads.get());
+  EXPECT_EQ(core->GetJob(id)->state(), v1::JOB_STATE_CANCELLED);
+  EXPECT_TRUE(core->ActiveJobs().empty());
+  core->Stop();
 }
 
 }  // namespace

@@ -5,6 +5,7 @@
 #include <grpcpp/generic/generic_stub.h>
 #include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
+#include <sqlite3.h>
 
 #include <condition_variable>
 #include <memory>
@@ -162,6 +163,43 @@ TEST(GrpcApi, ASubmissionRetriedWithItsRequestIdCreatesOneJob) {
   grpc::ClientContext again;
   ASSERT_TRUE(stub->SubmitJob(&again, request, &response).ok());
   EXPECT_NE(response.job().id(), ids.front());
+}
+
+// A slow disk (here: another connection holding SQLite's write lock) stalls every write,
+// and with it the calls that wait for the core's lock; reads of a live job answer anyway.
+TEST(GrpcApi, ReadsAnswerWhileWritesWaitForTheDisk) {
+  InProcessCoordinator coordinator;
+  const std::string id = coordinator.Submit();
+  auto stub = coordinator.Stub();
+  sqlite3* db = nullptr;
+  ASSERT_EQ(sqlite3_open(coordinator.dir().File("stoke.db").c_str(), &db), SQLITE_OK);
+  ASSERT_EQ(sqlite3_exec(db, "BEGIN IMMEDIATE", nullptr, nullptr, nullptr), SQLITE_OK);
+  // More stalled submissions than the executor has threads.
+  std::vector<std::thread> submitters;
+  for (int i = 0; i < 8; ++i) {
+    submitters.emplace_back([&] {
+      grpc::ClientContext context;
+      v1::SubmitJobRequest request;
+      *request.mutable_spec() = SyntheticSpec("stalled");
+      v1::SubmitJobResponse response;
+      EXPECT_TRUE(stub->SubmitJob(&context, request, &response).ok());
+    });
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  const auto start = std::chrono::steady_clock::now();
+  grpc::ClientContext get_context;
+  get_context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(2));
+  v1::GetJobRequest get;
+  get.set_id(id);
+  v1::Job job;
+  const grpc::Status got = stub->GetJob(&get_context, get, &job);
+  const auto took = std::chrono::steady_clock::now() - start;
+  sqlite3_exec(db, "COMMIT", nullptr, nullptr, nullptr);
+  sqlite3_close(db);
+  for (auto& t : submitters) t.join();
+  ASSERT_TRUE(got.ok()) << got.error_message();
+  EXPECT_EQ(job.state(), v1::JOB_STATE_PENDING);
+  EXPECT_LT(took, std::chrono::seconds(1));
 }
 
 TEST(GrpcApi, UnknownFieldsAreNotStoredAndOverlongFieldsAreRefused) {

@@ -95,6 +95,60 @@ TEST_P(JobStoreTest, AFailedCommitChangesNothing) {
   EXPECT_TRUE(store_->Commit(job, {StateEvent(2, v1::JOB_STATE_RUNNING)}).ok());
 }
 
+v1::JobEvent SampleEvent(uint64_t seq, uint64_t step) {
+  v1::JobEvent event;
+  event.set_seq(seq);
+  event.mutable_metrics()->set_step(step);
+  return event;
+}
+
+// The telemetry writer's group commit: every update's events, each job's row as its last
+// update leaves it, and all of it in one transaction.
+TEST_P(JobStoreTest, CommitBatchStoresEveryUpdateAndEachJobsLastRowOrNothing) {
+  v1::Job a = *store_->CreateJob(NewJob("a"), {StateEvent(1, v1::JOB_STATE_PENDING)});
+  v1::Job b = *store_->CreateJob(NewJob("b"), {StateEvent(1, v1::JOB_STATE_PENDING)});
+  std::vector<JobUpdate> updates(3);
+  updates[0].job = a;
+  updates[0].job.set_last_event_seq(2);
+  updates[0].events = {SampleEvent(2, 10)};
+  updates[1].job = b;
+  updates[1].job.set_last_event_seq(2);
+  updates[1].events = {SampleEvent(2, 5)};
+  updates[2].job = a;
+  updates[2].job.set_last_event_seq(4);
+  updates[2].events = {SampleEvent(3, 20), SampleEvent(4, 30)};
+  ASSERT_TRUE(store_->CommitBatch(updates).ok());
+  EXPECT_EQ(store_->GetJob(a.id())->last_event_seq(), 4u);
+  EXPECT_EQ(store_->GetJob(b.id())->last_event_seq(), 2u);
+  EXPECT_EQ(store_->ReadEvents(a.id(), 1, 100)->size(), 4u);
+  EXPECT_EQ(store_->ReadEvents(b.id(), 1, 100)->size(), 2u);
+
+  // One bad update (an event already stored) after a good one, and none of the batch is
+  // kept: committed one update at a time, b's would have been.
+  std::vector<JobUpdate> bad(2);
+  bad[0].job = b;
+  bad[0].job.set_last_event_seq(3);
+  bad[0].events = {SampleEvent(3, 6)};
+  bad[1].job = a;
+  bad[1].events = {SampleEvent(4, 40)};
+  EXPECT_FALSE(store_->CommitBatch(bad).ok());
+  EXPECT_EQ(store_->GetJob(b.id())->last_event_seq(), 2u);
+  EXPECT_EQ(store_->ReadEvents(b.id(), 1, 100)->size(), 2u);
+
+  // An unknown job in a batch is NOT_FOUND, and the batch's other updates are not kept.
+  std::vector<JobUpdate> ghost(2);
+  ghost[0] = bad[0];
+  ghost[1].job = NewJob("ghost");
+  ghost[1].job.set_id("42");
+  EXPECT_EQ(store_->CommitBatch(ghost).code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(store_->ReadEvents(b.id(), 1, 100)->size(), 2u);
+
+  // The store takes batches again, and they survive a reopen.
+  ASSERT_TRUE(store_->CommitBatch({bad[0]}).ok());
+  EXPECT_EQ(Reopen().ReadEvents(b.id(), 1, 100)->size(), 3u);
+  EXPECT_EQ(store_->GetJob(b.id())->last_event_seq(), 3u);
+}
+
 TEST_P(JobStoreTest, CommitOfAnUnknownJobIsNotFound) {
   v1::Job ghost = NewJob("ghost");
   ghost.set_id("42");

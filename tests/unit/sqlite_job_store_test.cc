@@ -19,46 +19,6 @@ using stoke::testing::NewJob;
 using stoke::testing::StateEvent;
 using stoke::testing::TempDir;
 
-v1::JobEvent SampleEvent(uint64_t seq, uint64_t step) {
-  v1::JobEvent event;
-  event.set_seq(seq);
-  event.mutable_metrics()->set_step(step);
-  return event;
-}
-
-TEST(SqliteJobStore, CommitBatchStoresEveryUpdateAndEachJobsLastRowOrNothing) {
-  TempDir dir;
-  auto store = *SqliteJobStore::Open({dir.File("stoke.db")});
-  v1::Job a = *store->CreateJob(NewJob("a"), {StateEvent(1, v1::JOB_STATE_PENDING)});
-  v1::Job b = *store->CreateJob(NewJob("b"), {StateEvent(1, v1::JOB_STATE_PENDING)});
-  std::vector<JobUpdate> updates(3);
-  updates[0].job = a;
-  updates[0].job.set_last_event_seq(2);
-  updates[0].events = {SampleEvent(2, 10)};
-  updates[1].job = b;
-  updates[1].job.set_last_event_seq(2);
-  updates[1].events = {SampleEvent(2, 5)};
-  updates[2].job = a;
-  updates[2].job.set_last_event_seq(4);
-  updates[2].events = {SampleEvent(3, 20), SampleEvent(4, 30)};
-  ASSERT_TRUE(store->CommitBatch(updates).ok());
-  EXPECT_EQ(store->GetJob(a.id())->last_event_seq(), 4u);
-  EXPECT_EQ(store->GetJob(b.id())->last_event_seq(), 2u);
-  EXPECT_EQ(store->ReadEvents(a.id(), 1, 100)->size(), 4u);
-  EXPECT_EQ(store->ReadEvents(b.id(), 1, 100)->size(), 2u);
-
-  // One bad update (an event already stored) and none of the batch is kept.
-  std::vector<JobUpdate> bad(2);
-  bad[0].job = b;
-  bad[0].job.set_last_event_seq(3);
-  bad[0].events = {SampleEvent(3, 6)};
-  bad[1].job = a;
-  bad[1].events = {SampleEvent(4, 40)};
-  EXPECT_FALSE(store->CommitBatch(bad).ok());
-  EXPECT_EQ(store->GetJob(b.id())->last_event_seq(), 2u);
-  EXPECT_EQ(store->ReadEvents(b.id(), 1, 100)->size(), 2u);
-}
-
 TEST(SqliteJobStore, FullStoreRefusesWritesAndKeepsWhatItHad) {
   TempDir dir;
   // A size cap makes SQLite fail the way a full disk does (SQLITE_FULL).

@@ -22,7 +22,9 @@ class CoordinatorService final : public v1::Coordinator::CallbackService {
         executor_(executor),
         data_roots_(std::move(data_roots)),
         access_(access),
-        audit_(audit) {}
+        audit_(audit) {
+    CheckRequestDecoding();
+  }
 
   grpc::ServerUnaryReactor* SubmitJob(grpc::CallbackServerContext* context,
                                       const v1::SubmitJobRequest* request,
@@ -53,6 +55,9 @@ class CoordinatorService final : public v1::Coordinator::CallbackService {
                                    v1::WhoAmIResponse* response) override;
 
  private:
+  // Puts every method behind a handler that refuses an undecodable request naming the
+  // field (checked_request_handler.h), where gRPC would answer UNIMPLEMENTED.
+  void CheckRequestDecoding();
   // Identifies the caller (from the call's metadata, on gRPC's thread), then runs `work`
   // on the executor and finishes the call with its status. A caller who cannot be
   // identified gets UNAUTHENTICATED and `work` never runs.

@@ -145,10 +145,11 @@ absl::StatusOr<IdxArray> ReadIdxFile(const std::string& path, int expected_dims,
   return array;
 }
 
-absl::StatusOr<IdxShape> InspectIdxFile(const std::string& path, int expected_dims, bool scan_max) {
+absl::StatusOr<IdxShape> InspectIdxFile(const std::string& path, int expected_dims, bool scan_max,
+                                        const ReadOptions& options) {
   long long plain_size = 0;
   uint32_t gzip_isize = 0;
-  auto file = OpenIdx(path, ReadOptions{}, &plain_size, &gzip_isize);
+  auto file = OpenIdx(path, options, &plain_size, &gzip_isize);
   if (!file.ok()) return file.status();
   IdxShape shape;
   uint64_t total = 0;

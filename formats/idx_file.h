@@ -33,6 +33,7 @@ struct IdxShape {
 // long as the header says (the file's size; gzipped, the size its trailer records); and,
 // with `scan_max`, the largest value, read a piece at a time. Memory stays small whatever
 // the file's size or compression ratio: the coordinator checks submissions with it.
-absl::StatusOr<IdxShape> InspectIdxFile(const std::string& path, int expected_dims, bool scan_max);
+absl::StatusOr<IdxShape> InspectIdxFile(const std::string& path, int expected_dims, bool scan_max,
+                                        const ReadOptions& options = {});
 
 }  // namespace stoke::data

@@ -64,14 +64,14 @@ absl::StatusOr<ImageSet> ReadMnistSplit(const std::string& folder, const std::st
 }
 
 absl::StatusOr<ImageSet> InspectMnistSplit(const std::string& folder, const std::string& prefix,
-                                           const ReadOptions&) {
+                                           const ReadOptions& options) {
   auto images_path = FindFile(folder, prefix + "-images-idx3-ubyte");
   if (!images_path.ok()) return images_path.status();
   auto labels_path = FindFile(folder, prefix + "-labels-idx1-ubyte");
   if (!labels_path.ok()) return labels_path.status();
-  auto images = InspectIdxFile(*images_path, 3, /*scan_max=*/false);
+  auto images = InspectIdxFile(*images_path, 3, /*scan_max=*/false, options);
   if (!images.ok()) return images.status();
-  auto labels = InspectIdxFile(*labels_path, 1, /*scan_max=*/true);
+  auto labels = InspectIdxFile(*labels_path, 1, /*scan_max=*/true, options);
   if (!labels.ok()) return labels.status();
   if (images->dims[0] != labels->dims[0]) {
     return absl::InvalidArgumentError(absl::StrCat(*images_path, " holds ", images->dims[0],
@@ -191,8 +191,9 @@ absl::StatusOr<ImageSplits> ReadMnistFolder(const std::string& folder, const Rea
   return MnistFolder(folder, ReadMnistSplit, options);
 }
 
-absl::StatusOr<ImageSplits> InspectMnistFolder(const std::string& folder) {
-  return MnistFolder(folder, InspectMnistSplit, ReadOptions{});
+absl::StatusOr<ImageSplits> InspectMnistFolder(const std::string& folder,
+                                               const ReadOptions& options) {
+  return MnistFolder(folder, InspectMnistSplit, options);
 }
 
 absl::StatusOr<ImageSplits> ReadCifar10Folder(const std::string& folder,
@@ -200,8 +201,9 @@ absl::StatusOr<ImageSplits> ReadCifar10Folder(const std::string& folder,
   return CifarFolder(folder, /*keep=*/true, options);
 }
 
-absl::StatusOr<ImageSplits> InspectCifar10Folder(const std::string& folder) {
-  return CifarFolder(folder, /*keep=*/false, ReadOptions{});
+absl::StatusOr<ImageSplits> InspectCifar10Folder(const std::string& folder,
+                                                 const ReadOptions& options) {
+  return CifarFolder(folder, /*keep=*/false, options);
 }
 
 }  // namespace stoke::data

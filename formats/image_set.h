@@ -42,8 +42,12 @@ absl::StatusOr<ImageSplits> ReadCifar10Folder(const std::string& folder,
 // The same checks as the readers above, without loading the images: headers, sizes and
 // labels only, read a piece at a time, so that memory stays small whatever the files
 // hold (a sparse 4 GiB batch, a gzip bomb). The splits come back with their shapes,
-// counts and classes; `pixels` and `labels` stay empty. For the coordinator's checks.
-absl::StatusOr<ImageSplits> InspectMnistFolder(const std::string& folder);
-absl::StatusOr<ImageSplits> InspectCifar10Folder(const std::string& folder);
+// counts and classes; `pixels` and `labels` stay empty. For the coordinator's checks,
+// which pass their data roots in `options` so that each file is opened as the worker
+// opens it (read_options.h).
+absl::StatusOr<ImageSplits> InspectMnistFolder(const std::string& folder,
+                                               const ReadOptions& options = {});
+absl::StatusOr<ImageSplits> InspectCifar10Folder(const std::string& folder,
+                                                 const ReadOptions& options = {});
 
 }  // namespace stoke::data

@@ -1,8 +1,8 @@
-// How a reader opens and reads the files a job names. The worker passes the data roots
-// it was given, so that every file is re-checked against them when it is opened (a link
-// swapped in after the coordinator's check leads nowhere), and its cancel flag, so that
-// a long read of a large file stops when the job is cancelled. The coordinator and the
-// CLI pass nothing: they check paths themselves, or read what their user named.
+// How a reader opens and reads the files a job names. The coordinator (at submission) and
+// the worker pass the data roots, so that every file is checked against them when it is
+// opened, not only when its path was resolved (a link swapped in between leads nowhere);
+// the worker also passes its cancel flag, so that a long read of a large file stops when
+// the job is cancelled. The CLI passes nothing: it reads what its user named.
 #pragma once
 
 #include <atomic>

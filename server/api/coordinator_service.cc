@@ -1,10 +1,13 @@
 #include "server/api/coordinator_service.h"
 
+#include <google/protobuf/descriptor.h>
+
 #include <charconv>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "proto/stoke/v1/limits.h"
+#include "server/api/checked_request_handler.h"
 #include "server/api/file_stream_reactor.h"
 #include "server/api/grpc_status.h"
 #include "server/api/job_spec_rules.h"
@@ -26,6 +29,25 @@ absl::Status RequireId(const std::string& id) {
 }
 
 }  // namespace
+
+void CoordinatorService::CheckRequestDecoding() {
+  const auto* service = google::protobuf::DescriptorPool::generated_pool()->FindServiceByName(
+      v1::Coordinator::service_full_name());
+  auto install = [&](const char* name, grpc::internal::MethodHandler* handler) {
+    MarkMethodCallback(service->FindMethodByName(name)->index(), handler);
+  };
+  using S = CoordinatorService;
+  install("SubmitJob", CheckedUnary(this, &S::SubmitJob));
+  install("GetJob", CheckedUnary(this, &S::GetJob));
+  install("ListJobs", CheckedUnary(this, &S::ListJobs));
+  install("CancelJob", CheckedUnary(this, &S::CancelJob));
+  install("WatchJob", CheckedServerStreaming(this, &S::WatchJob));
+  install("GetCluster", CheckedUnary(this, &S::GetCluster));
+  install("ListCheckpoints", CheckedUnary(this, &S::ListCheckpoints));
+  install("DownloadModel", CheckedServerStreaming(this, &S::DownloadModel));
+  install("ListAudit", CheckedUnary(this, &S::ListAudit));
+  install("WhoAmI", CheckedUnary(this, &S::WhoAmI));
+}
 
 grpc::ServerUnaryReactor* CoordinatorService::Defer(grpc::CallbackServerContext* context,
                                                     std::function<absl::Status(const Caller&)> work,

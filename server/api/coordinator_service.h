@@ -26,7 +26,9 @@ class CoordinatorService final : public v1::Coordinator::CallbackService {
         reads_(reads),
         data_roots_(std::move(data_roots)),
         access_(access),
-        audit_(audit) {}
+        audit_(audit) {
+    CheckRequestDecoding();
+  }
 
   grpc::ServerUnaryReactor* SubmitJob(grpc::CallbackServerContext* context,
                                       const v1::SubmitJobRequest* request,
@@ -57,6 +59,9 @@ class CoordinatorService final : public v1::Coordinator::CallbackService {
                                    v1::WhoAmIResponse* response) override;
 
  private:
+  // Puts every method behind a handler that refuses an undecodable request naming the
+  // field (checked_request_handler.h), where gRPC would answer UNIMPLEMENTED.
+  void CheckRequestDecoding();
   // Identifies the caller (from the call's metadata, on gRPC's thread), then runs `work`
   // on the executor (or `on`) and finishes the call with its status. A caller who cannot be
   // identified gets UNAUTHENTICATED and `work` never runs.

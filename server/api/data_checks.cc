@@ -6,7 +6,6 @@
 
 #include <cerrno>
 #include <cstring>
-#include <filesystem>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -63,29 +62,22 @@ std::string Source(absl::string_view field, absl::string_view path) {
 // room for a shift of up to context - 1 and the target's one extra token.
 int64_t Windows(int64_t tokens, int64_t context) { return (tokens - context) / context; }
 
-// The readers open files by name inside a folder Resolve has checked; a link among them
-// could still lead out of the data roots. Dangling links are left to the readers.
-absl::Status CheckFolderLinks(const std::string& field, const std::string& folder,
-                              const DataRoots& roots) {
-  std::error_code ec;
-  for (std::filesystem::directory_iterator it(folder, ec), end; !ec && it != end;
-       it.increment(ec)) {
-    std::error_code link_ec;
-    if (!it->is_symlink(link_ec) || !std::filesystem::exists(it->path(), link_ec)) continue;
-    auto target = roots.Resolve(field, it->path().string());
-    if (!target.ok()) return target.status();
-  }
-  if (ec) return Invalid(field, absl::StrCat(folder, ": cannot list: ", ec.message()));
-  return absl::OkStatus();
+// How the readers open files: as the worker does, each checked against the data roots at
+// the moment it is opened (links followed by hand, nothing followed by the kernel), so
+// that a link swapped in after Resolve, or one inside a folder, leads nowhere.
+data::ReadOptions Rooted(const DataRoots& roots) {
+  data::ReadOptions options;
+  options.roots = roots.roots();
+  return options;
 }
 
 absl::StatusOr<DataFacts> ImageFacts(const std::string& field, const std::string& path,
                                      const std::string& folder, bool cifar,
                                      const DataRoots& roots) {
-  if (auto s = CheckFolderLinks(field, folder, roots); !s.ok()) return s;
   // Headers, sizes and labels only: what the coordinator holds in memory stays small
   // whatever the files hold.
-  auto splits = cifar ? data::InspectCifar10Folder(folder) : data::InspectMnistFolder(folder);
+  auto splits = cifar ? data::InspectCifar10Folder(folder, Rooted(roots))
+                      : data::InspectMnistFolder(folder, Rooted(roots));
   if (!splits.ok()) return FromReader(field, splits.status());
   DataFacts facts;
   facts.kind = DataFacts::Kind::kImage;
@@ -98,14 +90,16 @@ absl::StatusOr<DataFacts> ImageFacts(const std::string& field, const std::string
 
 absl::StatusOr<std::shared_ptr<const data::TokenFile>> OpenTokens(const std::string& field,
                                                                   const std::string& path,
-                                                                  uint32_t vocab) {
-  auto file = data::TokenFile::Open(path);
+                                                                  uint32_t vocab,
+                                                                  const DataRoots& roots) {
+  auto file = data::TokenFile::Open(path, Rooted(roots));
   if (!file.ok()) return FromReader(field, file.status());
   int64_t id = 0;
   const int64_t at = (*file)->FirstOutOfVocabulary(vocab, &id);
   if (at >= 0) {
-    return Invalid(field, absl::StrCat(path, ": token ", at, " is ", id,
-                                       ", not below data.tokens.vocab_size ", vocab));
+    // Where, not what: a message must never carry a file's bytes.
+    return Invalid(field, absl::StrCat(path, ": the token at position ", at, " (byte offset ",
+                                       2 * at, ") is not below data.tokens.vocab_size ", vocab));
   }
   return file;
 }
@@ -171,13 +165,13 @@ absl::StatusOr<DataFacts> InspectData(const v1::JobSpec& spec, const DataRoots& 
       const int64_t context = t.context() ? t.context() : kDefaultContext;
       auto train_path = roots.Resolve("data.tokens.train_path", t.train_path());
       if (!train_path.ok()) return train_path.status();
-      auto train = OpenTokens("data.tokens.train_path", *train_path, vocab);
+      auto train = OpenTokens("data.tokens.train_path", *train_path, vocab, roots);
       if (!train.ok()) return train.status();
       int64_t train_tokens = (*train)->size();
       if (!t.val_path().empty()) {
         auto val_path = roots.Resolve("data.tokens.val_path", t.val_path());
         if (!val_path.ok()) return val_path.status();
-        auto val = OpenTokens("data.tokens.val_path", *val_path, vocab);
+        auto val = OpenTokens("data.tokens.val_path", *val_path, vocab, roots);
         if (!val.ok()) return val.status();
         if (Windows((*val)->size(), context) < 1) {
           return Invalid("data.tokens.val_path",

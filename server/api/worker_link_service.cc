@@ -5,10 +5,13 @@
 #include <deque>
 #include <memory>
 #include <mutex>
+#include <string>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "proto/stoke/v1/limits.h"
 #include "server/api/grpc_status.h"
+#include "server/api/unparsable_request.h"
 #include "server/api/worker_text.h"
 
 namespace stoke::server {
@@ -25,6 +28,21 @@ std::string PeerHost(const std::string& peer) {
     if (close != std::string::npos) return peer.substr(6, close - 6);
   }
   return "127.0.0.1";
+}
+
+// `bytes` decoded as a WorkerMessage; INVALID_ARGUMENT naming the field (a string that
+// is not UTF-8) when they are none. Consumes `bytes`.
+absl::Status Decode(grpc::ByteBuffer& bytes, v1::WorkerMessage& message) {
+  std::vector<grpc::Slice> slices;
+  std::string wire;
+  if (bytes.Dump(&slices).ok()) {
+    for (const grpc::Slice& slice : slices) {
+      wire.append(reinterpret_cast<const char*>(slice.begin()), slice.size());
+    }
+  }
+  bytes.Clear();
+  if (message.ParseFromString(wire)) return absl::OkStatus();
+  return absl::InvalidArgumentError(DescribeUnparsable(*v1::WorkerMessage::descriptor(), wire));
 }
 
 // What a worker says of itself ends up in GetCluster answers and metric labels: ids,
@@ -92,7 +110,7 @@ class StreamConnection final : public WorkerConnection {
   // Finishes the stream once; later calls (and every read or write after it) do nothing.
   void Finish(grpc::Status status);
   // Starts the next read; false once the stream is finished.
-  bool StartRead(v1::WorkerMessage* message);
+  bool StartRead(grpc::ByteBuffer* message);
   // The stream's write finished; start the next one.
   void OnWriteDone(bool ok);
   // OnDone: the stream is about to be deleted.
@@ -109,8 +127,11 @@ class StreamConnection final : public WorkerConnection {
   bool writing_ = false;
 };
 
+// Reads arrive as bytes and are decoded here: a message gRPC could not decode itself (a
+// string that is not UTF-8) would read as the worker closing its stream, with no word
+// of why.
 class WorkerStream final
-    : public grpc::ServerBidiReactor<v1::WorkerMessage, v1::CoordinatorMessage> {
+    : public grpc::ServerBidiReactor<grpc::ByteBuffer, v1::CoordinatorMessage> {
  public:
   // A stream whose caller could not be identified ends at once with that status.
   WorkerStream(Coordinator& core, Executor& executor, AuditLog& audit, std::string peer,
@@ -141,7 +162,16 @@ class WorkerStream final
       });
       return;
     }
-    Post([this, message = std::move(incoming_)]() mutable {
+    v1::WorkerMessage message;
+    if (absl::Status s = Decode(incoming_, message); !s.ok()) {
+      Post([this, s] {
+        spdlog::warn("worker link from {} ended: {}", peer_, std::string(s.message()));
+        if (!worker_id_.empty()) core_.DetachWorker(worker_id_, connection_.get(), "bad message");
+        connection_->Finish(ToGrpcStatus(s));
+      });
+      return;
+    }
+    Post([this, message = std::move(message)]() mutable {
       BoundTaskText(message);
       SanitizeWorkerMessage(message);
       if (Handle(message)) connection_->StartRead(&incoming_);
@@ -232,7 +262,7 @@ class WorkerStream final
   const std::string peer_;
   Caller caller_;
   std::shared_ptr<StreamConnection> connection_;
-  v1::WorkerMessage incoming_;
+  grpc::ByteBuffer incoming_;
   std::string worker_id_;  // set once registered (under mu_, which OnDone reads it under)
 
   std::mutex mu_;
@@ -262,7 +292,7 @@ void StreamConnection::OnWriteDone(bool ok) {
   stream_->StartWrite(&current_);
 }
 
-bool StreamConnection::StartRead(v1::WorkerMessage* message) {
+bool StreamConnection::StartRead(grpc::ByteBuffer* message) {
   std::lock_guard<std::mutex> lock(mu_);
   if (!Open()) return false;
   stream_->StartRead(message);
@@ -290,7 +320,16 @@ void StreamConnection::Detach() {
 
 }  // namespace
 
-grpc::ServerBidiReactor<v1::WorkerMessage, v1::CoordinatorMessage>* WorkerLinkService::Attach(
+WorkerLinkService::WorkerLinkService(Coordinator& core, Executor& executor,
+                                     const AccessControl& access, AuditLog& audit)
+    : core_(core), executor_(executor), access_(access), audit_(audit) {
+  // In place of the generated handler, one that hands the stream's messages over as bytes.
+  MarkMethodCallback(
+      0, new grpc::internal::CallbackBidiHandler<grpc::ByteBuffer, v1::CoordinatorMessage>(
+             [this](grpc::CallbackServerContext* context) { return AttachLink(context); }));
+}
+
+grpc::ServerBidiReactor<grpc::ByteBuffer, v1::CoordinatorMessage>* WorkerLinkService::AttachLink(
     grpc::CallbackServerContext* context) {
   return new WorkerStream(core_, executor_, audit_, context->peer(),
                           access_.IdentifyWorker(*context));

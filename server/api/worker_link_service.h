@@ -17,13 +17,15 @@ class WorkerLinkService final : public v1::WorkerLink::CallbackService {
   // Workers identify themselves as AccessControl::IdentifyWorker says; registrations are
   // audited.
   WorkerLinkService(Coordinator& core, Executor& executor, const AccessControl& access,
-                    AuditLog& audit)
-      : core_(core), executor_(executor), access_(access), audit_(audit) {}
-
-  grpc::ServerBidiReactor<v1::WorkerMessage, v1::CoordinatorMessage>* Attach(
-      grpc::CallbackServerContext* context) override;
+                    AuditLog& audit);
 
  private:
+  // Attach, with the worker's messages handed over as bytes and decoded by the stream, so
+  // that one gRPC cannot decode ends the stream with INVALID_ARGUMENT naming the field
+  // (gRPC would read it as the worker closing the stream).
+  grpc::ServerBidiReactor<grpc::ByteBuffer, v1::CoordinatorMessage>* AttachLink(
+      grpc::CallbackServerContext* context);
+
   Coordinator& core_;
   Executor& executor_;
   const AccessControl& access_;

@@ -137,6 +137,40 @@ std::function<grpc::Status(Api&)> RawBytes(std::string method, std::string bytes
   };
 }
 
+// The worker link with `messages` as bytes, written in turn (so that they need not be valid
+// encodings), then the stream's end awaited; `replies` gets what the coordinator sent.
+grpc::Status RawLink(Api& api, const std::vector<std::string>& messages,
+                     std::vector<v1::CoordinatorMessage>* replies = nullptr) {
+  grpc::ClientContext context;
+  context.set_deadline(Deadline());
+  Authorize(api, context);
+  const grpc::internal::RpcMethod method("/stoke.v1.WorkerLink/Attach",
+                                         grpc::internal::RpcMethod::BIDI_STREAMING);
+  std::unique_ptr<grpc::ClientReaderWriter<grpc::ByteBuffer, grpc::ByteBuffer>> stream(
+      grpc::internal::ClientReaderWriterFactory<grpc::ByteBuffer, grpc::ByteBuffer>::Create(
+          api.channel.get(), method, &context));
+  grpc::ByteBuffer reply;
+  for (const auto& bytes : messages) {
+    grpc::Slice slice(bytes);
+    if (!stream->Write(grpc::ByteBuffer(&slice, 1))) break;
+    // One reply (registered) to each registration before the next message goes.
+    if (replies != nullptr && replies->empty() && stream->Read(&reply)) {
+      replies->emplace_back();
+      std::vector<grpc::Slice> slices;
+      std::string wire;
+      if (reply.Dump(&slices).ok()) {
+        for (const auto& s : slices)
+          wire.append(reinterpret_cast<const char*>(s.begin()), s.size());
+      }
+      replies->back().ParseFromString(wire);
+    }
+  }
+  stream->WritesDone();
+  while (stream->Read(&reply)) {
+  }
+  return stream->Finish();
+}
+
 v1::JobSpec ValidSpec() {
   v1::JobSpec spec;
   spec.set_name("valid");
@@ -710,6 +744,22 @@ v1::WorkerMessage Registration(const std::string& id) {
 
 std::vector<Case> WorkerLinkCases() {
   std::vector<Case> cases;
+  // A first message gRPC cannot decode: a string in it that is no UTF-8.
+  for (const std::string field : {"host", "device.name"}) {
+    v1::WorkerMessage m = Registration("w-utf8");
+    if (field == "host") m.mutable_register_()->set_host("MARKER");
+    if (field == "device.name") m.mutable_register_()->mutable_device()->set_name("MARKER");
+    std::string bytes = m.SerializeAsString();
+    bytes.replace(bytes.find("MARKER"), 6, std::string("MA\xffKER"));
+    cases.push_back({"Attach register." + field + " invalid UTF-8",
+                     [bytes](Api& api) { return RawLink(api, {bytes}); },
+                     grpc::StatusCode::INVALID_ARGUMENT,
+                     "register." + field + ": not valid UTF-8"});
+  }
+  cases.push_back({"Attach with a truncated message",
+                   [](Api& api) { return RawLink(api, {std::string("\x0a\x7f\x31")}); },
+                   grpc::StatusCode::INVALID_ARGUMENT,
+                   "request: not a valid encoding of stoke.v1.WorkerMessage"});
   auto refused = [&](std::string name, std::vector<v1::WorkerMessage> messages,
                      grpc::StatusCode code, std::string names) {
     cases.push_back({"Attach " + name, Link(std::move(messages)), code, std::move(names)});
@@ -754,10 +804,9 @@ std::vector<Case> WorkerLinkCases() {
   return cases;
 }
 
-// Every method, sent bytes that parse as no request (a string that is not UTF-8, a
-// truncated field). gRPC refuses these itself before any Stoke code runs (see
-// GrpcApi.InvalidUtf8IsRefusedAndTheServerStaysUp); what is asserted is that they are
-// refused, and (below) that the coordinator stays up and unchanged.
+// Every method, sent bytes that parse as no request: a field announcing more bytes than
+// follow, and a string that is not UTF-8. Protobuf refuses both without saying where; the
+// coordinator's handlers walk the bytes and name the field.
 std::vector<Case> UnparsableCases() {
   std::vector<Case> cases;
   const auto* service = google::protobuf::DescriptorPool::generated_pool()->FindServiceByName(
@@ -767,11 +816,102 @@ std::vector<Case> UnparsableCases() {
     const std::string path = absl::StrCat("/", service->full_name(), "/", method->name());
     // A field 1 announcing 127 bytes and holding one.
     cases.push_back({path + " truncated", RawBytes(path, std::string("\x0a\x7f\x31")),
-                     grpc::StatusCode::UNIMPLEMENTED, ""});
-    const auto* first = method->input_type()->FindFieldByNumber(1);
-    if (first == nullptr || first->type() != FieldDescriptor::TYPE_STRING) continue;
-    cases.push_back({path + " invalid UTF-8", RawBytes(path, std::string("\x0a\x02\xff\xfe")),
-                     grpc::StatusCode::UNIMPLEMENTED, ""});
+                     grpc::StatusCode::INVALID_ARGUMENT,
+                     "request: not a valid encoding of " + method->input_type()->full_name()});
+    // Every top-level string field, holding bytes that are no UTF-8.
+    for (int f = 0; f < method->input_type()->field_count(); ++f) {
+      const FieldDescriptor* field = method->input_type()->field(f);
+      if (field->type() != FieldDescriptor::TYPE_STRING) continue;
+      const std::string tag(1, static_cast<char>(field->number() << 3 | 2));
+      cases.push_back({absl::StrCat(path, " ", field->name(), " invalid UTF-8"),
+                       RawBytes(path, tag + std::string("\x02\xff\xfe")),
+                       grpc::StatusCode::INVALID_ARGUMENT, field->name() + ": not valid UTF-8"});
+    }
+  }
+  return cases;
+}
+
+// `request` encoded, with the string `marker` it holds replaced by as many bytes that are
+// no UTF-8 (one lone continuation byte after valid text, an overlong slash, a surrogate).
+std::string WithInvalidUtf8(const Message& request, const std::string& marker,
+                            const std::string& invalid) {
+  std::string bytes = request.SerializeAsString();
+  const size_t at = bytes.find(marker);
+  EXPECT_NE(at, std::string::npos) << marker;
+  EXPECT_EQ(marker.size(), invalid.size());
+  if (at != std::string::npos) bytes.replace(at, marker.size(), invalid);
+  return bytes;
+}
+
+// Strings that are no UTF-8 in nested fields of valid requests, for the streaming methods
+// too: the message names the whole path.
+std::vector<Case> NestedInvalidUtf8Cases() {
+  std::vector<Case> cases;
+  const std::string marker = "MARKER";
+  const std::vector<std::string> invalid = {std::string("ok\x80ok!"), std::string("ab\xc0\xaf!!"),
+                                            std::string("a\xed\xa0\x80!!")};
+  using Set = std::function<void(v1::JobSpec&, const std::string&)>;
+  const std::vector<std::pair<std::string, Set>> spec_fields = {
+      {"spec.name", [](v1::JobSpec& s, const std::string& v) { s.set_name(v); }},
+      {"spec.data.tokens.train_path",
+       [](v1::JobSpec& s, const std::string& v) {
+         s.mutable_data()->mutable_tokens()->set_train_path(v);
+       }},
+      {"spec.data.mnist.path",
+       [](v1::JobSpec& s, const std::string& v) {
+         s.mutable_data()->mutable_mnist()->set_path(v);
+       }},
+      {"spec.model.torchscript.path",
+       [](v1::JobSpec& s, const std::string& v) {
+         s.mutable_model()->mutable_torchscript()->set_path(v);
+       }},
+  };
+  const std::string submit = "/stoke.v1.Coordinator/SubmitJob";
+  for (size_t i = 0; i < spec_fields.size(); ++i) {
+    const auto& [field, set] = spec_fields[i];
+    v1::SubmitJobRequest request;
+    *request.mutable_spec() = ValidSpec();
+    set(*request.mutable_spec(), marker + "...");
+    const std::string bad = invalid[i % invalid.size()].substr(0, marker.size()) + "...";
+    cases.push_back({"SubmitJob " + field + " invalid UTF-8",
+                     RawBytes(submit, WithInvalidUtf8(request, marker + "...", bad)),
+                     grpc::StatusCode::INVALID_ARGUMENT, field + ": not valid UTF-8"});
+  }
+  {
+    v1::SubmitJobRequest request;
+    *request.mutable_spec() = ValidSpec();
+    request.set_request_id(marker);
+    cases.push_back(
+        {"SubmitJob request_id invalid UTF-8 after a valid spec",
+         RawBytes(submit, WithInvalidUtf8(request, marker, invalid[0].substr(0, marker.size()))),
+         grpc::StatusCode::INVALID_ARGUMENT, "request_id: not valid UTF-8"});
+  }
+  {
+    v1::CancelJobRequest request;
+    request.set_id("1");
+    request.set_reason("because " + marker);
+    cases.push_back({"CancelJob reason invalid UTF-8",
+                     RawBytes("/stoke.v1.Coordinator/CancelJob",
+                              WithInvalidUtf8(request, marker, invalid[1].substr(0, 6))),
+                     grpc::StatusCode::INVALID_ARGUMENT, "reason: not valid UTF-8"});
+  }
+  {
+    v1::ListJobsRequest request;
+    request.add_states(v1::JOB_STATE_PENDING);
+    request.set_page_size(5);
+    request.set_owner(marker);
+    cases.push_back({"ListJobs owner invalid UTF-8 after other fields",
+                     RawBytes("/stoke.v1.Coordinator/ListJobs",
+                              WithInvalidUtf8(request, marker, invalid[2].substr(0, 6))),
+                     grpc::StatusCode::INVALID_ARGUMENT, "owner: not valid UTF-8"});
+  }
+  for (const char* method : {"WatchJob", "DownloadModel"}) {
+    v1::WatchJobRequest request;  // DownloadModelRequest has the same id = 1
+    request.set_id(marker);
+    cases.push_back({absl::StrCat(method, " id invalid UTF-8 (a stream)"),
+                     RawBytes(absl::StrCat("/stoke.v1.Coordinator/", method),
+                              WithInvalidUtf8(request, marker, invalid[0].substr(0, 6))),
+                     grpc::StatusCode::INVALID_ARGUMENT, "id: not valid UTF-8"});
   }
   return cases;
 }
@@ -856,8 +996,9 @@ TEST(ApiCorpus, MalformedRequestsAreRefusedNamingTheFieldAndChangeNothing) {
   ASSERT_EQ(before.size(), 3u);
 
   std::vector<Case> corpus;
-  for (auto* make : {&EnumCases, &OversizedStringCases, &OversizedListCases, &SpecRuleCases,
-                     &IdCases, &StoredJobCases, &PageCases, &WorkerLinkCases, &UnparsableCases}) {
+  for (auto* make :
+       {&EnumCases, &OversizedStringCases, &OversizedListCases, &SpecRuleCases, &IdCases,
+        &StoredJobCases, &PageCases, &WorkerLinkCases, &UnparsableCases, &NestedInvalidUtf8Cases}) {
     for (Case& c : (*make)()) corpus.push_back(std::move(c));
   }
   for (Case& c : DataCases(root, outside)) corpus.push_back(std::move(c));
@@ -974,6 +1115,28 @@ std::vector<Case> AccessCases() {
   cases.push_back({"Attach with a user's token", As("alice-secret", attach),
                    Code::PERMISSION_DENIED, "workers join with a token of role worker"});
   return cases;
+}
+
+// A registered worker that sends a message gRPC cannot decode (a log line that is not
+// UTF-8) has its link ended with the field named, and is no longer attached.
+TEST(ApiCorpus, AWorkerMessageThatIsNotUtf8EndsItsLinkNamingTheField) {
+  InProcessCoordinator coordinator;
+  Api api;
+  api.channel = grpc::CreateChannel(coordinator.address(), grpc::InsecureChannelCredentials());
+  v1::WorkerMessage report;
+  report.mutable_report()->set_job_id("1");
+  report.mutable_report()->add_logs()->set_text("fine");
+  report.mutable_report()->add_logs()->set_text("not MARKER");
+  std::string bytes = report.SerializeAsString();
+  bytes.replace(bytes.find("MARKER"), 6, std::string("\xf5\x80\x80\x80ok"));
+  std::vector<v1::CoordinatorMessage> replies;
+  const grpc::Status status =
+      RawLink(api, {Registration("w-bad-log").SerializeAsString(), bytes}, &replies);
+  ASSERT_EQ(replies.size(), 1u);
+  EXPECT_TRUE(replies[0].has_registered());
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << status.error_message();
+  EXPECT_EQ(status.error_message(), "report.logs[1].text: not valid UTF-8");
+  EXPECT_TRUE(WaitFor([&] { return coordinator.core().GetCluster().workers_size() == 0; }));
 }
 
 TEST(ApiCorpus, CallsWithoutTheRightCredentialAreRefusedAndChangeNothing) {

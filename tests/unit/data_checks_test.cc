@@ -5,15 +5,21 @@
 
 #include <fcntl.h>
 #include <gtest/gtest.h>
+#include <stdio.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 #include <zlib.h>
 
+#include <atomic>
+#include <cerrno>
 #include <chrono>
+#include <cstring>
 #include <filesystem>
 #include <future>
+#include <iostream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/strings/match.h"
@@ -174,6 +180,60 @@ TEST_F(DataChecks, AFileInsideTheFolderThatLinksOutOfTheRootsIsRefused) {
                       "data.tokens.train_path", {root_ + "/tokens.bin"}));
 }
 
+// A folder inside a root swapped, again and again, with a link to a folder outside the
+// roots, while submissions are checked: a path is resolved, then its file opened, and a
+// swap between the two must not lead the coordinator to read the outside file. That file
+// holds a token id above the vocabulary, so a check that read it would say so; each check
+// must instead read the inside file, or refuse the path as outside the roots.
+TEST_F(DataChecks, AFolderSwappedForALinkOutOfTheRootsAfterItsPathWasCheckedIsNotRead) {
+  const std::string folder = root_ + "/d";
+  const std::string swap = root_ + "/swap";
+  fs::create_directory(folder);
+  fs::create_directory(outside_ + "/d");
+  testing::WriteTokens(folder + "/data.bin", testing::CountingTokens(4000, 0, 256));
+  std::vector<uint16_t> secret = testing::CountingTokens(4000, 0, 256);
+  secret[5] = 60000;
+  testing::WriteTokens(outside_ + "/d/data.bin", secret);
+  fs::create_directory_symlink(outside_ + "/d", swap);
+  const std::string path = folder + "/data.bin";
+
+  std::atomic<bool> stop{false};
+  std::atomic<int> swaps{0};
+  std::thread swapper([&] {
+    // The folder and the link trade places atomically: the path always leads somewhere.
+    while (!stop.load()) {
+      ASSERT_EQ(renameat2(AT_FDCWD, folder.c_str(), AT_FDCWD, swap.c_str(), RENAME_EXCHANGE), 0)
+          << std::strerror(errno);
+      ++swaps;
+    }
+  });
+  int inside = 0, refused_at_resolve = 0, refused_at_open = 0, read_outside = 0;
+  const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(1500);
+  while (std::chrono::steady_clock::now() < until) {
+    const absl::Status s = InspectData(TokenSpec(path, "", 256, 16), Roots()).status();
+    const std::string message(s.message());
+    if (s.ok()) {
+      ++inside;
+    } else if (absl::StrContains(message, "vocab_size")) {  // only the outside file has one
+      ++read_outside;
+    } else if (absl::StrContains(message, "outside the coordinator's data roots")) {
+      ++refused_at_resolve;
+    } else if (absl::StrContains(message, "beneath none of the data roots") ||
+               absl::StrContains(message, "changed while being opened")) {
+      ++refused_at_open;
+    } else if (!absl::StrContains(message, "No such file")) {  // mid-swap, on some kernels
+      ADD_FAILURE() << message;
+    }
+  }
+  stop = true;
+  swapper.join();
+  std::cout << swaps << " swaps; checks: " << inside << " read inside, " << refused_at_resolve
+            << " refused when resolved, " << refused_at_open << " refused when opened, "
+            << read_outside << " read the outside file\n";
+  EXPECT_EQ(read_outside, 0) << "the coordinator read a file outside its data roots";
+  EXPECT_GT(inside, 0);
+}
+
 TEST_F(DataChecks, AMissingPathIsRefused) {
   const std::string path = root_ + "/nothing-here";
   EXPECT_TRUE(Refused(InspectData(MnistSpec(path), Roots()).status(), "data.mnist.path",
@@ -244,10 +304,15 @@ TEST_F(DataChecks, ATokenIdOutsideTheVocabularyIsRefused) {
   ids[77] = 300;
   const std::string bad = root_ + "/bad.bin";
   testing::WriteTokens(bad, ids);
-  EXPECT_TRUE(Refused(InspectData(TokenSpec(bad, "", 256, 16), Roots()).status(),
-                      "data.tokens.train_path", {bad, "token 77 is 300", "vocab_size"}));
-  EXPECT_TRUE(Refused(InspectData(TokenSpec(Tokens("ok.bin", 400), bad, 256, 16), Roots()).status(),
-                      "data.tokens.val_path", {bad, "token 77 is 300"}));
+  // Where the id is and what the vocabulary holds; never the id read (the file's content).
+  const absl::Status train = InspectData(TokenSpec(bad, "", 256, 16), Roots()).status();
+  EXPECT_TRUE(Refused(train, "data.tokens.train_path",
+                      {bad, "position 77 (byte offset 154)", "data.tokens.vocab_size 256"}));
+  EXPECT_FALSE(absl::StrContains(train.message(), "300")) << train;
+  const absl::Status val =
+      InspectData(TokenSpec(Tokens("ok.bin", 400), bad, 256, 16), Roots()).status();
+  EXPECT_TRUE(Refused(val, "data.tokens.val_path", {bad, "position 77", "vocab_size 256"}));
+  EXPECT_FALSE(absl::StrContains(val.message(), "300")) << val;
   // With a vocabulary that holds it, the same file passes.
   EXPECT_TRUE(InspectData(TokenSpec(bad, "", 301, 16), Roots()).ok());
 }

@@ -346,10 +346,9 @@ TEST(GrpcApi, LongErrorMessagesAreCutToFitInTrailers) {
 }
 
 // A string field that is not UTF-8 cannot be parsed as the request. gRPC's callback
-// handlers (1.51) answer such a call themselves, as UNIMPLEMENTED with no message, before
-// any Stoke code runs, so it cannot be mapped to INVALID_ARGUMENT here; what matters is
-// that the call fails and the coordinator keeps serving.
-TEST(GrpcApi, InvalidUtf8IsRefusedAndTheServerStaysUp) {
+// handlers (1.51) would answer UNIMPLEMENTED with no message; the coordinator's answer
+// names the field, and it keeps serving.
+TEST(GrpcApi, InvalidUtf8IsRefusedNamingTheFieldAndTheServerStaysUp) {
   InProcessCoordinator coordinator;
   auto channel = grpc::CreateChannel(coordinator.address(), grpc::InsecureChannelCredentials());
   grpc::GenericStub generic(channel);
@@ -372,7 +371,8 @@ TEST(GrpcApi, InvalidUtf8IsRefusedAndTheServerStaysUp) {
     std::unique_lock<std::mutex> lock(mu);
     cv.wait(lock, [&] { return done; });
   }
-  EXPECT_EQ(status.error_code(), grpc::StatusCode::UNIMPLEMENTED) << status.error_message();
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << status.error_message();
+  EXPECT_EQ(status.error_message(), "id: not valid UTF-8");
   grpc::ClientContext next;
   v1::Cluster cluster;
   EXPECT_TRUE(coordinator.Stub()->GetCluster(&next, v1::GetClusterRequest(), &cluster).ok());

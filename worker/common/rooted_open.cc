@@ -126,10 +126,16 @@ int OpenRegularFileUnderRoots(const std::vector<std::string>& roots, const std::
     const int fd =
         openat(folders.back().get(), name.c_str(), O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
     if (fd < 0) {
-      // ELOOP: a link appeared where the walk had just found none.
-      return Refuse(errno == ELOOP ? OpenRefusal::kOutsideRoots : OpenRefusal::kUnavailable,
-                    errno == ELOOP ? "changed while being opened" : std::strerror(errno), error,
-                    why);
+      // A link appeared where the walk had just found none: ELOOP, or ENOTDIR from what is
+      // a link (or, swapped back already, a folder again) rather than a file.
+      const int open_errno = errno;
+      struct stat now;
+      const bool swapped = open_errno == ELOOP || (open_errno == ENOTDIR &&
+                                                   fstatat(folders.back().get(), name.c_str(), &now,
+                                                           AT_SYMLINK_NOFOLLOW) == 0 &&
+                                                   (S_ISLNK(now.st_mode) || S_ISDIR(now.st_mode)));
+      return Refuse(swapped ? OpenRefusal::kOutsideRoots : OpenRefusal::kUnavailable,
+                    swapped ? "changed while being opened" : std::strerror(open_errno), error, why);
     }
     folders.emplace_back(fd);
     names.push_back(std::move(name));

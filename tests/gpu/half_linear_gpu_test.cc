@@ -194,6 +194,10 @@ TEST_P(HalfLinearGpuTest, GeluMlpMatchesAtensLayersAndHoldsLessForBackward) {
     y.backward(dy);
     return std::make_tuple(y.detach(), x.grad(), w1.grad(), b1.grad(), w2.grad(), b2.grad(), held);
   };
+  // Once each first, so that what the first product of the process allocates (cuBLAS's
+  // workspace, from the caching allocator) counts for neither.
+  run(true);
+  run(false);
   const auto [y1, dx1, dw11, db11, dw21, db21, held1] = run(true);
   const auto [y2, dx2, dw12, db12, dw22, db22, held2] = run(false);
   compat::SetAutocast(c10::DeviceType::CUDA, false, dtype);
@@ -214,7 +218,8 @@ TEST_P(HalfLinearGpuTest, GeluMlpMatchesAtensLayersAndHoldsLessForBackward) {
   }
   const int64_t rows = first.x.numel() / width;
   const auto gelu_output_bytes = static_cast<uint64_t>(rows * shape.out * 2);
-  EXPECT_LE(held1 + gelu_output_bytes * 9 / 10, held2)
+  // Within the caching allocator's rounding of block sizes (to 2 MB above 1 MB).
+  EXPECT_LE(held1 + gelu_output_bytes * 3 / 4, held2)
       << "held from forward to backward: " << held1 << " bytes against ATen's " << held2;
 }
 

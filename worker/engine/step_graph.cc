@@ -1,5 +1,6 @@
 #include "worker/engine/step_graph.h"
 
+#include <mutex>
 #include <stdexcept>
 #include <string>
 
@@ -9,6 +10,7 @@
 #define STOKE_CUDA_GRAPHS 1
 #include <ATen/cuda/CUDAContext.h>
 #include <ATen/cuda/CUDAEvent.h>
+#include <ATen/cuda/CUDAGeneratorImpl.h>
 #include <ATen/cuda/CUDAGraph.h>
 #include <c10/cuda/CUDACachingAllocator.h>
 #include <c10/cuda/CUDAFunctions.h>
@@ -20,6 +22,43 @@
 namespace stoke::worker {
 
 #if STOKE_CUDA_GRAPHS
+
+namespace {
+
+// cuDNN's benchmark mode off for as long as it lives. A convolution whose algorithm the
+// warm-up did not find already would otherwise be benchmarked inside the capture, which
+// cannot time anything: cuDNN then reports "unable to find an engine" and the capture
+// fails. With benchmarking off, what the warm-up found is still used, and anything else
+// comes from cuDNN's heuristics.
+class NoCudnnBenchmark {
+ public:
+  NoCudnnBenchmark() : was_(at::globalContext().benchmarkCuDNN()) {
+    at::globalContext().setBenchmarkCuDNN(false);
+  }
+  ~NoCudnnBenchmark() { at::globalContext().setBenchmarkCuDNN(was_); }
+  NoCudnnBenchmark(const NoCudnnBenchmark&) = delete;
+  NoCudnnBenchmark& operator=(const NoCudnnBenchmark&) = delete;
+
+ private:
+  bool was_;
+};
+
+// A capture that fails part-way leaves the device's default random generator in capture
+// mode: torch's capture_end throws before it releases the generator, and every random
+// draw after that (dropout, augmentation, synthetic data) fails with "Offset increment
+// outside graph capture", in this job's eager fallback and in every later job of the
+// process. A clone of the generator has its seed and offset, out of capture mode.
+void ReleaseGeneratorFromCapture(const torch::Device& device) {
+#if STOKE_TORCH_AT_LEAST(2, 4)
+  at::Generator generator = at::cuda::detail::getDefaultCUDAGenerator(device.index());
+  const std::lock_guard<std::mutex> lock(generator.mutex());
+  generator.graphsafe_set_state(generator.clone());
+#else
+  (void)device;
+#endif
+}
+
+}  // namespace
 
 struct StepGraph::Impl {
   explicit Impl(torch::Device device)
@@ -64,6 +103,7 @@ void StepGraph::Capture(const std::function<void()>& body) {
   c10::cuda::CUDACachingAllocator::emptyCache();
   impl_->graph = std::make_unique<at::cuda::CUDAGraph>();
   std::string error;
+  const NoCudnnBenchmark no_benchmark;
   impl_->OnCaptureStream([&] {
     // Thread-local mode: the data loader's threads may wait on their copy events while
     // this thread captures; only this thread's calls must be capture-safe.
@@ -83,6 +123,7 @@ void StepGraph::Capture(const std::function<void()>& body) {
     // The capture stream is left behind: its allocations may still be routed to the
     // abandoned graph's pool.
     (void)cudaGetLastError();
+    ReleaseGeneratorFromCapture(impl_->device);
     impl_->failed = true;
     throw std::runtime_error(error);
   }

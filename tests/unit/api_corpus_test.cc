@@ -159,8 +159,9 @@ grpc::Status RawLink(Api& api, const std::vector<std::string>& messages,
       std::vector<grpc::Slice> slices;
       std::string wire;
       if (reply.Dump(&slices).ok()) {
-        for (const auto& s : slices)
+        for (const auto& s : slices) {
           wire.append(reinterpret_cast<const char*>(s.begin()), s.size());
+        }
       }
       replies->back().ParseFromString(wire);
     }

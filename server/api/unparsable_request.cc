@@ -20,7 +20,7 @@ enum class Walk { kClean, kFound, kMalformed };
 class WireReader {
  public:
   explicit WireReader(absl::string_view bytes) : rest_(bytes) {}
-  bool done() const { return rest_.empty(); }
+  bool AtEnd() const { return rest_.empty(); }
 
   bool Varint(uint64_t* value) {
     uint64_t v = 0;
@@ -71,7 +71,7 @@ bool SkipValue(WireReader& in, uint64_t number, int wire_type, int depth) {
 // A group (proto2's, seen only as an unknown field here) up to its matching end.
 bool SkipGroup(WireReader& in, uint64_t number, int depth) {
   if (depth > kMaxDepth) return false;
-  while (!in.done()) {
+  while (!in.AtEnd()) {
     uint64_t tag = 0;
     if (!in.Varint(&tag)) return false;
     const int wire_type = static_cast<int>(tag & 7);
@@ -92,7 +92,7 @@ Walk FindIn(const Descriptor& type, absl::string_view wire, const std::string& p
   if (depth > kMaxDepth) return Walk::kMalformed;
   WireReader in(wire);
   std::map<uint64_t, int> seen;  // occurrences of each field so far: a list's index
-  while (!in.done()) {
+  while (!in.AtEnd()) {
     uint64_t tag = 0;
     if (!in.Varint(&tag)) return Walk::kMalformed;
     const uint64_t number = tag >> 3;

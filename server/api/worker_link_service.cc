@@ -165,7 +165,8 @@ class WorkerStream final
     v1::WorkerMessage message;
     if (absl::Status s = Decode(incoming_, message); !s.ok()) {
       Post([this, s] {
-        spdlog::warn("worker link from {} ended: {}", peer_, std::string(s.message()));
+        const std::string why(s.message());
+        spdlog::warn("worker link from {} ended: {}", peer_, why);
         if (!worker_id_.empty()) core_.DetachWorker(worker_id_, connection_.get(), "bad message");
         connection_->Finish(ToGrpcStatus(s));
       });

@@ -159,8 +159,9 @@ grpc::Status RawLink(Api& api, const std::vector<std::string>& messages,
       std::vector<grpc::Slice> slices;
       std::string wire;
       if (reply.Dump(&slices).ok()) {
-        for (const auto& s : slices)
+        for (const auto& s : slices) {
           wire.append(reinterpret_cast<const char*>(s.begin()), s.size());
+        }
       }
       replies->back().ParseFromString(wire);
     }
@@ -815,17 +816,23 @@ std::vector<Case> UnparsableCases() {
     const auto* method = service->method(i);
     const std::string path = absl::StrCat("/", service->full_name(), "/", method->name());
     // A field 1 announcing 127 bytes and holding one.
-    cases.push_back({path + " truncated", RawBytes(path, std::string("\x0a\x7f\x31")),
-                     grpc::StatusCode::INVALID_ARGUMENT,
-                     "request: not a valid encoding of " + method->input_type()->full_name()});
+    Case truncated;
+    truncated.name = path + " truncated";
+    truncated.call = RawBytes(path, std::string("\x0a\x7f\x31"));
+    truncated.code = grpc::StatusCode::INVALID_ARGUMENT;
+    truncated.names = "request: not a valid encoding of " + method->input_type()->full_name();
+    cases.push_back(std::move(truncated));
     // Every top-level string field, holding bytes that are no UTF-8.
     for (int f = 0; f < method->input_type()->field_count(); ++f) {
       const FieldDescriptor* field = method->input_type()->field(f);
       if (field->type() != FieldDescriptor::TYPE_STRING) continue;
       const std::string tag(1, static_cast<char>(field->number() << 3 | 2));
-      cases.push_back({absl::StrCat(path, " ", field->name(), " invalid UTF-8"),
-                       RawBytes(path, tag + std::string("\x02\xff\xfe")),
-                       grpc::StatusCode::INVALID_ARGUMENT, field->name() + ": not valid UTF-8"});
+      Case invalid;
+      invalid.name = absl::StrCat(path, " ", field->name(), " invalid UTF-8");
+      invalid.call = RawBytes(path, tag + std::string("\x02\xff\xfe"));
+      invalid.code = grpc::StatusCode::INVALID_ARGUMENT;
+      invalid.names = field->name() + ": not valid UTF-8";
+      cases.push_back(std::move(invalid));
     }
   }
   return cases;

@@ -41,9 +41,15 @@ std::string FormatClock(double seconds) {
 }
 
 std::string FormatSeconds(double seconds) {
-  if (!(seconds >= 0) || seconds > 1e8) return "?";
-  if (seconds < 10) return absl::StrFormat("%.2f s", seconds);
-  if (seconds < 3600) return absl::StrFormat("%.1f s", seconds);
+  if (!(seconds >= 0) || seconds > 1e8) {
+    return "?";
+  }
+  if (seconds < 10) {
+    return absl::StrFormat("%.2f s", seconds);
+  }
+  if (seconds < 3600) {
+    return absl::StrFormat("%.1f s", seconds);
+  }
   return FormatClock(seconds);
 }
 

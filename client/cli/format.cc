@@ -54,7 +54,9 @@ std::string FormatSeconds(double seconds) {
 }
 
 std::vector<std::string> DescribeStartup(const v1::Job& job) {
-  if (!job.has_startup()) return {};
+  if (!job.has_startup()) {
+    return {};
+  }
   const v1::JobStartup& startup = job.startup();
   const v1::WorkerStartup& worker = startup.worker();
   // Attempts after the first start from their return to the queue, not from the submit.

@@ -41,14 +41,22 @@ std::string FormatClock(double seconds) {
 }
 
 std::string FormatSeconds(double seconds) {
-  if (!(seconds >= 0) || seconds > 1e8) return "?";
-  if (seconds < 10) return absl::StrFormat("%.2f s", seconds);
-  if (seconds < 3600) return absl::StrFormat("%.1f s", seconds);
+  if (!(seconds >= 0) || seconds > 1e8) {
+    return "?";
+  }
+  if (seconds < 10) {
+    return absl::StrFormat("%.2f s", seconds);
+  }
+  if (seconds < 3600) {
+    return absl::StrFormat("%.1f s", seconds);
+  }
   return FormatClock(seconds);
 }
 
 std::vector<std::string> DescribeStartup(const v1::Job& job) {
-  if (!job.has_startup()) return {};
+  if (!job.has_startup()) {
+    return {};
+  }
   const v1::JobStartup& startup = job.startup();
   const v1::WorkerStartup& worker = startup.worker();
   // Attempts after the first start from their return to the queue, not from the submit.

@@ -181,9 +181,13 @@ absl::Status JobBook::AppendReport(const std::string& id, const v1::TaskReport& 
     *event.mutable_log() = line;
     event.mutable_log()->set_rank(rank);
   }
-  if (events.empty() && startup == nullptr) return absl::OkStatus();
+  if (events.empty() && startup == nullptr) {
+    return absl::OkStatus();
+  }
   auto latest = [&](v1::Job& job) {
-    if (startup != nullptr) *job.mutable_startup() = *startup;
+    if (startup != nullptr) {
+      *job.mutable_startup() = *startup;
+    }
     for (auto& p : *job.mutable_placement()) {
       if (p.rank() == rank && report.report_seq() > p.last_report_seq()) {
         p.set_last_report_seq(report.report_seq());

@@ -18,9 +18,13 @@ bool Plausible(double seconds) {
 std::optional<v1::JobStartup> JobStartupFrom(const v1::Job& job, const v1::WorkerStartup& worker) {
   for (double part : {worker.seconds(), worker.data_seconds(), worker.model_seconds(),
                       worker.batch_search_seconds(), worker.first_step_seconds()}) {
-    if (!Plausible(part)) return std::nullopt;
+    if (!Plausible(part)) {
+      return std::nullopt;
+    }
   }
-  if (!job.has_queue_time() || !job.has_start_time()) return std::nullopt;
+  if (!job.has_queue_time() || !job.has_start_time()) {
+    return std::nullopt;
+  }
   const absl::Time queued = FromProto(job.queue_time());
   const absl::Time scheduled = FromProto(job.start_time());
   const absl::Time first_step = scheduled + absl::Seconds(worker.seconds());

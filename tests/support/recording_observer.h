@@ -15,8 +15,10 @@ class RecordingObserver final : public worker::TrainingObserver {
     (sample.eval ? evals : samples).push_back(sample);
   }
   void OnLog(const std::string& line) override { logs.push_back(line); }
+  void OnFirstStep(const worker::StartupTimes& times) override { first_steps.push_back(times); }
 
   int started = 0;
+  std::vector<worker::StartupTimes> first_steps;
   std::vector<worker::MetricSample> samples;  // training windows
   std::vector<worker::MetricSample> evals;    // held-out evaluations
   std::vector<std::string> logs;

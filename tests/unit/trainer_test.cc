@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <vector>
 
 #include "tests/support/data_files.h"
@@ -77,6 +78,24 @@ TEST(Trainer, SamplesComeEveryIntervalInOrderWithTheLastStep) {
     EXPECT_GT(s.elapsed_seconds, 0);
   }
   EXPECT_EQ(steps, (std::vector<uint64_t>{20, 40, 50}));
+}
+
+// What `stoke status` shows as the start-up comes from here: once per run, after the
+// first step, with the build's parts.
+TEST(Trainer, TheFirstStepIsReportedOnceWithWhereTheStartUpWent) {
+  RecordingObserver observer;
+  std::atomic<bool> cancel{false};
+  const auto began = std::chrono::steady_clock::now();
+  ASSERT_EQ(RunTraining(SmallTask(30), kCpu, observer, cancel).kind,
+            TrainOutcome::Kind::kSucceeded);
+  ASSERT_EQ(observer.first_steps.size(), 1u);
+  const StartupTimes& times = observer.first_steps[0];
+  EXPECT_GT(times.first_step_seconds, 0);
+  EXPECT_GT(times.model_seconds, 0);
+  EXPECT_GE(times.data_seconds, 0);
+  EXPECT_EQ(times.batch_search_seconds, 0) << "no batch search was asked for";
+  EXPECT_GT(times.completed_at, began);
+  EXPECT_LT(times.completed_at, std::chrono::steady_clock::now());
 }
 
 TEST(Trainer, EpochsBecomeWholeStepsOverTheData) {

@@ -100,17 +100,25 @@ class FirstStepWatch {
   FirstStepWatch(TrainingRun& run, TrainingObserver& observer) : run_(run), observer_(observer) {}
 
   void BeforeStep(uint64_t step) {
-    if (step != run_.first_step) return;
+    if (step != run_.first_step) {
+      return;
+    }
     began_ = std::chrono::steady_clock::now();
     start_ = DeviceTimer::Record(run_.device);
   }
   void AfterStep(uint64_t step) {
-    if (step == run_.first_step) end_ = DeviceTimer::Record(run_.device);
-    if (end_ && end_->Ready()) Report();
+    if (step == run_.first_step) {
+      end_ = DeviceTimer::Record(run_.device);
+    }
+    if (end_ && end_->Ready()) {
+      Report();
+    }
   }
   // The end of training: a first step not yet seen done is waited for.
   void Finish() {
-    if (!end_) return;
+    if (!end_) {
+      return;
+    }
     end_->Wait();
     Report();
   }

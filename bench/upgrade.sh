@@ -14,7 +14,7 @@
 # From the repository root, with build/bin built:
 #   bench/upgrade.sh
 # Environment: OUT_DIR (default: a temp folder), STEPS and METRICS_INTERVAL (defaults by
-# device: CPU 200 and 5, CUDA 60000 and 200), DATA (fashion-mnist or synthetic).
+# device: CPU 200 and 5, CUDA 15000 and 100), DATA (fashion-mnist or synthetic).
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 bin="$root/build/bin"
@@ -46,8 +46,8 @@ fail() {
 # CUDA if this build's worker sees a GPU.
 if [ -n "$("$bin/stoke-worker" --list-devices 2>/dev/null | grep '^cuda:' || true)" ]; then
   device=cuda
-  steps="${STEPS:-60000}"
-  interval="${METRICS_INTERVAL:-200}"
+  steps="${STEPS:-15000}"
+  interval="${METRICS_INTERVAL:-100}"
 else
   device=cpu
   steps="${STEPS:-200}"

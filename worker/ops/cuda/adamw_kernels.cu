@@ -28,8 +28,8 @@ struct StepScalars {
   float root_bias2;  // sqrt(1 - beta2^step)
 };
 
-__device__ inline void Update(float& p, float g, float& m, float& v,
-                              const AdamWHyperparameters& h, const StepScalars& s) {
+__device__ inline void Update(float& p, float g, float& m, float& v, const AdamWHyperparameters& h,
+                              const StepScalars& s) {
   p *= s.decay;
   m = h.beta1 * m + (1.0f - h.beta1) * g;
   v = h.beta2 * v + (1.0f - h.beta2) * g * g;
@@ -76,9 +76,8 @@ __global__ void __launch_bounds__(kThreads)
 
 }  // namespace
 
-const char* AdamWStep(const AdamWSegment* segments, int count, const float* lr,
-                      const float* step, const float* found_inf,
-                      const AdamWHyperparameters& hyper, void* stream) {
+const char* AdamWStep(const AdamWSegment* segments, int count, const float* lr, const float* step,
+                      const float* found_inf, const AdamWHyperparameters& hyper, void* stream) {
   const auto s = static_cast<cudaStream_t>(stream);
   for (int first = 0; first < count; first += kMaxAdamWSegments) {
     AdamWBatch batch{};
@@ -91,7 +90,7 @@ const char* AdamWStep(const AdamWSegment* segments, int count, const float* lr,
     }
     batch.first_block[batch.segments] = blocks;
     AdamWKernel<<<static_cast<unsigned>(blocks), kThreads, 0, s>>>(batch, lr, step, found_inf,
-                                                                    hyper);
+                                                                   hyper);
   }
   const cudaError_t error = cudaGetLastError();
   return error == cudaSuccess ? nullptr : cudaGetErrorString(error);

@@ -38,8 +38,7 @@ constexpr int kMaxAdamWSegments = 36;
 // One AdamW step of every segment. lr and step: device fp32 scalars (step counts the step
 // being taken, from 1). found_inf: a device fp32 scalar, or nullptr; where it is nonzero
 // nothing changes (an fp16 step whose gradients overflowed).
-const char* AdamWStep(const AdamWSegment* segments, int count, const float* lr,
-                      const float* step, const float* found_inf,
-                      const AdamWHyperparameters& hyper, void* stream);
+const char* AdamWStep(const AdamWSegment* segments, int count, const float* lr, const float* step,
+                      const float* found_inf, const AdamWHyperparameters& hyper, void* stream);
 
 }  // namespace stoke::worker::cuda

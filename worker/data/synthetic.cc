@@ -3,6 +3,7 @@
 #include <torch/torch.h>
 
 #include <limits>
+#include <mutex>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -49,13 +50,6 @@ SyntheticSource::SyntheticSource(const SyntheticDataConfig& config, torch::Devic
             .to(device);
   } else if (config.image_shape.empty()) {
     teacher_ = torch::randn({config.features, config.num_classes}, generator, f32).to(device);
-  } else {
-    // Offsets of half the noise's deviation: far apart next to how little a channel's mean
-    // over a whole image varies (1/sqrt(pixels)), even for a thousand classes in three
-    // channels, yet small enough that each image stays mostly noise.
-    class_offset_ =
-        (0.5 * torch::randn({config.num_classes, config.image_shape.front()}, generator, f32))
-            .to(device);
   }
 }
 
@@ -84,13 +78,29 @@ Batch SyntheticSource::HeldOut(int64_t index) const {
   return {batch.inputs.to(device_), batch.targets.to(device_)};
 }
 
+const torch::Tensor& SyntheticSource::ClassOffset() const {
+  // Made at the first draw, not with the source: a job's sizes are checked (the model's
+  // parameter count against the device) after its data source is made, and a wrong
+  // image_shape must fail there, naming the layer, not here allocating its table.
+  std::call_once(class_offset_->made, [this] {
+    // Offsets of half the noise's deviation: far apart next to how little a channel's
+    // mean over a whole image varies (1/sqrt(pixels)), even for a thousand classes in
+    // three channels, yet small enough that each image stays mostly noise. From a
+    // generator of its own, so the rule depends on the seed alone.
+    auto generator = at::detail::createCPUGenerator(seed_ ^ 0x5deece66dULL);
+    class_offset_->table =
+        (0.5 * torch::randn({config_.num_classes, config_.image_shape.front()}, generator,
+                            torch::TensorOptions().dtype(torch::kFloat32)))
+            .to(device_);
+  });
+  return class_offset_->table;
+}
+
 Batch SyntheticSource::Draw(const at::Generator& generator, torch::Device where) const {
   torch::NoGradGuard no_grad;
   const auto on_device = torch::TensorOptions().device(where);
   // The rule's tensors where the batch is made.
   const torch::Tensor teacher = teacher_.defined() ? teacher_.to(where) : teacher_;
-  const torch::Tensor class_offset =
-      class_offset_.defined() ? class_offset_.to(where) : class_offset_;
   Batch batch;
   if (config_.vocab_size > 0) {
     const auto ids = on_device.dtype(torch::kLong);
@@ -122,7 +132,7 @@ Batch SyntheticSource::Draw(const at::Generator& generator, torch::Device where)
     std::vector<int64_t> per_channel(shape.size(), 1);
     per_channel[0] = batch_size_;
     per_channel[1] = config_.image_shape.front();
-    batch.inputs.add_(class_offset.index_select(0, batch.targets).view(per_channel));
+    batch.inputs.add_(ClassOffset().to(where).index_select(0, batch.targets).view(per_channel));
   } else {
     batch.inputs = torch::randn({batch_size_, config_.features}, generator, on_device);
     batch.targets = batch.inputs.matmul(teacher).argmax(1);

@@ -7,6 +7,8 @@
 #pragma once
 
 #include <algorithm>
+#include <memory>
+#include <mutex>
 
 #include "worker/common/task.h"
 #include "worker/data/batch_source.h"
@@ -38,8 +40,15 @@ class SyntheticSource final : public BatchSource {
   Batch Draw(const at::Generator& generator, torch::Device where) const;
 
   uint64_t seed_;
-  torch::Tensor teacher_;       // vectors: [features, num_classes]
-  torch::Tensor class_offset_;  // images: [num_classes, channels]
+  torch::Tensor teacher_;  // vectors: [features, num_classes]
+  // Images: [num_classes, channels], made at the first draw (shared by copies, such as
+  // the held-out set's: the same rule).
+  struct LazyTable {
+    std::once_flag made;
+    torch::Tensor table;
+  };
+  const torch::Tensor& ClassOffset() const;
+  std::shared_ptr<LazyTable> class_offset_ = std::make_shared<LazyTable>();
   int64_t token_step_ = 1;
 };
 

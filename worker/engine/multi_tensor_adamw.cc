@@ -191,9 +191,8 @@ void MultiTensorAdamW::StepInParts(const std::vector<std::vector<torch::Tensor>>
       if (found_inf_.defined()) found_inf = found_inf_;
       const OwnAdamWTensors own{b.params, b.grads, b.exp_avgs, b.exp_avg_sqs};
       // Stoke's kernel spreads a small model's update over the whole GPU (own_adamw.h).
-      if (OwnKernelsAllowed() && OwnAdamWApplies(own)) {
-        OwnAdamWStep(own, counters.lr, counters.step, found_inf, beta1, beta2, options.eps(),
-                     options.weight_decay());
+      if (OwnKernelsAllowed() && TryOwnAdamWStep(own, counters.lr, counters.step, found_inf, beta1,
+                                                 beta2, options.eps(), options.weight_decay())) {
         continue;
       }
       const std::vector<torch::Tensor> step_list(b.params.size(), counters.step);

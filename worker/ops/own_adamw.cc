@@ -33,10 +33,10 @@ bool OwnAdamWApplies(const OwnAdamWTensors& tensors) {
   return true;
 }
 
-void OwnAdamWStep(const OwnAdamWTensors& tensors, const torch::Tensor& lr,
-                  const torch::Tensor& step, const std::optional<torch::Tensor>& found_inf,
-                  double beta1, double beta2, double eps, double weight_decay) {
-  TORCH_CHECK(OwnAdamWApplies(tensors), "Stoke's AdamW kernel does not apply to these tensors");
+bool TryOwnAdamWStep(const OwnAdamWTensors& tensors, const torch::Tensor& lr,
+                     const torch::Tensor& step, const std::optional<torch::Tensor>& found_inf,
+                     double beta1, double beta2, double eps, double weight_decay) {
+  if (!OwnAdamWApplies(tensors)) return false;
   for (const torch::Tensor* scalar : {&lr, &step}) {
     TORCH_CHECK(scalar->scalar_type() == torch::kFloat32 && scalar->numel() == 1 &&
                     scalar->device() == tensors.params.front().device(),
@@ -69,10 +69,11 @@ void OwnAdamWStep(const OwnAdamWTensors& tensors, const torch::Tensor& lr,
 
 bool OwnAdamWApplies(const OwnAdamWTensors& /*tensors*/) { return false; }
 
-void OwnAdamWStep(const OwnAdamWTensors& /*tensors*/, const torch::Tensor& /*lr*/,
-                  const torch::Tensor& /*step*/, const std::optional<torch::Tensor>& /*found_inf*/,
-                  double /*beta1*/, double /*beta2*/, double /*eps*/, double /*weight_decay*/) {
-  TORCH_CHECK(false, "Stoke's AdamW kernel is not in this build (it needs nvcc)");
+bool TryOwnAdamWStep(const OwnAdamWTensors& /*tensors*/, const torch::Tensor& /*lr*/,
+                     const torch::Tensor& /*step*/,
+                     const std::optional<torch::Tensor>& /*found_inf*/, double /*beta1*/,
+                     double /*beta2*/, double /*eps*/, double /*weight_decay*/) {
+  return false;
 }
 
 #endif

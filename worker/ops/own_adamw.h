@@ -18,11 +18,12 @@ struct OwnAdamWTensors {
 // one CUDA device, dense, and laid out as its parameter (channels-last weights included).
 bool OwnAdamWApplies(const OwnAdamWTensors& tensors);
 
-// One AdamW step of every parameter, as at::_fused_adamw_ with one step count for all:
-// lr and step are device fp32 scalars (step already counts this step); where found_inf
-// (a device fp32 scalar) is nonzero nothing changes. Nothing waits for the device.
-void OwnAdamWStep(const OwnAdamWTensors& tensors, const torch::Tensor& lr,
-                  const torch::Tensor& step, const std::optional<torch::Tensor>& found_inf,
-                  double beta1, double beta2, double eps, double weight_decay);
+// One AdamW step of every parameter where OwnAdamWApplies, as at::_fused_adamw_ with one
+// step count for all, and true; else nothing, and false (the caller takes ATen's kernel).
+// lr and step are device fp32 scalars (step already counts this step); where found_inf (a
+// device fp32 scalar) is nonzero nothing changes. Nothing waits for the device.
+bool TryOwnAdamWStep(const OwnAdamWTensors& tensors, const torch::Tensor& lr,
+                     const torch::Tensor& step, const std::optional<torch::Tensor>& found_inf,
+                     double beta1, double beta2, double eps, double weight_decay);
 
 }  // namespace stoke::worker

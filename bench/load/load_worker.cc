@@ -54,27 +54,12 @@ LoadWorker::Counts LoadWorker::counts() const {
 
 void LoadWorker::SendLocked(v1::WorkerMessage message) {
   if (done_) return;
-  if (writing_) {
-    outbox_.push_back(std::move(message));
-    return;
-  }
-  current_ = std::move(message);
-  writing_ = true;
-  StartWrite(&current_);
+  if (const v1::WorkerMessage* next = writes_.Push(std::move(message))) StartWrite(next);
 }
 
 void LoadWorker::OnWriteDone(bool ok) {
   std::lock_guard<std::mutex> lock(mu_);
-  writing_ = false;
-  if (!ok) {
-    outbox_.clear();
-    return;
-  }
-  if (outbox_.empty()) return;
-  current_ = std::move(outbox_.front());
-  outbox_.pop_front();
-  writing_ = true;
-  StartWrite(&current_);
+  if (const v1::WorkerMessage* next = writes_.Done(ok)) StartWrite(next);
 }
 
 void LoadWorker::OnReadDone(bool ok) {

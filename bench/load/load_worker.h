@@ -11,11 +11,11 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
-#include <deque>
 #include <mutex>
 #include <optional>
 #include <string>
 
+#include "client/lib/serial_writes.h"
 #include "stoke/v1/worker_link.grpc.pb.h"
 
 namespace stoke::load {
@@ -85,9 +85,7 @@ class LoadWorker final : public grpc::ClientBidiReactor<v1::WorkerMessage, v1::C
 
   mutable std::mutex mu_;
   std::condition_variable done_cv_;
-  std::deque<v1::WorkerMessage> outbox_;
-  v1::WorkerMessage current_;  // the write in flight
-  bool writing_ = false;
+  client::SerialWrites<v1::WorkerMessage> writes_;
   bool started_ = false;
   bool registered_ = false;
   bool done_ = false;

@@ -43,7 +43,7 @@ void SimulatedWorker::Detach(bool gracefully) {
   Send(std::move(leaving));
   std::lock_guard<std::mutex> lock(mu_);
   closing_ = true;
-  if (!writing_ && !writes_done_sent_) {
+  if (writes_.idle() && !writes_done_sent_) {
     writes_done_sent_ = true;
     StartWritesDone();
   }
@@ -68,27 +68,15 @@ int SimulatedWorker::assignments() const {
 void SimulatedWorker::Send(v1::WorkerMessage message) {
   std::lock_guard<std::mutex> lock(mu_);
   if (closing_ || done_) return;
-  if (writing_) {
-    outbox_.push_back(std::move(message));
-    return;
-  }
-  current_ = std::move(message);
-  writing_ = true;
-  StartWrite(&current_);
+  if (const v1::WorkerMessage* next = writes_.Push(std::move(message))) StartWrite(next);
 }
 
 void SimulatedWorker::OnWriteDone(bool ok) {
   std::lock_guard<std::mutex> lock(mu_);
-  writing_ = false;
-  if (!ok) {
-    outbox_.clear();
-    return;
-  }
-  if (!outbox_.empty()) {
-    current_ = std::move(outbox_.front());
-    outbox_.pop_front();
-    writing_ = true;
-    StartWrite(&current_);
+  const v1::WorkerMessage* next = writes_.Done(ok);
+  if (!ok) return;
+  if (next != nullptr) {
+    StartWrite(next);
   } else if (closing_ && !writes_done_sent_) {
     writes_done_sent_ = true;
     StartWritesDone();

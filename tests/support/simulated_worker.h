@@ -7,10 +7,10 @@
 #include <grpcpp/grpcpp.h>
 
 #include <condition_variable>
-#include <deque>
 #include <mutex>
 #include <string>
 
+#include "client/lib/serial_writes.h"
 #include "stoke/v1/worker_link.grpc.pb.h"
 
 namespace stoke::testing {
@@ -50,9 +50,7 @@ class SimulatedWorker final
 
   mutable std::mutex mu_;
   std::condition_variable done_cv_;
-  std::deque<v1::WorkerMessage> outbox_;
-  v1::WorkerMessage current_;  // the write in flight
-  bool writing_ = false;
+  client::SerialWrites<v1::WorkerMessage> writes_;
   bool closing_ = false;  // no more messages; end the writes once the outbox drains
   bool writes_done_sent_ = false;
   bool registered_ = false;

@@ -63,6 +63,7 @@ bool TryOwnAdamWStep(const OwnAdamWTensors& tensors, const torch::Tensor& lr,
       cuda::AdamWStep(segments.data(), static_cast<int>(segments.size()), lr.data_ptr<float>(),
                       step.data_ptr<float>(), inf, hyper, CurrentStreamOf(tensors.params.front())),
       "AdamW");
+  return true;
 }
 
 #else

@@ -180,6 +180,8 @@ int Run(int argc, char** argv) {
   assignment.set_job_id("bench");
   *assignment.mutable_spec() = *spec;
   assignment.set_world_size(1);
+  // The worker opens the files the spec names beneath the roots they were checked under.
+  assignment.add_data_roots("/");
   auto task = worker::TaskFromAssignment(assignment);
   if (!task.ok()) throw std::invalid_argument(std::string(task.status().message()));
   task->eval.batches = 2;  // the end-of-run evaluation is not what is measured

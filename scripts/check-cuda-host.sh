@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Compiles the worker's CUDA paths in C++ (the code under `#if STOKE_WITH_CUDA`,
 # `STOKE_WITH_CUDA_KERNELS` and `STOKE_WITH_NCCL`) as a CUDA build of the worker sees it,
-# on a machine whose LibTorch is CPU-only: syntax and types only (-fsyntax-only), against
+# on a machine whose LibTorch is CPU-only: syntax and types only (-S -o /dev/null -O0), against
 # this machine's LibTorch headers (which include ATen's and c10's CUDA headers) and the
 # CUDA toolkit's, with the warning flags of the build. It catches what a CPU build never
 # compiles (a renamed member, a missing include in a CUDA branch) before a GPU host does;
@@ -42,7 +42,7 @@ mkdir -p "$work/shim/c10/cuda/impl"
 printf '#pragma once\n#define C10_CUDA_BUILD_SHARED_LIBS\n' \
   > "$work/shim/c10/cuda/impl/cuda_cmake_macros.h"
 
-flags=(-std=gnu++17 -fsyntax-only -Wall -Wextra -Werror -Wno-maybe-uninitialized
+flags=(-std=gnu++17 -S -o /dev/null -O0 -Wall -Wextra -Werror -Wno-maybe-uninitialized
   -D_GLIBCXX_USE_CXX11_ABI=1 -DSTOKE_WITH_CUDA=1 -DSTOKE_WITH_CUDA_KERNELS=1
   -DSTOKE_WITH_NCCL=1 -DSTOKE_WITH_GLOO=0 -DUSE_DISTRIBUTED
   -I. -isystem "$work/shim" -isystem "$torch_include/torch/csrc/api/include"

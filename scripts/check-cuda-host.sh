@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Compiles the worker's CUDA paths in C++ (the code under `#if STOKE_WITH_CUDA`,
 # `STOKE_WITH_CUDA_KERNELS` and `STOKE_WITH_NCCL`) as a CUDA build of the worker sees it,
-# on a machine whose LibTorch is CPU-only: syntax and types only (-S -o /dev/null -O0), against
-# this machine's LibTorch headers (which include ATen's and c10's CUDA headers) and the
+# on a machine whose LibTorch is CPU-only, to assembly that is thrown away (-S at -O0;
+# -fsyntax-only would skip the flow warnings, such as a function falling off its end),
+# against this machine's LibTorch headers (which include ATen's and c10's CUDA headers) and the
 # CUDA toolkit's, with the warning flags of the build. It catches what a CPU build never
 # compiles (a renamed member, a missing include in a CUDA branch) before a GPU host does;
 # differences between this LibTorch's API and a GPU host's newer one still need the GPU

@@ -6,6 +6,7 @@
 
 #include <CLI/CLI.hpp>
 #include <chrono>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <memory>
@@ -53,7 +54,7 @@ bool ReadSlowStepFault(std::chrono::milliseconds* out, std::string* error) {
   *out = std::chrono::milliseconds(0);
   if (text == nullptr || *text == '\0') return true;
   char* end = nullptr;
-  const long ms = std::strtol(text, &end, 10);
+  const int64_t ms = std::strtoll(text, &end, 10);
   if (*end != '\0' || ms < 0 || ms > 60000) {
     *error = std::string("STOKE_FAULT_SLOW_STEP_MS=\"") + text +
              "\": expected a whole number of milliseconds from 0 to 60000";

@@ -1,6 +1,7 @@
 #include "server/core/straggler_watch.h"
 
 #include <cmath>
+#include <cstdint>
 
 #include "absl/strings/str_cat.h"
 
@@ -80,7 +81,7 @@ std::vector<v1::Straggler> StragglerWatch::Named(const v1::Job& job) const {
 }
 
 std::string DescribeStraggler(const v1::Straggler& s) {
-  const long percent = std::lround(s.excess() * 100);
+  const int64_t percent = std::llround(s.excess() * 100);
   if (s.cause() == v1::STRAGGLER_CAUSE_ALLREDUCE) {
     return absl::StrCat(Who(s), " is a straggler: it waits in gradient all-reduce ", percent,
                         "% of the step longer than its peers (", s.windows(),

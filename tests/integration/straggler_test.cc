@@ -95,7 +95,8 @@ TEST(Straggler, ARankSlowedOnPurposeIsNamedWithItsHostDeviceAndCause) {
         auto read = client.GetJob(id);
         if (!read.ok()) return false;
         job = *read;
-        return job.stragglers_size() > 0 && job.latest_metrics().step() >= 8 * kWindowSteps;
+        return job.stragglers_size() > 0 &&
+               job.latest_metrics().step() >= uint64_t{8} * kWindowSteps;
       },
       seconds(60)))
       << "state " << v1::JobState_Name(job.state()) << ": " << job.message() << "\n"

@@ -37,7 +37,8 @@ StepWindow FourWithSlowRank2(uint64_t step) {
 
 std::vector<StepWindow> Repeat(StepWindow (*make)(uint64_t), int n, uint64_t first_step = 10) {
   std::vector<StepWindow> out;
-  for (int i = 0; i < n; ++i) out.push_back(make(first_step + 10 * i));
+  out.reserve(static_cast<size_t>(n));
+  for (uint64_t i = 0; i < static_cast<uint64_t>(n); ++i) out.push_back(make(first_step + 10 * i));
   return out;
 }
 

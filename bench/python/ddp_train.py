@@ -38,6 +38,9 @@ def main():
     parser.add_argument("--window-steps", type=int, default=20)
     parser.add_argument("--compile", choices=["none", "default", "max-autotune-no-cudagraphs"],
                         default="none", help="torch.compile mode for the DDP model")
+    parser.add_argument("--static-graph", action=argparse.BooleanOptionalAction, default=True,
+                        help="DDP's static_graph (--no-static-graph: off, should a torch "
+                             "version's compiled DDP refuse it)")
     args = parser.parse_args()
 
     rank = int(os.environ.get("RANK", 0))
@@ -67,7 +70,7 @@ def main():
     if world > 1:
         model = torch.nn.parallel.DistributedDataParallel(
             model, device_ids=[local_rank], bucket_cap_mb=25, gradient_as_bucket_view=True,
-            static_graph=True, broadcast_buffers=args.model != "resnet50")
+            static_graph=args.static_graph, broadcast_buffers=args.model != "resnet50")
     # The optimizer takes the parameters before compiling: torch.compile's wrapper shares
     # them, and the fused AdamW stays outside the compiled graph.
     optimizer = torch.optim.AdamW(model.parameters(), lr=lr, fused=True)
@@ -87,6 +90,7 @@ def main():
     if rank == 0:
         print(json.dumps({"runtime": "python-ddp", "model": args.model, "gpus": world,
                           "batch_per_gpu": args.batch, "compile": args.compile,
+                          "static_graph": args.static_graph,
                           "samples_per_second": statistics.median(rates),
                           "peak_memory_gib": torch.cuda.max_memory_allocated() / 2**30,
                           "torch": torch.__version__}))

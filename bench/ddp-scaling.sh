@@ -15,7 +15,9 @@
 # while they all train, against the 2-GPU job that ran alone just before. BUCKET_MB:
 # the jobs' distributed.bucket_mb (default 25). STOKE_BIN: the folder of the
 # stoke-coordinator, stoke-worker and stoke binaries to time (another build, to compare
-# two versions in one call; default build-gpu/bin, built if missing).
+# two versions in one call; default build-gpu/bin, built if missing). PY_ARGS: more
+# arguments for ddp_train.py (e.g. "--compile max-autotune-no-cudagraphs"). Scaling
+# efficiency = N-GPU samples/s / (N x the best 1-GPU samples/s of either runtime).
 set -uo pipefail
 out="${OUT:-$PWD/bench-out}"
 mkdir -p "$out"
@@ -169,16 +171,19 @@ print(f"GPU: {sys.argv[2]}, torch {sys.argv[3]}\n")
 print("| model | GPUs | batch/GPU | Stoke samples/s | scaling eff. | comm not hidden | torchrun DDP samples/s | DDP scaling eff. | Stoke / DDP |")
 print("|---|---|---|---|---|---|---|---|---|")
 for m in dict.fromkeys(r["model"] for r in rows):
+    # Both sides against one yardstick: the faster single GPU of the two. Each against its
+    # own 1-GPU rate would flatter the slower runtime.
     s1, p1 = get("stoke", m, 1), get("python-ddp", m, 1)
+    best1 = max(s1["samples_per_second"] if s1 else 0, p1["samples_per_second"] if p1 else 0)
     for g in sorted({r["gpus"] for r in rows if r["model"] == m}):
         s, p = get("stoke", m, g), get("python-ddp", m, g)
         sr = s["samples_per_second"] if s else 0
         pr = p["samples_per_second"] if p else 0
-        eff = lambda r, r1: f"{100 * r / (g * r1):.1f}%" if r and r1 else "-"
+        eff = lambda r: f"{100 * r / (g * best1):.1f}%" if r and best1 else "-"
         print(f"| {m} | {g} | {(s or p or {}).get('batch_per_gpu', '-')} | {sr:,.0f} | "
-              f"{eff(sr, s1 and s1['samples_per_second'])} | "
+              f"{eff(sr)} | "
               f"{100 * s['comm_wait_ratio']:.1f}% | " if s else f"| {m} | {g} | - | - | - | - | ", end="")
-        print(f"{pr:,.0f} | {eff(pr, p1 and p1['samples_per_second'])} | "
+        print(f"{pr:,.0f} | {eff(pr)} | "
               f"{(sr / pr if pr else 0):.2f}x |")
 side = [r for r in rows if r["runtime"] == "stoke-side-by-side"]
 if side:

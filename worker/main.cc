@@ -6,9 +6,11 @@
 
 #include <CLI/CLI.hpp>
 #include <chrono>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <memory>
+#include <string>
 #include <thread>
 
 #include "security/credential_file.h"
@@ -41,6 +43,25 @@ bool ParseDevice(const std::string& text, DeviceRef* out) {
     return parse_index(5);
   }
   return false;
+}
+
+// A test hook: STOKE_FAULT_SLOW_STEP_MS=<ms> makes every training step of this worker
+// sleep that long before its forward pass, so before backward's gradient all-reduce: a
+// rank made slow on purpose, to test straggler detection with real processes. Read once,
+// at start. False (and `error` set) when it is set to anything but 0 to 60000.
+bool ReadSlowStepFault(std::chrono::milliseconds* out, std::string* error) {
+  const char* text = std::getenv("STOKE_FAULT_SLOW_STEP_MS");
+  *out = std::chrono::milliseconds(0);
+  if (text == nullptr || *text == '\0') return true;
+  char* end = nullptr;
+  const int64_t ms = std::strtoll(text, &end, 10);
+  if (*end != '\0' || ms < 0 || ms > 60000) {
+    *error = std::string("STOKE_FAULT_SLOW_STEP_MS=\"") + text +
+             "\": expected a whole number of milliseconds from 0 to 60000";
+    return false;
+  }
+  *out = std::chrono::milliseconds(ms);
+  return true;
 }
 
 std::string Hostname() {
@@ -94,8 +115,22 @@ int main(int argc, char** argv) {
   app.add_option("--tls-key", tls_key, "PEM private key of --tls-cert");
   app.add_option("--join-token-file", join_token_file,
                  "File holding the join token (a token of role worker) to attach with");
+  app.footer(
+      "Environment: STOKE_ADDRESS, STOKE_TLS_CA (defaults of the flags above); "
+      "STOKE_TRACE_DIR, STOKE_TRACE_STEPS (Kineto traces of a few steps of every job). "
+      "Test hook: STOKE_FAULT_SLOW_STEP_MS=<ms> sleeps that long in each training step, "
+      "before its gradient all-reduce (a rank slowed on purpose).");
   CLI11_PARSE(app, argc, argv);
   spdlog::set_level(spdlog::level::from_str(log_level));
+  std::chrono::milliseconds slow_step{0};
+  if (std::string error; !ReadSlowStepFault(&slow_step, &error)) {
+    std::fprintf(stderr, "stoke-worker: %s\n", error.c_str());
+    return 2;
+  }
+  if (slow_step.count() > 0) {
+    spdlog::warn("test hook STOKE_FAULT_SLOW_STEP_MS: every training step sleeps {} ms",
+                 slow_step.count());
+  }
 
   try {
     if (list_devices) {
@@ -157,9 +192,13 @@ int main(int argc, char** argv) {
       options.device_stats = [&sampler] { return sampler->Latest(); };
     }
 
-    WorkerAgent agent(options, [device](const TrainTask& task, TrainingObserver& observer,
-                                        const std::atomic<bool>& cancel) {
-      return RunTraining(task, device, observer, cancel);
+    TrainingProbe probe;
+    if (slow_step.count() > 0) {
+      probe.before_step = [slow_step](uint64_t) { std::this_thread::sleep_for(slow_step); };
+    }
+    WorkerAgent agent(options, [device, probe](const TrainTask& task, TrainingObserver& observer,
+                                               const std::atomic<bool>& cancel) {
+      return RunTraining(task, device, observer, cancel, probe);
     });
 
     signal(SIGPIPE, SIG_IGN);

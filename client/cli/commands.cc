@@ -32,12 +32,17 @@ std::string Progress(const v1::Job& job) {
   return absl::StrFormat("%d/%d", m.step(), m.total_steps());
 }
 
-// One line per rank: which worker, on which host, on which device.
+// One line per rank: which worker, on which host, on which device; and whether it holds
+// the others back.
 std::string Placement(const v1::Job& job) {
   std::vector<std::string> where;
   for (const auto& p : job.placement()) {
-    where.push_back(absl::StrCat("rank ", p.rank(), ": ", p.worker_id(), " on ", p.host(), " ",
-                                 DeviceLabel(p.device())));
+    std::string line = absl::StrCat("rank ", p.rank(), ": ", p.worker_id(), " on ", p.host(), " ",
+                                    DeviceLabel(p.device()));
+    for (const auto& s : job.stragglers()) {
+      if (s.rank() == p.rank()) absl::StrAppend(&line, "  [straggler: ", StragglerCause(s), "]");
+    }
+    where.push_back(std::move(line));
   }
   return where.empty() ? "-" : absl::StrJoin(where, "\n             ");
 }
@@ -205,6 +210,9 @@ int StatusCommand(CliContext& cli, const std::string& id) {
   std::printf("  devices    %u, priority %d\n", spec.resources().gpus(),
               spec.resources().priority());
   std::printf("  placement  %s\n", Placement(*job).c_str());
+  for (const auto& straggler : job->stragglers()) {
+    std::printf("  straggler  %s\n", Printable(straggler.summary()).c_str());
+  }
   const std::vector<std::string> startup = DescribeStartup(*job);
   for (size_t i = 0; i < startup.size(); ++i) {
     std::printf("  %s%s\n", i == 0 ? "" : "  ", startup[i].c_str());

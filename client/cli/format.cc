@@ -29,6 +29,17 @@ std::string DiagnosisName(int diagnosis) {
   return name;
 }
 
+std::string StragglerCause(const v1::Straggler& straggler) {
+  switch (straggler.cause()) {
+    case v1::STRAGGLER_CAUSE_COMPUTE:
+      return absl::StrFormat("compute, +%.0f%%", straggler.excess() * 100);
+    case v1::STRAGGLER_CAUSE_ALLREDUCE:
+      return absl::StrFormat("waits in all-reduce, +%.0f%% of the step", straggler.excess() * 100);
+    default:
+      return "unknown cause";
+  }
+}
+
 std::string DeviceLabel(const v1::Device& device) {
   return absl::StrCat(device.type() == v1::DEVICE_TYPE_CUDA ? "cuda:" : "cpu:", device.index());
 }

@@ -16,6 +16,8 @@ std::string ShortStateName(v1::JobState state);
 std::string ShortWorkerState(v1::WorkerState state);
 // "input-bound" for DIAGNOSIS_INPUT_BOUND (an int: repeated enum fields hold ints).
 std::string DiagnosisName(int diagnosis);
+// Why a rank straggles, briefly: "compute, +23%" or "waits in all-reduce, +12% of the step".
+std::string StragglerCause(const v1::Straggler& straggler);
 // "cuda:0", "cpu:1".
 std::string DeviceLabel(const v1::Device& device);
 // "1:02:03", "4:05", "0:07".

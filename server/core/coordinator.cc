@@ -139,7 +139,7 @@ absl::StatusOr<v1::Job> Coordinator::SubmitJob(const v1::JobSpec& spec,
 absl::StatusOr<v1::Job> Coordinator::GetJob(const std::string& id) {
   auto job = jobs_.Published(id);
   if (!job.ok()) return job.status();
-  return WithWaitingReason(*std::move(job));
+  return WithStragglers(WithWaitingReason(*std::move(job)));
 }
 
 absl::StatusOr<JobPage> Coordinator::ListJobs(const JobQuery& query) {
@@ -150,7 +150,7 @@ absl::StatusOr<JobPage> Coordinator::ListJobs(const JobQuery& query) {
     if (IsTerminal(job.state())) continue;
     auto published = jobs_.Published(job.id());
     if (published.ok()) job = *std::move(published);
-    job = WithWaitingReason(std::move(job));
+    job = WithStragglers(WithWaitingReason(std::move(job)));
   }
   return page;
 }
@@ -200,7 +200,11 @@ void Coordinator::RefuseReport(const std::string& worker_id, const char* kind,
                worker_id, kind, job_id);
 }
 
-std::vector<v1::Job> Coordinator::ActiveJobs() { return jobs_.PublishedActive(); }
+std::vector<v1::Job> Coordinator::ActiveJobs() {
+  std::vector<v1::Job> jobs = jobs_.PublishedActive();
+  for (v1::Job& job : jobs) job = WithStragglers(std::move(job));
+  return jobs;
+}
 
 absl::StatusOr<std::vector<CheckpointFiles>> Coordinator::ListCheckpoints(const std::string& id) {
   {
@@ -482,9 +486,20 @@ void Coordinator::OnTaskReport(const std::string& worker_id, const v1::TaskRepor
   const std::optional<v1::DeviceStats> device =
       worker->info.has_device_stats() ? std::make_optional(worker->info.device_stats())
                                       : std::nullopt;
+  StragglerWatch* stragglers = nullptr;
+  if (job->placement_size() > 1) {
+    stragglers = &straggler_watches_
+                      .try_emplace(report.job_id(), static_cast<uint32_t>(job->placement_size()))
+                      .first->second;
+  }
   for (auto& sample : *diagnosed.mutable_metrics()) {
     if (sample.has_eval()) continue;
     for (v1::Diagnosis d : diagnostician.Diagnose(sample, device)) sample.add_diagnoses(d);
+    if (stragglers == nullptr) continue;
+    const StragglerWatch::Change change = stragglers->Add(worker->info.rank(), sample);
+    if (change.any()) NoteStragglers(*job, *stragglers, change, diagnosed);
+    // Every rank's step waits for the straggler: each rank's sample says the job has one.
+    if (stragglers->any()) sample.add_diagnoses(v1::DIAGNOSIS_STRAGGLER);
   }
   // Rank 0's first step is the job's: once per attempt.
   std::optional<v1::JobStartup> startup;
@@ -644,6 +659,40 @@ void Coordinator::RetryUnsavedTransitions() {
 void Coordinator::ForgetDiagnoses(const std::string& job_id) {
   diagnosticians_.erase(diagnosticians_.lower_bound({job_id, 0}),
                         diagnosticians_.upper_bound({job_id, UINT32_MAX}));
+  straggler_watches_.erase(job_id);
+  std::lock_guard<std::mutex> lock(stragglers_mu_);
+  stragglers_.erase(job_id);
+}
+
+void Coordinator::NoteStragglers(const v1::Job& job, const StragglerWatch& watch,
+                                 const StragglerWatch::Change& change, v1::TaskReport& report) {
+  std::vector<v1::Straggler> named = watch.Named(job);
+  for (const v1::Straggler& s : named) {
+    if (std::find(change.named.begin(), change.named.end(), s.rank()) == change.named.end()) {
+      continue;
+    }
+    spdlog::warn("job {}: {}", job.id(), s.summary());
+    report.add_logs()->set_text(s.summary());
+  }
+  for (uint32_t rank : change.cleared) {
+    const std::string text = watch.DescribeRecovery(job, rank);
+    spdlog::info("job {}: {}", job.id(), text);
+    report.add_logs()->set_text(text);
+  }
+  std::lock_guard<std::mutex> lock(stragglers_mu_);
+  if (named.empty()) {
+    stragglers_.erase(job.id());
+  } else {
+    stragglers_[job.id()] = std::move(named);
+  }
+}
+
+v1::Job Coordinator::WithStragglers(v1::Job job) const {
+  std::lock_guard<std::mutex> lock(stragglers_mu_);
+  auto it = stragglers_.find(job.id());
+  if (it == stragglers_.end() || IsTerminal(job.state())) return job;
+  for (const v1::Straggler& s : it->second) *job.add_stragglers() = s;
+  return job;
 }
 
 void Coordinator::StopGang(const std::string& job_id, const std::string& reason) {

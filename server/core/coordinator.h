@@ -23,6 +23,7 @@
 #include "server/core/event_hub.h"
 #include "server/core/job_book.h"
 #include "server/core/scheduler.h"
+#include "server/core/straggler_watch.h"
 #include "server/core/telemetry_writer.h"
 #include "server/core/worker_connection.h"
 #include "server/core/worker_registry.h"
@@ -160,6 +161,12 @@ class Coordinator {
   v1::Job WithWaitingReason(v1::Job job) const;
   void PublishWaiting(std::map<std::string, std::string> waiting);
   void ForgetDiagnoses(const std::string& job_id);
+  // A report's sample changed who straggles in `job`: says so in the job's log (through
+  // `report`) and publishes the ranks straggling now.
+  void NoteStragglers(const v1::Job& job, const StragglerWatch& watch,
+                      const StragglerWatch::Change& change, v1::TaskReport& report);
+  // Thread-safe (no mu_ needed): adds the ranks straggling now to a job read.
+  v1::Job WithStragglers(v1::Job job) const;
   // host:port for a new attempt's rendezvous on `host`, avoiding ports live jobs hold.
   std::string RendezvousAddress(const std::string& host);
   void TickLoop();
@@ -181,6 +188,12 @@ class Coordinator {
   std::map<std::string, std::pair<uint32_t, absl::Time>> scheduled_at_;
   // Per (job, rank): the history its diagnoses are drawn from.
   std::map<std::pair<std::string, uint32_t>, RankDiagnostician> diagnosticians_;
+  // Per job of several ranks (current attempt): whether a rank holds the others back.
+  std::map<std::string, StragglerWatch> straggler_watches_;
+  // The ranks straggling now, by job: a live finding, not stored; readers take it under
+  // stragglers_mu_ without mu_, as they do the waiting reasons.
+  mutable std::mutex stragglers_mu_;
+  std::map<std::string, std::vector<v1::Straggler>> stragglers_;
   // Jobs found scheduled or running at start, waiting for their workers to reattach, and
   // until when.
   std::map<std::string, absl::Time> reattach_deadline_;

@@ -86,7 +86,7 @@ constexpr JobGaugeDef kJobGauges[] = {
 };
 
 constexpr v1::Diagnosis kDiagnoses[] = {v1::DIAGNOSIS_INPUT_BOUND, v1::DIAGNOSIS_LAUNCH_BOUND,
-                                        v1::DIAGNOSIS_MEMORY_GROWING};
+                                        v1::DIAGNOSIS_MEMORY_GROWING, v1::DIAGNOSIS_STRAGGLER};
 
 struct DeviceGaugeDef {
   const char* name;
@@ -182,9 +182,14 @@ CoordinatorMetrics::CoordinatorMetrics(const Options& options,
   for (const JobGaugeDef& def : kJobGauges) job_families_.push_back(&Gauge(def.name, def.help));
   job_diagnosis_ = &Gauge("stoke_job_diagnosis",
                           "1 while the coordinator diagnoses the job so (input_bound: waits for "
-                          "data; launch_bound: GPU busy at low FLOP/s; memory_growing)");
+                          "data; launch_bound: GPU busy at low FLOP/s; memory_growing; "
+                          "straggler: one rank holds the others back)");
   job_device_ = &Gauge("stoke_job_device_info",
                        "1 for each device a running job holds (join on host and gpu)");
+  job_straggler_ = &Gauge("stoke_job_straggler",
+                          "1 while a rank of a job of several ranks is slower than its peers for "
+                          "5 windows in a row; cause: compute (the others wait for it) or "
+                          "allreduce (it waits on its link); absent otherwise");
   for (const DeviceGaugeDef& def : kDeviceGauges) {
     device_families_[def.name] = &Gauge(def.name, def.help);
   }
@@ -328,12 +333,38 @@ void CoordinatorMetrics::SetJob(JobSeries& series, const v1::Job& job, bool fini
       it = series.placements.erase(it);
     }
   }
+  // Each straggler while it straggles (and the job runs): a rank that recovers, or whose
+  // cause changes, loses its series rather than keeping one at 0.
+  std::set<prometheus::Labels> straggling;
+  if (live) {
+    for (const auto& st : job.stragglers()) {
+      prometheus::Labels labels{
+          {"job", job.id()},
+          {"rank", std::to_string(st.rank())},
+          {"host", st.host()},
+          {"device", DeviceLabel(st.device())},
+          {"cause", Lower(v1::StragglerCause_Name(st.cause()), "STRAGGLER_CAUSE_")}};
+      straggling.insert(labels);
+      auto& gauge = series.stragglers[labels];
+      if (gauge == nullptr) gauge = &job_straggler_->Add(labels);
+      gauge->Set(1);
+    }
+  }
+  for (auto it = series.stragglers.begin(); it != series.stragglers.end();) {
+    if (straggling.count(it->first)) {
+      ++it;
+    } else {
+      job_straggler_->Remove(it->second);
+      it = series.stragglers.erase(it);
+    }
+  }
 }
 
 void CoordinatorMetrics::RemoveJob(JobSeries& series) {
   for (size_t i = 0; i < series.gauges.size(); ++i) job_families_[i]->Remove(series.gauges[i]);
   for (auto* gauge : series.diagnoses) job_diagnosis_->Remove(gauge);
   for (auto& [worker, gauge] : series.placements) job_device_->Remove(gauge);
+  for (auto& [labels, gauge] : series.stragglers) job_straggler_->Remove(gauge);
 }
 
 void CoordinatorMetrics::RefreshJobs(const std::vector<v1::Job>& active, absl::Time now) {

@@ -77,6 +77,7 @@ class CoordinatorMetrics final : public RpcObserver {
     std::vector<prometheus::Gauge*> gauges;                // one per job gauge family, in order
     std::vector<prometheus::Gauge*> diagnoses;             // one per diagnosis
     std::map<std::string, prometheus::Gauge*> placements;  // by worker id
+    std::map<prometheus::Labels, prometheus::Gauge*> stragglers;  // while each straggles
     v1::Job last;
     std::optional<absl::Time> finished_at;
     uint32_t startup_observed_attempt = 0;  // its start-up is in the histogram
@@ -110,6 +111,7 @@ class CoordinatorMetrics final : public RpcObserver {
   std::vector<GaugeFamily*> job_families_;
   GaugeFamily* job_diagnosis_ = nullptr;
   GaugeFamily* job_device_ = nullptr;
+  GaugeFamily* job_straggler_ = nullptr;
   prometheus::Histogram* job_startup_ = nullptr;
   // Devices: by name (stoke_device_*).
   std::map<std::string, GaugeFamily*> device_families_;

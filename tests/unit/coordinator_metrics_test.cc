@@ -175,6 +175,46 @@ TEST(CoordinatorMetrics, EachAttemptsStartUpIsObservedOnce) {
   EXPECT_TRUE(Has(text, "stoke_job_startup_seconds_sum 2")) << text;
 }
 
+// A straggling rank has a series while it straggles: it goes when the rank recovers, and
+// when the job finishes (no series left at 0).
+TEST(CoordinatorMetrics, AStragglerHasASeriesOnlyWhileItStraggles) {
+  auto metrics = Metrics();
+  v1::Job job = RunningJob("7");
+  auto* straggler = job.add_stragglers();
+  straggler->set_rank(1);
+  straggler->set_host("host-b");
+  straggler->mutable_device()->set_type(v1::DEVICE_TYPE_CUDA);
+  straggler->mutable_device()->set_index(1);
+  straggler->set_cause(v1::STRAGGLER_CAUSE_COMPUTE);
+  job.mutable_latest_metrics()->add_diagnoses(v1::DIAGNOSIS_STRAGGLER);
+  MetricsSnapshot snapshot;
+  snapshot.active_jobs = {job};
+  metrics->Refresh(snapshot, kT0);
+  std::string text = metrics->Exposition();
+  const std::string line =
+      "stoke_job_straggler{cause=\"compute\",device=\"cuda:1\",host=\"host-b\",job=\"7\","
+      "rank=\"1\"} 1";
+  EXPECT_TRUE(Has(text, line)) << text;
+  EXPECT_TRUE(Has(text, "stoke_job_diagnosis{diagnosis=\"straggler\",job=\"7\"} 1")) << text;
+
+  const v1::Straggler named = *straggler;
+  job.clear_stragglers();  // recovered
+  snapshot.active_jobs = {job};
+  metrics->Refresh(snapshot, kT0 + absl::Seconds(1));
+  EXPECT_TRUE(Lines(metrics->Exposition(), "stoke_job_straggler{").empty())
+      << metrics->Exposition();
+
+  *job.add_stragglers() = named;
+  snapshot.active_jobs = {job};
+  metrics->Refresh(snapshot, kT0 + absl::Seconds(2));
+  EXPECT_TRUE(Has(metrics->Exposition(), line)) << metrics->Exposition();
+  snapshot.active_jobs.clear();  // finished, its other series kept for the retention
+  metrics->Refresh(snapshot, kT0 + absl::Seconds(3));
+  text = metrics->Exposition();
+  EXPECT_TRUE(Lines(text, "stoke_job_straggler{").empty()) << text;
+  EXPECT_TRUE(Has(text, "stoke_job_restarts{job=\"7\"} 1")) << text;
+}
+
 // Prometheus scrapes both coordinators of a pair: the standby answers, and says it waits.
 TEST(CoordinatorMetrics, AStandbySaysSoUntilItLeads) {
   CoordinatorMetrics::Options options;

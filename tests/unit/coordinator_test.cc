@@ -581,6 +581,65 @@ TEST_F(CoordinatorTest, ReportsBecomeOrderedEvents) {
   EXPECT_EQ(GetJob(id).latest_metrics().step(), 30u);
 }
 
+// One rank of a pair computes 30% longer for 5 windows: the job names it (GetJob, its log,
+// the straggler diagnosis on every rank's samples) and forgets it when the job ends.
+TEST_F(CoordinatorTest, ARankSlowerThanItsPeerFor5WindowsIsNamedAndForgottenAtTheEnd) {
+  Attach("w1");
+  Attach("w2");
+  const std::string id = Submit(2);
+  Started("w1", id, 1);
+  Started("w2", id, 1);
+  v1::Job job = GetJob(id);
+  ASSERT_EQ(job.state(), v1::JOB_STATE_RUNNING);
+  const std::string slow_worker = job.placement(1).worker_id();  // rank 1
+  const std::string peer_worker = job.placement(0).worker_id();
+  ASSERT_EQ(job.placement(1).rank(), 1u);
+  auto report = [&](const std::string& worker, uint64_t step, double comm_wait_ratio) {
+    v1::WorkerMessage m;
+    m.mutable_report()->set_job_id(id);
+    m.mutable_report()->set_attempt(1);
+    auto* sample = m.mutable_report()->add_metrics();
+    sample->set_step(step);
+    sample->set_step_seconds(0.13);
+    sample->set_comm_wait_ratio(comm_wait_ratio);
+    Send(worker, m);
+  };
+  for (uint64_t step = 10; step <= 40; step += 10) {
+    report(peer_worker, step, 0.3 / 1.3);  // 0.10 s of compute, then waits for rank 1
+    report(slow_worker, step, 0);          // 0.13 s of compute
+  }
+  EXPECT_EQ(GetJob(id).stragglers_size(), 0) << "4 windows are not enough";
+  report(peer_worker, 50, 0.3 / 1.3);
+  report(slow_worker, 50, 0);
+  job = GetJob(id);
+  ASSERT_EQ(job.stragglers_size(), 1);
+  EXPECT_EQ(job.stragglers(0).rank(), 1u);
+  EXPECT_EQ(job.stragglers(0).worker_id(), slow_worker);
+  EXPECT_EQ(job.stragglers(0).host(), "host");
+  EXPECT_EQ(job.stragglers(0).cause(), v1::STRAGGLER_CAUSE_COMPUTE);
+  EXPECT_EQ(core_->ActiveJobs().at(0).stragglers_size(), 1) << "what /metrics reads";
+  report(peer_worker, 60, 0.3 / 1.3);  // rank 0's latest sample is the job's
+  EXPECT_EQ(GetJob(id).latest_metrics().diagnoses(0), v1::DIAGNOSIS_STRAGGLER);
+
+  core_->FlushTelemetry();
+  int said = 0;
+  const auto events = hub_->Read(id, 1, 1000);
+  ASSERT_TRUE(events.ok()) << events.status();
+  for (const auto& e : events->events) {
+    if (e.has_log() && e.log().text() == job.stragglers(0).summary()) ++said;
+  }
+  EXPECT_EQ(said, 1) << job.stragglers(0).summary();
+  EXPECT_EQ(job.stragglers(0).summary(),
+            "rank 1 (worker " + slow_worker + " on host, cpu:0) is a straggler: its compute " +
+                "takes 30% longer than its peers' (5 windows); the others wait for it in " +
+                "all-reduce");
+
+  Finished("w1", id, 1, v1::TASK_OUTCOME_SUCCEEDED);
+  Finished("w2", id, 1, v1::TASK_OUTCOME_SUCCEEDED);
+  EXPECT_EQ(GetJob(id).state(), v1::JOB_STATE_SUCCEEDED);
+  EXPECT_EQ(GetJob(id).stragglers_size(), 0);
+}
+
 // A process without a GPU that claims one is found out by its first metrics: a CUDA rank's
 // samples always carry the caching allocator's readings.
 TEST_F(CoordinatorTest, AWorkerWhoseMetricsShowNoGpuLosesTheJobAndIsClosed) {

@@ -7,15 +7,12 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "server/common/device_label.h"
 #include "server/common/time_util.h"
 #include "server/core/job_startup.h"
 
 namespace stoke::server {
 namespace {
-
-std::string DeviceLabel(const v1::Device& device) {
-  return absl::StrCat(device.type() == v1::DEVICE_TYPE_CUDA ? "cuda:" : "cpu:", device.index());
-}
 
 bool IsLive(v1::JobState state) {
   return state == v1::JOB_STATE_SCHEDULED || state == v1::JOB_STATE_RUNNING;

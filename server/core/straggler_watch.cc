@@ -4,13 +4,10 @@
 #include <cstdint>
 
 #include "absl/strings/str_cat.h"
+#include "server/common/device_label.h"
 
 namespace stoke::server {
 namespace {
-
-std::string DeviceLabel(const v1::Device& device) {
-  return absl::StrCat(device.type() == v1::DEVICE_TYPE_CUDA ? "cuda:" : "cpu:", device.index());
-}
 
 std::string Who(const v1::Straggler& s) {
   if (s.worker_id().empty()) return absl::StrCat("rank ", s.rank());

@@ -7,6 +7,7 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "security/token_hash.h"
+#include "server/common/device_label.h"
 
 namespace stoke::server {
 namespace {
@@ -120,10 +121,6 @@ constexpr DeviceGaugeDef kDeviceGauges[] = {
                                           : std::nullopt;
      }},
 };
-
-std::string DeviceLabel(const v1::Device& d) {
-  return absl::StrCat(d.type() == v1::DEVICE_TYPE_CUDA ? "cuda:" : "cpu:", d.index());
-}
 
 }  // namespace
 

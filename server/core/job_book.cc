@@ -147,24 +147,27 @@ absl::Status JobBook::Transition(const std::string& id, v1::JobState state,
     return absl::FailedPreconditionError(absl::StrCat(
         "job ", id, " cannot go from ", StateName(current->state()), " to ", StateName(state)));
   }
-  // The job's reports queued so far go to the store (and to watchers) first: its events
-  // stay in sequence order, and none is left behind a final state.
-  if (telemetry_) telemetry_->Flush(id);
+  // The job's reports queued so far go to the store (and to watchers) with the change, in
+  // its transaction: its events stay in sequence order, none is left behind a final
+  // state, and the change waits for no telemetry batch but one holding this job's events.
+  std::vector<JobUpdate> reports;
+  if (telemetry_) reports = telemetry_->Take(id);
   const absl::Time now = clock_.Now();
   v1::JobEvent event;
   auto* change = event.mutable_state_change();
   change->set_state(state);
   change->set_message(message);
-  return Commit(id,
-                [&](v1::Job& job) {
-                  if (edit) edit(job);
-                  job.set_state(state);
-                  job.set_message(message);
-                  if (IsQueued(state)) *job.mutable_queue_time() = ToProto(now);
-                  if (state == v1::JOB_STATE_SCHEDULED) *job.mutable_start_time() = ToProto(now);
-                  if (IsTerminal(state)) *job.mutable_end_time() = ToProto(now);
-                },
-                {event});
+  return Commit(
+      id,
+      [&](v1::Job& job) {
+        if (edit) edit(job);
+        job.set_state(state);
+        job.set_message(message);
+        if (IsQueued(state)) *job.mutable_queue_time() = ToProto(now);
+        if (state == v1::JOB_STATE_SCHEDULED) *job.mutable_start_time() = ToProto(now);
+        if (IsTerminal(state)) *job.mutable_end_time() = ToProto(now);
+      },
+      {event}, std::move(reports));
 }
 
 absl::Status JobBook::AppendReport(const std::string& id, const v1::TaskReport& report,
@@ -222,9 +225,12 @@ absl::Status JobBook::AppendReport(const std::string& id, const v1::TaskReport& 
 }
 
 absl::Status JobBook::Commit(const std::string& id, const std::function<void(v1::Job&)>& edit,
-                             std::vector<v1::JobEvent> events) {
+                             std::vector<v1::JobEvent> events, std::vector<JobUpdate> reports) {
   auto it = active_.find(id);
-  if (it == active_.end()) return absl::NotFoundError(absl::StrCat("job ", id, " is not active"));
+  if (it == active_.end()) {
+    if (telemetry_) telemetry_->GiveBack(std::move(reports));
+    return absl::NotFoundError(absl::StrCat("job ", id, " is not active"));
+  }
   v1::Job updated = it->second;
   if (edit) edit(updated);
   const auto now = ToProto(clock_.Now());
@@ -234,7 +240,20 @@ absl::Status JobBook::Commit(const std::string& id, const std::function<void(v1:
     if (!event.has_time()) *event.mutable_time() = now;
     if (event.has_state_change()) event.mutable_state_change()->set_attempt(updated.attempt());
   }
-  if (auto s = store_.Commit(updated, events); !s.ok()) return s;
+  absl::Status stored;
+  if (reports.empty()) {
+    stored = store_.Commit(updated, events);
+  } else {
+    reports.push_back({updated, events});
+    stored = store_.CommitBatch(reports);
+    reports.pop_back();
+  }
+  if (!stored.ok()) {
+    // Nothing of it is stored, and memory is as it was: the reports go back to the
+    // telemetry writer, ahead of any later ones, to be written (and published) as usual.
+    if (telemetry_) telemetry_->GiveBack(std::move(reports));
+    return stored;
+  }
   const bool terminal = IsTerminal(updated.state());
   if (terminal) {
     active_.erase(it);
@@ -243,6 +262,7 @@ absl::Status JobBook::Commit(const std::string& id, const std::function<void(v1:
     it->second = std::move(updated);
     Show(it->second);
   }
+  for (const auto& report : reports) hub_.Publish(id, report.events, /*terminal=*/false);
   hub_.Publish(id, events, terminal);
   return absl::OkStatus();
 }

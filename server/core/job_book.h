@@ -2,7 +2,8 @@
 // state change is committed to the store (the job row and its new events, in one
 // transaction) before memory is updated and before anyone acts on it; then its events are
 // published to watchers. Metric samples and log lines go to the telemetry writer when
-// there is one: numbered here, written and published by it, never waited for.
+// there is one: numbered here, written and published by it, never waited for; those still
+// queued when the job's state changes are committed with that change instead.
 // Unfinished jobs live in memory; finished ones are read from the store.
 // Not thread-safe: the Coordinator calls it under its own lock, except for the published
 // view (Published, PublishedActive), which readers use without that lock.
@@ -66,10 +67,11 @@ class JobBook {
                             const v1::JobStartup* startup = nullptr);
 
  private:
-  // Applies `edit` to a copy, numbers `events` after the job's last one, commits both,
-  // then installs the copy and publishes.
+  // Applies `edit` to a copy, numbers `events` after the job's last one, commits both
+  // (after `reports`, the job's queued telemetry, in the same transaction), then installs
+  // the copy and publishes. On failure `reports` go back to the telemetry writer.
   absl::Status Commit(const std::string& id, const std::function<void(v1::Job&)>& edit,
-                      std::vector<v1::JobEvent> events);
+                      std::vector<v1::JobEvent> events, std::vector<JobUpdate> reports = {});
 
   // Replaces (or, for a finished job, removes) the job's published copy.
   void Show(const v1::Job& job);

@@ -97,7 +97,8 @@ void Coordinator::TickLoop() {
 
 absl::StatusOr<v1::Job> Coordinator::SubmitJob(const v1::JobSpec& spec,
                                                const std::string& request_id,
-                                               const std::string& owner) {
+                                               const std::string& owner,
+                                               const v1::AuditEntry* audit, bool* audited) {
   std::lock_guard<std::mutex> lock(mu_);
   if (!request_id.empty()) {
     // Under mu_, so two racing retries cannot both create a job.
@@ -125,8 +126,9 @@ absl::StatusOr<v1::Job> Coordinator::SubmitJob(const v1::JobSpec& spec,
         " unfinished jobs, the most allowed; wait for some to finish or "
         "cancel them"));
   }
-  auto job = jobs_.Create(spec, request_id, owner);
+  auto job = jobs_.Create(spec, request_id, owner, audit);
   if (!job.ok()) return job.status();
+  if (audited != nullptr) *audited = audit != nullptr;
   spdlog::info("job {} submitted: {}", job->id(), spec.name());
   Schedule();
   // Scheduling may already have moved it on.

@@ -88,9 +88,12 @@ class Coordinator {
   // With a request_id (SubmitJobRequest.request_id): a retry of an earlier submission
   // returns that job; ALREADY_EXISTS when the id came with another spec or from another
   // owner. `owner`: the submitting credential's name ("" when the coordinator has no
-  // tokens).
+  // tokens). `audit`, when given: the submission's audit entry, stored with a new job in
+  // its transaction (its target the job's id), and then `*audited` is set; a retry or a
+  // refusal creates no job, and leaves recording the entry to the caller.
   absl::StatusOr<v1::Job> SubmitJob(const v1::JobSpec& spec, const std::string& request_id = "",
-                                    const std::string& owner = "");
+                                    const std::string& owner = "",
+                                    const v1::AuditEntry* audit = nullptr, bool* audited = nullptr);
   absl::StatusOr<v1::Job> GetJob(const std::string& id);
   absl::StatusOr<JobPage> ListJobs(const JobQuery& query);
   absl::StatusOr<v1::Job> CancelJob(const std::string& id, const std::string& reason);

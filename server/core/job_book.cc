@@ -59,7 +59,7 @@ absl::Status JobBook::Recover() {
 }
 
 absl::StatusOr<v1::Job> JobBook::Create(const v1::JobSpec& spec, const std::string& request_id,
-                                        const std::string& owner) {
+                                        const std::string& owner, const v1::AuditEntry* audit) {
   const absl::Time now = clock_.Now();
   v1::Job job;
   *job.mutable_spec() = spec;
@@ -74,7 +74,8 @@ absl::StatusOr<v1::Job> JobBook::Create(const v1::JobSpec& spec, const std::stri
   *event.mutable_time() = ToProto(now);
   event.mutable_state_change()->set_state(v1::JOB_STATE_PENDING);
   event.mutable_state_change()->set_message("submitted");
-  auto stored = store_.CreateJob(std::move(job), {event});
+  auto stored = audit != nullptr ? store_.CreateAuditedJob(std::move(job), {event}, *audit)
+                                 : store_.CreateJob(std::move(job), {event});
   if (!stored.ok()) return stored.status();
   active_[stored->id()] = *stored;
   Show(*stored);

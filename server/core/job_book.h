@@ -37,9 +37,11 @@ class JobBook {
   absl::Status Recover();
 
   // Stores a new PENDING job for an already validated spec.
-  // `request_id`: the client's, for idempotent retries; `owner`: who submitted it.
+  // `request_id`: the client's, for idempotent retries; `owner`: who submitted it;
+  // `audit`: an audit entry stored in the same transaction (its target the new job's id).
   absl::StatusOr<v1::Job> Create(const v1::JobSpec& spec, const std::string& request_id = "",
-                                 const std::string& owner = "");
+                                 const std::string& owner = "",
+                                 const v1::AuditEntry* audit = nullptr);
 
   // An unfinished job, or null.
   const v1::Job* FindActive(const std::string& id) const;

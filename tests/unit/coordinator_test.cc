@@ -53,6 +53,11 @@ class FillableStore final : public testing::ForwardingJobStore {
     if (full) return Full();
     return ForwardingJobStore::CreateJob(std::move(job), events);
   }
+  absl::StatusOr<v1::Job> CreateAuditedJob(v1::Job job, absl::Span<const v1::JobEvent> events,
+                                           v1::AuditEntry audit) override {
+    if (full) return Full();
+    return ForwardingJobStore::CreateAuditedJob(std::move(job), events, std::move(audit));
+  }
   absl::Status Commit(const v1::Job& job, absl::Span<const v1::JobEvent> events) override {
     if (full) return Full();
     return ForwardingJobStore::Commit(job, events);

@@ -157,14 +157,20 @@ class Coordinator {
   // Tick: jobs past their start deadline go back to the queue; the workers that did not
   // start them are evicted.
   void WithdrawUnstartedAssignments();
+  // Places what the scheduler plans; the pass's placements are stored together.
   void Schedule();
+  // The SCHEDULED move of a planned start: the new attempt on its workers. A pass's
+  // multi-rank jobs avoid `rendezvous_taken` (the pass's earlier ones), and add theirs.
+  JobBook::Change Placement(const PlannedStart& start, std::set<std::string>& rendezvous_taken);
+  // Once its placement is stored: marks the workers busy and sends their assignments.
   void StartJob(const PlannedStart& start);
   // Thread-safe (no mu_ needed): adds why a queued job still waits to its message.
   v1::Job WithWaitingReason(v1::Job job) const;
   void PublishWaiting(std::map<std::string, std::string> waiting);
   void ForgetDiagnoses(const std::string& job_id);
-  // host:port for a new attempt's rendezvous on `host`, avoiding ports live jobs hold.
-  std::string RendezvousAddress(const std::string& host);
+  // host:port for a new attempt's rendezvous on `host`, avoiding ports live jobs hold
+  // and those in `taken`.
+  std::string RendezvousAddress(const std::string& host, std::set<std::string> taken);
   void TickLoop();
 
   const Options options_;

@@ -2,7 +2,7 @@
 # The control plane under load (BENCHMARKS.md, "Control plane under load"): starts a real
 # stoke-coordinator from build/bin (it builds nothing) on a loopback port with a job store in
 # a temp folder, runs stoke-load against it, and prints stoke-load's key=value lines and
-# its Markdown table row.
+# its Markdown table row; on PostgreSQL also the server's WAL syncs and commits.
 #   bench/load.sh                       # SQLite, then PostgreSQL, at the issue's settings
 #   STORE=sqlite DURATION=5 WORKERS=4 BACKLOG=20 WATCHERS=10 bench/load.sh   # a smoke run
 # Settings (environment): STORE (sqlite, postgres or both), DURATION (s), WORKERS, BACKLOG,
@@ -89,6 +89,12 @@ case "$store" in
   postgres | both)
     start_postgres
     run postgres --store "postgresql:///postgres?host=$tmp/pg&user=stoke"
+    # What the store did for it, by the server's own counters (the coordinator's session
+    # has ended, so they are complete): WAL flushes to disk, and committed transactions,
+    # reads included.
+    "$pg_bin/psql" -h "$tmp/pg" -U stoke -d postgres -Atc \
+      "SELECT 'postgres_wal_syncs=' || wal_sync || ' postgres_commits=' || xact_commit
+         FROM pg_stat_wal, pg_stat_database WHERE datname = 'postgres'"
     ;;
   sqlite) ;;
   *) echo "bench/load.sh: STORE must be sqlite, postgres or both" >&2; exit 2 ;;

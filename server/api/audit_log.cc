@@ -25,6 +25,15 @@ std::string Truncated(std::string text, size_t max_bytes) {
 
 void AuditLog::Record(const Caller& caller, const std::string& action, const std::string& target,
                       const absl::Status& result) {
+  const v1::AuditEntry entry = Entry(caller, action, target, result);
+  if (auto s = store_.AppendAudit(entry); !s.ok()) {
+    spdlog::error("audit entry not stored ({} {} by {}): {}", action, target, caller.name,
+                  s.ToString());
+  }
+}
+
+v1::AuditEntry AuditLog::Entry(const Caller& caller, const std::string& action,
+                               const std::string& target, const absl::Status& result) const {
   v1::AuditEntry entry;
   *entry.mutable_time() = ToProto(clock_.Now());
   entry.set_who(caller.name);
@@ -36,10 +45,7 @@ void AuditLog::Record(const Caller& caller, const std::string& action, const std
                   : absl::StrCat(absl::StatusCodeToString(result.code()), ": ", result.message()),
       kMaxResultBytes));
   entry.set_peer(caller.peer);
-  if (auto s = store_.AppendAudit(entry); !s.ok()) {
-    spdlog::error("audit entry not stored ({} {} by {}): {}", action, target, caller.name,
-                  s.ToString());
-  }
+  return entry;
 }
 
 }  // namespace stoke::server

@@ -9,6 +9,7 @@
 #include "server/api/access_control.h"
 #include "server/core/clock.h"
 #include "server/store/job_store.h"
+#include "stoke/v1/coordinator.pb.h"
 
 namespace stoke::server {
 
@@ -19,6 +20,10 @@ class AuditLog {
   // Never fails the call it records: an entry the store refuses (a full disk) is logged.
   void Record(const Caller& caller, const std::string& action, const std::string& target,
               const absl::Status& result);
+  // The entry Record would store, for a call that stores it in its own transaction (a
+  // submission, with its new job).
+  v1::AuditEntry Entry(const Caller& caller, const std::string& action, const std::string& target,
+                       const absl::Status& result) const;
   // Newest first: entries with an id below `before_id` (0: from the newest).
   absl::StatusOr<AuditPage> List(uint64_t before_id, uint32_t limit) {
     return store_.ListAudit(before_id, limit);

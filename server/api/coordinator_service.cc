@@ -79,14 +79,16 @@ grpc::ServerUnaryReactor* CoordinatorService::SubmitJob(grpc::CallbackServerCont
                                                         const v1::SubmitJobRequest* request,
                                                         v1::SubmitJobResponse* response) {
   return Defer(context, [this, request, response](const Caller& caller) -> absl::Status {
-    absl::Status result = Submit(caller, *request, *response);
-    audit_.Record(caller, "SubmitJob", response->job().id(), result);
+    // A new job's entry is stored with it; any other outcome's is recorded here.
+    bool audited = false;
+    absl::Status result = Submit(caller, *request, *response, &audited);
+    if (!audited) audit_.Record(caller, "SubmitJob", response->job().id(), result);
     return result;
   });
 }
 
 absl::Status CoordinatorService::Submit(const Caller& caller, const v1::SubmitJobRequest& request,
-                                        v1::SubmitJobResponse& response) {
+                                        v1::SubmitJobResponse& response, bool* audited) {
   if (auto s = AccessControl::Require(caller, security::Role::kSubmitter, "submitting jobs");
       !s.ok()) {
     return s;
@@ -112,7 +114,9 @@ absl::Status CoordinatorService::Submit(const Caller& caller, const v1::SubmitJo
   if (!data.ok()) return in_spec(data.status());
   if (auto s = ValidateAgainstData(spec, *data); !s.ok()) return in_spec(s);
   ApplyJobSpecDefaults(spec, *data);
-  auto job = core_.SubmitJob(spec, request.request_id(), access_.enabled() ? caller.name : "");
+  const v1::AuditEntry entry = audit_.Entry(caller, "SubmitJob", "", absl::OkStatus());
+  auto job = core_.SubmitJob(spec, request.request_id(), access_.enabled() ? caller.name : "",
+                             &entry, audited);
   if (!job.ok()) return job.status();
   *response.mutable_job() = *std::move(job);
   return absl::OkStatus();

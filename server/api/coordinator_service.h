@@ -68,8 +68,9 @@ class CoordinatorService final : public v1::Coordinator::CallbackService {
   grpc::ServerUnaryReactor* Defer(grpc::CallbackServerContext* context,
                                   std::function<absl::Status(const Caller&)> work,
                                   Executor* on = nullptr);
+  // `*audited`: set when the new job's audit entry was stored with it.
   absl::Status Submit(const Caller& caller, const v1::SubmitJobRequest& request,
-                      v1::SubmitJobResponse& response);
+                      v1::SubmitJobResponse& response, bool* audited);
   // The job if `caller` may see it at all, redacted unless it owns it.
   absl::StatusOr<v1::Job> JobFor(const Caller& caller, const std::string& id);
 

@@ -94,7 +94,8 @@ void Coordinator::TickLoop() {
 
 absl::StatusOr<v1::Job> Coordinator::SubmitJob(const v1::JobSpec& spec,
                                                const std::string& request_id,
-                                               const std::string& owner) {
+                                               const std::string& owner,
+                                               const v1::AuditEntry* audit, bool* audited) {
   std::lock_guard<std::mutex> lock(mu_);
   if (!request_id.empty()) {
     // Under mu_, so two racing retries cannot both create a job.
@@ -122,8 +123,9 @@ absl::StatusOr<v1::Job> Coordinator::SubmitJob(const v1::JobSpec& spec,
         " unfinished jobs, the most allowed; wait for some to finish or "
         "cancel them"));
   }
-  auto job = jobs_.Create(spec, request_id, owner);
+  auto job = jobs_.Create(spec, request_id, owner, audit);
   if (!job.ok()) return job.status();
+  if (audited != nullptr) *audited = audit != nullptr;
   spdlog::info("job {} submitted: {}", job->id(), spec.name());
   Schedule();
   // Scheduling may already have moved it on.
@@ -790,44 +792,59 @@ void Coordinator::Schedule() {
   SchedulePlan plan =
       scheduler_.Plan(std::move(queue), workers_.FreeDevices(), workers_.Capacity(), clock_.Now());
   PublishWaiting(std::move(plan.waiting));
-  for (const auto& start : plan.starts) StartJob(start);
+  if (plan.starts.empty()) return;
+  // Every placement of the pass in one transaction; each is durable before any worker
+  // hears of it.
+  std::vector<JobBook::Change> changes;
+  std::set<std::string> rendezvous_taken;  // this pass's, not yet in the job book
+  for (const auto& start : plan.starts) changes.push_back(Placement(start, rendezvous_taken));
+  const std::vector<absl::Status> results = jobs_.TransitionTogether(changes);
+  for (size_t i = 0; i < plan.starts.size(); ++i) {
+    if (!results[i].ok()) {
+      spdlog::error("job {} could not be scheduled: {}", plan.starts[i].job_id,
+                    results[i].ToString());
+      continue;
+    }
+    StartJob(plan.starts[i]);
+  }
+}
+
+JobBook::Change Coordinator::Placement(const PlannedStart& start,
+                                       std::set<std::string>& rendezvous_taken) {
+  // Ranks meet at rank 0's worker, on a port no other live job holds.
+  std::string rendezvous;
+  if (start.worker_ids.size() > 1) {
+    rendezvous = RendezvousAddress(workers_.Find(start.worker_ids.front())->info.address(),
+                                   rendezvous_taken);
+    rendezvous_taken.insert(rendezvous);
+  }
+  std::vector<v1::Placement> placement;
+  for (size_t rank = 0; rank < start.worker_ids.size(); ++rank) {
+    const WorkerEntry* worker = workers_.Find(start.worker_ids[rank]);
+    v1::Placement& p = placement.emplace_back();
+    p.set_rank(static_cast<uint32_t>(rank));
+    p.set_worker_id(worker->info.id());
+    p.set_host(worker->info.host());
+    *p.mutable_device() = worker->info.device();
+  }
+  return {start.job_id, v1::JOB_STATE_SCHEDULED,
+          absl::StrCat("scheduled on ", absl::StrJoin(start.worker_ids, ", ")),
+          [rendezvous, placement = std::move(placement)](v1::Job& j) {
+            j.set_attempt(j.attempt() + 1);
+            j.clear_startup();  // the new attempt's, once it has stepped
+            j.set_rendezvous_address(rendezvous);
+            j.clear_placement();
+            for (const auto& p : placement) *j.add_placement() = p;
+          }};
 }
 
 void Coordinator::StartJob(const PlannedStart& start) {
+  const std::string where = absl::StrJoin(start.worker_ids, ", ");
   const v1::Job* job = jobs_.FindActive(start.job_id);
-  std::vector<std::string> where;
-  for (const auto& id : start.worker_ids) where.push_back(id);
-  // Ranks meet at rank 0's worker, on a port no other live job holds.
-  const std::string rendezvous =
-      start.worker_ids.size() > 1
-          ? RendezvousAddress(workers_.Find(start.worker_ids.front())->info.address())
-          : std::string();
-  auto s =
-      jobs_.Transition(start.job_id, v1::JOB_STATE_SCHEDULED,
-                       absl::StrCat("scheduled on ", absl::StrJoin(where, ", ")), [&](v1::Job& j) {
-                         j.set_attempt(j.attempt() + 1);
-                         j.clear_startup();  // the new attempt's, once it has stepped
-                         j.set_rendezvous_address(rendezvous);
-                         j.clear_placement();
-                         for (size_t rank = 0; rank < start.worker_ids.size(); ++rank) {
-                           const WorkerEntry* worker = workers_.Find(start.worker_ids[rank]);
-                           v1::Placement* p = j.add_placement();
-                           p->set_rank(static_cast<uint32_t>(rank));
-                           p->set_worker_id(worker->info.id());
-                           p->set_host(worker->info.host());
-                           *p->mutable_device() = worker->info.device();
-                         }
-                       });
-  if (!s.ok()) {
-    spdlog::error("job {} could not be scheduled: {}", start.job_id, s.ToString());
-    return;
-  }
-  job = jobs_.FindActive(start.job_id);
   started_ranks_.erase(job->id());
   succeeded_ranks_.erase(job->id());
   scheduled_at_[job->id()] = {job->attempt(), clock_.Now()};
-  spdlog::info("job {} attempt {} scheduled on {}", job->id(), job->attempt(),
-               absl::StrJoin(where, ", "));
+  spdlog::info("job {} attempt {} scheduled on {}", job->id(), job->attempt(), where);
   for (size_t rank = 0; rank < start.worker_ids.size(); ++rank) {
     WorkerEntry* worker = workers_.Find(start.worker_ids[rank]);
     workers_.MarkBusy(worker->info.id(), job->id(), job->attempt(), static_cast<uint32_t>(rank));
@@ -846,8 +863,7 @@ void Coordinator::StartJob(const PlannedStart& start) {
   }
 }
 
-std::string Coordinator::RendezvousAddress(const std::string& host) {
-  std::set<std::string> taken;
+std::string Coordinator::RendezvousAddress(const std::string& host, std::set<std::string> taken) {
   for (const v1::Job* job : jobs_.Active()) {
     if (IsLive(job->state()) && !job->rendezvous_address().empty()) {
       taken.insert(job->rendezvous_address());

@@ -89,9 +89,12 @@ class Coordinator {
   // With a request_id (SubmitJobRequest.request_id): a retry of an earlier submission
   // returns that job; ALREADY_EXISTS when the id came with another spec or from another
   // owner. `owner`: the submitting credential's name ("" when the coordinator has no
-  // tokens).
+  // tokens). `audit`, when given: the submission's audit entry, stored with a new job in
+  // its transaction (its target the job's id), and then `*audited` is set; a retry or a
+  // refusal creates no job, and leaves recording the entry to the caller.
   absl::StatusOr<v1::Job> SubmitJob(const v1::JobSpec& spec, const std::string& request_id = "",
-                                    const std::string& owner = "");
+                                    const std::string& owner = "",
+                                    const v1::AuditEntry* audit = nullptr, bool* audited = nullptr);
   absl::StatusOr<v1::Job> GetJob(const std::string& id);
   absl::StatusOr<JobPage> ListJobs(const JobQuery& query);
   absl::StatusOr<v1::Job> CancelJob(const std::string& id, const std::string& reason);
@@ -155,7 +158,12 @@ class Coordinator {
   // Tick: jobs past their start deadline go back to the queue; the workers that did not
   // start them are evicted.
   void WithdrawUnstartedAssignments();
+  // Places what the scheduler plans; the pass's placements are stored together.
   void Schedule();
+  // The SCHEDULED move of a planned start: the new attempt on its workers. A pass's
+  // multi-rank jobs avoid `rendezvous_taken` (the pass's earlier ones), and add theirs.
+  JobBook::Change Placement(const PlannedStart& start, std::set<std::string>& rendezvous_taken);
+  // Once its placement is stored: marks the workers busy and sends their assignments.
   void StartJob(const PlannedStart& start);
   // Thread-safe (no mu_ needed): adds why a queued job still waits to its message.
   v1::Job WithWaitingReason(v1::Job job) const;
@@ -167,8 +175,9 @@ class Coordinator {
                       const StragglerWatch::Change& change, v1::TaskReport& report);
   // Thread-safe (no mu_ needed): adds the ranks straggling now to a job read.
   v1::Job WithStragglers(v1::Job job) const;
-  // host:port for a new attempt's rendezvous on `host`, avoiding ports live jobs hold.
-  std::string RendezvousAddress(const std::string& host);
+  // host:port for a new attempt's rendezvous on `host`, avoiding ports live jobs hold
+  // and those in `taken`.
+  std::string RendezvousAddress(const std::string& host, std::set<std::string> taken);
   void TickLoop();
 
   const Options options_;

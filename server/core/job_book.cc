@@ -59,7 +59,7 @@ absl::Status JobBook::Recover() {
 }
 
 absl::StatusOr<v1::Job> JobBook::Create(const v1::JobSpec& spec, const std::string& request_id,
-                                        const std::string& owner) {
+                                        const std::string& owner, const v1::AuditEntry* audit) {
   const absl::Time now = clock_.Now();
   v1::Job job;
   *job.mutable_spec() = spec;
@@ -74,7 +74,8 @@ absl::StatusOr<v1::Job> JobBook::Create(const v1::JobSpec& spec, const std::stri
   *event.mutable_time() = ToProto(now);
   event.mutable_state_change()->set_state(v1::JOB_STATE_PENDING);
   event.mutable_state_change()->set_message("submitted");
-  auto stored = store_.CreateJob(std::move(job), {event});
+  auto stored = audit != nullptr ? store_.CreateAuditedJob(std::move(job), {event}, *audit)
+                                 : store_.CreateJob(std::move(job), {event});
   if (!stored.ok()) return stored.status();
   active_[stored->id()] = *stored;
   Show(*stored);
@@ -136,35 +137,59 @@ std::vector<v1::Job> JobBook::PublishedActive() const {
 absl::Status JobBook::Transition(const std::string& id, v1::JobState state,
                                  const std::string& message,
                                  const std::function<void(v1::Job&)>& edit) {
-  const v1::Job* current = FindActive(id);
-  if (current == nullptr) {
-    auto stored = store_.GetJob(id);
-    if (!stored.ok()) return stored.status();
-    return absl::FailedPreconditionError(
-        absl::StrCat("job ", id, " has already finished (", StateName(stored->state()), ")"));
-  }
-  if (!IsTransitionAllowed(current->state(), state)) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "job ", id, " cannot go from ", StateName(current->state()), " to ", StateName(state)));
-  }
-  // The job's reports queued so far go to the store (and to watchers) first: its events
-  // stay in sequence order, and none is left behind a final state.
-  if (telemetry_) telemetry_->Flush(id);
+  return TransitionTogether({{id, state, message, edit}}).front();
+}
+
+std::vector<absl::Status> JobBook::TransitionTogether(const std::vector<Change>& changes) {
+  std::vector<absl::Status> results(changes.size());
+  std::vector<Prepared> prepared;
+  std::vector<size_t> index;  // prepared[i] is changes[index[i]]
   const absl::Time now = clock_.Now();
-  v1::JobEvent event;
-  auto* change = event.mutable_state_change();
-  change->set_state(state);
-  change->set_message(message);
-  return Commit(id,
-                [&](v1::Job& job) {
-                  if (edit) edit(job);
-                  job.set_state(state);
-                  job.set_message(message);
-                  if (IsQueued(state)) *job.mutable_queue_time() = ToProto(now);
-                  if (state == v1::JOB_STATE_SCHEDULED) *job.mutable_start_time() = ToProto(now);
-                  if (IsTerminal(state)) *job.mutable_end_time() = ToProto(now);
-                },
-                {event});
+  for (size_t i = 0; i < changes.size(); ++i) {
+    const Change& c = changes[i];
+    const v1::Job* current = FindActive(c.id);
+    if (current == nullptr) {
+      auto stored = store_.GetJob(c.id);
+      results[i] =
+          stored.ok()
+              ? absl::FailedPreconditionError(absl::StrCat("job ", c.id, " has already finished (",
+                                                           StateName(stored->state()), ")"))
+              : stored.status();
+      continue;
+    }
+    if (!IsTransitionAllowed(current->state(), c.state)) {
+      results[i] = absl::FailedPreconditionError(absl::StrCat("job ", c.id, " cannot go from ",
+                                                              StateName(current->state()), " to ",
+                                                              StateName(c.state)));
+      continue;
+    }
+    // The job's reports queued so far go to the store (and to watchers) with the change,
+    // in its transaction: its events stay in sequence order, none is left behind a final
+    // state, and the change waits for no telemetry batch but one holding this job's events.
+    std::vector<JobUpdate> reports;
+    if (telemetry_) reports = telemetry_->Take(c.id);
+    v1::JobEvent event;
+    event.mutable_state_change()->set_state(c.state);
+    event.mutable_state_change()->set_message(c.message);
+    prepared.push_back(Prepare(
+        *current,
+        [&](v1::Job& job) {
+          if (c.edit) c.edit(job);
+          job.set_state(c.state);
+          job.set_message(c.message);
+          if (IsQueued(c.state)) *job.mutable_queue_time() = ToProto(now);
+          if (c.state == v1::JOB_STATE_SCHEDULED) *job.mutable_start_time() = ToProto(now);
+          if (IsTerminal(c.state)) *job.mutable_end_time() = ToProto(now);
+        },
+        {event}, std::move(reports)));
+    index.push_back(i);
+  }
+  const absl::Status stored = Store(prepared);
+  for (size_t i = 0; i < prepared.size(); ++i) {
+    results[index[i]] = stored;
+    if (stored.ok()) Install(std::move(prepared[i]));
+  }
+  return results;
 }
 
 absl::Status JobBook::AppendReport(const std::string& id, const v1::TaskReport& report,
@@ -223,28 +248,66 @@ absl::Status JobBook::AppendReport(const std::string& id, const v1::TaskReport& 
 
 absl::Status JobBook::Commit(const std::string& id, const std::function<void(v1::Job&)>& edit,
                              std::vector<v1::JobEvent> events) {
-  auto it = active_.find(id);
-  if (it == active_.end()) return absl::NotFoundError(absl::StrCat("job ", id, " is not active"));
-  v1::Job updated = it->second;
-  if (edit) edit(updated);
+  const v1::Job* current = FindActive(id);
+  if (current == nullptr) return absl::NotFoundError(absl::StrCat("job ", id, " is not active"));
+  std::vector<Prepared> prepared;
+  prepared.push_back(Prepare(*current, edit, std::move(events), {}));
+  if (auto s = Store(prepared); !s.ok()) return s;
+  Install(std::move(prepared.front()));
+  return absl::OkStatus();
+}
+
+JobBook::Prepared JobBook::Prepare(const v1::Job& current,
+                                   const std::function<void(v1::Job&)>& edit,
+                                   std::vector<v1::JobEvent> events,
+                                   std::vector<JobUpdate> reports) {
+  Prepared p{current, std::move(events), std::move(reports)};
+  if (edit) edit(p.job);
   const auto now = ToProto(clock_.Now());
-  for (auto& event : events) {
-    event.set_seq(updated.last_event_seq() + 1);
-    updated.set_last_event_seq(event.seq());
+  for (auto& event : p.events) {
+    event.set_seq(p.job.last_event_seq() + 1);
+    p.job.set_last_event_seq(event.seq());
     if (!event.has_time()) *event.mutable_time() = now;
-    if (event.has_state_change()) event.mutable_state_change()->set_attempt(updated.attempt());
+    if (event.has_state_change()) event.mutable_state_change()->set_attempt(p.job.attempt());
   }
-  if (auto s = store_.Commit(updated, events); !s.ok()) return s;
-  const bool terminal = IsTerminal(updated.state());
+  return p;
+}
+
+absl::Status JobBook::Store(std::vector<Prepared>& prepared) {
+  if (prepared.empty()) return absl::OkStatus();
+  absl::Status stored;
+  if (prepared.size() == 1 && prepared.front().reports.empty()) {
+    stored = store_.Commit(prepared.front().job, prepared.front().events);
+  } else {
+    // One transaction: each job's reports, then its change.
+    std::vector<JobUpdate> updates;
+    for (const auto& p : prepared) {
+      updates.insert(updates.end(), p.reports.begin(), p.reports.end());
+      updates.push_back({p.job, p.events});
+    }
+    stored = store_.CommitBatch(updates);
+  }
+  if (!stored.ok() && telemetry_) {
+    // Nothing of it is stored, and memory is as it was: the reports go back to the
+    // telemetry writer, ahead of any later ones, to be written (and published) as usual.
+    for (auto& p : prepared) telemetry_->GiveBack(std::move(p.reports));
+  }
+  return stored;
+}
+
+void JobBook::Install(Prepared prepared) {
+  const std::string id = prepared.job.id();
+  const bool terminal = IsTerminal(prepared.job.state());
   if (terminal) {
-    active_.erase(it);
+    active_.erase(id);
     Hide(id);
   } else {
-    it->second = std::move(updated);
-    Show(it->second);
+    v1::Job& job = active_[id];
+    job = std::move(prepared.job);
+    Show(job);
   }
-  hub_.Publish(id, events, terminal);
-  return absl::OkStatus();
+  for (const auto& report : prepared.reports) hub_.Publish(id, report.events, /*terminal=*/false);
+  hub_.Publish(id, prepared.events, terminal);
 }
 
 }  // namespace stoke::server

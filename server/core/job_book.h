@@ -2,7 +2,8 @@
 // state change is committed to the store (the job row and its new events, in one
 // transaction) before memory is updated and before anyone acts on it; then its events are
 // published to watchers. Metric samples and log lines go to the telemetry writer when
-// there is one: numbered here, written and published by it, never waited for.
+// there is one: numbered here, written and published by it, never waited for; those still
+// queued when the job's state changes are committed with that change instead.
 // Unfinished jobs live in memory; finished ones are read from the store.
 // Not thread-safe: the Coordinator calls it under its own lock, except for the published
 // view (Published, PublishedActive), which readers use without that lock.
@@ -36,9 +37,11 @@ class JobBook {
   absl::Status Recover();
 
   // Stores a new PENDING job for an already validated spec.
-  // `request_id`: the client's, for idempotent retries; `owner`: who submitted it.
+  // `request_id`: the client's, for idempotent retries; `owner`: who submitted it;
+  // `audit`: an audit entry stored in the same transaction (its target the new job's id).
   absl::StatusOr<v1::Job> Create(const v1::JobSpec& spec, const std::string& request_id = "",
-                                 const std::string& owner = "");
+                                 const std::string& owner = "",
+                                 const v1::AuditEntry* audit = nullptr);
 
   // An unfinished job, or null.
   const v1::Job* FindActive(const std::string& id) const;
@@ -50,6 +53,19 @@ class JobBook {
   // fields. FAILED_PRECONDITION for a move the life cycle does not allow.
   absl::Status Transition(const std::string& id, v1::JobState state, const std::string& message,
                           const std::function<void(v1::Job&)>& edit = nullptr);
+
+  // One job's move, for TransitionTogether.
+  struct Change {
+    std::string id;
+    v1::JobState state;
+    std::string message;
+    std::function<void(v1::Job&)> edit;
+  };
+  // Several jobs' moves (each job at most once) as Transition makes them, stored in one
+  // transaction: one disk sync for a scheduling pass that places several jobs. Returns
+  // each change's outcome: a move the life cycle refuses fails alone; a store failure
+  // fails every other one, and none of them is applied.
+  std::vector<absl::Status> TransitionTogether(const std::vector<Change>& changes);
 
   // Thread-safe, and never waits for a commit: the job as last committed (an unfinished
   // job with its newest reports, as FindActive has it), else as the store has it. Reads
@@ -66,10 +82,26 @@ class JobBook {
                             const v1::JobStartup* startup = nullptr);
 
  private:
-  // Applies `edit` to a copy, numbers `events` after the job's last one, commits both,
-  // then installs the copy and publishes.
+  // A job's change, ready to be stored: the job as it will be, its new events, and the
+  // reports taken from the telemetry writer to be stored before them.
+  struct Prepared {
+    v1::Job job;
+    std::vector<v1::JobEvent> events;
+    std::vector<JobUpdate> reports;
+  };
+
+  // Prepare, Store and Install for one job.
   absl::Status Commit(const std::string& id, const std::function<void(v1::Job&)>& edit,
                       std::vector<v1::JobEvent> events);
+  // Applies `edit` to a copy of `current` and numbers `events` after its last one.
+  Prepared Prepare(const v1::Job& current, const std::function<void(v1::Job&)>& edit,
+                   std::vector<v1::JobEvent> events, std::vector<JobUpdate> reports);
+  // Commits every prepared change (reports first, job by job) in one transaction. On
+  // failure nothing is stored, and the reports go back to the telemetry writer.
+  absl::Status Store(std::vector<Prepared>& prepared);
+  // After Store: replaces the job in memory (or drops a finished one) and publishes its
+  // reports, then its events.
+  void Install(Prepared prepared);
 
   // Replaces (or, for a finished job, removes) the job's published copy.
   void Show(const v1::Job& job);

@@ -46,22 +46,45 @@ void TelemetryWriter::Append(const v1::Job& job, std::vector<v1::JobEvent> event
   {
     std::lock_guard<std::mutex> lock(mu_);
     queued_events_ += events.size();
-    ++pending_[job.id()];
     queue_.push_back({job, std::move(events)});
   }
   work_cv_.notify_one();
 }
 
-void TelemetryWriter::Flush(const std::string& job_id) {
+std::vector<JobUpdate> TelemetryWriter::Take(const std::string& job_id) {
   std::unique_lock<std::mutex> lock(mu_);
-  if (!thread_.joinable()) return;  // not started (or stopped): nothing is queued
-  done_cv_.wait(lock, [&] { return pending_.count(job_id) == 0; });
+  done_cv_.wait(lock, [&] { return writing_.count(job_id) == 0; });
+  std::vector<JobUpdate> taken;
+  size_t events = 0;
+  for (auto it = queue_.begin(); it != queue_.end();) {
+    if (it->job.id() != job_id) {
+      ++it;
+      continue;
+    }
+    events += it->events.size();
+    taken.push_back(std::move(*it));
+    it = queue_.erase(it);
+  }
+  queued_events_ -= events;
+  return taken;
+}
+
+void TelemetryWriter::GiveBack(std::vector<JobUpdate> updates) {
+  if (updates.empty()) return;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (auto it = updates.rbegin(); it != updates.rend(); ++it) {
+      queued_events_ += it->events.size();
+      queue_.push_front(std::move(*it));
+    }
+  }
+  work_cv_.notify_one();
 }
 
 void TelemetryWriter::FlushAll() {
   std::unique_lock<std::mutex> lock(mu_);
   if (!thread_.joinable()) return;
-  done_cv_.wait(lock, [&] { return pending_.empty(); });
+  done_cv_.wait(lock, [&] { return queue_.empty() && writing_.empty(); });
 }
 
 uint64_t TelemetryWriter::dropped() {
@@ -82,12 +105,11 @@ void TelemetryWriter::Loop() {
     // Everything gathered while the previous batch was written goes in this one: the
     // slower the disk, the larger the batches, and the fewer the syncs.
     std::vector<JobUpdate> batch;
-    std::vector<std::string> jobs;
     size_t events = 0;
     while (!queue_.empty() &&
            (batch.empty() || events + queue_.front().events.size() <= options_.max_batch_events)) {
       events += queue_.front().events.size();
-      jobs.push_back(queue_.front().job.id());
+      writing_.insert(queue_.front().job.id());
       batch.push_back(std::move(queue_.front()));
       queue_.pop_front();
     }
@@ -103,9 +125,7 @@ void TelemetryWriter::Loop() {
     lock.lock();
     if (!s.ok()) dropped_ += events;
     queued_events_ -= events;
-    for (const auto& job : jobs) {
-      if (--pending_[job] == 0) pending_.erase(job);
-    }
+    writing_.clear();
     done_cv_.notify_all();
   }
 }

@@ -2,16 +2,17 @@
 // queue them (never waiting on the disk) and one thread commits whatever has gathered in
 // one transaction (group commit), then hands the events to watchers. The queue is
 // bounded: what does not fit is dropped and counted, never waited for. State transitions
-// do not come here; a job's transition first waits for that job's queued telemetry
-// (Flush), so the store and watchers see every job's events in sequence order.
+// do not come here; a job's transition takes that job's queued telemetry (Take) and
+// commits it with its state change in one transaction, so the store and watchers see
+// every job's events in sequence order without the transition waiting for a batch.
 #pragma once
 
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
-#include <map>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
@@ -48,8 +49,15 @@ class TelemetryWriter {
   // Queues `events` (numbered, after the job's earlier ones) with `job` as it is after
   // them. Never blocks on the disk.
   void Append(const v1::Job& job, std::vector<v1::JobEvent> events);
-  // Returns once everything queued for the job has been written (or failed to be).
-  void Flush(const std::string& job_id);
+  // Removes the job's queued updates, in order, for the caller to commit (and publish)
+  // itself; waits only while a batch holding some of the job's events is being written,
+  // so that what it returns follows everything already stored and published. The caller
+  // must keep the job's reports from being appended until it has committed them or given
+  // them back (the Coordinator's lock does).
+  std::vector<JobUpdate> Take(const std::string& job_id);
+  // Puts back what Take returned, ahead of anything queued since, when the caller could
+  // not commit it: the writer writes it as if it had never been taken.
+  void GiveBack(std::vector<JobUpdate> updates);
   // Returns once everything queued has been written.
   void FlushAll();
 
@@ -67,11 +75,11 @@ class TelemetryWriter {
 
   std::mutex mu_;
   std::condition_variable work_cv_;  // the writer: something queued, or stopping
-  std::condition_variable done_cv_;  // Flush: a batch was written
+  std::condition_variable done_cv_;  // Take, FlushAll: a batch was written
   std::deque<JobUpdate> queue_;
   size_t queued_events_ = 0;
-  // Updates queued or being written, per job (Flush waits for zero).
-  std::map<std::string, size_t> pending_;
+  // Jobs with events in the batch being written (Take waits for its job to leave).
+  std::set<std::string> writing_;
   uint64_t dropped_ = 0;
   bool stopping_ = false;
   std::thread thread_;

@@ -50,6 +50,12 @@ class JobStore {
   // Stores a new job, giving it the next id (written into the returned copy), and its
   // first events, in one transaction.
   virtual absl::StatusOr<v1::Job> CreateJob(v1::Job job, absl::Span<const v1::JobEvent> events) = 0;
+  // As CreateJob, and appends `audit` to the audit log (its target set to the new job's
+  // id) in the same transaction: a submission and its audit entry are stored together,
+  // or neither is.
+  virtual absl::StatusOr<v1::Job> CreateAuditedJob(v1::Job job,
+                                                   absl::Span<const v1::JobEvent> events,
+                                                   v1::AuditEntry audit) = 0;
 
   // Replaces the stored job with `job` and appends `events`, in one transaction.
   virtual absl::Status Commit(const v1::Job& job, absl::Span<const v1::JobEvent> events) = 0;

@@ -69,6 +69,17 @@ absl::Status PostgresJobStore::WriteEvents(int64_t job_id, absl::Span<const v1::
 
 absl::StatusOr<v1::Job> PostgresJobStore::CreateJob(v1::Job job,
                                                     absl::Span<const v1::JobEvent> events) {
+  return Create(std::move(job), events, nullptr);
+}
+
+absl::StatusOr<v1::Job> PostgresJobStore::CreateAuditedJob(v1::Job job,
+                                                           absl::Span<const v1::JobEvent> events,
+                                                           v1::AuditEntry audit) {
+  return Create(std::move(job), events, &audit);
+}
+
+absl::StatusOr<v1::Job> PostgresJobStore::Create(v1::Job job, absl::Span<const v1::JobEvent> events,
+                                                 v1::AuditEntry* audit) {
   std::lock_guard<std::mutex> lock(mu_);
   PgTransaction txn(*db_);
   if (!txn.begun().ok()) return txn.begun();
@@ -87,6 +98,10 @@ absl::StatusOr<v1::Job> PostgresJobStore::CreateJob(v1::Job job,
     auto request = db_->Exec("INSERT INTO submit_requests (request_id, job_id) VALUES ($1, $2)",
                              PgParams().Bytes(job.request_id()).Int(id));
     if (!request.ok()) return request.status();
+  }
+  if (audit != nullptr) {
+    audit->set_target(job.id());
+    if (auto s = InsertAudit(*audit); !s.ok()) return s;
   }
   if (auto s = txn.Commit(); !s.ok()) return s;
   return job;
@@ -233,9 +248,13 @@ absl::StatusOr<std::vector<v1::JobEvent>> PostgresJobStore::ReadEvents(const std
 }
 
 absl::Status PostgresJobStore::AppendAudit(const v1::AuditEntry& entry) {
+  std::lock_guard<std::mutex> lock(mu_);
+  return InsertAudit(entry);
+}
+
+absl::Status PostgresJobStore::InsertAudit(const v1::AuditEntry& entry) {
   std::string blob;
   if (!entry.SerializeToString(&blob)) return absl::InternalError("cannot serialize audit entry");
-  std::lock_guard<std::mutex> lock(mu_);
   return db_->Exec("INSERT INTO audit (entry) VALUES ($1)", PgParams().Bytes(std::move(blob)))
       .status();
 }

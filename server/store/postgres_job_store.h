@@ -39,6 +39,8 @@ class PostgresJobStore final : public JobStore {
   absl::Status CheckLeadership();
 
   absl::StatusOr<v1::Job> CreateJob(v1::Job job, absl::Span<const v1::JobEvent> events) override;
+  absl::StatusOr<v1::Job> CreateAuditedJob(v1::Job job, absl::Span<const v1::JobEvent> events,
+                                           v1::AuditEntry audit) override;
   absl::Status Commit(const v1::Job& job, absl::Span<const v1::JobEvent> events) override;
   // One transaction for the whole batch (the telemetry writer's group commit).
   absl::Status CommitBatch(absl::Span<const JobUpdate> updates) override;
@@ -56,6 +58,11 @@ class PostgresJobStore final : public JobStore {
   explicit PostgresJobStore(std::unique_ptr<PgConnection> db) : db_(std::move(db)) {}
   absl::StatusOr<v1::Job> GetJobLocked(int64_t id, const std::string& name);
   absl::Status WriteEvents(int64_t job_id, absl::Span<const v1::JobEvent> events);
+  // CreateJob, and with `audit` CreateAuditedJob.
+  absl::StatusOr<v1::Job> Create(v1::Job job, absl::Span<const v1::JobEvent> events,
+                                 v1::AuditEntry* audit);
+  // Under mu_, inside a transaction or as one of its own.
+  absl::Status InsertAudit(const v1::AuditEntry& entry);
 
   std::mutex mu_;  // one connection, used by one thread at a time
   std::unique_ptr<PgConnection> db_;

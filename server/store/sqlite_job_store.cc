@@ -313,6 +313,17 @@ absl::Status SqliteJobStore::WriteEvents(int64_t job_id, absl::Span<const v1::Jo
 
 absl::StatusOr<v1::Job> SqliteJobStore::CreateJob(v1::Job job,
                                                   absl::Span<const v1::JobEvent> events) {
+  return Create(std::move(job), events, nullptr);
+}
+
+absl::StatusOr<v1::Job> SqliteJobStore::CreateAuditedJob(v1::Job job,
+                                                         absl::Span<const v1::JobEvent> events,
+                                                         v1::AuditEntry audit) {
+  return Create(std::move(job), events, &audit);
+}
+
+absl::StatusOr<v1::Job> SqliteJobStore::Create(v1::Job job, absl::Span<const v1::JobEvent> events,
+                                               v1::AuditEntry* audit) {
   std::lock_guard<std::mutex> lock(mu_);
   Transaction txn(db_);
   if (txn.begin_rc() != SQLITE_OK) return Error(txn.begin_rc(), sqlite3_errmsg(db_));
@@ -327,6 +338,10 @@ absl::StatusOr<v1::Job> SqliteJobStore::CreateJob(v1::Job job,
     stmt.BindBlob(1, job.request_id());
     stmt.Bind(2, id);
     if (int rc = stmt.Step(); rc != SQLITE_DONE) return Error(rc, sqlite3_errmsg(db_));
+  }
+  if (audit != nullptr) {
+    audit->set_target(job.id());
+    if (auto s = InsertAudit(*audit); !s.ok()) return s;
   }
   if (int rc = txn.Commit(); rc != SQLITE_OK) return Error(rc, sqlite3_errmsg(db_));
   return job;
@@ -460,9 +475,13 @@ absl::StatusOr<std::vector<v1::JobEvent>> SqliteJobStore::ReadEvents(const std::
 }
 
 absl::Status SqliteJobStore::AppendAudit(const v1::AuditEntry& entry) {
+  std::lock_guard<std::mutex> lock(mu_);
+  return InsertAudit(entry);
+}
+
+absl::Status SqliteJobStore::InsertAudit(const v1::AuditEntry& entry) {
   std::string blob;
   if (!entry.SerializeToString(&blob)) return absl::InternalError("cannot serialize audit entry");
-  std::lock_guard<std::mutex> lock(mu_);
   Statement stmt(db_, "INSERT INTO audit(entry) VALUES (?)");
   stmt.BindBlob(1, blob);
   const int rc = stmt.Step();

@@ -36,6 +36,8 @@ class SqliteJobStore final : public JobStore {
   absl::Status BackupTo(const std::string& destination);
 
   absl::StatusOr<v1::Job> CreateJob(v1::Job job, absl::Span<const v1::JobEvent> events) override;
+  absl::StatusOr<v1::Job> CreateAuditedJob(v1::Job job, absl::Span<const v1::JobEvent> events,
+                                           v1::AuditEntry audit) override;
   absl::Status Commit(const v1::Job& job, absl::Span<const v1::JobEvent> events) override;
   // One transaction for all: one sync however many reports it carries.
   absl::Status CommitBatch(absl::Span<const JobUpdate> updates) override;
@@ -57,6 +59,11 @@ class SqliteJobStore final : public JobStore {
   absl::Status Error(int code, const char* what) const;
   absl::Status WriteJobRow(const v1::Job& job, bool insert, int64_t* id_out);
   absl::Status WriteEvents(int64_t job_id, absl::Span<const v1::JobEvent> events);
+  // CreateJob, and with `audit` CreateAuditedJob.
+  absl::StatusOr<v1::Job> Create(v1::Job job, absl::Span<const v1::JobEvent> events,
+                                 v1::AuditEntry* audit);
+  // Under mu_, inside a transaction or as one of its own.
+  absl::Status InsertAudit(const v1::AuditEntry& entry);
 
   std::mutex mu_;  // one connection, used by one thread at a time
   sqlite3* db_;

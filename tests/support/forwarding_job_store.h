@@ -19,6 +19,10 @@ class ForwardingJobStore : public server::JobStore {
   absl::StatusOr<v1::Job> CreateJob(v1::Job job, absl::Span<const v1::JobEvent> events) override {
     return inner_->CreateJob(std::move(job), events);
   }
+  absl::StatusOr<v1::Job> CreateAuditedJob(v1::Job job, absl::Span<const v1::JobEvent> events,
+                                           v1::AuditEntry audit) override {
+    return inner_->CreateAuditedJob(std::move(job), events, std::move(audit));
+  }
   absl::Status Commit(const v1::Job& job, absl::Span<const v1::JobEvent> events) override {
     return inner_->Commit(job, events);
   }

@@ -7,6 +7,7 @@
 #include <condition_variable>
 #include <future>
 #include <mutex>
+#include <set>
 #include <thread>
 
 #include "server/api/job_spec_rules.h"
@@ -48,17 +49,26 @@ class FillableStore final : public testing::ForwardingJobStore {
  public:
   using ForwardingJobStore::ForwardingJobStore;
   bool full = false;
+  bool full_for_batches = false;  // refuses only CommitBatch
+  int transactions = 0;           // Commit and CommitBatch calls stored
 
   absl::StatusOr<v1::Job> CreateJob(v1::Job job, absl::Span<const v1::JobEvent> events) override {
     if (full) return Full();
     return ForwardingJobStore::CreateJob(std::move(job), events);
   }
+  absl::StatusOr<v1::Job> CreateAuditedJob(v1::Job job, absl::Span<const v1::JobEvent> events,
+                                           v1::AuditEntry audit) override {
+    if (full) return Full();
+    return ForwardingJobStore::CreateAuditedJob(std::move(job), events, std::move(audit));
+  }
   absl::Status Commit(const v1::Job& job, absl::Span<const v1::JobEvent> events) override {
     if (full) return Full();
+    ++transactions;
     return ForwardingJobStore::Commit(job, events);
   }
   absl::Status CommitBatch(absl::Span<const JobUpdate> updates) override {
-    if (full) return Full();
+    if (full || full_for_batches) return Full();
+    ++transactions;
     return ForwardingJobStore::CommitBatch(updates);
   }
   absl::Status AppendAudit(const v1::AuditEntry& entry) override {
@@ -253,6 +263,71 @@ TEST_F(CoordinatorTest, GangWaitsForAllItsDevicesThenGetsRanks) {
   EXPECT_EQ(GetJob(gang).state(), v1::JOB_STATE_SCHEDULED);
   Started("w2", gang, 1);
   EXPECT_EQ(GetJob(gang).state(), v1::JOB_STATE_RUNNING);
+}
+
+// Two jobs wait behind a gang that holds the CPUs (it has waited past the backfill
+// window); cancelling it frees two workers, and one scheduling pass places both jobs.
+class OnePassPlacesTwoJobsTest : public CoordinatorTest {
+ protected:
+  void SetUp() override {
+    CoordinatorTest::SetUp();
+    w1_ = Attach("w1");
+    w2_ = Attach("w2");
+    w3_ = Attach("w3");
+    busy_ = Submit(1);
+    gang_ = Submit(3);
+    clock_.Advance(absl::Minutes(3));
+    first_ = Submit(1);
+    second_ = Submit(1);
+    ASSERT_EQ(GetJob(first_).state(), v1::JOB_STATE_PENDING);
+    ASSERT_EQ(GetJob(second_).state(), v1::JOB_STATE_PENDING);
+  }
+
+  // The jobs each of the freed workers was assigned.
+  std::set<std::string> Assigned() {
+    std::set<std::string> jobs;
+    for (const auto& w : {w2_, w3_}) {
+      for (const auto& a : w->Assignments()) jobs.insert(a.job_id());
+    }
+    return jobs;
+  }
+
+  std::shared_ptr<RecordingConnection> w1_, w2_, w3_;
+  std::string busy_, gang_, first_, second_;
+};
+
+TEST_F(OnePassPlacesTwoJobsTest, InOneTransaction) {
+  const int before = store_->transactions;
+  ASSERT_TRUE(core_->CancelJob(gang_, "").ok());
+  EXPECT_EQ(GetJob(first_).state(), v1::JOB_STATE_SCHEDULED);
+  EXPECT_EQ(GetJob(second_).state(), v1::JOB_STATE_SCHEDULED);
+  EXPECT_EQ(Assigned(), (std::set<std::string>{first_, second_}));
+  EXPECT_EQ(store_->transactions - before, 2) << "the cancel, then both placements together";
+  // Each placement is stored, with its own SCHEDULED event, after the job's earlier ones.
+  for (const auto& id : {first_, second_}) {
+    auto stored = store_->ReadEvents(id, 1, 100);
+    ASSERT_TRUE(stored.ok());
+    ASSERT_EQ(stored->size(), 2u);
+    EXPECT_EQ((*stored)[1].state_change().state(), v1::JOB_STATE_SCHEDULED);
+    EXPECT_EQ((*stored)[1].seq(), 2u);
+    EXPECT_EQ(store_->GetJob(id)->placement_size(), 1);
+  }
+}
+
+TEST_F(OnePassPlacesTwoJobsTest, NoneIsAssignedWhenTheirTransactionFails) {
+  store_->full_for_batches = true;
+  ASSERT_TRUE(core_->CancelJob(gang_, "").ok());  // stored on its own
+  EXPECT_EQ(GetJob(first_).state(), v1::JOB_STATE_PENDING);
+  EXPECT_EQ(GetJob(second_).state(), v1::JOB_STATE_PENDING);
+  EXPECT_TRUE(Assigned().empty()) << "a worker heard of a placement the store does not hold";
+  EXPECT_EQ(store_->GetJob(first_)->state(), v1::JOB_STATE_PENDING);
+  store_->full_for_batches = false;
+  const std::string third = Submit(1);  // the next pass places both; no worker is left for it
+  EXPECT_EQ(GetJob(third).state(), v1::JOB_STATE_PENDING);
+  EXPECT_EQ(GetJob(first_).state(), v1::JOB_STATE_SCHEDULED);
+  EXPECT_EQ(GetJob(second_).state(), v1::JOB_STATE_SCHEDULED);
+  EXPECT_EQ(Assigned(), (std::set<std::string>{first_, second_}));
+  EXPECT_EQ(GetJob(first_).attempt(), 1u);
 }
 
 TEST_F(CoordinatorTest, FailedRankStopsTheWholeGangAndTheNextAttemptMeetsElsewhere) {

@@ -163,6 +163,18 @@ TEST(GrpcApi, ASubmissionRetriedWithItsRequestIdCreatesOneJob) {
   grpc::ClientContext again;
   ASSERT_TRUE(stub->SubmitJob(&again, request, &response).ok());
   EXPECT_NE(response.job().id(), ids.front());
+  // One audit entry per call, in call order (newest first): a new job's is stored with
+  // the job, a retry's and a refusal's on their own.
+  grpc::ClientContext audit_context;
+  v1::ListAuditResponse audit;
+  ASSERT_TRUE(stub->ListAudit(&audit_context, v1::ListAuditRequest(), &audit).ok());
+  std::vector<std::string> calls;
+  for (const auto& entry : audit.entries()) {
+    calls.push_back(entry.action() + " " + entry.target() + " " + entry.result().substr(0, 14));
+  }
+  const std::string first = "SubmitJob " + ids.front() + " OK";
+  EXPECT_EQ(calls, (std::vector<std::string>{"SubmitJob " + response.job().id() + " OK",
+                                             "SubmitJob  ALREADY_EXISTS", first, first, first}));
 }
 
 // A slow disk (here: another connection holding SQLite's write lock) stalls every write,

@@ -314,6 +314,33 @@ TEST_P(JobStoreTest, AReusedRequestIdCreatesNoSecondJob) {
   EXPECT_EQ(store_->FindJobByRequestId("req-1")->spec().name(), "once");
 }
 
+TEST_P(JobStoreTest, AJobAndItsAuditEntryAreStoredTogetherOrNeitherIs) {
+  v1::AuditEntry entry;
+  entry.set_who("alice");
+  entry.set_action("SubmitJob");
+  entry.set_result("OK");
+  ASSERT_TRUE(store_->AppendAudit(entry).ok());  // an earlier call's entry
+  v1::Job job = NewJob("audited");
+  job.set_request_id("req-1");
+  auto created = store_->CreateAuditedJob(job, {StateEvent(1, v1::JOB_STATE_PENDING)}, entry);
+  ASSERT_TRUE(created.ok()) << created.status();
+  // The same request id again fails (no second job): its entry is not stored either.
+  entry.set_who("bob");
+  EXPECT_FALSE(store_->CreateAuditedJob(job, {StateEvent(1, v1::JOB_STATE_PENDING)}, entry).ok());
+  JobStore& store = Reopen();
+  auto page = store.ListAudit(0, 10);
+  ASSERT_TRUE(page.ok()) << page.status();
+  ASSERT_EQ(page->entries.size(), 2u);
+  EXPECT_EQ(page->entries[0].who(), "alice");
+  EXPECT_EQ(page->entries[0].target(), created->id()) << "the entry names the new job";
+  EXPECT_EQ(page->entries[0].id(), 2u);
+  EXPECT_EQ(page->entries[1].target(), "");
+  EXPECT_EQ(store.GetJob(created->id())->spec().name(), "audited");
+  JobQuery all;
+  all.limit = 100;
+  EXPECT_EQ(store.ListJobs(all)->jobs.size(), 1u);
+}
+
 // Protobuf strings may hold any byte, NUL included; the store keeps them as given.
 TEST_P(JobStoreTest, KeepsEveryByteOfRequestIdsOwnersAndWorkerIds) {
   const std::string odd("a\0b\xc3\xa9'\";--", 10);

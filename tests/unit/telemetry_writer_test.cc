@@ -19,7 +19,17 @@ namespace {
 
 using std::chrono::seconds;
 
-// The real store, whose batch commits (the telemetry writer's) can be held up.
+bool HoldsAStateChange(absl::Span<const JobUpdate> updates) {
+  for (const auto& update : updates) {
+    for (const auto& event : update.events) {
+      if (event.has_state_change()) return true;
+    }
+  }
+  return false;
+}
+
+// The real store, whose telemetry batches (batch commits of samples and log lines only)
+// can be held up, and whose next batch holding a state change can fail (a full disk).
 class StallingStore final : public testing::ForwardingJobStore {
  public:
   using ForwardingJobStore::ForwardingJobStore;
@@ -45,8 +55,32 @@ class StallingStore final : public testing::ForwardingJobStore {
     std::lock_guard<std::mutex> lock(mu_);
     return batches_;
   }
+  void FailNextStateChangeBatch() {
+    std::lock_guard<std::mutex> lock(mu_);
+    fail_state_change_batch_ = true;
+  }
+  // Batches that held a state change, each as the events it stored.
+  std::vector<std::vector<v1::JobEvent>> StateChangeBatches() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return state_change_batches_;
+  }
 
   absl::Status CommitBatch(absl::Span<const JobUpdate> updates) override {
+    if (HoldsAStateChange(updates)) {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (fail_state_change_batch_) {
+        fail_state_change_batch_ = false;
+        return absl::UnavailableError("disk full");
+      }
+      auto status = ForwardingJobStore::CommitBatch(updates);
+      if (status.ok()) {
+        auto& events = state_change_batches_.emplace_back();
+        for (const auto& update : updates) {
+          events.insert(events.end(), update.events.begin(), update.events.end());
+        }
+      }
+      return status;
+    }
     {
       std::unique_lock<std::mutex> lock(mu_);
       ++batches_;
@@ -65,6 +99,8 @@ class StallingStore final : public testing::ForwardingJobStore {
   bool stalled_ = false;
   int waiting_ = 0;
   int batches_ = 0;
+  bool fail_state_change_batch_ = false;
+  std::vector<std::vector<v1::JobEvent>> state_change_batches_;
   std::chrono::milliseconds latency_{0};
 };
 
@@ -230,6 +266,86 @@ TEST_F(TelemetryWriterTest, ATelemetryWriteStuckOnTheDiskHoldsUpNoRpc) {
   for (const auto& e : *stored) samples += e.has_metrics();
   EXPECT_EQ(samples, 20u);
   EXPECT_EQ(core_->GetCluster().telemetry_events_queued(), 0u);
+}
+
+// What a watcher reading from the first event gets, up to the end of the job's stream.
+std::vector<v1::JobEvent> Watched(EventHub& hub, const std::string& id) {
+  auto read = hub.Read(id, 1, 10'000);
+  EXPECT_TRUE(read.ok()) << read.status();
+  return read.ok() ? read->events : std::vector<v1::JobEvent>{};
+}
+
+void ExpectSameEvents(const std::vector<v1::JobEvent>& a, const std::vector<v1::JobEvent>& b) {
+  ASSERT_EQ(a.size(), b.size());
+  for (size_t i = 0; i < a.size(); ++i) {
+    EXPECT_EQ(a[i].SerializeAsString(), b[i].SerializeAsString()) << "event " << i;
+  }
+}
+
+TEST_F(TelemetryWriterTest, AStateChangeStoresItsJobsQueuedReportsInItsOwnTransaction) {
+  Attach("w1");
+  const std::string stuck = Running("w1");
+  Attach("w2");
+  const std::string id = Running("w2");
+  store_->Stall();
+  Report("w1", stuck, 1, 10);
+  ASSERT_TRUE(store_->WaitForStalledWrite(seconds(10)));
+  Report("w2", id, 1, 5);  // queued behind the stuck batch
+  Report("w2", id, 6, 5);
+  auto finished = std::async(std::launch::async, [&] { Finish("w2", id); });
+  const bool prompt = finished.wait_for(seconds(2)) == std::future_status::ready;
+  store_->Release();
+  finished.get();
+  ASSERT_TRUE(prompt) << "the state change waited for another job's telemetry batch";
+  EXPECT_EQ(core_->GetJob(id)->state(), v1::JOB_STATE_SUCCEEDED);
+  // One transaction: the job's 12 reported events, then its final state.
+  const auto batches = store_->StateChangeBatches();
+  ASSERT_EQ(batches.size(), 1u);
+  ASSERT_EQ(batches[0].size(), 13u);
+  EXPECT_EQ(batches[0].front().metrics().step(), 1u);
+  EXPECT_EQ(batches[0].back().state_change().state(), v1::JOB_STATE_SUCCEEDED);
+  // The store and a watcher hold every event once, in sequence order.
+  auto stored = store_->ReadEvents(id, 1, 1000);
+  ASSERT_TRUE(stored.ok());
+  ASSERT_EQ(stored->size(), 3u + 12u + 1u);
+  for (size_t i = 0; i < stored->size(); ++i) EXPECT_EQ((*stored)[i].seq(), i + 1);
+  ExpectSameEvents(Watched(*hub_, id), *stored);
+  // The other job's batch, once the disk came back, lost nothing either.
+  core_->FlushTelemetry();
+  auto other = store_->ReadEvents(stuck, 1, 1000);
+  ASSERT_TRUE(other.ok());
+  EXPECT_EQ(other->size(), 3u + 11u);
+}
+
+TEST_F(TelemetryWriterTest, AStateChangeTheStoreRefusesLeavesItsReportsToBeWrittenLater) {
+  Attach("w1");
+  const std::string stuck = Running("w1");
+  Attach("w2");
+  const std::string id = Running("w2");
+  store_->Stall();
+  Report("w1", stuck, 1, 10);
+  ASSERT_TRUE(store_->WaitForStalledWrite(seconds(10)));
+  Report("w2", id, 1, 5);
+  store_->FailNextStateChangeBatch();
+  Finish("w2", id);  // not stored: the job stays RUNNING, its move kept to try again
+  EXPECT_EQ(core_->GetJob(id)->state(), v1::JOB_STATE_RUNNING);
+  store_->Release();
+  core_->FlushTelemetry();
+  // The reports were given back to the telemetry writer, which stored and published them.
+  auto stored = store_->ReadEvents(id, 1, 1000);
+  ASSERT_TRUE(stored.ok());
+  ASSERT_EQ(stored->size(), 3u + 6u);
+  EXPECT_EQ(stored->back().log().text(), "through 5");
+  ExpectSameEvents(Watched(*hub_, id), *stored);
+  core_->Tick();  // tries the move again; the store takes it now
+  EXPECT_EQ(core_->GetJob(id)->state(), v1::JOB_STATE_SUCCEEDED);
+  stored = store_->ReadEvents(id, 1, 1000);
+  ASSERT_TRUE(stored.ok());
+  ASSERT_EQ(stored->size(), 3u + 6u + 1u);
+  for (size_t i = 0; i < stored->size(); ++i) EXPECT_EQ((*stored)[i].seq(), i + 1);
+  EXPECT_EQ(stored->back().state_change().state(), v1::JOB_STATE_SUCCEEDED);
+  ExpectSameEvents(Watched(*hub_, id), *stored);
+  EXPECT_EQ(core_->GetCluster().telemetry_events_dropped(), 0u);
 }
 
 class SmallTelemetryQueueTest : public TelemetryWriterTest {

@@ -186,11 +186,13 @@ namespace stoke::server {
 namespace {
 
 // Ends the sessions holding the leader lease, as a network cut between a coordinator and
-// the server would.
+// the server would. Only this test's database's: the server is shared by the tests that
+// run alongside, whose leases (and migrations' locks) must not be cut.
 void CutTheLeadersSession(const std::string& url) {
   Query(url,
         "SELECT count(pg_terminate_backend(pid)) FROM pg_locks "
-        "WHERE locktype = 'advisory' AND granted");
+        "WHERE locktype = 'advisory' AND granted AND database = "
+        "(SELECT oid FROM pg_database WHERE datname = current_database())");
 }
 
 // CheckLeadership until it says something other than "unreachable" (the first call after

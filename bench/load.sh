@@ -89,9 +89,9 @@ case "$store" in
   postgres | both)
     start_postgres
     run postgres --store "postgresql:///postgres?host=$tmp/pg&user=stoke"
-    # What the store did for it, by the server's own counters (the coordinator's session
-    # has ended, so they are complete): WAL flushes to disk, and committed transactions,
-    # reads included.
+    # What the store did for it, by the server's own counters (the coordinator has
+    # disconnected, so they are complete): WAL flushes to disk, and committed
+    # transactions, reads included.
     "$pg_bin/psql" -h "$tmp/pg" -U stoke -d postgres -Atc \
       "SELECT 'postgres_wal_syncs=' || wal_sync || ' postgres_commits=' || xact_commit
          FROM pg_stat_wal, pg_stat_database WHERE datname = 'postgres'"

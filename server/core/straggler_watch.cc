@@ -1,5 +1,6 @@
 #include "server/core/straggler_watch.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 
@@ -64,7 +65,10 @@ StragglerWatch::Change StragglerWatch::Add(uint32_t rank, const v1::MetricSample
   return change;
 }
 
-bool StragglerWatch::any() const { return !Causes(state_).empty(); }
+bool StragglerWatch::any() const {
+  return std::any_of(state_.ranks.begin(), state_.ranks.end(),
+                     [](const auto& rank) { return rank.second.named; });
+}
 
 std::vector<v1::Straggler> StragglerWatch::Named(const v1::Job& job) const {
   std::vector<v1::Straggler> named = NamedStragglers(state_);

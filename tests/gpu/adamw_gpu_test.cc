@@ -24,7 +24,7 @@ class AdamWGpuTest : public ::testing::Test {
   void SetUp() override {
     if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device";
     const torch::Tensor probe = torch::zeros({4}, kCuda);
-    if (!OwnAdamWApplies({{probe}, {probe}, {probe}, {probe}})) {
+    if (!OwnAdamWApplies({{probe}, {probe}, {probe}, {probe}, {}})) {
       GTEST_SKIP() << "built without Stoke's CUDA kernels";
     }
   }
@@ -57,7 +57,7 @@ OwnAdamWTensors Clone(const OwnAdamWTensors& t) {
     for (const auto& x : v) out.push_back(x.clone(torch::MemoryFormat::Preserve));
     return out;
   };
-  return {copy(t.params), copy(t.grads), copy(t.exp_avgs), copy(t.exp_avg_sqs)};
+  return {copy(t.params), copy(t.grads), copy(t.exp_avgs), copy(t.exp_avg_sqs), {}};
 }
 
 [[maybe_unused]] void ExpectClose(const std::vector<torch::Tensor>& ours,
@@ -117,11 +117,64 @@ TEST_F(AdamWGpuTest, TensorsLaidOutUnlikeTheirParameterAreRefused) {
       torch::randn({8, 4, 3, 3}, kCuda).contiguous(torch::MemoryFormat::ChannelsLast);
   const torch::Tensor contiguous = torch::zeros({8, 4, 3, 3}, kCuda);
   EXPECT_FALSE(
-      OwnAdamWApplies({{p}, {contiguous}, {torch::zeros_like(p)}, {torch::zeros_like(p)}}));
-  EXPECT_FALSE(OwnAdamWApplies(
-      {{p.to(torch::kBFloat16)}, {contiguous.to(torch::kBFloat16)}, {contiguous}, {contiguous}}));
+      OwnAdamWApplies({{p}, {contiguous}, {torch::zeros_like(p)}, {torch::zeros_like(p)}, {}}));
+  EXPECT_FALSE(OwnAdamWApplies({{p.to(torch::kBFloat16)},
+                                {contiguous.to(torch::kBFloat16)},
+                                {contiguous},
+                                {contiguous},
+                                {}}));
   EXPECT_TRUE(OwnAdamWApplies(
-      {{p}, {torch::zeros_like(p)}, {torch::zeros_like(p)}, {torch::zeros_like(p)}}));
+      {{p}, {torch::zeros_like(p)}, {torch::zeros_like(p)}, {torch::zeros_like(p)}, {}}));
+  // A 16-bit copy is written in the parameter's memory order: a channels-last weight has
+  // none, nor does a copy of another size or type.
+  const torch::Tensor q = torch::randn({8, 36}, kCuda);
+  auto with_copy = [](const torch::Tensor& param, const torch::Tensor& copy) {
+    return OwnAdamWTensors{{param},
+                           {torch::zeros_like(param)},
+                           {torch::zeros_like(param)},
+                           {torch::zeros_like(param)},
+                           {copy}};
+  };
+  EXPECT_TRUE(OwnAdamWApplies(with_copy(q, torch::empty({8, 36}, kCuda.dtype(torch::kBFloat16)))));
+  EXPECT_TRUE(OwnAdamWApplies(with_copy(q, torch::Tensor())));
+  EXPECT_FALSE(OwnAdamWApplies(with_copy(p, torch::empty({288}, kCuda.dtype(torch::kBFloat16)))));
+  EXPECT_FALSE(OwnAdamWApplies(with_copy(q, torch::empty({287}, kCuda.dtype(torch::kBFloat16)))));
+  EXPECT_FALSE(OwnAdamWApplies(with_copy(q, torch::empty({8, 36}, kCuda))));
+}
+
+// The 16-bit copy a segment names is the updated parameter cast to nearest even, in
+// bf16 or fp16, on the 16-byte path and off it (a copy one element into its buffer, a
+// misaligned parameter, a scalar tail); a step whose gradients overflowed writes none.
+TEST_F(AdamWGpuTest, WritesEachParametersSixteenBitCopyAsItUpdates) {
+  OwnAdamWTensors state = MakeState(9);
+  state.params.pop_back();  // the channels-last weight: its copy would be another order
+  state.grads.pop_back();
+  state.exp_avgs.pop_back();
+  state.exp_avg_sqs.pop_back();
+  const torch::Tensor spare = torch::zeros({4100}, kCuda.dtype(torch::kBFloat16));
+  state.half_copies = {
+      torch::zeros({1024, 256}, kCuda.dtype(torch::kBFloat16)),
+      torch::zeros({262147}, kCuda.dtype(torch::kHalf)),
+      torch::Tensor(),  // none for this one
+      spare.narrow(0, 1, 4097),
+  };
+  const torch::Tensor untouched = state.params[2].clone();
+  for (int s = 1; s <= 3; ++s) {
+    ASSERT_TRUE(TryOwnAdamWStep(state, torch::full({}, 1e-2, kCuda), torch::full({}, s, kCuda),
+                                std::nullopt, 0.9, 0.999, 1e-8, 0.1));
+  }
+  EXPECT_FALSE(torch::equal(state.params[2], untouched)) << "the parameter was not updated";
+  for (size_t i : {0, 1, 3}) {
+    const torch::Tensor& copy = state.half_copies[i];
+    EXPECT_TRUE(torch::equal(copy, state.params[i].to(copy.scalar_type()))) << "copy " << i;
+  }
+  EXPECT_EQ(spare[0].item<float>(), 0) << "written outside the copy";
+
+  const torch::Tensor before = state.half_copies[0].clone();
+  state.grads[0].fill_(1);
+  ASSERT_TRUE(TryOwnAdamWStep(state, torch::full({}, 1e-2, kCuda), torch::full({}, 4, kCuda),
+                              torch::ones({}, kCuda), 0.9, 0.999, 1e-8, 0.1));
+  EXPECT_TRUE(torch::equal(state.half_copies[0], before)) << "an overflowed step wrote a copy";
 }
 
 }  // namespace

@@ -189,11 +189,18 @@ void MultiTensorAdamW::StepInParts(const std::vector<std::vector<torch::Tensor>>
       }
       std::optional<torch::Tensor> found_inf;
       if (found_inf_.defined()) found_inf = found_inf_;
-      const OwnAdamWTensors own{b.params, b.grads, b.exp_avgs, b.exp_avg_sqs};
-      // Stoke's kernel spreads a small model's update over the whole GPU (own_adamw.h).
-      if (OwnKernelsAllowed() && TryOwnAdamWStep(own, counters.lr, counters.step, found_inf, beta1,
-                                                 beta2, options.eps(), options.weight_decay())) {
-        continue;
+      // Stoke's kernel spreads a small model's update over the whole GPU (own_adamw.h),
+      // and writes the 16-bit weight copies the next step multiplies with as it goes
+      // (half_weights.h).
+      if (OwnKernelsAllowed()) {
+        StepContext* context = StepContext::Current();
+        OwnAdamWTensors own{b.params, b.grads, b.exp_avgs, b.exp_avg_sqs, {}};
+        if (context != nullptr) own.half_copies = context->half_weights().CopiesToWrite(b.params);
+        if (TryOwnAdamWStep(own, counters.lr, counters.step, found_inf, beta1, beta2, options.eps(),
+                            options.weight_decay())) {
+          if (context != nullptr) context->half_weights().MarkWritten(b.params);
+          continue;
+        }
       }
       const std::vector<torch::Tensor> step_list(b.params.size(), counters.step);
       at::_fused_adamw_(b.params, b.grads, b.exp_avgs, b.exp_avg_sqs, /*max_exp_avg_sqs=*/{},

@@ -143,6 +143,11 @@ void StepRunner::CaptureOrFallBack(const std::vector<Batch>& micro_batches) {
 std::vector<torch::Tensor> StepRunner::Run(const std::vector<Batch>& micro_batches) {
   ++steps_run_;
   if (graphed_) {
+    // The graph reads the weight copies its own optimizer wrote: a parameter changed
+    // since (none is, in a run today) must reach them before it replays.
+    if (parts_.context != nullptr && parts_.autocast) {
+      parts_.context->half_weights().RecastChanged(parts_.parameters);
+    }
     for (size_t i = 0; i < micro_batches.size(); ++i) {
       static_batches_[i].inputs.copy_(micro_batches[i].inputs, /*non_blocking=*/true);
       static_batches_[i].targets.copy_(micro_batches[i].targets, /*non_blocking=*/true);

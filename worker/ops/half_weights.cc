@@ -35,17 +35,69 @@ void HalfWeights::Want(const torch::Tensor& parameter, at::ScalarType type) {
     }
     entry = &entries_.emplace(parameter.unsafeGetTensorImpl(), Entry(parameter)).first->second;
   }
-  if (entry->type != type) entry->copy = torch::Tensor();
+  if (entry->type != type) {
+    entry->copy = torch::Tensor();
+    entry->slot = torch::Tensor();  // its buffer is of the other type: place it anew
+    entry->written = false;
+  }
   entry->type = type;
 }
 
-void HalfWeights::Refresh(const std::vector<torch::Tensor>& parameters) {
+#if STOKE_WITH_CUDA_KERNELS
+
+bool HalfWeights::PlaceInBuffer(const std::vector<Wanted>& wanted, int device,
+                                at::ScalarType type) {
+  std::vector<int64_t> offsets;
+  int64_t total = 0;
+  for (const auto& [entry, p] : wanted) {
+    offsets.push_back(total);
+    total += (p->numel() + 7) / 8 * 8;  // each copy starts on 16 bytes
+  }
+  const torch::Tensor& shared = wanted.front().first->buffer;
+  bool kept = shared.defined() && shared.scalar_type() == type && shared.numel() == total;
+  for (size_t k = 0; kept && k < wanted.size(); ++k) {
+    const Entry& entry = *wanted[k].first;
+    kept = entry.buffer.is_same(shared) && entry.offset == offsets[k] && entry.slot.defined() &&
+           entry.slot.sizes() == wanted[k].second->sizes();
+  }
+  if (kept) return true;
+  const torch::Tensor buffer =
+      torch::empty({total}, torch::TensorOptions().dtype(type).device(torch::kCUDA, device));
+  for (size_t k = 0; k < wanted.size(); ++k) {
+    const auto& [entry, p] = wanted[k];
+    entry->buffer = buffer;
+    entry->offset = offsets[k];
+    entry->slot = buffer.narrow(0, offsets[k], p->numel()).view(p->sizes());
+    entry->written = false;
+  }
+  return false;
+}
+
+void HalfWeights::CastIntoSlots(const std::vector<Wanted>& wanted, at::ScalarType type) {
+  std::vector<cuda::CastSegment> segments;
+  for (const auto& [entry, p] : wanted) {
+    cuda::CastSegment segment;
+    segment.source = p->data_ptr<float>();
+    segment.count = p->numel();
+    segment.offset = entry->offset;
+    segments.push_back(segment);
+  }
+  const torch::Tensor& buffer = wanted.front().first->buffer;
+  CheckKernel(
+      cuda::CastToHalf(segments.data(), static_cast<int>(segments.size()), buffer.data_ptr(),
+                       HalfTypeOf(type, "HalfWeights"), CurrentStreamOf(buffer)),
+      "weight cast");
+}
+
+#endif
+
+int HalfWeights::Refresh(const std::vector<torch::Tensor>& parameters) {
 #if STOKE_WITH_CUDA_KERNELS
   std::lock_guard<std::mutex> lock(mutex_);
   // The wanted parameters by device and type, in the order given (so each step's
   // buffers are laid out alike).
-  using Wanted = std::pair<Entry*, const torch::Tensor*>;
   std::map<std::pair<int, at::ScalarType>, std::vector<Wanted>> groups;
+  int cast = 0;
   for (const torch::Tensor& p : parameters) {
     Entry* entry = EntryOf(p);
     if (entry == nullptr) continue;
@@ -56,32 +108,78 @@ void HalfWeights::Refresh(const std::vector<torch::Tensor>& parameters) {
   for (const auto& [key, wanted] : groups) {
     const auto& [device, type] = key;
     const c10::cuda::CUDAGuard guard(static_cast<c10::DeviceIndex>(device));
-    std::vector<cuda::CastSegment> segments;
-    int64_t total = 0;
+    bool current = PlaceInBuffer(wanted, device, type);
     for (const auto& [entry, p] : wanted) {
-      cuda::CastSegment segment;
-      segment.source = p->data_ptr<float>();
-      segment.count = p->numel();
-      segment.offset = total;
-      segments.push_back(segment);
-      total += (segment.count + 7) / 8 * 8;  // each copy starts on 16 bytes
+      current = current && entry->written &&
+                entry->written_version == static_cast<int64_t>(p->_version());
     }
-    // A fresh buffer each step: a copy the last step's autograd graph still holds is
-    // never overwritten under it.
-    const torch::Tensor buffer =
-        torch::empty({total}, torch::TensorOptions().dtype(type).device(torch::kCUDA, device));
-    CheckKernel(
-        cuda::CastToHalf(segments.data(), static_cast<int>(segments.size()), buffer.data_ptr(),
-                         HalfTypeOf(type, "HalfWeights"), CurrentStreamOf(buffer)),
-        "weight cast");
-    for (size_t k = 0; k < wanted.size(); ++k) {
-      const auto& [entry, p] = wanted[k];
-      entry->copy = buffer.narrow(0, segments[k].offset, segments[k].count).view(p->sizes());
+    if (!current) {
+      CastIntoSlots(wanted, type);
+      cast += static_cast<int>(wanted.size());
+    }
+    for (const auto& [entry, p] : wanted) {
+      entry->copy = entry->slot;
       entry->version = static_cast<int64_t>(p->_version());
+      entry->written = false;
     }
   }
+  return cast;
 #else
   (void)parameters;
+  return 0;
+#endif
+}
+
+std::vector<torch::Tensor> HalfWeights::CopiesToWrite(
+    const std::vector<torch::Tensor>& parameters) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  std::vector<torch::Tensor> slots;
+  slots.reserve(parameters.size());
+  for (const torch::Tensor& p : parameters) {
+    const Entry* entry = EntryOf(p);
+    // Only a slot Refresh filled this step: one it left (a parameter no longer in the
+    // step, or moved to a new buffer) is no copy of anything.
+    const bool live = entry != nullptr && entry->copy.defined();
+    slots.push_back(live ? entry->slot : torch::Tensor());
+  }
+  return slots;
+}
+
+void HalfWeights::MarkWritten(const std::vector<torch::Tensor>& parameters) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  for (const torch::Tensor& p : parameters) {
+    Entry* entry = EntryOf(p);
+    if (entry == nullptr || !entry->copy.defined()) continue;
+    entry->written = true;
+    entry->written_version = static_cast<int64_t>(p._version());
+  }
+}
+
+bool HalfWeights::RecastChanged(const std::vector<torch::Tensor>& parameters) {
+#if STOKE_WITH_CUDA_KERNELS
+  std::lock_guard<std::mutex> lock(mutex_);
+  // By buffer: a changed parameter recasts its whole buffer, one launch.
+  std::map<const void*, std::vector<Wanted>> buffers;
+  std::map<const void*, bool> changed;
+  for (const torch::Tensor& p : parameters) {
+    Entry* entry = EntryOf(p);
+    if (entry == nullptr || !entry->slot.defined() || entry->version < 0) continue;
+    const void* key = entry->buffer.data_ptr();
+    buffers[key].emplace_back(entry, &p);
+    changed[key] = changed[key] || entry->version != static_cast<int64_t>(p._version());
+  }
+  bool cast = false;
+  for (const auto& [key, wanted] : buffers) {
+    if (!changed[key]) continue;
+    const c10::cuda::CUDAGuard guard(wanted.front().first->buffer.device());
+    CastIntoSlots(wanted, wanted.front().first->type);
+    for (const auto& [entry, p] : wanted) entry->version = static_cast<int64_t>(p->_version());
+    cast = true;
+  }
+  return cast;
+#else
+  (void)parameters;
+  return false;
 #endif
 }
 

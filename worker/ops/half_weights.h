@@ -7,12 +7,24 @@
 // the next step on the step runner's Refresh casts every wanted parameter in one kernel
 // launch (worker/ops/cuda/cast_kernels.h) before the forward pass.
 //
-// A copy is handed out only while it is certainly the parameter's value: Refresh makes
-// copies at the start of a step and Release drops them at its end, so nothing outside a
-// step (evaluation, a checkpoint load, the batch search) can meet one; and each copy
-// carries the parameter's version counter at the cast, so an in-place change inside the
-// step retires it too. Without Stoke's CUDA kernels (CPU builds) Refresh makes nothing
-// and every layer casts for itself.
+// Better still, the optimizer writes the copies as it updates the weights (Stoke's AdamW
+// kernel does: own_adamw.h), and the next step's Refresh casts nothing. For that the
+// copies live in one buffer per device and type that stays from step to step (a CUDA
+// graph captures its address), and Refresh skips the cast only where the optimizer of
+// the step before wrote every copy of the buffer since it last looked, and no parameter
+// changed after (its version counter). A step whose optimizer wrote nothing (another
+// optimizer, a skipped fp16 step) is cast as before.
+//
+// Overwriting a copy in place is safe: the step that read it has finished its backward
+// pass (which held it) by the time its optimizer runs, and Refresh runs before the next
+// forward pass.
+//
+// A copy is handed out only while it is certainly the parameter's value: Refresh hands
+// copies out at the start of a step and Release takes them back at its end, so nothing
+// outside a step (evaluation, a checkpoint load, the batch search) can meet one; and each
+// carries the parameter's version counter at the start of the step, so an in-place
+// change inside the step retires it too. Without Stoke's CUDA kernels (CPU builds)
+// Refresh makes nothing and every layer casts for itself.
 //
 // The table belongs to a training run's StepContext (step_context.h), through which layers
 // and the step runner meet without knowing of each other. Entries hold their parameter
@@ -35,9 +47,23 @@ class HalfWeights {
  public:
   // `parameter` is cast to `type` by a layer: Refresh should make that copy from now on.
   void Want(const torch::Tensor& parameter, at::ScalarType type);
-  // Casts the wanted ones among `parameters` (fp32, contiguous, on a CUDA device) into
-  // fresh buffers, one kernel launch per device and type (a few for more than 48).
-  void Refresh(const std::vector<torch::Tensor>& parameters);
+  // Hands out copies of the wanted ones among `parameters` (fp32, contiguous, on a CUDA
+  // device) for this step: cast in one kernel launch per device and type (a few for more
+  // than 48), unless the last step's optimizer wrote them all (MarkWritten). Returns how
+  // many it cast.
+  int Refresh(const std::vector<torch::Tensor>& parameters);
+  // For an optimizer about to update `parameters` in place: where each one's copy lives
+  // (a view the optimizer may write the updated value into, 16-byte aligned), or an
+  // undefined tensor where it has none.
+  std::vector<torch::Tensor> CopiesToWrite(const std::vector<torch::Tensor>& parameters);
+  // The optimizer wrote the copies CopiesToWrite gave for these parameters: the next
+  // Refresh need not cast them.
+  void MarkWritten(const std::vector<torch::Tensor>& parameters);
+  // Casts again, outside any step, the copies of those of `parameters` changed since the
+  // last Refresh: a replayed CUDA graph reads the copies its optimizer wrote and runs no
+  // Refresh of its own, so a change made between replays (a loaded checkpoint) must reach
+  // them here. True if it cast.
+  bool RecastChanged(const std::vector<torch::Tensor>& parameters);
   // The copy of `parameter` in `type` that the running step's Refresh made, if there is
   // one and the parameter has not changed since; else an undefined tensor.
   torch::Tensor Find(const torch::Tensor& parameter, at::ScalarType type);
@@ -51,12 +77,25 @@ class HalfWeights {
     explicit Entry(const torch::Tensor& p) : parameter(p.getIntrusivePtr()) {}
     c10::weak_intrusive_ptr<c10::TensorImpl, c10::UndefinedTensorImpl> parameter;
     at::ScalarType type = at::kBFloat16;
-    torch::Tensor copy;
-    int64_t version = -1;  // the parameter's at the cast
+    // The buffer the copy lives in, shared by its device and type's entries, and where.
+    torch::Tensor buffer;
+    int64_t offset = 0;
+    torch::Tensor slot;    // buffer's elements [offset, offset + numel), as the parameter
+    torch::Tensor copy;    // the slot, while a step runs
+    int64_t version = -1;  // the parameter's at the last Refresh
+    // Set by MarkWritten (with the version then), cleared by Refresh.
+    bool written = false;
+    int64_t written_version = -1;
   };
+  using Wanted = std::pair<Entry*, const torch::Tensor*>;
   // The entry of `parameter` itself, or nullptr (an entry left by a dead tensor at the
   // same address is dropped). Called with mutex_ held.
   Entry* EntryOf(const torch::Tensor& parameter);
+  // Gives the wanted entries of one device and type slots in one buffer: the one they
+  // share already if it is laid out as they ask, else a new one. True if they kept theirs.
+  static bool PlaceInBuffer(const std::vector<Wanted>& wanted, int device, at::ScalarType type);
+  // Casts the parameters of `wanted` into their slots, one launch (a few beyond 48).
+  static void CastIntoSlots(const std::vector<Wanted>& wanted, at::ScalarType type);
 
   std::mutex mutex_;
   std::unordered_map<const void*, Entry> entries_;

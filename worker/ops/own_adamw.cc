@@ -30,6 +30,18 @@ bool OwnAdamWApplies(const OwnAdamWTensors& tensors) {
       }
     }
   }
+  if (tensors.half_copies.empty()) return true;
+  if (tensors.half_copies.size() != n) return false;
+  for (size_t i = 0; i < n; ++i) {
+    const torch::Tensor& copy = tensors.half_copies[i];
+    if (!copy.defined()) continue;
+    const auto type = copy.scalar_type();
+    if ((type != torch::kBFloat16 && type != torch::kFloat16) || copy.device() != device ||
+        !copy.is_contiguous() || !tensors.params[i].is_contiguous() ||
+        copy.numel() != tensors.params[i].numel()) {
+      return false;
+    }
+  }
   return true;
 }
 
@@ -51,6 +63,11 @@ bool TryOwnAdamWStep(const OwnAdamWTensors& tensors, const torch::Tensor& lr,
     segment.exp_avg = tensors.exp_avgs[i].data_ptr<float>();
     segment.exp_avg_sq = tensors.exp_avg_sqs[i].data_ptr<float>();
     segment.count = tensors.params[i].numel();
+    if (!tensors.half_copies.empty() && tensors.half_copies[i].defined()) {
+      const torch::Tensor& copy = tensors.half_copies[i];
+      segment.half_copy = copy.data_ptr();
+      segment.half_type = HalfTypeOf(copy.scalar_type(), "AdamW's weight copy");
+    }
     if (segment.count > 0) segments.push_back(segment);
   }
   cuda::AdamWHyperparameters hyper;

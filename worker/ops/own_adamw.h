@@ -12,10 +12,15 @@ namespace stoke::worker {
 
 struct OwnAdamWTensors {
   std::vector<torch::Tensor> params, grads, exp_avgs, exp_avg_sqs;
+  // Empty, or one per parameter: a bf16/fp16 tensor the kernel writes the updated
+  // parameter into (the step's weight copy, half_weights.h), or an undefined tensor.
+  std::vector<torch::Tensor> half_copies;
 };
 
 // True in a build with the kernels where every parameter, gradient and moment is fp32 on
-// one CUDA device, dense, and laid out as its parameter (channels-last weights included).
+// one CUDA device, dense, and laid out as its parameter (channels-last weights included),
+// and every half copy given is a contiguous bf16/fp16 tensor there of a contiguous
+// parameter's size.
 bool OwnAdamWApplies(const OwnAdamWTensors& tensors);
 
 // One AdamW step of every parameter where OwnAdamWApplies, as at::_fused_adamw_ with one

@@ -36,6 +36,26 @@ __device__ inline void Update(float& p, float g, float& m, float& v, const AdamW
   p -= s.step_size * m / (sqrtf(v) / s.root_bias2 + h.eps);
 }
 
+// The updated values of p[i .. i + N) into the segment's 16-bit copy, if it has one.
+template <int N>
+__device__ inline void WriteCopy(const AdamWSegment& seg, int64_t i, const float (&p)[N]) {
+  if (seg.half_copy == nullptr) return;
+  if (seg.half_type == HalfType::kBFloat16) {
+    StoreVector(static_cast<__nv_bfloat16*>(seg.half_copy) + i, p);
+  } else {
+    StoreVector(static_cast<__half*>(seg.half_copy) + i, p);
+  }
+}
+
+__device__ inline void WriteCopy(const AdamWSegment& seg, int64_t i, float p) {
+  if (seg.half_copy == nullptr) return;
+  if (seg.half_type == HalfType::kBFloat16) {
+    static_cast<__nv_bfloat16*>(seg.half_copy)[i] = FromFloat<__nv_bfloat16>(p);
+  } else {
+    static_cast<__half*>(seg.half_copy)[i] = FromFloat<__half>(p);
+  }
+}
+
 __global__ void __launch_bounds__(kThreads)
     AdamWKernel(AdamWBatch batch, const float* lr, const float* step, const float* found_inf,
                 AdamWHyperparameters hyper) {
@@ -53,7 +73,7 @@ __global__ void __launch_bounds__(kThreads)
   const int64_t end = min(begin + kPerBlock, seg.count);
   int64_t scalar_from = begin;
   if (AlignedTo(seg.param, 16) && AlignedTo(seg.grad, 16) && AlignedTo(seg.exp_avg, 16) &&
-      AlignedTo(seg.exp_avg_sq, 16)) {
+      AlignedTo(seg.exp_avg_sq, 16) && AlignedTo(seg.half_copy, 16)) {
     const int64_t vector_end = begin + (end - begin) / 4 * 4;
     for (int64_t i = begin + threadIdx.x * 4; i < vector_end; i += kThreads * 4) {
       float p[4], g[4], m[4], v[4];
@@ -66,11 +86,13 @@ __global__ void __launch_bounds__(kThreads)
       StoreVector(seg.param + i, p);
       StoreVector(seg.exp_avg + i, m);
       StoreVector(seg.exp_avg_sq + i, v);
+      WriteCopy(seg, i, p);
     }
     scalar_from = vector_end;
   }
   for (int64_t i = scalar_from + threadIdx.x; i < end; i += kThreads) {
     Update(seg.param[i], seg.grad[i], seg.exp_avg[i], seg.exp_avg_sq[i], hyper, scalars);
+    WriteCopy(seg, i, seg.param[i]);
   }
 }
 

@@ -1,0 +1,123 @@
+// The optimizer writes the 16-bit weight copies the next step multiplies with
+// (half_weights.h, own_adamw.h): after steps run eagerly or replayed from a captured CUDA
+// graph, the copies the next step would read are exactly the updated weights in bf16,
+// and that step casts none of them; a parameter changed between steps (as a loaded
+// checkpoint would change it) reaches the copies, cast again, and a step whose
+// optimizer wrote nothing has its copies cast. Skips without CUDA or the kernels.
+#include <gtest/gtest.h>
+#include <torch/cuda.h>
+#include <torch/torch.h>
+
+#include <string>
+#include <vector>
+
+#include "worker/engine/optimizers.h"
+#include "worker/engine/step_graph.h"
+#include "worker/engine/train_step.h"
+#include "worker/models/mlp.h"
+#include "worker/ops/own_adamw.h"
+#include "worker/ops/step_context.h"
+
+namespace stoke::worker {
+namespace {
+
+const auto kCuda = torch::TensorOptions().device(torch::kCUDA);
+
+class HalfWeightsGpuTest : public ::testing::TestWithParam<bool> {  // graph?
+ protected:
+  void SetUp() override {
+    if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device";
+    const torch::Tensor probe = torch::zeros({4}, kCuda);
+    if (!OwnAdamWApplies({{probe}, {probe}, {probe}, {probe}, {}})) {
+      GTEST_SKIP() << "built without Stoke's CUDA kernels";
+    }
+    if (GetParam() && !StepGraph::Supported()) GTEST_SKIP() << "this build has no CUDA graphs";
+  }
+};
+
+// Each copy holds its parameter in bf16, bit for bit.
+void ExpectCopiesAre(const std::vector<torch::Tensor>& copies,
+                     const std::vector<torch::Tensor>& params, const std::string& when) {
+  for (size_t i = 0; i < params.size(); ++i) {
+    EXPECT_TRUE(torch::equal(copies[i], params[i].detach().to(torch::kBFloat16)))
+        << when << ": the copy of parameter " << i << " is not the weight";
+  }
+}
+
+TEST_P(HalfWeightsGpuTest, TheOptimizerLeavesTheNextStepItsCopiesExactly) {
+  const bool graph = GetParam();
+  torch::manual_seed(11);
+  MlpConfig config;
+  config.input_dim = 64;
+  config.hidden = {260, 64};  // 260: copies that do not end on 16 bytes
+  config.num_classes = 10;
+  Mlp net(config);
+  net->to(torch::kCUDA);
+  const std::vector<torch::Tensor> params = net->parameters();
+  OptimizerConfig adamw;
+  adamw.kind = AdamWConfig{0.9, 0.999, 1e-8, AdamWRoute::kFused};
+  adamw.lr = 1e-2;
+  const auto optimizer = MakeOptimizer(adamw, params, torch::kCUDA);
+  optimizer->SetLearningRate(1e-2);
+  StepContext context(/*own_kernels_allowed=*/true);
+  const StepContextScope scope(&context);
+  StepParts parts;
+  parts.net = net.get();
+  parts.optimizer = optimizer.get();
+  parts.parameters = params;
+  parts.device = torch::Device(torch::kCUDA, 0);
+  parts.autocast = true;
+  parts.autocast_dtype = torch::kBFloat16;
+  parts.context = &context;
+  std::vector<std::string> log;
+  StepRunner runner(parts, graph, [&](const std::string& line) { log.push_back(line); });
+  const torch::Tensor labels = torch::randint(10, {128}, kCuda.dtype(torch::kLong));
+  std::vector<torch::Tensor> before;
+  for (const auto& p : params) before.push_back(p.detach().clone());
+  for (int s = 0; s < StepRunner::kWarmupSteps + 4; ++s) {
+    runner.Run({Batch{torch::randn({128, 64}, kCuda), labels}});
+  }
+  ASSERT_EQ(runner.graphed(), graph) << (log.empty() ? "" : log.back());
+  for (size_t i = 0; i < params.size(); ++i) {
+    EXPECT_FALSE(torch::equal(params[i], before[i])) << "parameter " << i << " never updated";
+  }
+
+  // The next step would cast nothing, and read exactly the weights.
+  HalfWeights& table = context.half_weights();
+  EXPECT_EQ(table.Refresh(params), 0) << "the optimizer left copies to cast";
+  std::vector<torch::Tensor> copies;  // views of where the copies live, step after step
+  for (size_t i = 0; i < params.size(); ++i) {
+    copies.push_back(table.Find(params[i], torch::kBFloat16));
+    ASSERT_TRUE(copies.back().defined()) << "no copy of parameter " << i;
+  }
+  ExpectCopiesAre(copies, params, "after the steps");
+  table.Release(params);
+
+  // Changed between steps (as a loaded checkpoint would be): a graph's copies are cast
+  // again before it replays; an eager step's Refresh casts them.
+  {
+    const torch::NoGradGuard no_grad;
+    params[0].mul_(0.5);
+  }
+  if (graph) {
+    EXPECT_TRUE(table.RecastChanged(params));
+    ExpectCopiesAre(copies, params, "after a change between replays");
+    EXPECT_FALSE(table.RecastChanged(params)) << "cast twice for one change";
+  }
+  runner.Run({Batch{torch::randn({128, 64}, kCuda), labels}});
+  ExpectCopiesAre(copies, params, "after one more step");
+  if (!graph) {
+    EXPECT_EQ(table.Refresh(params), 0) << "the optimizer left copies to cast";
+  }
+
+  // A step whose optimizer wrote nothing since the last Refresh has every copy cast.
+  EXPECT_EQ(table.Refresh(params), static_cast<int>(params.size()));
+  ExpectCopiesAre(copies, params, "cast");
+  table.Release(params);
+}
+
+INSTANTIATE_TEST_SUITE_P(EagerAndGraphed, HalfWeightsGpuTest, ::testing::Values(false, true),
+                         [](const auto& info) { return info.param ? "Graphed" : "Eager"; });
+
+}  // namespace
+}  // namespace stoke::worker

@@ -1,9 +1,9 @@
 // The optimizer writes the 16-bit weight copies the next step multiplies with
 // (half_weights.h, own_adamw.h): after steps run eagerly or replayed from a captured CUDA
-// graph, the copies the next step would read are exactly the updated weights in bf16,
-// and that step casts none of them; a parameter changed between steps (as a loaded
-// checkpoint would change it) reaches the copies, cast again, and a step whose
-// optimizer wrote nothing has its copies cast. Skips without CUDA or the kernels.
+// graph, the copies the next step (or an evaluation between steps) would read are
+// exactly the updated weights in bf16, and that step casts none of them; a parameter changed
+// between steps (as a loaded checkpoint would change it) reaches the copies, cast again, and a step
+// whose optimizer wrote nothing has its copies cast. Skips without CUDA or the kernels.
 #include <gtest/gtest.h>
 #include <torch/cuda.h>
 #include <torch/torch.h>
@@ -82,8 +82,15 @@ TEST_P(HalfWeightsGpuTest, TheOptimizerLeavesTheNextStepItsCopiesExactly) {
     EXPECT_FALSE(torch::equal(params[i], before[i])) << "parameter " << i << " never updated";
   }
 
-  // The next step would cast nothing, and read exactly the weights.
+  // Between steps (an evaluation), the copies the optimizer wrote are handed out.
   HalfWeights& table = context.half_weights();
+  for (size_t i = 0; i < params.size(); ++i) {
+    const torch::Tensor copy = table.Find(params[i], torch::kBFloat16);
+    ASSERT_TRUE(copy.defined()) << "no copy of parameter " << i << " between steps";
+    EXPECT_TRUE(torch::equal(copy, params[i].detach().to(torch::kBFloat16))) << i;
+  }
+
+  // The next step would cast nothing, and read exactly the weights.
   EXPECT_EQ(table.Refresh(params), 0) << "the optimizer left copies to cast";
   std::vector<torch::Tensor> copies;  // views of where the copies live, step after step
   for (size_t i = 0; i < params.size(); ++i) {
@@ -106,11 +113,16 @@ TEST_P(HalfWeightsGpuTest, TheOptimizerLeavesTheNextStepItsCopiesExactly) {
   }
   runner.Run({Batch{torch::randn({128, 64}, kCuda), labels}});
   ExpectCopiesAre(copies, params, "after one more step");
-  if (!graph) {
-    EXPECT_EQ(table.Refresh(params), 0) << "the optimizer left copies to cast";
-  }
 
-  // A step whose optimizer wrote nothing since the last Refresh has every copy cast.
+  // Between steps, a copy is handed out while its parameter is unchanged, not after.
+  EXPECT_TRUE(table.Find(params[1], torch::kBFloat16).defined());
+  {
+    const torch::NoGradGuard no_grad;
+    params[1].mul_(2);
+  }
+  EXPECT_FALSE(table.Find(params[1], torch::kBFloat16).defined()) << "handed out, though changed";
+
+  // Changed, or not written by an optimizer since the last Refresh: every copy is cast.
   EXPECT_EQ(table.Refresh(params), static_cast<int>(params.size()));
   ExpectCopiesAre(copies, params, "cast");
   table.Release(params);

@@ -173,7 +173,11 @@ bool HalfWeights::RecastChanged(const std::vector<torch::Tensor>& parameters) {
     if (!changed[key]) continue;
     const c10::cuda::CUDAGuard guard(wanted.front().first->buffer.device());
     CastIntoSlots(wanted, wanted.front().first->type);
-    for (const auto& [entry, p] : wanted) entry->version = static_cast<int64_t>(p->_version());
+    for (const auto& [entry, p] : wanted) {
+      entry->version = static_cast<int64_t>(p->_version());
+      entry->written = true;  // as current as the optimizer's copies: evaluation may read them
+      entry->written_version = entry->version;
+    }
     cast = true;
   }
   return cast;
@@ -186,11 +190,12 @@ bool HalfWeights::RecastChanged(const std::vector<torch::Tensor>& parameters) {
 torch::Tensor HalfWeights::Find(const torch::Tensor& parameter, at::ScalarType type) {
   std::lock_guard<std::mutex> lock(mutex_);
   const Entry* entry = EntryOf(parameter);
-  if (entry == nullptr || !entry->copy.defined() || entry->type != type ||
-      entry->version != static_cast<int64_t>(parameter._version())) {
-    return {};
-  }
-  return entry->copy;
+  if (entry == nullptr || entry->type != type) return {};
+  const auto version = static_cast<int64_t>(parameter._version());
+  if (entry->copy.defined()) return entry->version == version ? entry->copy : torch::Tensor();
+  // Between steps: the copy the last optimizer wrote, while the parameter is unchanged.
+  if (entry->written && entry->written_version == version) return entry->slot;
+  return {};
 }
 
 void HalfWeights::Release(const std::vector<torch::Tensor>& parameters) {

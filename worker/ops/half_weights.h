@@ -19,12 +19,15 @@
 // pass (which held it) by the time its optimizer runs, and Refresh runs before the next
 // forward pass.
 //
-// A copy is handed out only while it is certainly the parameter's value: Refresh hands
-// copies out at the start of a step and Release takes them back at its end, so nothing
-// outside a step (evaluation, a checkpoint load, the batch search) can meet one; and each
-// carries the parameter's version counter at the start of the step, so an in-place
-// change inside the step retires it too. Without Stoke's CUDA kernels (CPU builds)
-// Refresh makes nothing and every layer casts for itself.
+// A copy is handed out only while it is certainly the parameter's value. In a step,
+// Refresh hands copies out and Release takes them back at its end, and each carries the
+// parameter's version counter at the start of the step, so an in-place change inside the
+// step retires it. Between steps, the copy the last optimizer wrote is handed out while
+// the parameter's version is the one it had then: evaluation multiplies with it instead
+// of casting every weight again and holding a second copy (a fifth more memory for an
+// MLP's evaluation at d=4096); a loaded checkpoint, a batch search's trial network or a
+// step whose optimizer wrote nothing finds none. Without Stoke's CUDA kernels (CPU
+// builds) Refresh makes nothing and every layer casts for itself.
 //
 // The table belongs to a training run's StepContext (step_context.h), through which layers
 // and the step runner meet without knowing of each other. Entries hold their parameter
@@ -64,8 +67,9 @@ class HalfWeights {
   // Refresh of its own, so a change made between replays (a loaded checkpoint) must reach
   // them here. True if it cast.
   bool RecastChanged(const std::vector<torch::Tensor>& parameters);
-  // The copy of `parameter` in `type` that the running step's Refresh made, if there is
-  // one and the parameter has not changed since; else an undefined tensor.
+  // The copy of `parameter` in `type` that the running step's Refresh handed out, or
+  // between steps the one the last optimizer wrote, if there is one and the parameter
+  // has not changed since; else an undefined tensor.
   torch::Tensor Find(const torch::Tensor& parameter, at::ScalarType type);
   // Drops these parameters' copies (they stay wanted): the step is over.
   void Release(const std::vector<torch::Tensor>& parameters);

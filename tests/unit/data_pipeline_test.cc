@@ -33,6 +33,7 @@
 #include "worker/data/eval_set.h"
 #include "worker/data/loader.h"
 #include "worker/data/sources.h"
+#include "worker/ops/image_prep.h"
 
 namespace stoke::worker {
 namespace {
@@ -508,6 +509,40 @@ TEST(BatchPrep, OnlyTrainingBatchesAreAugmented) {
   EXPECT_EQ(trained.inputs.sizes().vec(), scaled.sizes().vec());
   EXPECT_FALSE(torch::equal(trained.inputs, scaled));
   EXPECT_TRUE(torch::equal(trained.targets, targets));  // augmentation moves no labels
+}
+
+// The draws behind the GPU path's crops and flips (tests/gpu/image_prep_gpu_test.cc checks
+// the kernel that decodes them); torch::randint draws them alike on a CPU.
+TEST(BatchPrep, OneDrawPerImageCoversEveryCropOffsetAndFlipsAboutHalf) {
+  torch::manual_seed(13);
+  const int64_t n = 4096, p = 4, k = 2 * p + 1;
+  const torch::Tensor draws = DrawCropsAndFlips(n, p, /*flip=*/true, torch::kCPU);
+  ASSERT_EQ(draws.scalar_type(), torch::kLong);
+  ASSERT_EQ(draws.numel(), n);
+  std::set<std::pair<int64_t, int64_t>> offsets;
+  int64_t flips = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    const int64_t r = draws[i].item<int64_t>();
+    ASSERT_TRUE(r >= 0 && r < 2 * k * k) << r;
+    offsets.insert({(r / k) % k, r % k});
+    flips += r / (k * k);
+  }
+  EXPECT_EQ(offsets.size(), static_cast<size_t>(k * k));
+  EXPECT_GT(flips, n * 4 / 10);
+  EXPECT_LT(flips, n * 6 / 10);
+  // Without flipping no draw reaches a flip; without padding only the flip is drawn.
+  EXPECT_LT(DrawCropsAndFlips(n, p, /*flip=*/false, torch::kCPU).max().item<int64_t>(), k * k);
+  EXPECT_LT(DrawCropsAndFlips(n, 0, /*flip=*/true, torch::kCPU).max().item<int64_t>(), 2);
+}
+
+TEST(BatchPrep, CpuImagesTakeAtensPathEvenWhenTheModelWantsChannelsLast) {
+  const data::ImageSet set = testing::PatternImages(8, 5, 3, 10);
+  torch::Tensor pixels = AllPixels(set).clone();
+  EXPECT_FALSE(ImagePrepUsesOwnKernel(pixels));
+  BatchPrep prep = ScaleOnly();
+  prep.set_channels_last(true);
+  const Batch batch = prep(pixels, torch::zeros({8}, torch::kLong), /*train=*/false);
+  EXPECT_TRUE(torch::equal(batch.inputs, pixels.to(torch::kFloat32).div(255.0)));
 }
 
 TEST(BatchPrep, TokensComeOutInt64) {

@@ -2,6 +2,8 @@
 
 #include <torch/torch.h>
 
+#include "worker/ops/image_prep.h"
+
 namespace stoke::worker {
 
 BatchPrep BatchPrep::ForImages(const AugmentConfig& augment,
@@ -41,6 +43,18 @@ torch::Tensor RandomHorizontalFlip(const torch::Tensor& images) {
 Batch BatchPrep::operator()(const torch::Tensor& inputs, const torch::Tensor& targets,
                             bool train) const {
   if (kind_ == Kind::kTokens) return Batch{inputs.to(torch::kLong), targets.to(torch::kLong)};
+  if (ImagePrepUsesOwnKernel(inputs) && inputs.device() == mean_.device()) {
+    // Every image's crop offset and flip in one draw, then one kernel for the rest.
+    const int64_t padding = train ? augment_.crop_padding : 0;
+    const bool flip = train && augment_.horizontal_flip;
+    const torch::Tensor draws =
+        padding > 0 || flip ? DrawCropsAndFlips(inputs.size(0), padding, flip, inputs.device())
+                            : torch::Tensor();
+    const torch::Tensor none;
+    return Batch{PrepareImages(inputs, draws, padding, augment_.normalize ? mean_ : none,
+                               augment_.normalize ? std_ : none, channels_last_),
+                 targets};
+  }
   torch::Tensor x = inputs.to(torch::kFloat32).div_(255.0);
   if (train && augment_.crop_padding > 0) x = RandomCrop(x, augment_.crop_padding);
   if (train && augment_.horizontal_flip) x = RandomHorizontalFlip(x);

@@ -1,7 +1,10 @@
 // What happens to a batch on the training device, after the copy and before the model:
 // images are widened to float in [0, 1], randomly cropped and flipped (training only),
 // and normalized; token ids are widened to int64. All tensor operations on the device,
-// so the loader threads only move bytes.
+// so the loader threads only move bytes. On a GPU, images take one launch of Stoke's
+// kernel and one of torch::randint (worker/ops/image_prep.h) instead of ATen's ~18 small
+// ones, outside the step's captured graph; elsewhere (CPU, no kernels built or allowed,
+// input other than uint8) ATen's composition below.
 #pragma once
 
 #include <torch/types.h>
@@ -21,6 +24,11 @@ class BatchPrep {
 
   Batch operator()(const torch::Tensor& inputs, const torch::Tensor& targets, bool train) const;
 
+  // The model takes its images channels-last: where Stoke's kernel prepares them it writes
+  // NHWC directly, so the step's conversion to channels-last and its copy into the captured
+  // graph's input are plain copies, not transposes.
+  void set_channels_last(bool on) { channels_last_ = on; }
+
  private:
   enum class Kind { kImages, kTokens };
   Kind kind_ = Kind::kTokens;
@@ -29,6 +37,7 @@ class BatchPrep {
   // host, and a copy from pageable memory waits for the device.
   torch::Tensor mean_;
   torch::Tensor std_;
+  bool channels_last_ = false;
 };
 
 // Zero-pads each image by `padding` pixels per side and crops it back to its size at a

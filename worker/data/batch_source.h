@@ -26,6 +26,10 @@ class BatchSource {
   // Seconds the caller spent blocked in Next() since the last call: the time training
   // waited for data.
   virtual double TakeWaitSeconds() { return 0; }
+  // The model takes its images channels-last: a source that prepares image batches on
+  // the device writes them in NHWC memory from here on (the values are the same). Called
+  // before the first Next().
+  virtual void SetImagesChannelsLast(bool /*on*/) {}
 };
 
 }  // namespace stoke::worker

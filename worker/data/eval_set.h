@@ -18,6 +18,8 @@ class EvalSet {
   virtual int64_t batches() const = 0;
   // Batch `index`, on the training device.
   virtual Batch Get(int64_t index) = 0;
+  // As BatchSource::SetImagesChannelsLast.
+  virtual void SetImagesChannelsLast(bool /*on*/) {}
 };
 
 // Consecutive samples of a data set; the last batch may be short, so every sample counts.
@@ -28,6 +30,7 @@ class DatasetEval final : public EvalSet {
               int64_t max_batches, torch::Device device);
   int64_t batches() const override { return batches_; }
   Batch Get(int64_t index) override;
+  void SetImagesChannelsLast(bool on) override { prep_.set_channels_last(on); }
 
  private:
   std::shared_ptr<const Dataset> dataset_;

@@ -224,6 +224,9 @@ std::unique_ptr<TrainingRun> BuildTrainingRun(const TrainTask& job_task,
     observer.OnLog("training.activation_checkpointing: this model has no blocks to checkpoint");
   }
   r.layout = PrepareNetwork(net, task, device);
+  // Image batches come out of their preparation in the layout the network takes.
+  r.data.train->SetImagesChannelsLast(r.layout.channels_last);
+  r.data.eval->SetImagesChannelsLast(r.layout.channels_last);
   r.parameters = net.parameters();
   r.optimizer = MakeOptimizer(task.optimizer, r.parameters, device);
   if (math.loss_scaling) r.scaler = std::make_unique<LossScaler>(t.loss_scale, device);

@@ -41,10 +41,14 @@ OwnAdamWTensors MakeState(uint64_t seed) {
       torch::randn({10}, kCuda),         // smaller than a vector round
       buffer.narrow(0, 1, 4097),         // misaligned: the scalar path throughout
       torch::randn({64, 32, 3, 3}, kCuda).contiguous(torch::MemoryFormat::ChannelsLast),
+      // One input channel: channels-last and contiguous differ only in the stride of a
+      // dimension of size 1, and the gradient comes with the other one (as cuDNN's does).
+      torch::randn({32, 1, 3, 3}, kCuda).contiguous(torch::MemoryFormat::ChannelsLast),
   };
   for (const torch::Tensor& p : params) {
     t.params.push_back(p);
-    t.grads.push_back(torch::randn_like(p));
+    const bool one_channel = p.dim() == 4 && p.size(1) == 1;
+    t.grads.push_back(one_channel ? torch::randn(p.sizes(), kCuda) : torch::randn_like(p));
     t.exp_avgs.push_back(torch::randn_like(p).abs_() * 0.1);
     t.exp_avg_sqs.push_back(torch::randn_like(p).square_() * 0.01);
   }
@@ -94,6 +98,7 @@ TEST_F(AdamWGpuTest, FollowsAtensFusedAdamWStepForStep) {
   ExpectClose(ours.exp_avg_sqs, atens.exp_avg_sqs, "second moment");
   // Channels-last stays channels-last.
   EXPECT_TRUE(ours.params[4].is_contiguous(torch::MemoryFormat::ChannelsLast));
+  EXPECT_NE(ours.grads[5].strides(), ours.params[5].strides()) << "the case is not exercised";
 #else
   GTEST_SKIP() << "ATen's fused AdamW with a device learning rate needs torch 2.2 and CUDA";
 #endif
@@ -125,6 +130,20 @@ TEST_F(AdamWGpuTest, TensorsLaidOutUnlikeTheirParameterAreRefused) {
                                 {}}));
   EXPECT_TRUE(OwnAdamWApplies(
       {{p}, {torch::zeros_like(p)}, {torch::zeros_like(p)}, {torch::zeros_like(p)}, {}}));
+  // Strides of dimensions of size 1 do not matter; a gradient transposed does.
+  const torch::Tensor one =
+      torch::randn({16, 1, 3, 3}, kCuda).contiguous(torch::MemoryFormat::ChannelsLast);
+  EXPECT_TRUE(OwnAdamWApplies({{one},
+                               {torch::zeros({16, 1, 3, 3}, kCuda)},
+                               {torch::zeros_like(one)},
+                               {torch::zeros_like(one)},
+                               {}}));
+  const torch::Tensor square = torch::randn({6, 6}, kCuda);
+  EXPECT_FALSE(OwnAdamWApplies({{square},
+                                {torch::zeros({6, 6}, kCuda).t()},
+                                {torch::zeros_like(square)},
+                                {torch::zeros_like(square)},
+                                {}}));
   // A 16-bit copy is written in the parameter's memory order: a channels-last weight has
   // none, nor does a copy of another size or type.
   const torch::Tensor q = torch::randn({8, 36}, kCuda);
@@ -147,10 +166,12 @@ TEST_F(AdamWGpuTest, TensorsLaidOutUnlikeTheirParameterAreRefused) {
 // misaligned parameter, a scalar tail); a step whose gradients overflowed writes none.
 TEST_F(AdamWGpuTest, WritesEachParametersSixteenBitCopyAsItUpdates) {
   OwnAdamWTensors state = MakeState(9);
-  state.params.pop_back();  // the channels-last weight: its copy would be another order
-  state.grads.pop_back();
-  state.exp_avgs.pop_back();
-  state.exp_avg_sqs.pop_back();
+  for (int k = 0; k < 2; ++k) {  // the channels-last weights: a copy would be another order
+    state.params.pop_back();
+    state.grads.pop_back();
+    state.exp_avgs.pop_back();
+    state.exp_avg_sqs.pop_back();
+  }
   const torch::Tensor spare = torch::zeros({4100}, kCuda.dtype(torch::kBFloat16));
   state.half_copies = {
       torch::zeros({1024, 256}, kCuda.dtype(torch::kBFloat16)),

@@ -11,6 +11,24 @@ namespace stoke::worker {
 
 #if STOKE_WITH_CUDA_KERNELS
 
+namespace {
+
+// Whether t's elements lie in memory in p's order, p and t both dense: the same sizes,
+// and the same strides wherever a size is above 1. A dimension of size 1 may carry any
+// stride: a channels-last weight of one input channel, [32, 1, 3, 3], has strides
+// (9, 1, 3, 1), and the gradient cuDNN gives it (9, 9, 3, 1), the same bytes in the same
+// order (and so do 1x1 convolutions' weights). Comparing all strides refused them, and
+// with them the whole model's update went to ATen's kernel.
+bool LaidOutAlike(const torch::Tensor& t, const torch::Tensor& p) {
+  if (t.sizes() != p.sizes() || !t.is_non_overlapping_and_dense()) return false;
+  for (int64_t d = 0; d < p.dim(); ++d) {
+    if (p.size(d) > 1 && t.stride(d) != p.stride(d)) return false;
+  }
+  return true;
+}
+
+}  // namespace
+
 bool OwnAdamWApplies(const OwnAdamWTensors& tensors) {
   const size_t n = tensors.params.size();
   if (n == 0 || tensors.grads.size() != n || tensors.exp_avgs.size() != n ||
@@ -23,9 +41,7 @@ bool OwnAdamWApplies(const OwnAdamWTensors& tensors) {
     const torch::Tensor& p = tensors.params[i];
     for (const torch::Tensor* t :
          {&p, &tensors.grads[i], &tensors.exp_avgs[i], &tensors.exp_avg_sqs[i]}) {
-      if (t->scalar_type() != torch::kFloat32 || t->device() != device ||
-          !t->is_non_overlapping_and_dense() || t->strides() != p.strides() ||
-          t->sizes() != p.sizes()) {
+      if (t->scalar_type() != torch::kFloat32 || t->device() != device || !LaidOutAlike(*t, p)) {
         return false;
       }
     }

@@ -42,13 +42,16 @@ OwnAdamWTensors MakeState(uint64_t seed) {
       buffer.narrow(0, 1, 4097),         // misaligned: the scalar path throughout
       torch::randn({64, 32, 3, 3}, kCuda).contiguous(torch::MemoryFormat::ChannelsLast),
       // One input channel: channels-last and contiguous differ only in the stride of a
-      // dimension of size 1, and the gradient comes with the other one (as cuDNN's does).
-      torch::randn({32, 1, 3, 3}, kCuda).contiguous(torch::MemoryFormat::ChannelsLast),
+      // dimension of size 1 (a weight made channels-last keeps (9, 9, 3, 1); cuDNN gives
+      // its gradient (9, 1, 3, 1)).
+      torch::randn({32, 1, 3, 3}, kCuda),
   };
   for (const torch::Tensor& p : params) {
     t.params.push_back(p);
     const bool one_channel = p.dim() == 4 && p.size(1) == 1;
-    t.grads.push_back(one_channel ? torch::randn(p.sizes(), kCuda) : torch::randn_like(p));
+    t.grads.push_back(one_channel
+                          ? torch::empty_strided({32, 1, 3, 3}, {9, 1, 3, 1}, kCuda).normal_()
+                          : torch::randn_like(p));
     t.exp_avgs.push_back(torch::randn_like(p).abs_() * 0.1);
     t.exp_avg_sqs.push_back(torch::randn_like(p).square_() * 0.01);
   }

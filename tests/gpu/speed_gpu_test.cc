@@ -119,6 +119,8 @@ std::vector<double> Losses(TrainTask task, bool graph, Recorder* out = nullptr) 
   const TrainOutcome outcome = RunTraining(task, kGpu, recorder, cancel);
   EXPECT_EQ(outcome.kind, TrainOutcome::Kind::kSucceeded) << outcome.message;
   EXPECT_EQ(Said(recorder, "captured as a CUDA graph"), graph) << task.name;
+  // The capture's log line says what the run holds from then on.
+  EXPECT_EQ(Said(recorder, "GiB in use, peak"), graph) << task.name;
   std::vector<double> losses;
   for (const auto& s : recorder.samples) losses.push_back(s.loss);
   if (out != nullptr) *out = recorder;

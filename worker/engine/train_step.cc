@@ -2,16 +2,38 @@
 
 #include <torch/torch.h>
 
+#include <iomanip>
+#include <sstream>
 #include <stdexcept>
+#include <string>
 
 #include "worker/dist/gradient_reducer.h"
 #include "worker/engine/loss_scaler.h"
 #include "worker/engine/step_graph.h"
 #include "worker/engine/step_math.h"
 #include "worker/ops/step_context.h"
+#include "worker/runtime/devices.h"
 #include "worker/runtime/torch_compat.h"
 
 namespace stoke::worker {
+namespace {
+
+// The device's memory once the step is captured, for the job's log: replays allocate
+// nothing, so what training holds from here on is known, and the peak so far shows
+// whether warm-up and capture set the job's peak or something later did.
+std::string DeviceMemoryNow(const torch::Device& device) {
+  const DeviceRef ref{device.is_cuda() ? DeviceKind::kCuda : DeviceKind::kCpu,
+                      device.has_index() ? device.index() : 0};
+  const AllocatorStats stats = ReadAllocatorStats(ref);
+  constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
+  std::ostringstream text;
+  text << std::fixed << std::setprecision(2) << "device memory "
+       << static_cast<double>(stats.allocated_bytes) / kGiB << " GiB in use, peak "
+       << static_cast<double>(stats.peak_allocated_bytes) / kGiB << " GiB so far";
+  return text.str();
+}
+
+}  // namespace
 
 std::string WhyNotCapturable(const StepParts& parts, bool learning_rate_changes) {
   if (!parts.device.is_cuda()) return "CUDA graphs need a CUDA device";
@@ -130,7 +152,7 @@ void StepRunner::CaptureOrFallBack(const std::vector<Batch>& micro_batches) {
     graph_->Capture([&] { static_losses_ = Body(static_batches_); });
     graphed_ = true;
     log_("training step captured as a CUDA graph after " + std::to_string(kWarmupSteps) +
-         " warm-up steps; replaying it from here on");
+         " warm-up steps; replaying it from here on (" + DeviceMemoryNow(parts_.device) + ")");
   } catch (const std::exception& e) {
     static_batches_.clear();
     static_losses_.clear();

@@ -73,6 +73,7 @@ TEST_P(HalfWeightsGpuTest, TheOptimizerLeavesTheNextStepItsCopiesExactly) {
   StepRunner runner(parts, graph, [&](const std::string& line) { log.push_back(line); });
   const torch::Tensor labels = torch::randint(10, {128}, kCuda.dtype(torch::kLong));
   std::vector<torch::Tensor> before;
+  before.reserve(params.size());
   for (const auto& p : params) before.push_back(p.detach().clone());
   for (int s = 0; s < StepRunner::kWarmupSteps + 4; ++s) {
     runner.Run({Batch{torch::randn({128, 64}, kCuda), labels}});
@@ -93,6 +94,7 @@ TEST_P(HalfWeightsGpuTest, TheOptimizerLeavesTheNextStepItsCopiesExactly) {
   // The next step would cast nothing, and read exactly the weights.
   EXPECT_EQ(table.Refresh(params), 0) << "the optimizer left copies to cast";
   std::vector<torch::Tensor> copies;  // views of where the copies live, step after step
+  copies.reserve(params.size());
   for (size_t i = 0; i < params.size(); ++i) {
     copies.push_back(table.Find(params[i], torch::kBFloat16));
     ASSERT_TRUE(copies.back().defined()) << "no copy of parameter " << i;

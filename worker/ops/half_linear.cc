@@ -48,19 +48,6 @@ torch::Tensor WeightGradient(StepContext* context, const torch::Tensor& dy,
   return dweight;
 }
 
-// `parameter` in `type`: the copy the step made of it with the rest (half_weights.h), or
-// cast here, once, asking the step for a copy from the next step on (outside a step
-// context, simply cast).
-torch::Tensor HalfCopy(StepContext* context, const torch::Tensor& parameter, at::ScalarType type) {
-  if (parameter.scalar_type() == type) return parameter;
-  if (context == nullptr) return parameter.to(type);
-  HalfWeights& table = context->half_weights();
-  torch::Tensor copy = table.Find(parameter, type);
-  if (copy.defined()) return copy;
-  table.Want(parameter, type);
-  return parameter.to(type);
-}
-
 // For dy [rows, width] (bf16/fp16, contiguous), the gradient of the matrix product's
 // output and its column sums in fp32 (the bias gradient), in one pass: dy itself, or
 // through the activation, given what forward saved of it (same shape and type): the
@@ -102,17 +89,17 @@ class HalfLinearFunction : public torch::autograd::Function<HalfLinearFunction> 
     const int64_t in = weight.size(1);
     const torch::Tensor rows = x.to(type).reshape({-1, in});
     StepContext* const context = StepContext::Current();
-    const torch::Tensor w = HalfCopy(context, weight, type);
+    const torch::Tensor w = StepHalfCopy(context, weight, type);
     const auto act = static_cast<Activation>(activation);
     torch::Tensor out;
     if (act == Activation::kRelu) {
       // Bias and ReLU in the matrix product's epilogue (cuBLASLt's where ATen can use it).
       // Backward needs only the output: x > 0 exactly where relu(x) > 0.
-      out = at::_addmm_activation(HalfCopy(context, bias, type), rows, w.t(), 1, 1,
+      out = at::_addmm_activation(StepHalfCopy(context, bias, type), rows, w.t(), 1, 1,
                                   /*use_gelu=*/false);
       ctx->save_for_backward({rows, w, out});
     } else {
-      out = torch::addmm(HalfCopy(context, bias, type), rows, w.t());
+      out = torch::addmm(StepHalfCopy(context, bias, type), rows, w.t());
       // With a GELU, backward needs its input (saved in place of the output autograd
       // would have kept for ATen's gelu backward) and the output is the GELU's. ATen's
       // GELU epilogue is not used: it computes the tanh approximation, and returns no
@@ -185,11 +172,11 @@ class GeluMlpFunction : public torch::autograd::Function<GeluMlpFunction> {
     const auto type = static_cast<at::ScalarType>(half_type);
     const torch::Tensor rows = x.to(type).reshape({-1, w1.size(1)});
     StepContext* const context = StepContext::Current();
-    const torch::Tensor w1_half = HalfCopy(context, w1, type);
-    const torch::Tensor w2_half = HalfCopy(context, w2, type);
-    const torch::Tensor pre = torch::addmm(HalfCopy(context, b1, type), rows, w1_half.t());
+    const torch::Tensor w1_half = StepHalfCopy(context, w1, type);
+    const torch::Tensor w2_half = StepHalfCopy(context, w2, type);
+    const torch::Tensor pre = torch::addmm(StepHalfCopy(context, b1, type), rows, w1_half.t());
     const torch::Tensor out =
-        torch::addmm(HalfCopy(context, b2, type), torch::gelu(pre), w2_half.t());
+        torch::addmm(StepHalfCopy(context, b2, type), torch::gelu(pre), w2_half.t());
     ctx->save_for_backward({rows, w1_half, pre, w2_half});
     ctx->saved_data["x_sizes"] = x.sizes().vec();
     ctx->saved_data["x_type"] = static_cast<int64_t>(x.scalar_type());
@@ -245,8 +232,11 @@ class GeluMlpFunction : public torch::autograd::Function<GeluMlpFunction> {
 };
 
 // The autocast type Stoke's path would compute in, or nullopt where ATen's linear runs.
+// Without gradients (evaluation) the path is taken too: it multiplies with the step's
+// 16-bit copies (half_weights.h), where ATen's linear under autocast would cast every
+// weight again and keep each cast until autocast ends, a second copy of all of them.
 std::optional<at::ScalarType> OwnKernelType(const torch::Tensor& x, const torch::Tensor& bias) {
-  if (!OwnKernelsAllowed() || !x.is_cuda() || !bias.defined() || !torch::GradMode::is_enabled()) {
+  if (!OwnKernelsAllowed() || !x.is_cuda() || !bias.defined()) {
     return std::nullopt;
   }
   const compat::AutocastState autocast = compat::GetAutocast(c10::DeviceType::CUDA);

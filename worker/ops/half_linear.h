@@ -11,7 +11,8 @@
 namespace stoke::worker {
 
 // torch::linear(x, weight, bias), with the kernels where they apply: x on a CUDA device,
-// bf16/fp16 autocast on, a bias, gradients being recorded.
+// bf16/fp16 autocast on, a bias. Without gradients being recorded (evaluation) too: the
+// weights' 16-bit copies are then the step's, not casts autocast keeps to its end.
 torch::Tensor AutocastLinear(const torch::Tensor& x, const torch::Tensor& weight,
                              const torch::Tensor& bias);
 

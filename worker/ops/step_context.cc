@@ -1,5 +1,7 @@
 #include "worker/ops/step_context.h"
 
+#include <ATen/ATen.h>
+
 namespace stoke::worker {
 namespace {
 
@@ -20,6 +22,17 @@ StepContextScope::~StepContextScope() { current_context = previous_; }
 bool OwnKernelsAllowed() {
   const StepContext* context = StepContext::Current();
   return context == nullptr || context->own_kernels_allowed();
+}
+
+torch::Tensor StepHalfCopy(StepContext* context, const torch::Tensor& parameter,
+                           at::ScalarType type) {
+  if (parameter.scalar_type() == type) return parameter;
+  if (context == nullptr) return parameter.to(type);
+  HalfWeights& table = context->half_weights();
+  torch::Tensor copy = table.Find(parameter, type);
+  if (copy.defined()) return copy;
+  table.Want(parameter, type);
+  return parameter.to(type);
 }
 
 }  // namespace stoke::worker

@@ -58,4 +58,11 @@ class StepContextScope {
 // setting, or yes outside any.
 bool OwnKernelsAllowed();
 
+// `parameter` in `type` for a layer of the running step: the copy the step made of it with
+// the rest, or between steps the one the optimizer wrote (half_weights.h); else cast
+// here, once, asking the step for a copy from the next step on. Outside a context, simply
+// cast.
+torch::Tensor StepHalfCopy(StepContext* context, const torch::Tensor& parameter,
+                           at::ScalarType type);
+
 }  // namespace stoke::worker

@@ -1,15 +1,19 @@
 // The softmax cross-entropy of bf16/fp16 logits on the GPU (Stoke's own kernels where the
 // build has nvcc) against ATen's cross-entropy of the same logits in fp32: the loss, the
 // gradient, a confident target's small gradient, and rows of every width the kernels
-// treat differently (16-byte packs or not). Skips without CUDA.
+// treat differently (16-byte packs or not); the output layer and the loss in chunks, and
+// in one node that writes the logits' gradient over them. Skips without CUDA.
 #include <gtest/gtest.h>
 #include <torch/cuda.h>
 #include <torch/torch.h>
 
+#include <cstdint>
 #include <tuple>
 
 #include "worker/ops/chunked_cross_entropy.h"
+#include "worker/ops/linear_cross_entropy.h"
 #include "worker/ops/softmax_cross_entropy.h"
+#include "worker/runtime/devices.h"
 
 namespace stoke::worker {
 namespace {
@@ -132,6 +136,60 @@ TEST(LossGpu, TheChunkedOutputLayerGivesTheLossAndGradientsOfTheWholeOne) {
   EXPECT_NEAR(chunked_loss, whole_loss, 1e-5 * whole_loss);
   EXPECT_TRUE(torch::allclose(chunked_h, whole_h, 1e-2, 1e-2 * whole_h.abs().max().item<double>()));
   EXPECT_TRUE(torch::allclose(chunked_w, whole_w, 1e-2, 1e-2 * whole_w.abs().max().item<double>()));
+}
+
+// The output layer and loss in one node (linear_cross_entropy.h) against the same two as
+// separate nodes (the bf16 product, then Stoke's loss): the same loss and gradients, and
+// in backward no second [tokens, vocabulary] tensor beside the logits. The gradient of
+// the fp32 weight comes in fp32; a second backward through a retained graph is refused.
+TEST(LossGpu, TheOutputLayerAndLossAsOneNodeOverwriteTheLogitsWithTheirGradient) {
+  if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device";
+  const auto cuda = torch::TensorOptions().device(torch::kCUDA);
+  if (!LinearCrossEntropyApplies(torch::Device(torch::kCUDA, 0), torch::kBFloat16)) {
+    GTEST_SKIP() << "built without Stoke's CUDA kernels";
+  }
+  constexpr int64_t kRows = 4096;
+  constexpr int64_t kVocab = 8192;  // bf16 logits: 64 MiB
+  torch::manual_seed(13);
+  const torch::Tensor hidden = torch::randn({kRows, 128}, cuda).to(torch::kBFloat16);
+  const torch::Tensor weight = torch::randn({kVocab, 128}, cuda) * 0.2;
+  const torch::Tensor targets = torch::randint(kVocab, {kRows}, cuda.dtype(torch::kLong));
+  const DeviceRef gpu{DeviceKind::kCuda, 0};
+  auto run = [&](bool one_node) {
+    torch::Tensor h = hidden.clone().requires_grad_(true);
+    torch::Tensor w = weight.clone().requires_grad_(true);
+    torch::Tensor loss = one_node ? LinearCrossEntropy(h, w, targets, torch::kBFloat16)
+                                  : SoftmaxCrossEntropy(torch::matmul(h, w.to(torch::kBFloat16).t()),
+                                                        targets);
+    torch::cuda::synchronize();
+    const uint64_t before = ReadAllocatorStats(gpu).allocated_bytes;
+    ResetPeakMemoryStats(gpu);
+    loss.backward();
+    torch::cuda::synchronize();
+    const uint64_t added = ReadAllocatorStats(gpu).peak_allocated_bytes - before;
+    return std::make_tuple(loss.item<double>(), h.grad(), w.grad(), added);
+  };
+  run(true);  // cuBLAS's workspace, allocated by the first products, counts for neither
+  run(false);
+  const auto [loss, dh, dw, added] = run(true);
+  const auto [ref_loss, ref_dh, ref_dw, ref_added] = run(false);
+  EXPECT_NEAR(loss, ref_loss, 1e-5 * ref_loss);
+  EXPECT_EQ(dh.scalar_type(), torch::kBFloat16);
+  EXPECT_EQ(dw.scalar_type(), torch::kFloat32);
+  const torch::Tensor dh32 = dh.to(torch::kFloat32);
+  const torch::Tensor ref_dh32 = ref_dh.to(torch::kFloat32);
+  EXPECT_TRUE(torch::allclose(dh32, ref_dh32, 2e-2, 2e-2 * ref_dh32.abs().max().item<double>()))
+      << "dh: largest difference " << (dh32 - ref_dh32).abs().max().item<double>();
+  EXPECT_TRUE(torch::allclose(dw, ref_dw, 2e-2, 2e-2 * ref_dw.abs().max().item<double>()))
+      << "dw: largest difference " << (dw - ref_dw).abs().max().item<double>();
+  const uint64_t logits_bytes = kRows * kVocab * 2;
+  EXPECT_GE(ref_added, logits_bytes) << "two nodes made no second logits-sized tensor";
+  EXPECT_LT(added, logits_bytes / 2) << "backward allocated " << added << " bytes";
+
+  torch::Tensor h = hidden.clone().requires_grad_(true);
+  torch::Tensor retained = LinearCrossEntropy(h, weight, targets, torch::kBFloat16);
+  retained.backward({}, /*retain_graph=*/true);
+  EXPECT_THROW(retained.backward(), c10::Error);
 }
 
 }  // namespace

@@ -15,6 +15,7 @@
 #include "worker/ops/chunked_cross_entropy.h"
 #include "worker/ops/fused_layer_norm.h"
 #include "worker/ops/half_linear.h"
+#include "worker/ops/linear_cross_entropy.h"
 #include "worker/runtime/torch_compat.h"
 
 namespace stoke::worker {
@@ -206,11 +207,21 @@ torch::Tensor GptImpl::forward(const torch::Tensor& tokens) {
 
 std::optional<torch::Tensor> GptImpl::ForwardLoss(const torch::Tensor& tokens,
                                                   const torch::Tensor& targets) {
-  if (!checkpoint_blocks_ || !is_training()) return std::nullopt;
+  if (!is_training()) return std::nullopt;
+  const compat::AutocastState autocast = compat::GetAutocast(tokens.device().type());
+  const at::ScalarType dtype =
+      autocast.enabled ? autocast.dtype : token_embedding_->weight.scalar_type();
+  // Checkpointed blocks ask for the least memory: the chunked loss never holds the logits
+  // whole. Otherwise the output layer and the loss in one node that overwrites the logits
+  // with their gradient (linear_cross_entropy.h), where Stoke's kernels run.
+  const bool whole = !checkpoint_blocks_ && LinearCrossEntropyApplies(tokens.device(), dtype);
+  if (!checkpoint_blocks_ && !whole) return std::nullopt;
   const torch::Tensor hidden = Trunk(tokens);
-  const compat::AutocastState autocast = compat::GetAutocast(hidden.device().type());
-  return ChunkedLinearCrossEntropy(hidden.reshape({-1, hidden.size(-1)}), token_embedding_->weight,
-                                   targets.reshape({-1}),
+  const torch::Tensor rows = hidden.reshape({-1, hidden.size(-1)});
+  if (whole) {
+    return LinearCrossEntropy(rows, token_embedding_->weight, targets.reshape({-1}), dtype);
+  }
+  return ChunkedLinearCrossEntropy(rows, token_embedding_->weight, targets.reshape({-1}),
                                    autocast.enabled ? autocast.dtype : hidden.scalar_type());
 }
 

@@ -51,9 +51,11 @@ class GptImpl : public Network {
   explicit GptImpl(const GptConfig& config);
   // int64 token ids [B, T], T <= context -> logits [B, T, vocab_size].
   torch::Tensor forward(const torch::Tensor& tokens) override;
-  // With activation checkpointing on, the output layer and cross-entropy run in chunks
-  // that never hold all the logits (chunked_cross_entropy.h): the logits, not the blocks,
-  // are most of what a small GPT keeps for backward.
+  // In training, the output layer and cross-entropy as one node: with activation
+  // checkpointing on, in chunks that never hold all the logits (chunked_cross_entropy.h):
+  // the logits, not the blocks, are most of what a small GPT keeps for backward; else,
+  // where Stoke's kernels run, whole, with their gradient written over them
+  // (linear_cross_entropy.h). nullopt: forward() and the usual loss.
   std::optional<torch::Tensor> ForwardLoss(const torch::Tensor& tokens,
                                            const torch::Tensor& targets) override;
   int64_t TrainingFlopsPerSample() const override { return flops_; }

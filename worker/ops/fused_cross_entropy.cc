@@ -54,18 +54,28 @@ void FusedCrossEntropyRows(const torch::Tensor& logits, const torch::Tensor& tar
                                         CurrentStreamOf(logits)));
 }
 
-torch::Tensor FusedCrossEntropyGrad(const torch::Tensor& logits, const torch::Tensor& targets,
-                                    const torch::Tensor& row_lse, const torch::Tensor& grad_loss,
-                                    double scale) {
+void FusedCrossEntropyGradInto(const torch::Tensor& logits, const torch::Tensor& targets,
+                               const torch::Tensor& row_lse, const torch::Tensor& grad_loss,
+                               double scale, torch::Tensor& grad) {
   CheckShapes(logits, targets);
+  TORCH_CHECK(grad.sizes() == logits.sizes() && grad.scalar_type() == logits.scalar_type() &&
+                  grad.is_contiguous() && grad.device() == logits.device(),
+              "fused cross-entropy: the gradient must be laid out as the logits ",
+              logits.sizes(), ", got ", grad.sizes());
   const c10::cuda::CUDAGuard device(logits.device());
   const torch::Tensor lse = row_lse.contiguous();
   const torch::Tensor incoming = grad_loss.to(torch::kFloat32).contiguous();
-  torch::Tensor grad = torch::empty_like(logits);
   CheckLaunch(cuda::CrossEntropyBackward(
       logits.data_ptr(), LogitTypeOf(logits), targets.data_ptr<int64_t>(), lse.data_ptr<float>(),
       incoming.data_ptr<float>(), static_cast<float>(scale), logits.size(0), logits.size(1),
       grad.data_ptr(), CurrentStreamOf(logits)));
+}
+
+torch::Tensor FusedCrossEntropyGrad(const torch::Tensor& logits, const torch::Tensor& targets,
+                                    const torch::Tensor& row_lse, const torch::Tensor& grad_loss,
+                                    double scale) {
+  torch::Tensor grad = torch::empty_like(logits, torch::MemoryFormat::Contiguous);
+  FusedCrossEntropyGradInto(logits, targets, row_lse, grad_loss, scale, grad);
   return grad;
 }
 
@@ -82,6 +92,13 @@ torch::Tensor FusedCrossEntropyGrad(const torch::Tensor& /*logits*/,
                                     const torch::Tensor& /*targets*/,
                                     const torch::Tensor& /*row_lse*/,
                                     const torch::Tensor& /*grad_loss*/, double /*scale*/) {
+  TORCH_CHECK(false, "this build has no CUDA kernels of Stoke's own (built without nvcc)");
+}
+
+void FusedCrossEntropyGradInto(const torch::Tensor& /*logits*/, const torch::Tensor& /*targets*/,
+                               const torch::Tensor& /*row_lse*/,
+                               const torch::Tensor& /*grad_loss*/, double /*scale*/,
+                               torch::Tensor& /*grad*/) {
   TORCH_CHECK(false, "this build has no CUDA kernels of Stoke's own (built without nvcc)");
 }
 

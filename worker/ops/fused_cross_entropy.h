@@ -24,4 +24,11 @@ torch::Tensor FusedCrossEntropyGrad(const torch::Tensor& logits, const torch::Te
                                     const torch::Tensor& row_lse, const torch::Tensor& grad_loss,
                                     double scale);
 
+// The same, written into `grad` (contiguous, the logits' shape and type), which may be the
+// logits themselves: each element is read, then overwritten, by the same thread, and no
+// other element is read.
+void FusedCrossEntropyGradInto(const torch::Tensor& logits, const torch::Tensor& targets,
+                               const torch::Tensor& row_lse, const torch::Tensor& grad_loss,
+                               double scale, torch::Tensor& grad);
+
 }  // namespace stoke::worker

@@ -9,6 +9,9 @@
 # settings, space-separated; "default" for none, commas join several settings in one
 # variant; default "default training.cuda_graph=off training.fused_kernels=off"),
 # PY_MODE (default compile-cuda-graph; "none" skips Python), STOKE_BENCH, PYTHON.
+# MEMORY_HISTORY=1 also records every allocation of each run and lists, per model, the
+# blocks alive at each run's peak (bench/python/memory_peak.py) in
+# $OUT/memory-peak-<model>.md; the snapshots stay beside it.
 set -uo pipefail
 out="${OUT:-$PWD/bench-out}"
 mkdir -p "$out"
@@ -37,13 +40,19 @@ for model in ${MODELS:-mlp-4096}; do
     echo "| $model | cannot run: unknown, or fmnist-cnn without FMNIST_DIR | | |" >> "$report"
     continue
   fi
+  snapshots=()
   for variant in $variants; do
     extra=()
     if [ "$variant" != default ]; then
       IFS=, read -ra settings <<< "$variant"
       for s in "${settings[@]}"; do extra+=(--set "$s"); done
     fi
-    log="$out/memory-$model-stoke-${variant//[^A-Za-z0-9_.=-]/_}.log"
+    name="$model-stoke-${variant//[^A-Za-z0-9_.=-]/_}"
+    log="$out/memory-$name.log"
+    if [ "${MEMORY_HISTORY:-0}" = 1 ]; then
+      extra+=(--memory-history "$out/snapshot-$name.pickle")
+      snapshots+=("stoke-$variant=$out/snapshot-$name.pickle")
+    fi
     echo "[$(date +%T)] $model: stoke $variant" >&2
     timeout -k 10 300 "$bench" "$spec" ${sets[@]+"${sets[@]}"} ${extra[@]+"${extra[@]}"} \
       --warmup-steps 20 --windows 2 --window-steps 10 > "$log" 2>&1
@@ -53,11 +62,19 @@ for model in ${MODELS:-mlp-4096}; do
   done
   if [ "$py_mode" != none ]; then
     log="$out/memory-$model-python-$py_mode.log"
+    py_extra=()
+    if [ "${MEMORY_HISTORY:-0}" = 1 ]; then
+      py_extra=(--memory-history "$out/snapshot-$model-python-$py_mode.pickle")
+      snapshots+=("python-$py_mode=$out/snapshot-$model-python-$py_mode.pickle")
+    fi
     echo "[$(date +%T)] $model: python $py_mode" >&2
     timeout -k 10 300 "$python" "$here/python/train_reference.py" "${py_args[@]}" \
       --mode "$py_mode" --batch "$batch" --warmup 20 --windows 2 --window-steps 10 \
-      > "$log" 2>&1
+      ${py_extra[@]+"${py_extra[@]}"} > "$log" 2>&1
     echo "| $model | python $py_mode | $(gib "$log") | |" >> "$report"
+  fi
+  if [ ${#snapshots[@]} -gt 0 ]; then
+    "$python" "$here/python/memory_peak.py" "${snapshots[@]}" > "$out/memory-peak-$model.md" 2>&1
   fi
 done
 cat "$report"

@@ -31,6 +31,7 @@
 #include "worker/link/task_translation.h"
 #include "worker/runtime/devices.h"
 #include "worker/runtime/kernel_trace.h"
+#include "worker/runtime/memory_history.h"
 
 namespace stoke {
 
@@ -131,6 +132,10 @@ double Median(std::vector<double> values) {
   return n % 2 ? values[n / 2] : 0.5 * (values[n / 2 - 1] + values[n / 2]);
 }
 
+// Enough for a whole benchmark run of ResNet-50 (about a thousand allocations and frees
+// a step); what comes before the last this many is dropped.
+constexpr int64_t kMemoryHistoryEvents = 4'000'000;
+
 int Run(int argc, char** argv) {
   CLI::App app{"Stoke's engine on one device, timed: one JSON line on stdout"};
   std::string spec_path;
@@ -138,6 +143,7 @@ int Run(int argc, char** argv) {
   std::string device_text = "cuda:0";
   uint32_t warmup_steps = 40, windows = 6, window_steps = 20, trace_steps = 5;
   std::string trace_path;
+  std::string memory_history_path;
   app.add_option("spec", spec_path, "job spec (YAML)")->required()->check(CLI::ExistingFile);
   app.add_option("--set", overrides, "dotted.key=value overrides of the spec");
   app.add_option("--device", device_text, "cuda:N or cpu");
@@ -148,6 +154,9 @@ int Run(int argc, char** argv) {
                  "write a Kineto trace (Chrome JSON) of steps after the windows");
   app.add_option("--trace-steps", trace_steps, "steps the trace records")
       ->check(CLI::Range(1, 1000));
+  app.add_option("--memory-history", memory_history_path,
+                 "write every device allocation and free of the run as PyTorch's memory "
+                 "snapshot (bench/python/memory_peak.py reads it)");
   CLI11_PARSE(app, argc, argv);
   // Windows end on multiples of window_steps: warm-up is rounded up to one.
   warmup_steps = (warmup_steps + window_steps - 1) / window_steps * window_steps;
@@ -206,7 +215,9 @@ int Run(int argc, char** argv) {
       }
     };
   }
+  if (!memory_history_path.empty()) worker::MemoryHistory::Start(kMemoryHistoryEvents);
   const worker::TrainOutcome outcome = worker::RunTraining(*task, device, collector, cancel, probe);
+  if (!memory_history_path.empty()) worker::MemoryHistory::Write(memory_history_path);
 
   JsonLine out;
   out.Add("impl", "stoke");

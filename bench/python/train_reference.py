@@ -76,6 +76,8 @@ def parse_args():
     parser.add_argument("--trace", help="after the timed windows, write a Kineto trace "
                         "(Chrome JSON) of --trace-steps more steps here")
     parser.add_argument("--trace-steps", type=int, default=5)
+    parser.add_argument("--memory-history", help="write every device allocation and free "
+                        "of the run as a memory snapshot here (memory_peak.py reads it)")
     parser.add_argument("--adamw", choices=["fused", "foreach", "for-loop"], default="fused",
                         help="torch.optim.AdamW's implementation (for-loop: one parameter "
                         "at a time, as LibTorch's optim::AdamW)")
@@ -306,6 +308,8 @@ def train(args, notes):
     torch.backends.cudnn.allow_tf32 = not args.no_tf32
     torch.backends.cudnn.benchmark = True
     torch.manual_seed(SEED)
+    if args.memory_history:
+        torch.cuda.memory._record_memory_history(context=None, max_entries=4_000_000)
 
     model, next_batch, lr, flops_per_sample, convolutional = build(args, device)
     model = model.to(device)
@@ -357,6 +361,10 @@ def train(args, notes):
             torch.cuda.synchronize()
         trace.export_chrome_trace(args.trace)
         notes.append(f"trace of {args.trace_steps} steps: {args.trace}")
+    if args.memory_history:
+        torch.cuda.memory._dump_snapshot(args.memory_history)
+        torch.cuda.memory._record_memory_history(enabled=None)
+        notes.append(f"memory history: {args.memory_history}")
     window = statistics.median(seconds)
     rate = args.batch * args.window_steps / window
     if "compile" in args.mode:

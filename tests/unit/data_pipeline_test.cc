@@ -33,6 +33,7 @@
 #include "worker/data/eval_set.h"
 #include "worker/data/loader.h"
 #include "worker/data/sources.h"
+#include "worker/data/synthetic.h"
 #include "worker/ops/image_prep.h"
 
 namespace stoke::worker {
@@ -533,6 +534,35 @@ TEST(BatchPrep, OneDrawPerImageCoversEveryCropOffsetAndFlipsAboutHalf) {
   // Without flipping no draw reaches a flip; without padding only the flip is drawn.
   EXPECT_LT(DrawCropsAndFlips(n, p, /*flip=*/false, torch::kCPU).max().item<int64_t>(), k * k);
   EXPECT_LT(DrawCropsAndFlips(n, 0, /*flip=*/true, torch::kCPU).max().item<int64_t>(), 2);
+}
+
+// Synthetic images drawn channels-last for a model that computes so (no copy of each
+// batch to convert it) carry their class in their channel means as the default ones do:
+// each image's channel means lie nearest its own class's average.
+TEST(SyntheticSource, ImagesDrawnChannelsLastCarryTheirClassAlike) {
+  SyntheticDataConfig config;
+  config.image_shape = {3, 16, 16};
+  config.num_classes = 4;
+  config.samples_per_epoch = 1000;
+  for (const bool channels_last : {false, true}) {
+    SyntheticSource source(config, torch::kCPU, 256, /*seed=*/7, /*world_size=*/1);
+    source.SetImagesChannelsLast(channels_last);
+    const Batch batch = source.Next();
+    ASSERT_EQ(batch.inputs.sizes(), (std::vector<int64_t>{256, 3, 16, 16}));
+    EXPECT_TRUE(batch.inputs.is_contiguous(channels_last ? at::MemoryFormat::ChannelsLast
+                                                         : at::MemoryFormat::Contiguous))
+        << "channels_last " << channels_last;
+    const torch::Tensor means = batch.inputs.mean({2, 3});  // [256, 3]
+    torch::Tensor centroids = torch::zeros({4, 3});
+    for (int64_t c = 0; c < 4; ++c) {
+      const torch::Tensor mask = batch.targets == c;
+      ASSERT_GT(mask.sum().item<int64_t>(), 0) << "class " << c << " never drawn";
+      centroids[c] = means.index({mask}).mean(0);
+    }
+    const torch::Tensor nearest = torch::cdist(means, centroids).argmin(1);
+    EXPECT_GT((nearest == batch.targets).to(torch::kFloat).mean().item<double>(), 0.95)
+        << "channels_last " << channels_last;
+  }
 }
 
 TEST(BatchPrep, CpuImagesTakeAtensPathEvenWhenTheModelWantsChannelsLast) {

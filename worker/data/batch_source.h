@@ -27,8 +27,9 @@ class BatchSource {
   // waited for data.
   virtual double TakeWaitSeconds() { return 0; }
   // The model takes its images channels-last: a source that prepares image batches on
-  // the device writes them in NHWC memory from here on (the values are the same). Called
-  // before the first Next().
+  // the device writes them in NHWC memory from here on (a data set's values are the same;
+  // synthetic noise is drawn in that memory order, by the same rule). Called before the
+  // first Next().
   virtual void SetImagesChannelsLast(bool /*on*/) {}
 };
 

@@ -68,12 +68,12 @@ DataShape SyntheticSource::Shape() const {
   return DataShape{DataShape::Kind::kVector, {config_.features}, config_.num_classes, 0};
 }
 
-Batch SyntheticSource::Next() { return Draw(at::Generator(), device_); }
+Batch SyntheticSource::Next() { return Draw(at::Generator(), device_, images_channels_last_); }
 
 Batch SyntheticSource::HeldOut(int64_t index) const {
   auto generator =
       at::detail::createCPUGenerator(seed_ ^ 0x9e3779b97f4a7c15ULL ^ static_cast<uint64_t>(index));
-  Batch batch = Draw(generator, torch::kCPU);
+  Batch batch = Draw(generator, torch::kCPU, /*channels_last=*/false);
   // Evaluation is not the hot loop: a plain copy is fine here.
   return {batch.inputs.to(device_), batch.targets.to(device_)};
 }
@@ -96,7 +96,8 @@ const torch::Tensor& SyntheticSource::ClassOffset() const {
   return class_offset_->table;
 }
 
-Batch SyntheticSource::Draw(const at::Generator& generator, torch::Device where) const {
+Batch SyntheticSource::Draw(const at::Generator& generator, torch::Device where,
+                            bool channels_last) const {
   torch::NoGradGuard no_grad;
   const auto on_device = torch::TensorOptions().device(where);
   // The rule's tensors where the batch is made.
@@ -128,7 +129,10 @@ Batch SyntheticSource::Draw(const at::Generator& generator, torch::Device where)
     shape.insert(shape.end(), config_.image_shape.begin(), config_.image_shape.end());
     batch.targets = torch::randint(config_.num_classes, {batch_size_}, generator,
                                    on_device.dtype(torch::kLong));
-    batch.inputs = torch::randn(shape, generator, on_device);
+    const auto format = channels_last && shape.size() == 4 ? at::MemoryFormat::ChannelsLast
+                                                           : at::MemoryFormat::Contiguous;
+    batch.inputs = torch::empty(shape, on_device.memory_format(format));
+    batch.inputs.normal_(0, 1, generator);
     std::vector<int64_t> per_channel(shape.size(), 1);
     per_channel[0] = batch_size_;
     per_channel[1] = config_.image_shape.front();

@@ -25,6 +25,9 @@ class SyntheticSource final : public BatchSource {
   // generator of its own (seeded by the job's seed and the index), so that every pass
   // sees the same batches, none is kept in memory, and training draws are untouched.
   Batch HeldOut(int64_t index) const;
+  // Training images drawn in channels-last order, the one the model computes in: no
+  // copy of each batch to convert it (a second batch in memory at the step's peak).
+  void SetImagesChannelsLast(bool on) override { images_channels_last_ = on; }
   int64_t BatchesPerEpoch() const override {
     return std::max<int64_t>(1, config_.samples_per_epoch / (batch_size_ * world_size_));
   }
@@ -37,7 +40,7 @@ class SyntheticSource final : public BatchSource {
   int world_size_;
   // One batch drawn from `generator` on `where`; an undefined generator (at::Generator())
   // draws from the device's default one, as the training batches do.
-  Batch Draw(const at::Generator& generator, torch::Device where) const;
+  Batch Draw(const at::Generator& generator, torch::Device where, bool channels_last) const;
 
   uint64_t seed_;
   torch::Tensor teacher_;  // vectors: [features, num_classes]
@@ -50,6 +53,7 @@ class SyntheticSource final : public BatchSource {
   const torch::Tensor& ClassOffset() const;
   std::shared_ptr<LazyTable> class_offset_ = std::make_shared<LazyTable>();
   int64_t token_step_ = 1;
+  bool images_channels_last_ = false;
 };
 
 }  // namespace stoke::worker

@@ -52,8 +52,10 @@ class StepRunner {
   ~StepRunner();
 
   // Runs one optimizer step over these micro-batches and returns their losses (device
-  // scalars, valid until the next call).
-  std::vector<torch::Tensor> Run(const std::vector<Batch>& micro_batches);
+  // scalars, valid until the next call). It takes the batches: the step that captures
+  // the graph copies them into the graph's inputs and lets them go before it records, so
+  // that one copy, not two, is in memory beside the step's activations.
+  std::vector<torch::Tensor> Run(std::vector<Batch> micro_batches);
 
   // Whether steps now replay a captured graph.
   bool graphed() const { return graphed_; }
@@ -67,7 +69,7 @@ class StepRunner {
   std::vector<torch::Tensor> ForwardBackwardAndUpdate(const std::vector<Batch>& micro_batches);
   std::vector<torch::Tensor> RunEager(const std::vector<Batch>& micro_batches);
   void ResetGrads();
-  void CaptureOrFallBack(const std::vector<Batch>& micro_batches);
+  void CaptureOrFallBack(std::vector<Batch> micro_batches);
 
   StepParts parts_;
   // fp16: an optimizer that can skips an overflowing step on the device (the fused

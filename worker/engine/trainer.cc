@@ -162,7 +162,6 @@ TrainOutcome Loop(TrainingRun& run, TrainingObserver& observer, const std::atomi
   MetricWindow& metrics = *run.metrics;
   observer.OnStarted();
 
-  std::vector<Batch> micro_batches(static_cast<size_t>(t.grad_accum_steps));
   StepTrace trace(task.job_id, task.rank, [&](const std::string& line) { observer.OnLog(line); });
   FirstStepWatch first_step(run, observer);
   for (step = run.first_step; step <= run.total_steps; ++step) {
@@ -173,9 +172,11 @@ TrainOutcome Loop(TrainingRun& run, TrainingObserver& observer, const std::atomi
     const double lr = LearningRateAt(task.optimizer, step, run.total_steps);
     run.optimizer->SetLearningRate(lr);
     first_step.BeforeStep(step);
+    std::vector<Batch> micro_batches(static_cast<size_t>(t.grad_accum_steps));
     for (auto& batch : micro_batches) batch = run.data.train->Next();
     trace.BeforeStep(step);
-    for (const auto& loss : run.runner->Run(micro_batches)) metrics.AddLoss(loss);
+    // The runner takes the batches (it may let them go early: train_step.h).
+    for (const auto& loss : run.runner->Run(std::move(micro_batches))) metrics.AddLoss(loss);
     trace.AfterStep(step);
     first_step.AfterStep(step);
 

@@ -158,9 +158,9 @@ TEST(LossGpu, TheOutputLayerAndLossAsOneNodeOverwriteTheLogitsWithTheirGradient)
   auto run = [&](bool one_node) {
     torch::Tensor h = hidden.clone().requires_grad_(true);
     torch::Tensor w = weight.clone().requires_grad_(true);
-    torch::Tensor loss = one_node ? LinearCrossEntropy(h, w, targets, torch::kBFloat16)
-                                  : SoftmaxCrossEntropy(torch::matmul(h, w.to(torch::kBFloat16).t()),
-                                                        targets);
+    torch::Tensor loss =
+        one_node ? LinearCrossEntropy(h, w, targets, torch::kBFloat16)
+                 : SoftmaxCrossEntropy(torch::matmul(h, w.to(torch::kBFloat16).t()), targets);
     torch::cuda::synchronize();
     const uint64_t before = ReadAllocatorStats(gpu).allocated_bytes;
     ResetPeakMemoryStats(gpu);

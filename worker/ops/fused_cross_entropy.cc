@@ -60,8 +60,8 @@ void FusedCrossEntropyGradInto(const torch::Tensor& logits, const torch::Tensor&
   CheckShapes(logits, targets);
   TORCH_CHECK(grad.sizes() == logits.sizes() && grad.scalar_type() == logits.scalar_type() &&
                   grad.is_contiguous() && grad.device() == logits.device(),
-              "fused cross-entropy: the gradient must be laid out as the logits ",
-              logits.sizes(), ", got ", grad.sizes());
+              "fused cross-entropy: the gradient must be laid out as the logits ", logits.sizes(),
+              ", got ", grad.sizes());
   const c10::cuda::CUDAGuard device(logits.device());
   const torch::Tensor lse = row_lse.contiguous();
   const torch::Tensor incoming = grad_loss.to(torch::kFloat32).contiguous();
@@ -96,9 +96,8 @@ torch::Tensor FusedCrossEntropyGrad(const torch::Tensor& /*logits*/,
 }
 
 void FusedCrossEntropyGradInto(const torch::Tensor& /*logits*/, const torch::Tensor& /*targets*/,
-                               const torch::Tensor& /*row_lse*/,
-                               const torch::Tensor& /*grad_loss*/, double /*scale*/,
-                               torch::Tensor& /*grad*/) {
+                               const torch::Tensor& /*row_lse*/, const torch::Tensor& /*grad_loss*/,
+                               double /*scale*/, torch::Tensor& /*grad*/) {
   TORCH_CHECK(false, "this build has no CUDA kernels of Stoke's own (built without nvcc)");
 }
 

@@ -7,8 +7,7 @@
 #include "worker/runtime/torch_compat.h"
 
 // torch 2.1 gave the C++ recorder a trace of every allocation; 1.13's records segments only.
-#if STOKE_WITH_CUDA && STOKE_TORCH_AT_LEAST(2, 1) && \
-    __has_include(<torch/csrc/cuda/memory_snapshot.h>)
+#if STOKE_WITH_CUDA && STOKE_TORCH_AT_LEAST(2, 1) && __has_include(<torch/csrc/cuda/memory_snapshot.h>)
 #include <torch/csrc/cuda/memory_snapshot.h>
 #define STOKE_MEMORY_HISTORY 1
 #else

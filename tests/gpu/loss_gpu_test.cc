@@ -31,7 +31,7 @@ struct LossAndGrad {
 };
 
 LossAndGrad Ours(const torch::Tensor& logits, const torch::Tensor& targets,
-                 torch::Tensor incoming = {}) {
+                 const torch::Tensor& incoming = {}) {
   torch::Tensor leaf = logits.detach().clone().requires_grad_(true);
   torch::Tensor loss = SoftmaxCrossEntropy(leaf, targets);
   if (incoming.defined()) {

@@ -9,6 +9,8 @@
 #include <optional>
 #include <sstream>
 #include <stdexcept>
+#include <utility>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "worker/common/status_error.h"
@@ -64,7 +66,7 @@ TrainOutcome FailureOf(std::exception_ptr error, uint64_t step) {
   absl::StatusCode code = absl::StatusCode::kUnknown;
   std::string message;
   try {
-    std::rethrow_exception(error);
+    std::rethrow_exception(std::move(error));
   } catch (const StatusError& e) {
     // Carries its own code: a data path not mounted yet is retried, a bad file is not.
     code = e.code();

@@ -165,7 +165,7 @@ TEST_P(HalfLinearGpuTest, WithGeluMatchesAtensLinearAndGelu) {
   // Our GELU gradient may round a value to the neighbouring 16-bit number where ATen's
   // erf differs in its last fp32 bit: allow that much per row, summed.
   const double ulp = dtype == torch::kBFloat16 ? 1.0 / 128 : 1.0 / 1024;
-  const double rows = static_cast<double>(dpre.numel() / shape.out);
+  const double rows = static_cast<double>(dpre.numel()) / static_cast<double>(shape.out);
   EXPECT_TRUE(torch::allclose(db1.to(torch::kFloat64), exact, 1e-4,
                               1e-3 * ulp * rows * MaxAbs(dpre.to(torch::kFloat64))))
       << "dbias: largest difference from the fp64 sum of ATen's GELU gradient "

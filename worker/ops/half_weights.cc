@@ -37,9 +37,9 @@ void HalfWeights::Want(const torch::Tensor& parameter, at::ScalarType type) {
     entry = &entries_.emplace(parameter.unsafeGetTensorImpl(), Entry(parameter)).first->second;
   }
   if (entry->type != type) {
-    entry->copy = torch::Tensor();
+    entry->in_step = false;
     entry->slot = torch::Tensor();  // its buffer is of the other type: place it anew
-    entry->written = false;
+    entry->written_version = kNotWritten;
   }
   entry->type = type;
 }
@@ -69,7 +69,7 @@ bool HalfWeights::PlaceInBuffer(const std::vector<Wanted>& wanted, int device,
     entry->buffer = buffer;
     entry->offset = offsets[k];
     entry->slot = buffer.narrow(0, offsets[k], p->numel()).view(p->sizes());
-    entry->written = false;
+    entry->written_version = kNotWritten;
   }
   return false;
 }
@@ -102,7 +102,7 @@ int HalfWeights::Refresh(const std::vector<torch::Tensor>& parameters) {
   for (const torch::Tensor& p : parameters) {
     Entry* entry = EntryOf(p);
     if (entry == nullptr) continue;
-    entry->copy = torch::Tensor();
+    entry->in_step = false;
     if (!p.is_cuda() || p.scalar_type() != at::kFloat || !p.is_contiguous()) continue;
     groups[{p.get_device(), entry->type}].emplace_back(entry, &p);
   }
@@ -111,17 +111,16 @@ int HalfWeights::Refresh(const std::vector<torch::Tensor>& parameters) {
     const c10::cuda::CUDAGuard guard(static_cast<c10::DeviceIndex>(device));
     bool current = PlaceInBuffer(wanted, device, type);
     for (const auto& [entry, p] : wanted) {
-      current = current && entry->written &&
-                entry->written_version == static_cast<int64_t>(p->_version());
+      current = current && entry->written_version == static_cast<int64_t>(p->_version());
     }
     if (!current) {
       CastIntoSlots(wanted, type);
       cast += static_cast<int>(wanted.size());
     }
     for (const auto& [entry, p] : wanted) {
-      entry->copy = entry->slot;
+      entry->in_step = true;
       entry->version = static_cast<int64_t>(p->_version());
-      entry->written = false;
+      entry->written_version = kNotWritten;
     }
   }
   return cast;
@@ -140,7 +139,7 @@ std::vector<torch::Tensor> HalfWeights::CopiesToWrite(
     const Entry* entry = EntryOf(p);
     // Only a slot Refresh filled this step: one it left (a parameter no longer in the
     // step, or moved to a new buffer) is no copy of anything.
-    const bool live = entry != nullptr && entry->copy.defined();
+    const bool live = entry != nullptr && entry->in_step;
     slots.push_back(live ? entry->slot : torch::Tensor());
   }
   return slots;
@@ -150,8 +149,7 @@ void HalfWeights::MarkWritten(const std::vector<torch::Tensor>& parameters) {
   std::lock_guard<std::mutex> lock(mutex_);
   for (const torch::Tensor& p : parameters) {
     Entry* entry = EntryOf(p);
-    if (entry == nullptr || !entry->copy.defined()) continue;
-    entry->written = true;
+    if (entry == nullptr || !entry->in_step) continue;
     entry->written_version = static_cast<int64_t>(p._version());
   }
 }
@@ -184,7 +182,7 @@ bool HalfWeights::RecastChanged(const std::vector<torch::Tensor>& parameters) {
     CastIntoSlots(wanted, wanted.front().first->type);
     for (const auto& [entry, p] : wanted) {
       entry->version = static_cast<int64_t>(p->_version());
-      entry->written = true;  // as current as the optimizer's copies: evaluation may read them
+      // As current as the optimizer's copies: evaluation may read them.
       entry->written_version = entry->version;
     }
     cast = true;
@@ -201,16 +199,16 @@ torch::Tensor HalfWeights::Find(const torch::Tensor& parameter, at::ScalarType t
   const Entry* entry = EntryOf(parameter);
   if (entry == nullptr || entry->type != type) return {};
   const auto version = static_cast<int64_t>(parameter._version());
-  if (entry->copy.defined()) return entry->version == version ? entry->copy : torch::Tensor();
+  if (entry->in_step) return entry->version == version ? entry->slot : torch::Tensor();
   // Between steps: the copy the last optimizer wrote, while the parameter is unchanged.
-  if (entry->written && entry->written_version == version) return entry->slot;
+  if (entry->written_version == version) return entry->slot;
   return {};
 }
 
 void HalfWeights::Release(const std::vector<torch::Tensor>& parameters) {
   std::lock_guard<std::mutex> lock(mutex_);
   for (const torch::Tensor& p : parameters) {
-    if (Entry* entry = EntryOf(p)) entry->copy = torch::Tensor();
+    if (Entry* entry = EntryOf(p)) entry->in_step = false;
   }
 }
 

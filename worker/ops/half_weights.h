@@ -77,6 +77,7 @@ class HalfWeights {
   void Forget(const std::vector<torch::Tensor>& parameters);
 
  private:
+  static constexpr int64_t kNotWritten = -1;
   struct Entry {
     explicit Entry(const torch::Tensor& p) : parameter(p.getIntrusivePtr()) {}
     c10::weak_intrusive_ptr<c10::TensorImpl, c10::UndefinedTensorImpl> parameter;
@@ -85,11 +86,11 @@ class HalfWeights {
     torch::Tensor buffer;
     int64_t offset = 0;
     torch::Tensor slot;    // buffer's elements [offset, offset + numel), as the parameter
-    torch::Tensor copy;    // the slot, while a step runs
+    bool in_step = false;  // Refresh handed the slot out; Release takes it back
     int64_t version = -1;  // the parameter's at the last Refresh
-    // Set by MarkWritten (with the version then), cleared by Refresh.
-    bool written = false;
-    int64_t written_version = -1;
+    // The parameter's version when MarkWritten said the optimizer wrote the slot, or
+    // kNotWritten (Refresh resets it). A version counter is never negative.
+    int64_t written_version = kNotWritten;
   };
   using Wanted = std::pair<Entry*, const torch::Tensor*>;
   // The entry of `parameter` itself, or nullptr (an entry left by a dead tensor at the

@@ -9,8 +9,10 @@
 #include <torch/torch.h>
 
 #include <optional>
+#include <string>
 #include <vector>
 
+#include "tests/support/own_kernels.h"
 #include "worker/ops/own_adamw.h"
 #include "worker/runtime/torch_compat.h"
 
@@ -22,11 +24,7 @@ const auto kCuda = torch::TensorOptions().device(torch::kCUDA).dtype(torch::kFlo
 class AdamWGpuTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device";
-    const torch::Tensor probe = torch::zeros({4}, kCuda);
-    if (!OwnAdamWApplies({{probe}, {probe}, {probe}, {probe}, {}})) {
-      GTEST_SKIP() << "built without Stoke's CUDA kernels";
-    }
+    if (const std::string why = testing::WhyNoOwnKernels(); !why.empty()) GTEST_SKIP() << why;
   }
 };
 
@@ -61,6 +59,7 @@ OwnAdamWTensors MakeState(uint64_t seed) {
 OwnAdamWTensors Clone(const OwnAdamWTensors& t) {
   auto copy = [](const std::vector<torch::Tensor>& v) {
     std::vector<torch::Tensor> out;
+    out.reserve(v.size());
     for (const auto& x : v) out.push_back(x.clone(torch::MemoryFormat::Preserve));
     return out;
   };

@@ -14,7 +14,7 @@
 #include <utility>
 #include <vector>
 
-#include "worker/ops/fused_layer_norm.h"
+#include "tests/support/own_kernels.h"
 #include "worker/ops/half_linear.h"
 #include "worker/ops/half_weights.h"
 #include "worker/ops/step_context.h"
@@ -33,10 +33,7 @@ struct Shape {
 class HalfLinearGpuTest : public ::testing::TestWithParam<std::tuple<at::ScalarType, int>> {
  protected:
   void SetUp() override {
-    if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device";
-    // Any of Stoke's kernels stands for all: they are built together or not at all.
-    const torch::Tensor probe = torch::zeros({1}, torch::TensorOptions().device(torch::kCUDA));
-    if (!FusedLayerNormApplies(probe)) GTEST_SKIP() << "built without Stoke's CUDA kernels";
+    if (const std::string why = testing::WhyNoOwnKernels(); !why.empty()) GTEST_SKIP() << why;
   }
   void TearDown() override { compat::SetAutocast(c10::DeviceType::CUDA, false, torch::kBFloat16); }
 };
@@ -275,11 +272,8 @@ TEST_P(HalfLinearGpuTest, WithReluMatchesAtensLinearAndRelu) {
 // it is its parameter's value, exactly as if it had cast the parameter itself, and never
 // after the parameter changes in place or the step releases the copies.
 TEST(HalfLinearGpu, StepCopiesOfTheWeightsServeOnlyWhileCurrent) {
-  if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device";
+  if (const std::string why = testing::WhyNoOwnKernels(); !why.empty()) GTEST_SKIP() << why;
   const auto cuda = torch::TensorOptions().device(torch::kCUDA);
-  if (!FusedLayerNormApplies(torch::zeros({1}, cuda))) {
-    GTEST_SKIP() << "built without Stoke's CUDA kernels";
-  }
   torch::manual_seed(5);
   const torch::Tensor x = torch::randn({64, 96}, cuda).to(torch::kBFloat16);
   // Odd sizes: the copies' 16-byte starts leave gaps in the step's buffer.
@@ -332,11 +326,8 @@ TEST(HalfLinearGpu, StepCopiesOfTheWeightsServeOnlyWhileCurrent) {
 // ATen's autocast cache does (a second copy of the model's weights at an MLP's
 // evaluation, the peak of a training run whose step is a CUDA graph).
 TEST(HalfLinearGpu, WithoutGradientsItMatchesAtenAndKeepsNoCastOfEachWeight) {
-  if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device";
+  if (const std::string why = testing::WhyNoOwnKernels(); !why.empty()) GTEST_SKIP() << why;
   const auto cuda = torch::TensorOptions().device(torch::kCUDA);
-  if (!FusedLayerNormApplies(torch::zeros({1}, cuda))) {
-    GTEST_SKIP() << "built without Stoke's CUDA kernels";
-  }
   constexpr int kLayers = 6;
   constexpr int64_t kWidth = 2048;  // a bf16 cast of each weight is 8 MiB
   torch::manual_seed(5);

@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "tests/support/own_kernels.h"
 #include "worker/engine/optimizers.h"
 #include "worker/engine/step_graph.h"
 #include "worker/engine/train_step.h"
@@ -26,11 +27,7 @@ const auto kCuda = torch::TensorOptions().device(torch::kCUDA);
 class HalfWeightsGpuTest : public ::testing::TestWithParam<bool> {  // graph?
  protected:
   void SetUp() override {
-    if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device";
-    const torch::Tensor probe = torch::zeros({4}, kCuda);
-    if (!OwnAdamWApplies({{probe}, {probe}, {probe}, {probe}, {}})) {
-      GTEST_SKIP() << "built without Stoke's CUDA kernels";
-    }
+    if (const std::string why = testing::WhyNoOwnKernels(); !why.empty()) GTEST_SKIP() << why;
     if (GetParam() && !StepGraph::Supported()) GTEST_SKIP() << "this build has no CUDA graphs";
   }
 };

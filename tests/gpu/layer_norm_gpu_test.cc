@@ -10,6 +10,7 @@
 #include <string>
 #include <tuple>
 
+#include "tests/support/own_kernels.h"
 #include "worker/ops/fused_layer_norm.h"
 
 namespace stoke::worker {
@@ -18,9 +19,7 @@ namespace {
 class LayerNormGpuTest : public ::testing::TestWithParam<std::tuple<at::ScalarType, int64_t>> {
  protected:
   void SetUp() override {
-    if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device";
-    const torch::Tensor probe = torch::zeros({1}, torch::TensorOptions().device(torch::kCUDA));
-    if (!FusedLayerNormApplies(probe)) GTEST_SKIP() << "built without Stoke's CUDA kernels";
+    if (const std::string why = testing::WhyNoOwnKernels(); !why.empty()) GTEST_SKIP() << why;
   }
 };
 

@@ -8,8 +8,10 @@
 #include <torch/torch.h>
 
 #include <cstdint>
+#include <string>
 #include <tuple>
 
+#include "tests/support/own_kernels.h"
 #include "worker/ops/chunked_cross_entropy.h"
 #include "worker/ops/linear_cross_entropy.h"
 #include "worker/ops/softmax_cross_entropy.h"
@@ -143,11 +145,8 @@ TEST(LossGpu, TheChunkedOutputLayerGivesTheLossAndGradientsOfTheWholeOne) {
 // in backward no second [tokens, vocabulary] tensor beside the logits. The gradient of
 // the fp32 weight comes in fp32; a second backward through a retained graph is refused.
 TEST(LossGpu, TheOutputLayerAndLossAsOneNodeOverwriteTheLogitsWithTheirGradient) {
-  if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device";
+  if (const std::string why = testing::WhyNoOwnKernels(); !why.empty()) GTEST_SKIP() << why;
   const auto cuda = torch::TensorOptions().device(torch::kCUDA);
-  if (!LinearCrossEntropyApplies(torch::Device(torch::kCUDA, 0), torch::kBFloat16)) {
-    GTEST_SKIP() << "built without Stoke's CUDA kernels";
-  }
   constexpr int64_t kRows = 4096;
   constexpr int64_t kVocab = 8192;  // bf16 logits: 64 MiB
   torch::manual_seed(13);

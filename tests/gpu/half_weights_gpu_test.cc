@@ -1,7 +1,8 @@
 // The optimizer writes the 16-bit weight copies the next step multiplies with
 // (half_weights.h, own_adamw.h): after steps run eagerly or replayed from a captured CUDA
 // graph, the copies the next step (or an evaluation between steps) would read are
-// exactly the updated weights in bf16, and that step casts none of them; a parameter changed
+// exactly the updated weights in bf16, and that step casts none of them (a ResNet's
+// channels-last convolution weights too, each copy in its weight's layout); a parameter changed
 // between steps (as a loaded checkpoint would change it) reaches the copies, cast again, and a step
 // whose optimizer wrote nothing has its copies cast. Skips without CUDA or the kernels.
 #include <gtest/gtest.h>
@@ -16,6 +17,7 @@
 #include "worker/engine/step_graph.h"
 #include "worker/engine/train_step.h"
 #include "worker/models/mlp.h"
+#include "worker/models/resnet.h"
 #include "worker/ops/own_adamw.h"
 #include "worker/ops/step_context.h"
 
@@ -124,6 +126,63 @@ TEST_P(HalfWeightsGpuTest, TheOptimizerLeavesTheNextStepItsCopiesExactly) {
   // Changed, or not written by an optimizer since the last Refresh: every copy is cast.
   EXPECT_EQ(table.Refresh(params), static_cast<int>(params.size()));
   ExpectCopiesAre(copies, params, "cast");
+  table.Release(params);
+}
+
+// A ResNet's convolutions multiply with the step's copies too (half_conv.h): their weights
+// are channels-last, and so are the copies the optimizer writes, element for element.
+TEST_P(HalfWeightsGpuTest, ChannelsLastConvolutionWeightsGetCopiesInTheirLayout) {
+  const bool graph = GetParam();
+  torch::manual_seed(12);
+  ResNetConfig config;
+  config.depth = 18;
+  config.small_stem = true;
+  ResNet net(config, std::vector<int64_t>{3, 16, 16}, 10);
+  net->to(torch::kCUDA);
+  {
+    const torch::NoGradGuard no_grad;  // as the training run lays a CNN out
+    for (auto& p : net->parameters()) {
+      if (p.dim() == 4) p.set_data(p.data().contiguous(at::MemoryFormat::ChannelsLast));
+    }
+  }
+  const std::vector<torch::Tensor> params = net->parameters();
+  OptimizerConfig adamw;
+  adamw.kind = AdamWConfig{0.9, 0.999, 1e-8, AdamWRoute::kFused};
+  adamw.lr = 1e-3;
+  const auto optimizer = MakeOptimizer(adamw, params, torch::kCUDA);
+  optimizer->SetLearningRate(1e-3);
+  StepContext context(/*own_kernels_allowed=*/true);
+  const StepContextScope scope(&context);
+  StepParts parts;
+  parts.net = net.get();
+  parts.optimizer = optimizer.get();
+  parts.parameters = params;
+  parts.device = torch::Device(torch::kCUDA, 0);
+  parts.autocast = true;
+  parts.autocast_dtype = torch::kBFloat16;
+  parts.context = &context;
+  std::vector<std::string> log;
+  StepRunner runner(parts, graph, [&](const std::string& line) { log.push_back(line); });
+  const torch::Tensor labels = torch::randint(10, {16}, kCuda.dtype(torch::kLong));
+  for (int s = 0; s < StepRunner::kWarmupSteps + 3; ++s) {
+    runner.Run({Batch{
+        torch::randn({16, 3, 16, 16}, kCuda).contiguous(at::MemoryFormat::ChannelsLast), labels}});
+  }
+  ASSERT_EQ(runner.graphed(), graph) << (log.empty() ? "" : log.back());
+
+  HalfWeights& table = context.half_weights();
+  EXPECT_EQ(table.Refresh(params), 0) << "the optimizer left copies to cast";
+  int convolutions = 0;
+  for (size_t i = 0; i < params.size(); ++i) {
+    if (params[i].dim() != 4) continue;
+    ++convolutions;
+    const torch::Tensor copy = table.Find(params[i], torch::kBFloat16);
+    ASSERT_TRUE(copy.defined()) << "no copy of convolution weight " << i;
+    EXPECT_EQ(copy.strides(), params[i].strides()) << "weight " << i << ": not channels-last";
+    EXPECT_TRUE(torch::equal(copy, params[i].detach().to(torch::kBFloat16)))
+        << "the copy of weight " << i << " is not the weight";
+  }
+  EXPECT_EQ(convolutions, 20);  // ResNet-18: the stem, 16 in blocks, 3 projections
   table.Release(params);
 }
 

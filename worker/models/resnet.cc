@@ -11,6 +11,7 @@
 #include "worker/ops/activation_checkpoint.h"
 #include "worker/ops/fused_batch_norm.h"
 #include "worker/ops/fused_max_pool.h"
+#include "worker/ops/half_conv.h"
 
 namespace stoke::worker {
 namespace {
@@ -81,16 +82,16 @@ torch::Tensor ResidualBlockImpl::forward(const torch::Tensor& inputs) {
   torch::Tensor x = inputs;
   const size_t last = convs_->size() - 1;
   for (size_t i = 0; i < last; ++i) {
-    x = convs_[i]->as<torch::nn::Conv2d>()->forward(x);
+    x = AutocastConv2d(*convs_[i]->as<torch::nn::Conv2d>(), x);
     x = BatchNormAct(*norms_[i]->as<torch::nn::BatchNorm2d>(), x, torch::Tensor(), /*relu=*/true);
   }
   const torch::Tensor identity =
-      shortcut_ ? BatchNormAct(*shortcut_norm_, shortcut_->forward(inputs), torch::Tensor(),
+      shortcut_ ? BatchNormAct(*shortcut_norm_, AutocastConv2d(*shortcut_, inputs), torch::Tensor(),
                                /*relu=*/false)
                 : inputs;
   // The last norm, the residual add and the ReLU: one pass each way where the kernels
   // apply (fused_batch_norm.h).
-  x = convs_[last]->as<torch::nn::Conv2d>()->forward(x);
+  x = AutocastConv2d(*convs_[last]->as<torch::nn::Conv2d>(), x);
   return BatchNormAct(*norms_[last]->as<torch::nn::BatchNorm2d>(), x, identity, /*relu=*/true);
 }
 
@@ -149,7 +150,8 @@ ResNetImpl::ResNetImpl(const ResNetConfig& config, const std::vector<int64_t>& i
 }
 
 torch::Tensor ResNetImpl::forward(const torch::Tensor& inputs) {
-  torch::Tensor x = BatchNormAct(*stem_norm_, stem_->forward(inputs), torch::Tensor(), true);
+  torch::Tensor x =
+      BatchNormAct(*stem_norm_, AutocastConv2d(*stem_, inputs), torch::Tensor(), /*relu=*/true);
   if (!small_stem_) x = MaxPool2d(x, 3, 2, 1);
   for (const auto& block : *blocks_) {
     if (checkpoint_blocks_) {

@@ -59,7 +59,8 @@ bool HalfWeights::PlaceInBuffer(const std::vector<Wanted>& wanted, int device,
   for (size_t k = 0; kept && k < wanted.size(); ++k) {
     const Entry& entry = *wanted[k].first;
     kept = entry.buffer.is_same(shared) && entry.offset == offsets[k] && entry.slot.defined() &&
-           entry.slot.sizes() == wanted[k].second->sizes();
+           entry.slot.sizes() == wanted[k].second->sizes() &&
+           entry.slot.strides() == wanted[k].second->strides();
   }
   if (kept) return true;
   const torch::Tensor buffer =
@@ -68,7 +69,9 @@ bool HalfWeights::PlaceInBuffer(const std::vector<Wanted>& wanted, int device,
     const auto& [entry, p] = wanted[k];
     entry->buffer = buffer;
     entry->offset = offsets[k];
-    entry->slot = buffer.narrow(0, offsets[k], p->numel()).view(p->sizes());
+    // In the parameter's own layout (a convolution's weight is channels-last): the cast
+    // and the optimizer write the copy element by element in memory order.
+    entry->slot = buffer.narrow(0, offsets[k], p->numel()).as_strided(p->sizes(), p->strides());
     entry->written_version = kNotWritten;
   }
   return false;
@@ -103,7 +106,9 @@ int HalfWeights::Refresh(const std::vector<torch::Tensor>& parameters) {
     Entry* entry = EntryOf(p);
     if (entry == nullptr) continue;
     entry->in_step = false;
-    if (!p.is_cuda() || p.scalar_type() != at::kFloat || !p.is_contiguous()) continue;
+    if (!p.is_cuda() || p.scalar_type() != at::kFloat || !p.is_non_overlapping_and_dense()) {
+      continue;
+    }
     groups[{p.get_device(), entry->type}].emplace_back(entry, &p);
   }
   for (const auto& [key, wanted] : groups) {

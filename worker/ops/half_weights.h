@@ -2,7 +2,8 @@
 //
 // Under bf16/fp16 autocast each linear layer casts its weight and bias before it
 // multiplies: one small kernel each, 96 a GPT-2 small step, every one a node of the
-// captured graph. AutocastLinear (half_linear.h) instead asks this table for a copy; the
+// captured graph (convolutions' weights too: 36 a ResNet-34 step). AutocastLinear
+// (half_linear.h) and AutocastConv2d (half_conv.h) instead ask this table for a copy; the
 // first time it finds none it casts as before and marks the parameter as wanted, and from
 // the next step on the step runner's Refresh casts every wanted parameter in one kernel
 // launch (worker/ops/cuda/cast_kernels.h) before the forward pass.
@@ -50,10 +51,10 @@ class HalfWeights {
  public:
   // `parameter` is cast to `type` by a layer: Refresh should make that copy from now on.
   void Want(const torch::Tensor& parameter, at::ScalarType type);
-  // Hands out copies of the wanted ones among `parameters` (fp32, contiguous, on a CUDA
-  // device) for this step: cast in one kernel launch per device and type (a few for more
-  // than 48), unless the last step's optimizer wrote them all (MarkWritten). Returns how
-  // many it cast.
+  // Hands out copies of the wanted ones among `parameters` (fp32, dense, on a CUDA device;
+  // each copy in its parameter's layout) for this step: cast in one kernel launch per device and
+  // type (a few for more than 48), unless the last step's optimizer wrote them all (MarkWritten).
+  // Returns how many it cast.
   int Refresh(const std::vector<torch::Tensor>& parameters);
   // For an optimizer about to update `parameters` in place: where each one's copy lives
   // (a view the optimizer may write the updated value into, 16-byte aligned), or an

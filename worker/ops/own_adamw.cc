@@ -53,8 +53,7 @@ bool OwnAdamWApplies(const OwnAdamWTensors& tensors) {
     if (!copy.defined()) continue;
     const auto type = copy.scalar_type();
     if ((type != torch::kBFloat16 && type != torch::kFloat16) || copy.device() != device ||
-        !copy.is_contiguous() || !tensors.params[i].is_contiguous() ||
-        copy.numel() != tensors.params[i].numel()) {
+        !LaidOutAlike(copy, tensors.params[i])) {
       return false;
     }
   }

@@ -19,8 +19,7 @@ struct OwnAdamWTensors {
 
 // True in a build with the kernels where every parameter, gradient and moment is fp32 on
 // one CUDA device, dense, and laid out as its parameter (channels-last weights included),
-// and every half copy given is a contiguous bf16/fp16 tensor there of a contiguous
-// parameter's size.
+// and every half copy given is a bf16/fp16 tensor there laid out as its parameter.
 bool OwnAdamWApplies(const OwnAdamWTensors& tensors);
 
 // One AdamW step of every parameter where OwnAdamWApplies, as at::_fused_adamw_ with one

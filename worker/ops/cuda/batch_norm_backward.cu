@@ -72,8 +72,8 @@ __global__ void __launch_bounds__(kFinalChannels* kFinalLanes)
                        int64_t channels, const float* __restrict__ gamma,
                        const float* __restrict__ mean, const float* __restrict__ invstd,
                        float* dgamma, float* dbeta, float* coefficients) {
-  __shared__ float lane_dz[kFinalLanes][kFinalChannels];
-  __shared__ float lane_dzx[kFinalLanes][kFinalChannels];
+  __shared__ LaneSums lane_dz;
+  __shared__ LaneSums lane_dzx;
   const int64_t c = static_cast<int64_t>(blockIdx.x) * kFinalChannels + threadIdx.x;
   float sdz = 0.f, sdzx = 0.f;
   if (c < channels) {
@@ -83,14 +83,9 @@ __global__ void __launch_bounds__(kFinalChannels* kFinalLanes)
       sdzx += partials[(slice * 2 + 1) * channels + c];
     }
   }
-  lane_dz[threadIdx.y][threadIdx.x] = sdz;
-  lane_dzx[threadIdx.y][threadIdx.x] = sdzx;
-  __syncthreads();
+  sdz = SumOverLanes(lane_dz, sdz);
+  sdzx = SumOverLanes(lane_dzx, sdzx);
   if (threadIdx.y != 0 || c >= channels) return;
-  for (int lane = 1; lane < kFinalLanes; ++lane) {
-    sdz += lane_dz[lane][threadIdx.x];
-    sdzx += lane_dzx[lane][threadIdx.x];
-  }
   const float rstd = invstd[c];
   const float n = static_cast<float>(rows);
   dbeta[c] = sdz;

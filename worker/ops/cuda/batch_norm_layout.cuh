@@ -24,6 +24,7 @@ constexpr int kBlocksPerSm = 4;
 // Combining the slices: 32 channels across by 32 slice lanes down.
 constexpr int kFinalChannels = 32;
 constexpr int kFinalLanes = 32;
+using LaneSums = float[kFinalLanes][kFinalChannels];
 // Element-wise passes: vectors per thread, loaded before any is used.
 constexpr int kPerThread = 2;
 
@@ -116,6 +117,22 @@ __device__ inline void StageLanePair(float* shared, const float (&first)[kVector
     b[k] = second[k];
   }
   __syncthreads();
+}
+
+// A finishing block's per-lane values of its channels summed over the lanes, returned to
+// every thread: a tree of five steps with a barrier each (a fixed order, so the result does
+// not depend on scheduling), not one thread per channel adding 32 lanes in turn. Every
+// thread of the block must call it; `sums` is not read again after it returns.
+__device__ inline float SumOverLanes(LaneSums& sums, float own) {
+  sums[threadIdx.y][threadIdx.x] = own;
+  __syncthreads();
+#pragma unroll
+  for (int stride = kFinalLanes / 2; stride > 0; stride /= 2) {
+    if (threadIdx.y < stride)
+      sums[threadIdx.y][threadIdx.x] += sums[threadIdx.y + stride][threadIdx.x];
+    __syncthreads();
+  }
+  return sums[0][threadIdx.x];
 }
 
 inline const char* LastError() {

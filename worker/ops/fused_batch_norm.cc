@@ -50,8 +50,8 @@ class BatchNormActFunction : public torch::autograd::Function<BatchNormActFuncti
   static torch::Tensor forward(  // NOLINT(readability-identifier-naming)
       AutogradContext* ctx, const torch::Tensor& x, const torch::Tensor& weight,
       const torch::Tensor& bias, const torch::Tensor& residual, bool has_residual,
-      torch::Tensor running_mean, torch::Tensor running_var, double eps, double momentum,
-      bool relu) {
+      torch::Tensor running_mean, torch::Tensor running_var, torch::Tensor batches_seen, double eps,
+      double momentum, bool relu) {
     c10::impl::ExcludeDispatchKeyGuard no_autocast(c10::autocast_dispatch_keyset);
     const c10::cuda::CUDAGuard device(x.device());
     const int64_t channels = x.size(1);
@@ -66,8 +66,9 @@ class BatchNormActFunction : public torch::autograd::Function<BatchNormActFuncti
                     HalfTypeOf(x.scalar_type(), "BatchNormAct"), weight.data_ptr<float>(),
                     bias.data_ptr<float>(), rows, channels, static_cast<float>(eps),
                     static_cast<float>(momentum), relu, running_mean.data_ptr<float>(),
-                    running_var.data_ptr<float>(), y.data_ptr(), mean.data_ptr<float>(),
-                    invstd.data_ptr<float>(), scratch.data_ptr<float>(), CurrentStreamOf(x)),
+                    running_var.data_ptr<float>(), batches_seen.data_ptr<int64_t>(), y.data_ptr(),
+                    mean.data_ptr<float>(), invstd.data_ptr<float>(), scratch.data_ptr<float>(),
+                    CurrentStreamOf(x)),
                 "batch norm forward");
     // The output is the ReLU's mask (saved only with a ReLU: its presence says there was
     // one); the next convolution keeps it alive anyway.
@@ -112,6 +113,7 @@ class BatchNormActFunction : public torch::autograd::Function<BatchNormActFuncti
             torch::Tensor(),
             torch::Tensor(),
             torch::Tensor(),
+            torch::Tensor(),
             torch::Tensor()};
   }
 };
@@ -139,6 +141,12 @@ bool BatchNormActUsesOwnKernels(const torch::nn::BatchNorm2dImpl& norm, const to
       !fp32_on_x(norm.running_var)) {
     return false;
   }
+  // The batch count, which the kernels advance.
+  const torch::Tensor& seen = norm.num_batches_tracked;
+  if (!seen.defined() || seen.scalar_type() != torch::kLong || seen.device() != x.device() ||
+      seen.numel() != 1) {
+    return false;
+  }
   return !residual.defined() ||
          (residual.sizes() == x.sizes() && residual.scalar_type() == x.scalar_type() &&
           residual.device() == x.device());
@@ -159,13 +167,11 @@ torch::Tensor BatchNormAct(torch::nn::BatchNorm2dImpl& norm, const torch::Tensor
       rows_residual = residual.contiguous(kChannelsLast);
       if (!Aligned(rows_residual)) rows_residual = rows_residual.clone(kChannelsLast);
     }
-    {
-      // As the module's forward: one more batch seen.
-      const torch::NoGradGuard no_grad;
-      norm.num_batches_tracked.add_(1);
-    }
+    // The kernels count the batch (num_batches_tracked) as the module's forward does, in
+    // the launch that updates the running statistics.
     return BatchNormActFunction::apply(x, norm.weight, norm.bias, rows_residual, residual.defined(),
-                                       norm.running_mean, norm.running_var, norm.options.eps(),
+                                       norm.running_mean, norm.running_var,
+                                       norm.num_batches_tracked, norm.options.eps(),
                                        *norm.options.momentum(), relu);
   }
 #endif

@@ -88,8 +88,8 @@ __global__ void __launch_bounds__(kFinalChannels* kFinalLanes)
     StatsFinalKernel(const float* __restrict__ partials, int64_t slices, int64_t rows,
                      int64_t rows_per_slice, int64_t channels, const float* __restrict__ gamma,
                      const float* __restrict__ beta, float eps, float momentum, float* running_mean,
-                     float* running_var, float* mean_out, float* invstd_out, float* scale,
-                     float* shift) {
+                     float* running_var, int64_t* batches_seen, float* mean_out, float* invstd_out,
+                     float* scale, float* shift) {
   __shared__ LaneSums lane_means;
   __shared__ LaneSums lane_m2s;
   const int64_t c = static_cast<int64_t>(blockIdx.x) * kFinalChannels + threadIdx.x;
@@ -115,6 +115,9 @@ __global__ void __launch_bounds__(kFinalChannels* kFinalLanes)
     }
   }
   const float s = SumOverLanes(lane_m2s, m2);
+  if (batches_seen != nullptr && blockIdx.x == 0 && threadIdx.x == 0 && threadIdx.y == 0) {
+    ++*batches_seen;
+  }
   if (threadIdx.y != 0 || !in) return;
   const float rstd = rsqrtf(s / n + eps);
   mean_out[c] = m;
@@ -167,8 +170,8 @@ __global__ void __launch_bounds__(kThreads)
 template <typename T>
 void LaunchForward(const T* x, const T* residual, const float* gamma, const float* beta,
                    int64_t rows, int64_t channels, float eps, float momentum, bool relu,
-                   float* running_mean, float* running_var, T* y, float* mean, float* invstd,
-                   float* scratch, cudaStream_t s) {
+                   float* running_mean, float* running_var, int64_t* batches_seen, T* y,
+                   float* mean, float* invstd, float* scratch, cudaStream_t s) {
   const Tiling t = TilingFor(rows, channels);
   float* scale = scratch + t.slices * 2 * channels;
   float* shift = scale + channels;
@@ -178,7 +181,7 @@ void LaunchForward(const T* x, const T* residual, const float* gamma, const floa
   StatsFinalKernel<<<static_cast<unsigned>((channels + kFinalChannels - 1) / kFinalChannels),
                      dim3(kFinalChannels, kFinalLanes), 0, s>>>(
       scratch, t.slices, rows, t.rows_per_slice, channels, gamma, beta, eps, momentum, running_mean,
-      running_var, mean, invstd, scale, shift);
+      running_var, batches_seen, mean, invstd, scale, shift);
   const int64_t vectors = rows * channels / kVector;
   NormaliseKernel<<<ElementBlocks(vectors), kThreads, 0, s>>>(x, residual, scale, shift, vectors,
                                                               channels / kVector, relu, y);
@@ -194,19 +197,20 @@ int64_t BatchNormScratch(int64_t rows, int64_t channels) {
 const char* BatchNormForward(const void* x, const void* residual, HalfType type, const float* gamma,
                              const float* beta, int64_t rows, int64_t channels, float eps,
                              float momentum, bool relu, float* running_mean, float* running_var,
-                             void* y, float* mean, float* invstd, float* scratch, void* stream) {
+                             int64_t* batches_seen, void* y, float* mean, float* invstd,
+                             float* scratch, void* stream) {
   if (const char* error = batch_norm::CheckShape(rows, channels)) return error;
   const auto s = static_cast<cudaStream_t>(stream);
   if (type == HalfType::kBFloat16) {
     using T = __nv_bfloat16;
     batch_norm::LaunchForward(static_cast<const T*>(x), static_cast<const T*>(residual), gamma,
                               beta, rows, channels, eps, momentum, relu, running_mean, running_var,
-                              static_cast<T*>(y), mean, invstd, scratch, s);
+                              batches_seen, static_cast<T*>(y), mean, invstd, scratch, s);
   } else {
     using T = __half;
     batch_norm::LaunchForward(static_cast<const T*>(x), static_cast<const T*>(residual), gamma,
                               beta, rows, channels, eps, momentum, relu, running_mean, running_var,
-                              static_cast<T*>(y), mean, invstd, scratch, s);
+                              batches_seen, static_cast<T*>(y), mean, invstd, scratch, s);
   }
   return batch_norm::LastError();
 }

@@ -26,12 +26,14 @@ int64_t BatchNormScratch(int64_t rows, int64_t channels);
 // y = relu?(gamma * (x - mean) * invstd + beta + residual?), mean and variance over the
 // rows (biased variance normalises; rows >= 2). Writes the batch's mean and
 // 1/sqrt(var + eps) per channel, and updates running_mean and running_var (unbiased)
-// with `momentum` as torch's BatchNorm does. residual: [rows, channels] in x's type or
-// nullptr.
+// with `momentum` as torch's BatchNorm does, and adds one to batches_seen (the module's
+// num_batches_tracked, a device int64; nullptr: none) in the same launch, where a separate
+// add would be one more kernel per norm. residual: [rows, channels] in x's type or nullptr.
 const char* BatchNormForward(const void* x, const void* residual, HalfType type, const float* gamma,
                              const float* beta, int64_t rows, int64_t channels, float eps,
                              float momentum, bool relu, float* running_mean, float* running_var,
-                             void* y, float* mean, float* invstd, float* scratch, void* stream);
+                             int64_t* batches_seen, void* y, float* mean, float* invstd,
+                             float* scratch, void* stream);
 
 // The gradients of BatchNormForward's y given dy (x's type): dx, dresidual (the gradient
 // after the ReLU's mask; nullptr: not wanted), dgamma, dbeta. y is forward's output (the

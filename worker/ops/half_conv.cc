@@ -21,6 +21,9 @@ struct Geometry {
   std::vector<int64_t> padding;
 };
 
+// An option's numbers per side (an ExpandingArray converts to the reference).
+std::vector<int64_t> PerSide(c10::IntArrayRef values) { return values.vec(); }
+
 std::optional<Geometry> CoveredGeometry(const torch::nn::Conv2dImpl& conv) {
   // LibTorch 1.13's options hold c10::variant, 2.x's std::variant: unqualified calls find
   // either one's get_if and holds_alternative (the using-declarations make the explicit
@@ -31,10 +34,10 @@ std::optional<Geometry> CoveredGeometry(const torch::nn::Conv2dImpl& conv) {
   const auto* padding = get_if<torch::ExpandingArray<2>>(&o.padding());
   if (padding == nullptr || o.groups() != 1 || o.transposed() || o.bias() ||
       !holds_alternative<torch::enumtype::kZeros>(o.padding_mode()) ||
-      c10::IntArrayRef(o.dilation()).vec() != std::vector<int64_t>{1, 1}) {
+      PerSide(o.dilation()) != std::vector<int64_t>{1, 1}) {
     return std::nullopt;
   }
-  return Geometry{c10::IntArrayRef(o.stride()).vec(), c10::IntArrayRef(*padding).vec()};
+  return Geometry{PerSide(o.stride()), PerSide(*padding)};
 }
 
 #if STOKE_WITH_CUDA_KERNELS

@@ -109,6 +109,9 @@ JOB = dashboard("Stoke — job", "stoke-job",
           f"stoke_device_memory_used_bytes * on (host, gpu) group_left (job) "
           f"stoke_job_device_info{{{J}}}", 12, 36, unit="bytes",
           legend="{{job}} {{host}} {{gpu}}"),
+    # A series exists only while a rank straggles: an empty panel is a healthy job.
+    panel(15, "timeseries", "Straggling ranks", f"stoke_job_straggler{{{J}}}", 0, 44,
+          legend="{{job}} rank {{rank}} on {{host}} {{device}}: {{cause}}"),
 ])
 
 G = 'host=~"$host", gpu=~"$gpu"'

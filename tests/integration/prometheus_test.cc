@@ -150,6 +150,10 @@ TEST(Prometheus, EveryDashboardExpressionReturnsDataForARunningJob) {
         ASSERT_TRUE(answer.is_object()) << expr;
         EXPECT_EQ(answer["status"], "success") << entry.path().filename() << ": " << expr << "\n"
                                                << answer.dump();
+        // A straggler's series exists only while a rank of several straggles (this job has
+        // one rank; tests/integration/straggler_test.cc scrapes one): the expression must
+        // evaluate, and its empty answer is the healthy job's.
+        if (expr.find("stoke_job_straggler") != std::string::npos) continue;
         EXPECT_FALSE(answer["data"]["result"].empty())
             << entry.path().filename() << " panel \"" << panel["title"].get<std::string>()
             << "\": no data for " << expr;

@@ -9,6 +9,7 @@
 #include <torch/cuda.h>
 #include <torch/torch.h>
 
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -43,6 +44,45 @@ void ExpectCopiesAre(const std::vector<torch::Tensor>& copies,
   }
 }
 
+// Steps of `net` as a job of one GPU runs them: bf16 autocast and AdamW on Stoke's kernel
+// (which writes the copies), in a step context of its own, eager or graphed.
+class JobSteps {
+ public:
+  JobSteps(Network* net, double lr, bool graph)
+      : params_(net->parameters()), context_(/*own_kernels_allowed=*/true), scope_(&context_) {
+    OptimizerConfig adamw;
+    adamw.kind = AdamWConfig{0.9, 0.999, 1e-8, AdamWRoute::kFused};
+    adamw.lr = lr;
+    optimizer_ = MakeOptimizer(adamw, params_, torch::kCUDA);
+    optimizer_->SetLearningRate(lr);
+    StepParts parts;
+    parts.net = net;
+    parts.optimizer = optimizer_.get();
+    parts.parameters = params_;
+    parts.device = torch::Device(torch::kCUDA, 0);
+    parts.autocast = true;
+    parts.autocast_dtype = torch::kBFloat16;
+    parts.context = &context_;
+    runner_ = std::make_unique<StepRunner>(parts, graph,
+                                           [this](const std::string& line) { last_log_ = line; });
+  }
+  void Run(const torch::Tensor& inputs, const torch::Tensor& labels) {
+    runner_->Run({Batch{inputs, labels}});
+  }
+  bool graphed() const { return runner_->graphed(); }
+  const std::string& last_log() const { return last_log_; }
+  const std::vector<torch::Tensor>& params() const { return params_; }
+  HalfWeights& table() { return context_.half_weights(); }
+
+ private:
+  std::vector<torch::Tensor> params_;
+  StepContext context_;
+  StepContextScope scope_;  // installed while the steps live: the layers find the context
+  std::unique_ptr<Optimizer> optimizer_;
+  std::unique_ptr<StepRunner> runner_;
+  std::string last_log_;
+};
+
 TEST_P(HalfWeightsGpuTest, TheOptimizerLeavesTheNextStepItsCopiesExactly) {
   const bool graph = GetParam();
   torch::manual_seed(11);
@@ -52,38 +92,22 @@ TEST_P(HalfWeightsGpuTest, TheOptimizerLeavesTheNextStepItsCopiesExactly) {
   config.num_classes = 10;
   Mlp net(config);
   net->to(torch::kCUDA);
-  const std::vector<torch::Tensor> params = net->parameters();
-  OptimizerConfig adamw;
-  adamw.kind = AdamWConfig{0.9, 0.999, 1e-8, AdamWRoute::kFused};
-  adamw.lr = 1e-2;
-  const auto optimizer = MakeOptimizer(adamw, params, torch::kCUDA);
-  optimizer->SetLearningRate(1e-2);
-  StepContext context(/*own_kernels_allowed=*/true);
-  const StepContextScope scope(&context);
-  StepParts parts;
-  parts.net = net.get();
-  parts.optimizer = optimizer.get();
-  parts.parameters = params;
-  parts.device = torch::Device(torch::kCUDA, 0);
-  parts.autocast = true;
-  parts.autocast_dtype = torch::kBFloat16;
-  parts.context = &context;
-  std::vector<std::string> log;
-  StepRunner runner(parts, graph, [&](const std::string& line) { log.push_back(line); });
+  JobSteps steps(net.get(), 1e-2, graph);
+  const std::vector<torch::Tensor>& params = steps.params();
   const torch::Tensor labels = torch::randint(10, {128}, kCuda.dtype(torch::kLong));
   std::vector<torch::Tensor> before;
   before.reserve(params.size());
   for (const auto& p : params) before.push_back(p.detach().clone());
   for (int s = 0; s < StepRunner::kWarmupSteps + 4; ++s) {
-    runner.Run({Batch{torch::randn({128, 64}, kCuda), labels}});
+    steps.Run(torch::randn({128, 64}, kCuda), labels);
   }
-  ASSERT_EQ(runner.graphed(), graph) << (log.empty() ? "" : log.back());
+  ASSERT_EQ(steps.graphed(), graph) << steps.last_log();
   for (size_t i = 0; i < params.size(); ++i) {
     EXPECT_FALSE(torch::equal(params[i], before[i])) << "parameter " << i << " never updated";
   }
 
   // Between steps (an evaluation), the copies the optimizer wrote are handed out.
-  HalfWeights& table = context.half_weights();
+  HalfWeights& table = steps.table();
   for (size_t i = 0; i < params.size(); ++i) {
     const torch::Tensor copy = table.Find(params[i], torch::kBFloat16);
     ASSERT_TRUE(copy.defined()) << "no copy of parameter " << i << " between steps";
@@ -112,7 +136,7 @@ TEST_P(HalfWeightsGpuTest, TheOptimizerLeavesTheNextStepItsCopiesExactly) {
     ExpectCopiesAre(copies, params, "after a change between replays");
     EXPECT_FALSE(table.RecastChanged(params)) << "cast twice for one change";
   }
-  runner.Run({Batch{torch::randn({128, 64}, kCuda), labels}});
+  steps.Run(torch::randn({128, 64}, kCuda), labels);
   ExpectCopiesAre(copies, params, "after one more step");
 
   // Between steps, a copy is handed out while its parameter is unchanged, not after.
@@ -145,32 +169,16 @@ TEST_P(HalfWeightsGpuTest, ChannelsLastConvolutionWeightsGetCopiesInTheirLayout)
       if (p.dim() == 4) p.set_data(p.data().contiguous(at::MemoryFormat::ChannelsLast));
     }
   }
-  const std::vector<torch::Tensor> params = net->parameters();
-  OptimizerConfig adamw;
-  adamw.kind = AdamWConfig{0.9, 0.999, 1e-8, AdamWRoute::kFused};
-  adamw.lr = 1e-3;
-  const auto optimizer = MakeOptimizer(adamw, params, torch::kCUDA);
-  optimizer->SetLearningRate(1e-3);
-  StepContext context(/*own_kernels_allowed=*/true);
-  const StepContextScope scope(&context);
-  StepParts parts;
-  parts.net = net.get();
-  parts.optimizer = optimizer.get();
-  parts.parameters = params;
-  parts.device = torch::Device(torch::kCUDA, 0);
-  parts.autocast = true;
-  parts.autocast_dtype = torch::kBFloat16;
-  parts.context = &context;
-  std::vector<std::string> log;
-  StepRunner runner(parts, graph, [&](const std::string& line) { log.push_back(line); });
+  JobSteps steps(net.get(), 1e-3, graph);
+  const std::vector<torch::Tensor>& params = steps.params();
   const torch::Tensor labels = torch::randint(10, {16}, kCuda.dtype(torch::kLong));
   for (int s = 0; s < StepRunner::kWarmupSteps + 3; ++s) {
-    runner.Run({Batch{
-        torch::randn({16, 3, 16, 16}, kCuda).contiguous(at::MemoryFormat::ChannelsLast), labels}});
+    steps.Run(torch::randn({16, 3, 16, 16}, kCuda).contiguous(at::MemoryFormat::ChannelsLast),
+              labels);
   }
-  ASSERT_EQ(runner.graphed(), graph) << (log.empty() ? "" : log.back());
+  ASSERT_EQ(steps.graphed(), graph) << steps.last_log();
 
-  HalfWeights& table = context.half_weights();
+  HalfWeights& table = steps.table();
   EXPECT_EQ(table.Refresh(params), 0) << "the optimizer left copies to cast";
   int convolutions = 0;
   for (size_t i = 0; i < params.size(); ++i) {

@@ -69,10 +69,10 @@ class JobSteps {
   void Run(const torch::Tensor& inputs, const torch::Tensor& labels) {
     runner_->Run({Batch{inputs, labels}});
   }
-  bool graphed() const { return runner_->graphed(); }
-  const std::string& last_log() const { return last_log_; }
-  const std::vector<torch::Tensor>& params() const { return params_; }
-  HalfWeights& table() { return context_.half_weights(); }
+  bool Graphed() const { return runner_->graphed(); }
+  const std::string& LastLog() const { return last_log_; }
+  const std::vector<torch::Tensor>& Params() const { return params_; }
+  HalfWeights& Table() { return context_.half_weights(); }
 
  private:
   std::vector<torch::Tensor> params_;
@@ -93,7 +93,7 @@ TEST_P(HalfWeightsGpuTest, TheOptimizerLeavesTheNextStepItsCopiesExactly) {
   Mlp net(config);
   net->to(torch::kCUDA);
   JobSteps steps(net.get(), 1e-2, graph);
-  const std::vector<torch::Tensor>& params = steps.params();
+  const std::vector<torch::Tensor>& params = steps.Params();
   const torch::Tensor labels = torch::randint(10, {128}, kCuda.dtype(torch::kLong));
   std::vector<torch::Tensor> before;
   before.reserve(params.size());
@@ -101,13 +101,13 @@ TEST_P(HalfWeightsGpuTest, TheOptimizerLeavesTheNextStepItsCopiesExactly) {
   for (int s = 0; s < StepRunner::kWarmupSteps + 4; ++s) {
     steps.Run(torch::randn({128, 64}, kCuda), labels);
   }
-  ASSERT_EQ(steps.graphed(), graph) << steps.last_log();
+  ASSERT_EQ(steps.Graphed(), graph) << steps.LastLog();
   for (size_t i = 0; i < params.size(); ++i) {
     EXPECT_FALSE(torch::equal(params[i], before[i])) << "parameter " << i << " never updated";
   }
 
   // Between steps (an evaluation), the copies the optimizer wrote are handed out.
-  HalfWeights& table = steps.table();
+  HalfWeights& table = steps.Table();
   for (size_t i = 0; i < params.size(); ++i) {
     const torch::Tensor copy = table.Find(params[i], torch::kBFloat16);
     ASSERT_TRUE(copy.defined()) << "no copy of parameter " << i << " between steps";
@@ -170,15 +170,15 @@ TEST_P(HalfWeightsGpuTest, ChannelsLastConvolutionWeightsGetCopiesInTheirLayout)
     }
   }
   JobSteps steps(net.get(), 1e-3, graph);
-  const std::vector<torch::Tensor>& params = steps.params();
+  const std::vector<torch::Tensor>& params = steps.Params();
   const torch::Tensor labels = torch::randint(10, {16}, kCuda.dtype(torch::kLong));
   for (int s = 0; s < StepRunner::kWarmupSteps + 3; ++s) {
     steps.Run(torch::randn({16, 3, 16, 16}, kCuda).contiguous(at::MemoryFormat::ChannelsLast),
               labels);
   }
-  ASSERT_EQ(steps.graphed(), graph) << steps.last_log();
+  ASSERT_EQ(steps.Graphed(), graph) << steps.LastLog();
 
-  HalfWeights& table = steps.table();
+  HalfWeights& table = steps.Table();
   EXPECT_EQ(table.Refresh(params), 0) << "the optimizer left copies to cast";
   int convolutions = 0;
   for (size_t i = 0; i < params.size(); ++i) {

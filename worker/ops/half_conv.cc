@@ -3,13 +3,13 @@
 #include <c10/core/impl/LocalDispatchKeySet.h>
 #include <torch/torch.h>
 
+#include <array>
 #include <optional>
 #include <utility>
 #include <variant>
 #include <vector>
 
 #include "worker/ops/step_context.h"
-#include "worker/runtime/torch_compat.h"
 
 namespace stoke::worker {
 namespace {
@@ -20,6 +20,8 @@ struct Geometry {
   std::vector<int64_t> stride;
   std::vector<int64_t> padding;
 };
+
+constexpr std::array<int64_t, 2> kNoDilation = {1, 1};
 
 // An option's numbers per side (an ExpandingArray converts to the reference).
 std::vector<int64_t> PerSide(c10::IntArrayRef values) { return values.vec(); }
@@ -34,7 +36,7 @@ std::optional<Geometry> CoveredGeometry(const torch::nn::Conv2dImpl& conv) {
   const auto* padding = get_if<torch::ExpandingArray<2>>(&o.padding());
   if (padding == nullptr || o.groups() != 1 || o.transposed() || o.bias() ||
       !holds_alternative<torch::enumtype::kZeros>(o.padding_mode()) ||
-      PerSide(o.dilation()) != std::vector<int64_t>{1, 1}) {
+      PerSide(o.dilation()) != PerSide(kNoDilation)) {
     return std::nullopt;
   }
   return Geometry{PerSide(o.stride()), PerSide(*padding)};
@@ -44,6 +46,9 @@ std::optional<Geometry> CoveredGeometry(const torch::nn::Conv2dImpl& conv) {
 
 using torch::autograd::AutogradContext;
 using torch::autograd::variable_list;
+
+// A convolution that is not transposed has none.
+constexpr std::array<int64_t, 2> kNoOutputPadding = {0, 0};
 
 class HalfConvFunction : public torch::autograd::Function<HalfConvFunction> {
  public:
@@ -56,10 +61,8 @@ class HalfConvFunction : public torch::autograd::Function<HalfConvFunction> {
     const auto type = static_cast<at::ScalarType>(half_type);
     const torch::Tensor input = x.to(type);
     const torch::Tensor w = StepHalfCopy(StepContext::Current(), weight, type);
-    const std::vector<int64_t> dilation = {1, 1};
-    const std::vector<int64_t> no_output_padding = {0, 0};
-    torch::Tensor y = at::convolution(input, w, /*bias=*/{}, stride, padding, dilation,
-                                      /*transposed=*/false, no_output_padding, /*groups=*/1);
+    torch::Tensor y = at::convolution(input, w, /*bias=*/{}, stride, padding, kNoDilation,
+                                      /*transposed=*/false, kNoOutputPadding, /*groups=*/1);
     ctx->save_for_backward({input, w});
     ctx->saved_data["stride"] = std::move(stride);
     ctx->saved_data["padding"] = std::move(padding);
@@ -74,13 +77,11 @@ class HalfConvFunction : public torch::autograd::Function<HalfConvFunction> {
     const auto saved = ctx->get_saved_variables();
     const torch::Tensor& input = saved[0];
     const torch::Tensor& w = saved[1];
-    const std::vector<int64_t> dilation = {1, 1};
-    const std::vector<int64_t> no_output_padding = {0, 0};
     const std::vector<int64_t> stride = ctx->saved_data["stride"].toIntVector();
     const std::vector<int64_t> padding = ctx->saved_data["padding"].toIntVector();
     auto [dx, dw, unused_bias] = at::convolution_backward(
         grad_outputs[0].to(input.scalar_type()), input, w, /*bias_sizes=*/c10::nullopt, stride,
-        padding, dilation, /*transposed=*/false, no_output_padding, /*groups=*/1,
+        padding, kNoDilation, /*transposed=*/false, kNoOutputPadding, /*groups=*/1,
         {ctx->needs_input_grad(0), ctx->needs_input_grad(1), false});
     auto type_of = [&](const char* key) {
       return static_cast<at::ScalarType>(ctx->saved_data[key].toInt());
@@ -91,40 +92,26 @@ class HalfConvFunction : public torch::autograd::Function<HalfConvFunction> {
   }
 };
 
-// The autocast type the path computes in, or nullopt where the module's forward runs.
-std::optional<at::ScalarType> StepCopyType(const torch::Tensor& x) {
-  if (!OwnKernelsAllowed() || !x.is_cuda()) return std::nullopt;
-  const compat::AutocastState autocast = compat::GetAutocast(c10::DeviceType::CUDA);
-  if (!autocast.enabled || (autocast.dtype != torch::kBFloat16 && autocast.dtype != torch::kHalf)) {
-    return std::nullopt;
-  }
-  return autocast.dtype;
-}
-
-#else
-
-std::optional<at::ScalarType> StepCopyType(const torch::Tensor& /*x*/) { return std::nullopt; }
-
 #endif
 
 }  // namespace
 
 bool AutocastConv2dUsesStepCopies(const torch::nn::Conv2dImpl& conv, const torch::Tensor& x) {
-  return StepCopyType(x).has_value() && CoveredGeometry(conv).has_value();
+  // Only a build with the kernels makes the step's copies.
+  return STOKE_WITH_CUDA_KERNELS && StepHalfType(x).has_value() &&
+         CoveredGeometry(conv).has_value();
 }
 
-torch::Tensor AutocastConv2d(const torch::nn::Conv2dImpl& conv, const torch::Tensor& x) {
+torch::Tensor AutocastConv2d(torch::nn::Conv2dImpl& conv, const torch::Tensor& x) {
 #if STOKE_WITH_CUDA_KERNELS
-  if (const std::optional<at::ScalarType> type = StepCopyType(x)) {
+  if (const std::optional<at::ScalarType> type = StepHalfType(x)) {
     if (std::optional<Geometry> geometry = CoveredGeometry(conv)) {
       return HalfConvFunction::apply(x, conv.weight, std::move(geometry->stride),
                                      std::move(geometry->padding), static_cast<int64_t>(*type));
     }
   }
 #endif
-  // The module's forward is not const; nothing of the module changes in it.
-  return const_cast<torch::nn::Conv2dImpl&>(conv).forward(
-      x);  // NOLINT(cppcoreguidelines-pro-type-const-cast)
+  return conv.forward(x);
 }
 
 }  // namespace stoke::worker

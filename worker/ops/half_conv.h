@@ -17,7 +17,7 @@
 namespace stoke::worker {
 
 // conv->forward(x), on the path above where it applies.
-torch::Tensor AutocastConv2d(const torch::nn::Conv2dImpl& conv, const torch::Tensor& x);
+torch::Tensor AutocastConv2d(torch::nn::Conv2dImpl& conv, const torch::Tensor& x);
 
 // Whether AutocastConv2d would take the step's copy path for x now (for tests).
 bool AutocastConv2dUsesStepCopies(const torch::nn::Conv2dImpl& conv, const torch::Tensor& x);

@@ -236,14 +236,8 @@ class GeluMlpFunction : public torch::autograd::Function<GeluMlpFunction> {
 // 16-bit copies (half_weights.h), where ATen's linear under autocast would cast every
 // weight again and keep each cast until autocast ends, a second copy of all of them.
 std::optional<at::ScalarType> OwnKernelType(const torch::Tensor& x, const torch::Tensor& bias) {
-  if (!OwnKernelsAllowed() || !x.is_cuda() || !bias.defined()) {
-    return std::nullopt;
-  }
-  const compat::AutocastState autocast = compat::GetAutocast(c10::DeviceType::CUDA);
-  if (!autocast.enabled || (autocast.dtype != torch::kBFloat16 && autocast.dtype != torch::kHalf)) {
-    return std::nullopt;
-  }
-  return autocast.dtype;
+  if (!bias.defined()) return std::nullopt;
+  return StepHalfType(x);
 }
 
 // Stoke's path for x, with `activation` after the product; nullopt where ATen's runs.

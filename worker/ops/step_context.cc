@@ -2,6 +2,8 @@
 
 #include <ATen/ATen.h>
 
+#include "worker/runtime/torch_compat.h"
+
 namespace stoke::worker {
 namespace {
 
@@ -22,6 +24,15 @@ StepContextScope::~StepContextScope() { current_context = previous_; }
 bool OwnKernelsAllowed() {
   const StepContext* context = StepContext::Current();
   return context == nullptr || context->own_kernels_allowed();
+}
+
+std::optional<at::ScalarType> StepHalfType(const torch::Tensor& x) {
+  if (!OwnKernelsAllowed() || !x.is_cuda()) return std::nullopt;
+  const compat::AutocastState autocast = compat::GetAutocast(c10::DeviceType::CUDA);
+  if (!autocast.enabled || (autocast.dtype != at::kBFloat16 && autocast.dtype != at::kHalf)) {
+    return std::nullopt;
+  }
+  return autocast.dtype;
 }
 
 torch::Tensor StepHalfCopy(StepContext* context, const torch::Tensor& parameter,

@@ -17,6 +17,8 @@
 // allowed, every weight cast where it is used, every gradient in a fresh tensor.
 #pragma once
 
+#include <optional>
+
 #include "worker/ops/gradient_destinations.h"
 #include "worker/ops/half_weights.h"
 
@@ -57,6 +59,11 @@ class StepContextScope {
 // Whether Stoke's own CUDA kernels may run where they apply: the current context's
 // setting, or yes outside any.
 bool OwnKernelsAllowed();
+
+// The 16-bit type Stoke's layers (AutocastLinear, AutocastConv2d) compute x in: bf16 or
+// fp16 while CUDA autocast is on with one of them, x is on a CUDA device and own kernels
+// are allowed; else nullopt, where ATen's layer runs.
+std::optional<at::ScalarType> StepHalfType(const torch::Tensor& x);
 
 // `parameter` in `type` for a layer of the running step: the copy the step made of it with
 // the rest, or between steps the one the optimizer wrote (half_weights.h); else cast

@@ -11,6 +11,7 @@
 #include <stdexcept>
 #include <string>
 
+#include "worker/common/byte_units.h"
 #include "worker/engine/step_math.h"
 #include "worker/models/network.h"
 #include "worker/runtime/devices.h"
@@ -204,11 +205,7 @@ int64_t SearchLimit(const DeviceRef& device, int64_t samples_per_rank) {
 }
 
 std::string DescribeSearch(const BatchSearchResult& r, uint64_t capacity_bytes) {
-  const auto gib = [](uint64_t bytes) {
-    char text[32];
-    std::snprintf(text, sizeof text, "%.1f", static_cast<double>(bytes) / (1ull << 30));
-    return std::string(text);
-  };
+  const auto gib = [](uint64_t bytes) { return FormatGiB(bytes, 1); };
   std::ostringstream out;
   out << "batch size search: " << r.batch << " (largest that fit: " << r.largest_fitting
       << ", peak " << gib(r.peak_bytes) << " GiB; predicted peak " << gib(r.predicted_peak_bytes)

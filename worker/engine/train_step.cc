@@ -2,11 +2,10 @@
 
 #include <torch/torch.h>
 
-#include <iomanip>
-#include <sstream>
 #include <stdexcept>
 #include <string>
 
+#include "worker/common/byte_units.h"
 #include "worker/dist/gradient_reducer.h"
 #include "worker/engine/loss_scaler.h"
 #include "worker/engine/step_graph.h"
@@ -25,12 +24,8 @@ std::string DeviceMemoryNow(const torch::Device& device) {
   const DeviceRef ref{device.is_cuda() ? DeviceKind::kCuda : DeviceKind::kCpu,
                       device.has_index() ? device.index() : 0};
   const AllocatorStats stats = ReadAllocatorStats(ref);
-  constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
-  std::ostringstream text;
-  text << std::fixed << std::setprecision(2) << "device memory "
-       << static_cast<double>(stats.allocated_bytes) / kGiB << " GiB in use, peak "
-       << static_cast<double>(stats.peak_allocated_bytes) / kGiB << " GiB so far";
-  return text.str();
+  return "device memory " + FormatGiB(stats.allocated_bytes, 2) + " GiB in use, peak " +
+         FormatGiB(stats.peak_allocated_bytes, 2) + " GiB so far";
 }
 
 }  // namespace

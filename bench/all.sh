@@ -7,8 +7,10 @@
 #   source .gpu-deps/setup.sh && LANE0="speed-mlp-256" LANE1="speed-gpt2-small" bench/all.sh
 # Parts: tests (build-gpu/bin/gpu_tests, GPU_TEST_FILTER), ddp (bench/ddp-scaling.sh on
 # every GPU; runs before the lanes), speed-<case> (bench/speed.sh for one case: mlp-256,
-# mlp-1024, mlp-4096, gpt2-small, resnet50, fmnist-cnn; fmnist-cnn adds the ablation on the
-# real data pipeline), stoke-<case> (the same, Stoke alone), profile (bench/profile.sh, PROFILE_MODELS, PROFILE_PY_MODES), telemetry
+# mlp-1024, mlp-4096, gpt2-small, resnet50, resnet34-cifar, fmnist-cnn; fmnist-cnn adds the
+# ablation on the real data pipeline unless ABLATION_MODEL=none; RUNS, PY_MODES and
+# PY_ONCE_MODES pass through), stoke-<case> (the same, Stoke alone), profile
+# (bench/profile.sh, PROFILE_MODELS, PROFILE_PY_MODES), telemetry
 # (bench/telemetry-overhead.sh, TELEMETRY_MODES, TELEMETRY_STEPS, TELEMETRY_RUNS),
 # checkpointing (bench/checkpointing.sh), tta (bench/time-to-accuracy.sh: RUNS, PY_MODES,
 # SKIP_PYTHON); DDP_STEPS for ddp. ALL="ddp" names the all-GPU parts;
@@ -45,7 +47,7 @@ part() {  # name -> runs it with its output in $out/<name>/
     tests) build-gpu/bin/gpu_tests --gtest_filter="${GPU_TEST_FILTER:-*}" > "$dir/gpu-tests.log" 2>&1
            grep -E "^\[  (PASSED|FAILED|SKIPPED) |^\[  FAILED|peak memory|search:" "$dir/gpu-tests.log" > "$dir/tests.md" ;;
     ddp) OUT="$dir" STEPS="${DDP_STEPS:-160}" bench/ddp-scaling.sh > "$dir/run.log" 2>&1 ;;
-    speed-fmnist-cnn) OUT="$dir" MODELS=fmnist-cnn FMNIST_DIR=$fmnist ABLATION_MODEL=fmnist-cnn \
+    speed-fmnist-cnn) OUT="$dir" MODELS=fmnist-cnn FMNIST_DIR=$fmnist ABLATION_MODEL=${ABLATION_MODEL:-fmnist-cnn} \
                         bench/speed.sh > "$dir/run.log" 2>&1 ;;
     stoke-*) OUT="$dir" MODELS="${name#stoke-}" FMNIST_DIR=$fmnist ABLATION_MODEL=none SKIP_PYTHON=1 bench/speed.sh \
                > "$dir/run.log" 2>&1 ;;

@@ -19,10 +19,11 @@
 # resnet34-cifar fmnist-cnn"; "mlp" is the three MLPs), FMNIST_DIR (Fashion-MNIST's idx
 # files; without it fmnist-cnn is skipped), RUNS (default 3), SKIP_PYTHON=1 (Stoke only),
 # PY_MODES (default: the seven above; also compile-max-autotune, max-autotune with
-# cudagraph trees), JOB_TIMEOUT (seconds per run, default 300), ABLATION_MODEL (default
-# mlp-1024; "none" skips the ablation), WARMUP_STEPS, WINDOWS, WINDOW_STEPS (default 30, 6,
-# 20), STOKE_BENCH (a stoke-bench binary to use instead of building one), PYTHON (default
-# python3).
+# cudagraph trees), PY_ONCE_MODES (modes run once per model, in the first round only: a
+# sweep of the slower-to-compile modes beside the best mode's repeated runs), JOB_TIMEOUT
+# (seconds per run, default 300), ABLATION_MODEL (default mlp-1024; "none" skips the
+# ablation), WARMUP_STEPS, WINDOWS, WINDOW_STEPS (default 30, 6, 20), STOKE_BENCH (a
+# stoke-bench binary to use instead of building one), PYTHON (default python3).
 set -uo pipefail
 out="${OUT:-$PWD/bench-out}"
 mkdir -p "$out"
@@ -33,8 +34,9 @@ windows="${WINDOWS:-6}"
 window_steps="${WINDOW_STEPS:-20}"
 job_timeout="${JOB_TIMEOUT:-300}"
 py_modes="${PY_MODES:-eager compile compile-reduce-overhead compile-max-autotune-no-cudagraphs cuda-graph compile-cuda-graph compile-max-autotune-cuda-graph}"
+py_once_modes="${PY_ONCE_MODES:-}"
 repeats="${RUNS:-3}"
-[ "${SKIP_PYTHON:-0}" = 1 ] && py_modes=""
+[ "${SKIP_PYTHON:-0}" = 1 ] && py_modes="" && py_once_modes=""
 ablation="${ABLATION_MODEL:-mlp-1024}"
 cases=""
 for m in ${MODELS:-mlp-256 mlp-1024 mlp-4096 gpt2-small resnet50 resnet34-cifar fmnist-cnn}; do
@@ -126,11 +128,16 @@ for c in $cases; do
   esac
   # Runs take turns (Stoke, then each Python mode, then again), so that a slow spell of the
   # machine touches every implementation alike.
-  for _ in $(seq 1 "$repeats"); do
+  for round in $(seq 1 "$repeats"); do
     stoke_run main "$c" "" --
     for mode in $py_modes; do
       python_run main "$c" "" "$mode" -- --batch "$batch"
     done
+    if [ "$round" = 1 ]; then
+      for mode in $py_once_modes; do
+        python_run main "$c" "" "$mode" -- --batch "$batch"
+      done
+    fi
   done
 done
 
@@ -180,4 +187,4 @@ if [ "$ablation" != none ]; then
 fi
 
 "$python" "$here/python/speed_table.py" "$results" "$gpu" "$torch_version" "$warmup" \
-  "$windows" "$window_steps" "$py_modes" "$repeats" | tee "$out/speed.md"
+  "$windows" "$window_steps" "$py_modes $py_once_modes" "$repeats" | tee "$out/speed.md"

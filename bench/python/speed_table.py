@@ -90,8 +90,11 @@ class Runs:
         if self.median is None:
             return failure(self.all[0]) if self.all else "not run"
         failed = len(self.all) - len(self.good)
+        # Modes swept once (PY_ONCE_MODES) say so: their figure is not a median.
+        fewer = len(self.all) < int(runs) and not failed
         return (f"{self.rate():,.0f}{self.spread()}"
-                + (f" ({failed} of {len(self.all)} runs failed)" if failed else ""))
+                + (f" ({failed} of {len(self.all)} runs failed)" if failed else "")
+                + (f" ({len(self.all)} run{'s' if len(self.all) > 1 else ''})" if fewer else ""))
 
 
 def ms(r):

@@ -130,14 +130,11 @@ for c in $cases; do
   # machine touches every implementation alike.
   for round in $(seq 1 "$repeats"); do
     stoke_run main "$c" "" --
-    for mode in $py_modes; do
+    modes=$py_modes
+    [ "$round" = 1 ] && modes="$py_modes $py_once_modes"
+    for mode in $modes; do
       python_run main "$c" "" "$mode" -- --batch "$batch"
     done
-    if [ "$round" = 1 ]; then
-      for mode in $py_once_modes; do
-        python_run main "$c" "" "$mode" -- --batch "$batch"
-      done
-    fi
   done
 done
 

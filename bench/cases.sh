@@ -20,6 +20,13 @@ setup_case() {  # case -> spec, batch, sets (Stoke's --set), py_args; 1: unknown
     gpt2-small) spec=$specs/gpt2-small.yaml batch=16 py_args=(--model gpt2-small) ;;
     resnet50) spec=$specs/resnet50.yaml batch=256 py_args=(--model resnet50) ;;
     resnet34-cifar) spec=$specs/resnet34-cifar.yaml batch=256 py_args=(--model resnet34-cifar) ;;
+    # Python models: the user's own nn.Module (bench/models/), read by both sides from the
+    # same job file.
+    py-vit | py-convmixer | py-mixer | py-gpt)
+      spec=$specs/$1.yaml
+      batch=$(sed -n 's/^  batch_size: *\([0-9]*\).*/\1/p' "$spec")
+      py_args=(--model python --spec "$spec")
+      ;;
     fmnist-cnn)
       [ -n "$fmnist_dir" ] || return 2
       spec=$specs/fmnist-cnn.yaml batch=256

@@ -10,6 +10,7 @@
 //
 // With --trace FILE it then records a Kineto trace of --trace-steps more steps (after the
 // timed windows, so tracing never slows what is timed) for bench/python/trace_summary.py.
+#include <signal.h>
 #include <yaml-cpp/yaml.h>
 
 #include <CLI/CLI.hpp>
@@ -26,9 +27,11 @@
 #include "client/lib/job_spec_file.h"
 #include "server/api/data_checks.h"
 #include "server/api/job_spec_rules.h"
+#include "spec/code_bundle.h"
 #include "stoke/v1/worker_link.pb.h"
 #include "worker/engine/trainer.h"
 #include "worker/link/task_translation.h"
+#include "worker/link/trainer_process.h"
 #include "worker/runtime/devices.h"
 #include "worker/runtime/kernel_trace.h"
 #include "worker/runtime/memory_history.h"
@@ -179,6 +182,14 @@ int Run(int argc, char** argv) {
   if (auto s = server::ValidateJobSpec(*spec); !s.ok()) {
     throw std::invalid_argument(std::string(s.message()));
   }
+  // A Python model's code travels as a submitted job's does.
+  auto code = client::ReadModelCode(*spec);
+  if (!code.ok()) throw std::invalid_argument(std::string(code.status().message()));
+  if (spec->model().has_python()) {
+    if (auto s = spec::RecordCode(*code, *spec->mutable_model()->mutable_python()); !s.ok()) {
+      throw std::invalid_argument(std::string(s.message()));
+    }
+  }
   auto facts = server::InspectData(*spec, server::DataRoots({"/"}));
   if (!facts.ok()) throw std::invalid_argument(std::string(facts.status().message()));
   if (auto s = server::ValidateAgainstData(*spec, *facts); !s.ok()) {
@@ -191,15 +202,15 @@ int Run(int argc, char** argv) {
   assignment.set_world_size(1);
   // The worker opens the files the spec names beneath the roots they were checked under.
   assignment.add_data_roots("/");
+  assignment.mutable_spec()->mutable_eval()->set_batches(2);  // the end-of-run evaluation is
+                                                              // not what is measured
   auto task = worker::TaskFromAssignment(assignment);
   if (!task.ok()) throw std::invalid_argument(std::string(task.status().message()));
-  task->eval.batches = 2;  // the end-of-run evaluation is not what is measured
+  if (code->files_size() > 0) *assignment.mutable_code() = *code;
 
-  worker::DeviceRef device;
-  if (device_text.rfind("cuda:", 0) == 0) {
-    device.kind = worker::DeviceKind::kCuda;
-    device.index = std::stoi(device_text.substr(5));
-  }
+  const auto parsed_device = worker::ParseDeviceLabel(device_text);
+  if (!parsed_device) throw std::invalid_argument("--device " + device_text + ": expected cuda:N or cpu");
+  const worker::DeviceRef device = *parsed_device;
   Collector collector;
   std::atomic<bool> cancel{false};
   worker::TrainingProbe probe;
@@ -215,9 +226,19 @@ int Run(int argc, char** argv) {
       }
     };
   }
-  if (!memory_history_path.empty()) worker::MemoryHistory::Start(kMemoryHistoryEvents);
-  const worker::TrainOutcome outcome = worker::RunTraining(*task, device, collector, cancel, probe);
-  if (!memory_history_path.empty()) worker::MemoryHistory::Write(memory_history_path);
+  worker::TrainOutcome outcome;
+  if (worker::IsUserCode(task->model)) {
+    // In a training process, as the worker trains it (traces and memory histories are
+    // taken in this process only, so not of these models).
+    worker::TrainerProcessOptions trainer;
+    trainer.trainer_path = worker::TrainerBesideThisProgram();
+    trainer.device = device.Label();
+    outcome = worker::TrainInChildProcess(trainer, assignment, collector, cancel);
+  } else {
+    if (!memory_history_path.empty()) worker::MemoryHistory::Start(kMemoryHistoryEvents);
+    outcome = worker::RunTraining(*task, device, collector, cancel, probe);
+    if (!memory_history_path.empty()) worker::MemoryHistory::Write(memory_history_path);
+  }
 
   JsonLine out;
   out.Add("impl", "stoke");
@@ -269,6 +290,7 @@ int Run(int argc, char** argv) {
 }  // namespace stoke
 
 int main(int argc, char** argv) {
+  signal(SIGPIPE, SIG_IGN);  // a training process that dies is reported, not fatal here
   try {
     return stoke::Run(argc, argv);
   } catch (const std::exception& e) {

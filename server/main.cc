@@ -171,6 +171,12 @@ int main(int argc, char** argv) {
                  "File holding a token /metrics requires (HTTP basic auth password)");
   app.add_flag("--insecure", insecure,
                "Allow plaintext gRPC on an address other than loopback (not recommended)");
+  std::string python_models = "submitter";
+  app.add_option("--python-models", python_models,
+                 "Who may submit Python models, whose code runs on the workers' hosts: off, "
+                 "admin or submitter")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"off", "admin", "submitter"}));
   CLI11_PARSE(app, argc, argv);
   // Blocked in every thread, so main alone takes them (sigwait): before anything starts a
   // thread (gRPC does as soon as credentials are made), or such a thread would be killed
@@ -222,6 +228,8 @@ int main(int argc, char** argv) {
   if (!credentials.ok()) return Fail(credentials.status());
   AccessControl::Options access_options;
   access_options.require_worker_certificate = require_worker_cert;
+  access_options.python_models =
+      python_models == "off" ? std::nullopt : security::ParseRole(python_models);
   if (!auth_tokens_path.empty()) {
     auto tokens = security::ReadTokenFile(auth_tokens_path);
     if (!tokens.ok()) return Fail(tokens.status());

@@ -2,6 +2,7 @@
 // and trains what it is assigned until SIGINT or SIGTERM.
 #include <signal.h>
 #include <spdlog/spdlog.h>
+#include <sys/prctl.h>
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
@@ -16,6 +17,7 @@
 #include "security/credential_file.h"
 #include "worker/common/task.h"
 #include "worker/engine/trainer.h"
+#include "worker/link/trainer_process.h"
 #include "worker/link/worker_agent.h"
 #include "worker/runtime/devices.h"
 #include "worker/runtime/warm_up.h"
@@ -24,26 +26,6 @@
 using namespace stoke::worker;
 
 namespace {
-
-bool ParseDevice(const std::string& text, DeviceRef* out) {
-  auto parse_index = [&](size_t from) {
-    if (from >= text.size()) return true;  // "cpu" / "cuda" alone: index 0
-    char* end = nullptr;
-    long v = std::strtol(text.c_str() + from, &end, 10);
-    if (*end != '\0' || v < 0 || v > 1024) return false;
-    out->index = static_cast<int>(v);
-    return true;
-  };
-  if (text == "cpu" || text.rfind("cpu:", 0) == 0) {
-    out->kind = DeviceKind::kCpu;
-    return parse_index(4);
-  }
-  if (text == "cuda" || text.rfind("cuda:", 0) == 0) {
-    out->kind = DeviceKind::kCuda;
-    return parse_index(5);
-  }
-  return false;
-}
 
 // A test hook: STOKE_FAULT_SLOW_STEP_MS=<ms> makes every training step of this worker
 // sleep that long before its forward pass, so before backward's gradient all-reduce: a
@@ -115,6 +97,10 @@ int main(int argc, char** argv) {
   app.add_option("--tls-key", tls_key, "PEM private key of --tls-cert");
   app.add_option("--join-token-file", join_token_file,
                  "File holding the join token (a token of role worker) to attach with");
+  std::string job_user;
+  app.add_option("--job-user", job_user,
+                 "Run the training processes of Python and TorchScript models (the user's code) "
+                 "as this unprivileged user; for workers that run as root");
   app.footer(
       "Environment: STOKE_ADDRESS, STOKE_TLS_CA (defaults of the flags above); "
       "STOKE_TRACE_DIR, STOKE_TRACE_STEPS (Kineto traces of a few steps of every job). "
@@ -122,6 +108,9 @@ int main(int argc, char** argv) {
       "before its gradient all-reduce (a rank slowed on purpose).");
   CLI11_PARSE(app, argc, argv);
   spdlog::set_level(spdlog::level::from_str(log_level));
+  // Not dumpable: a process of the same user (the user's code in a training process among
+  // them) cannot read this one's memory, where the join token is, through /proc or ptrace.
+  prctl(PR_SET_DUMPABLE, 0);
   std::chrono::milliseconds slow_step{0};
   if (std::string error; !ReadSlowStepFault(&slow_step, &error)) {
     std::fprintf(stderr, "stoke-worker: %s\n", error.c_str());
@@ -144,7 +133,9 @@ int main(int argc, char** argv) {
     if (device_text.empty()) {
       device = ListCudaDevices().empty() ? DeviceRef{DeviceKind::kCpu, 0}
                                          : DeviceRef{DeviceKind::kCuda, 0};
-    } else if (!ParseDevice(device_text, &device)) {
+    } else if (auto parsed = ParseDeviceLabel(device_text)) {
+      device = *parsed;
+    } else {
       std::fprintf(stderr, "--device %s: expected cpu, cpu:N or cuda:N\n", device_text.c_str());
       return 2;
     }
@@ -196,8 +187,29 @@ int main(int argc, char** argv) {
     if (slow_step.count() > 0) {
       probe.before_step = [slow_step](uint64_t) { std::this_thread::sleep_for(slow_step); };
     }
-    WorkerAgent agent(options, [device, probe](const TrainTask& task, TrainingObserver& observer,
-                                               const std::atomic<bool>& cancel) {
+    // Models whose code is the user's train in a child process (stoke-trainer).
+    TrainerProcessOptions trainer;
+    trainer.trainer_path = TrainerBesideThisProgram();
+    trainer.device = device.Label();
+    trainer.threads = threads;
+    if (!job_user.empty()) {
+      auto user = LookUpJobUser(job_user);
+      if (!user.ok()) {
+        std::fprintf(stderr, "stoke-worker: %s\n", std::string(user.status().message()).c_str());
+        return 2;
+      }
+      if (geteuid() != 0) {
+        std::fprintf(stderr, "stoke-worker: --job-user %s: only a worker running as root can "
+                     "run processes as another user\n", job_user.c_str());
+        return 2;
+      }
+      trainer.job_user = *user;
+    }
+    WorkerAgent agent(options, [device, probe, trainer](const stoke::v1::Assignment& assignment,
+                                                        const TrainTask& task,
+                                                        TrainingObserver& observer,
+                                                        const std::atomic<bool>& cancel) {
+      if (IsUserCode(task.model)) return TrainInChildProcess(trainer, assignment, observer, cancel);
       return RunTraining(task, device, observer, cancel, probe);
     });
 

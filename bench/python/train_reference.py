@@ -16,6 +16,12 @@ failure the line has "error" and the exit status is 1.
 
     python3 train_reference.py --model gpt2-small --batch 16 --mode compile
     python3 train_reference.py --model mlp --d 1024 --mode eager --fp32 --no-tf32 --adamw for-loop
+    python3 train_reference.py --model python --spec bench/specs/py-vit.yaml --mode compile
+
+With --model python the network is a Python model's, read from a Stoke job file (--spec):
+its model.python file, factory, args and loss, its data.synthetic images or tokens and its
+learning rate; FLOPs are counted as Stoke counts a Python model's (PyTorch's FLOP counter
+on one forward and backward).
 """
 import argparse
 import contextlib
@@ -60,8 +66,10 @@ SEED = 1  # Stoke's default training.seed
 def parse_args():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--model", choices=["mlp", "gpt2-small", "resnet50", "resnet34-cifar",
-                                            "fmnist-cnn"],
+                                            "fmnist-cnn", "python"],
                         required=True)
+    parser.add_argument("--spec", help="--model python: the Stoke job file to take the "
+                        "network, data and learning rate from")
     parser.add_argument("--d", type=int, default=256,
                         help="MLP width: d -> 4d -> d -> 10 on d synthetic features")
     parser.add_argument("--batch", type=int, help="default: 512, 16, 256, 256, 256 by model")
@@ -82,8 +90,11 @@ def parse_args():
                         help="torch.optim.AdamW's implementation (for-loop: one parameter "
                         "at a time, as LibTorch's optim::AdamW)")
     args = parser.parse_args()
+    if args.model == "python" and not args.spec:
+        parser.error("--model python needs --spec")
     if args.batch is None:
-        args.batch = DEFAULT_BATCH[args.model]
+        args.batch = (python_spec(args.spec)["training"]["batch_size"] if args.model == "python"
+                      else DEFAULT_BATCH[args.model])
     if args.model == "fmnist-cnn" and not args.data_dir:
         parser.error("--model fmnist-cnn needs --data-dir")
     return args
@@ -237,27 +248,70 @@ def fashion_mnist(directory, batch, device):
     return next_batch, (channels, h, w), int(labels.max()) + 1
 
 
+def python_spec(path):
+    import yaml  # only --model python needs it
+    with open(path) as f:
+        return yaml.safe_load(f)
+
+
+def build_python(args, device):
+    """A Python model's network and synthetic data, as the job file names them."""
+    import importlib.util
+    spec = python_spec(args.spec)
+    python = spec["model"]["python"]
+    path = os.path.join(os.path.dirname(os.path.abspath(args.spec)), python["file"])
+    loader = importlib.util.spec_from_file_location(os.path.basename(path)[:-3], path)
+    module = importlib.util.module_from_spec(loader)
+    loader.loader.exec_module(module)
+    model = getattr(module, python.get("factory", "build_model"))(**python.get("args", {}))
+    synthetic = spec["data"]["synthetic"]
+    if synthetic.get("vocab_size"):
+        data = synthetic_tokens(synthetic["vocab_size"], synthetic["context"], args.batch, device)
+    else:
+        data = synthetic_images(tuple(synthetic["image_shape"]),
+                                synthetic.get("num_classes", 10), args.batch, device)
+    convolutional = any(isinstance(m, nn.Conv2d) for m in model.modules())
+    lr = float(spec.get("optimizer", {}).get("lr", 1e-3))
+    return model, data, lr, None, convolutional, python.get("loss", "cross_entropy") == "model"
+
+
+def count_flops(loss_of, next_batch):
+    """FLOPs per sample of one forward and backward on two samples, by PyTorch's FLOP
+    counter: what Stoke counts for a Python model."""
+    from torch.utils.flop_counter import FlopCounterMode
+    inputs, targets = (t[:2] for t in next_batch())
+    with torch.autocast("cuda", dtype=torch.bfloat16):
+        with FlopCounterMode(display=False) as counter:
+            loss_of(inputs, targets).backward()
+    for p in loss_of.parameters():
+        p.grad = None
+    return counter.get_total_flops() / 2
+
+
 def build(args, device):
-    """(model, batch maker, learning rate, FLOPs per sample, convolutional?)."""
+    """(model, batch maker, learning rate, FLOPs per sample, convolutional?, computes its
+    own loss?)."""
+    if args.model == "python":
+        return build_python(args, device)
     if args.model == "mlp":
         model = Mlp(args.d, [4 * args.d, args.d], MLP_CLASSES)
         data = synthetic_vectors(args.d, MLP_CLASSES, args.batch, device)
-        return model, data, 1e-3, mlp_flops(model), False
+        return model, data, 1e-3, mlp_flops(model), False, False
     if args.model == "gpt2-small":
         model = Gpt(GPT_LAYERS, GPT_HEADS, GPT_WIDTH, GPT_CONTEXT, GPT_VOCAB)
         data = synthetic_tokens(GPT_VOCAB, GPT_CONTEXT, args.batch, device)
-        return model, data, 6e-4, gpt_flops(model, GPT_LAYERS, GPT_WIDTH, GPT_CONTEXT), False
+        return model, data, 6e-4, gpt_flops(model, GPT_LAYERS, GPT_WIDTH, GPT_CONTEXT), False, False
     if args.model == "resnet50":
         model = ResNet(50, RESNET_IMAGE[0], RESNET_CLASSES)
         data = synthetic_images(RESNET_IMAGE, RESNET_CLASSES, args.batch, device)
-        return model, data, 1e-3, resnet_flops(model, RESNET_IMAGE), True
+        return model, data, 1e-3, resnet_flops(model, RESNET_IMAGE), True, False
     if args.model == "resnet34-cifar":
         model = ResNet(34, CIFAR_IMAGE[0], CIFAR_CLASSES, small_stem=True)
         data = synthetic_images(CIFAR_IMAGE, CIFAR_CLASSES, args.batch, device)
-        return model, data, 1e-3, resnet_flops(model, CIFAR_IMAGE), True
+        return model, data, 1e-3, resnet_flops(model, CIFAR_IMAGE), True, False
     data, image, classes = fashion_mnist(args.data_dir, args.batch, device)
     model = Cnn(CNN_CHANNELS, CNN_HIDDEN, image, classes)
-    return model, data, 1e-3, cnn_flops(model, image), True
+    return model, data, 1e-3, cnn_flops(model, image), True, False
 
 
 def whole_step_graph(train_step, next_batch, optimizer):
@@ -289,13 +343,17 @@ def whole_step_graph(train_step, next_batch, optimizer):
 
 class WithLoss(nn.Module):
     """The model and its loss as one module, so that torch.compile fuses the loss too.
-    The loss in fp32, as Stoke's step_math.cc computes it."""
+    The loss in fp32, as Stoke's step_math.cc computes it; a model that computes its own
+    (own_loss) is called with the targets."""
 
-    def __init__(self, model):
+    def __init__(self, model, own_loss=False):
         super().__init__()
         self.model = model
+        self.own_loss = own_loss
 
     def forward(self, inputs, targets):
+        if self.own_loss:
+            return self.model(inputs, targets)
         out = self.model(inputs)
         return F.cross_entropy(out.float().reshape(-1, out.shape[-1]), targets.reshape(-1))
 
@@ -311,7 +369,7 @@ def train(args, notes):
     if args.memory_history:
         torch.cuda.memory._record_memory_history(context=None, max_entries=4_000_000)
 
-    model, next_batch, lr, flops_per_sample, convolutional = build(args, device)
+    model, next_batch, lr, flops_per_sample, convolutional, own_loss = build(args, device)
     model = model.to(device)
     if convolutional:
         model = model.to(memory_format=torch.channels_last)
@@ -323,7 +381,9 @@ def train(args, notes):
     optimizer = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.0,
                                   capturable=captured, **implementation)
 
-    loss_of = WithLoss(model)
+    loss_of = WithLoss(model, own_loss)
+    if flops_per_sample is None:
+        flops_per_sample = count_flops(loss_of, next_batch)
     if args.mode in COMPILE_MODE:
         # reduce-overhead and max-autotune capture forward and backward as CUDA graphs
         # (cudagraph trees); the fused optimizer, a few kernels, runs eagerly between replays.
@@ -393,6 +453,8 @@ def main():
     row = {"impl": f"python-{args.mode}", "model": args.model, "batch": args.batch}
     if args.model == "mlp":
         row["d"] = args.d
+    if args.model == "python":
+        row["spec"] = os.path.basename(args.spec)
     row.update(precision="fp32" if args.fp32 else "bf16", tf32=not args.no_tf32,
                adamw=args.adamw)
     notes = []

@@ -88,7 +88,12 @@ int SubmitCommand(CliContext& cli, const std::string& file, bool watch) {
     std::fprintf(stderr, "stoke: %s\n", std::string(spec.status().message()).c_str());
     return kExitUsage;
   }
-  auto job = cli.client.SubmitJob(*spec);
+  auto code = ReadModelCode(*spec);
+  if (!code.ok()) {
+    std::fprintf(stderr, "stoke: %s: %s\n", file.c_str(), std::string(code.status().message()).c_str());
+    return kExitUsage;
+  }
+  auto job = cli.client.SubmitJob(*spec, "", *code);
   if (!job.ok()) return Report(cli, job.status());
   if (cli.json) {
     std::cout << ToJson(*job) << std::endl;
@@ -209,6 +214,13 @@ int StatusCommand(CliContext& cli, const std::string& id) {
               spec.max_restarts());
   std::printf("  devices    %u, priority %d\n", spec.resources().gpus(),
               spec.resources().priority());
+  if (spec.model().has_python()) {
+    // Which code ran: its digest says it is the code the submitter sent.
+    const auto& python = spec.model().python();
+    std::printf("  model      %s.%s, code sha256 %s (%s)\n", python.module().c_str(),
+                python.factory().c_str(), python.code_sha256().c_str(),
+                FormatBytes(python.code_bytes()).c_str());
+  }
   std::printf("  placement  %s\n", Placement(*job).c_str());
   for (const auto& straggler : job->stragglers()) {
     std::printf("  straggler  %s\n", Printable(straggler.summary()).c_str());

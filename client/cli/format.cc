@@ -74,8 +74,15 @@ std::vector<std::string> DescribeStartup(const v1::Job& job) {
   const std::string from = job.attempt() <= 1 ? "submitted" : "re-queued";
   std::vector<std::string> lines = {absl::StrCat("started in ", FormatSeconds(startup.seconds()),
                                                  " (", from, " → first training step)")};
-  std::string setup = absl::StrCat("data ", FormatSeconds(worker.data_seconds()), ", model ",
-                                   FormatSeconds(worker.model_seconds()));
+  std::string setup;
+  if (worker.process_seconds() > 0) {
+    setup = absl::StrCat("training process ", FormatSeconds(worker.process_seconds()), ", ");
+  }
+  absl::StrAppend(&setup, "data ", FormatSeconds(worker.data_seconds()), ", model ",
+                  FormatSeconds(worker.model_seconds()));
+  if (worker.compile_seconds() > 0) {
+    absl::StrAppend(&setup, ", compile ", FormatSeconds(worker.compile_seconds()));
+  }
   if (worker.batch_search_seconds() > 0) {
     absl::StrAppend(&setup, ", batch search ", FormatSeconds(worker.batch_search_seconds()));
   }

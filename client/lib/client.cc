@@ -79,9 +79,11 @@ std::string NewRequestId() {
 
 }  // namespace
 
-absl::StatusOr<v1::Job> Client::SubmitJob(const v1::JobSpec& spec, std::string request_id) {
+absl::StatusOr<v1::Job> Client::SubmitJob(const v1::JobSpec& spec, std::string request_id,
+                                           const v1::CodeBundle& code) {
   v1::SubmitJobRequest request;
   *request.mutable_spec() = spec;
+  if (code.files_size() > 0) *request.mutable_code() = code;
   request.set_request_id(request_id.empty() ? NewRequestId() : std::move(request_id));
   absl::Status status;
   for (int attempt = 0; attempt < 3; ++attempt) {

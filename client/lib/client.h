@@ -46,7 +46,9 @@ class Client {
   // Safe to retry: every submission carries a request id (a random one unless given), and
   // a call that fails as UNAVAILABLE or DEADLINE_EXCEEDED (the answer may have been lost)
   // is tried again, up to 3 times, with the same id, so it never creates a second job.
-  absl::StatusOr<v1::Job> SubmitJob(const v1::JobSpec& spec, std::string request_id = "");
+  // `code`: a Python model's (ReadModelCode in job_spec_file.h).
+  absl::StatusOr<v1::Job> SubmitJob(const v1::JobSpec& spec, std::string request_id = "",
+                                    const v1::CodeBundle& code = {});
   absl::StatusOr<v1::Job> GetJob(const std::string& id);
   absl::StatusOr<v1::ListJobsResponse> ListJobs(const v1::ListJobsRequest& request);
   absl::StatusOr<v1::Job> CancelJob(const std::string& id, const std::string& reason = "");

@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <google/protobuf/descriptor.h>
 #include <google/protobuf/message.h>
+#include <google/protobuf/struct.pb.h>
 #include <sys/stat.h>
 #include <unistd.h>
 #include <yaml-cpp/eventhandler.h>
@@ -24,6 +25,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "spec/code_bundle.h"
 
 namespace stoke::client {
 namespace {
@@ -88,7 +90,15 @@ class SpecReader {
       return absl::OkStatus();
     }
     if (field->cpp_type() == FieldDescriptor::CPPTYPE_MESSAGE) {
-      return Fill(node, *reflection->MutableMessage(&message, field), path);
+      Message* child = reflection->MutableMessage(&message, field);
+      if (auto* mapping = dynamic_cast<google::protobuf::Struct*>(child)) {
+        if (node.IsNull()) return absl::OkStatus();
+        if (!node.IsMap()) {
+          return Error(node, path, absl::StrCat("expected a mapping, got ", Describe(node)));
+        }
+        return FillStruct(node, *mapping, path);
+      }
+      return Fill(node, *child, path);
     }
     // `batch_size: auto`: a number the worker chooses is the sibling bool `<name>_auto`.
     if (node.IsScalar() && absl::AsciiStrToLower(node.Scalar()) == "auto") {
@@ -100,6 +110,53 @@ class SpecReader {
       }
     }
     return StoreScalar(node, message, field, path);
+  }
+
+  // A mapping of plain values (model.python.args): YAML's own types, as JSON has them.
+  absl::Status FillStruct(const YAML::Node& node, google::protobuf::Struct& out,
+                          const std::string& path) {
+    for (const auto& entry : node) {
+      const std::string key = entry.first.as<std::string>();
+      google::protobuf::Value value;
+      if (auto s = FillValue(entry.second, value, absl::StrCat(path, ".", key)); !s.ok()) return s;
+      (*out.mutable_fields())[key] = std::move(value);
+    }
+    return absl::OkStatus();
+  }
+
+  absl::Status FillValue(const YAML::Node& node, google::protobuf::Value& out,
+                         const std::string& path) {
+    if (node.IsNull()) {
+      out.set_null_value(google::protobuf::NULL_VALUE);
+    } else if (node.IsMap()) {
+      return FillStruct(node, *out.mutable_struct_value(), path);
+    } else if (node.IsSequence()) {
+      for (size_t i = 0; i < node.size(); ++i) {
+        if (auto s = FillValue(node[i], *out.mutable_list_value()->add_values(),
+                               absl::StrCat(path, "[", i, "]"));
+            !s.ok()) {
+          return s;
+        }
+      }
+      out.mutable_list_value();  // an empty list is a list
+    } else {
+      const std::string text = node.Scalar();
+      const std::string lower = absl::AsciiStrToLower(text);
+      double number;
+      // A quoted scalar is a string whatever it spells ("1", "true").
+      if (node.Tag() == "!") {
+        out.set_string_value(text);
+      } else if (lower == "true" || lower == "false") {
+        out.set_bool_value(lower == "true");
+      } else if (lower == "null" || lower == "~") {
+        out.set_null_value(google::protobuf::NULL_VALUE);
+      } else if (ParseDouble(text, &number)) {
+        out.set_number_value(number);
+      } else {
+        out.set_string_value(text);
+      }
+    }
+    return absl::OkStatus();
   }
 
   absl::Status AddElement(const YAML::Node& node, Message& message, const FieldDescriptor* field,
@@ -474,6 +531,7 @@ void ResolveRelativePaths(v1::JobSpec& spec, const std::string& base_dir) {
   if (spec.model().has_torchscript()) {
     resolve(spec.mutable_model()->mutable_torchscript()->mutable_path());
   }
+  if (spec.model().has_python()) resolve(spec.mutable_model()->mutable_python()->mutable_file());
 }
 
 absl::StatusOr<std::string> ReadJobFile(const std::string& path) {
@@ -527,6 +585,11 @@ absl::StatusOr<v1::JobSpec> LoadJobSpecFile(const std::string& path) {
   if (!spec.ok()) return spec;
   ResolveRelativePaths(*spec, std::filesystem::path(path).parent_path().string());
   return spec;
+}
+
+absl::StatusOr<v1::CodeBundle> ReadModelCode(const v1::JobSpec& spec) {
+  if (!spec.model().has_python()) return v1::CodeBundle();
+  return spec::ReadCodeBundle(spec.model().python().file(), "model.python.file");
 }
 
 }  // namespace stoke::client

@@ -32,4 +32,8 @@ absl::StatusOr<v1::JobSpec> LoadJobSpecFile(const std::string& path);
 
 void ResolveRelativePaths(v1::JobSpec& spec, const std::string& base_dir);
 
+// What travels with the job besides its spec: model.python's code, read from
+// model.python.file (an empty bundle for other models).
+absl::StatusOr<v1::CodeBundle> ReadModelCode(const v1::JobSpec& spec);
+
 }  // namespace stoke::client

@@ -32,7 +32,8 @@ std::string CertificateIdentity(const grpc::ServerContextBase& context) {
 }  // namespace
 
 AccessControl::AccessControl(Options options)
-    : require_worker_certificate_(options.require_worker_certificate) {
+    : require_worker_certificate_(options.require_worker_certificate),
+      python_models_(options.python_models) {
   for (auto& entry : options.tokens) by_hash_.emplace(entry.hash, std::move(entry));
 }
 
@@ -99,6 +100,21 @@ absl::Status AccessControl::Require(const Caller& caller, Role role, const std::
                                                   security::RoleName(caller.role)));
 }
 
+absl::Status AccessControl::RequirePythonModels(const Caller& caller) const {
+  if (!python_models_) {
+    return absl::PermissionDeniedError(
+        "model.python: this coordinator runs no submitted Python code on its workers "
+        "(stoke-coordinator --python-models off); use a built-in model, or ask its admin");
+  }
+  if (auto s = Require(caller, *python_models_, "model.python (your own code, run on the workers)");
+      !s.ok()) {
+    return absl::PermissionDeniedError(
+        absl::StrCat(s.message(), " (stoke-coordinator --python-models ",
+                     security::RoleName(*python_models_), ")"));
+  }
+  return absl::OkStatus();
+}
+
 bool AccessControl::Owns(const Caller& caller, const v1::Job& job) {
   return caller.role == Role::kAdmin ||
          (caller.role == Role::kSubmitter && job.owner() == caller.name);
@@ -121,6 +137,7 @@ v1::Job RedactForNonOwner(v1::Job job) {
     data->mutable_tokens()->clear_val_path();
   }
   if (spec->model().has_torchscript()) spec->mutable_model()->mutable_torchscript()->clear_path();
+  if (spec->model().has_python()) spec->mutable_model()->mutable_python()->clear_file();
   return job;
 }
 

@@ -12,6 +12,7 @@
 #include <grpcpp/grpcpp.h>
 
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -35,6 +36,9 @@ class AccessControl {
     // Workers must present a client certificate verified by --client-ca (a join token
     // alone is not enough).
     bool require_worker_certificate = false;
+    // Who may submit Python models, whose code runs on the workers' hosts
+    // (--python-models): callers of this role or above; none when unset.
+    std::optional<security::Role> python_models = security::Role::kSubmitter;
   };
 
   explicit AccessControl(Options options);
@@ -49,6 +53,9 @@ class AccessControl {
   // (name "cert:" + the certificate's identity).
   absl::StatusOr<Caller> IdentifyWorker(const grpc::ServerContextBase& context) const;
 
+  // PERMISSION_DENIED (naming --python-models) unless `caller` may run its own Python code
+  // on the workers.
+  absl::Status RequirePythonModels(const Caller& caller) const;
   // PERMISSION_DENIED unless `caller` has at least `role`.
   static absl::Status Require(const Caller& caller, security::Role role, const std::string& what);
   // PERMISSION_DENIED unless `caller` owns the job or is an admin.
@@ -62,6 +69,7 @@ class AccessControl {
 
   std::map<std::string, security::TokenEntry> by_hash_;
   bool require_worker_certificate_;
+  std::optional<security::Role> python_models_;
 };
 
 // A job as a caller who does not own it may see it: states, progress and metrics, but not

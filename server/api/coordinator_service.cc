@@ -13,6 +13,7 @@
 #include "server/api/job_spec_rules.h"
 #include "server/api/watch_reactor.h"
 #include "server/common/time_util.h"
+#include "spec/code_bundle.h"
 
 namespace stoke::server {
 namespace {
@@ -110,13 +111,22 @@ absl::Status CoordinatorService::Submit(const Caller& caller, const v1::SubmitJo
     return absl::Status(s.code(), absl::StrCat("spec.", s.message()));
   };
   if (auto s = ValidateJobSpec(spec); !s.ok()) return in_spec(s);
+  if (spec.model().has_python()) {
+    if (auto s = access_.RequirePythonModels(caller); !s.ok()) return s;
+    if (auto s = spec::RecordCode(request.code(), *spec.mutable_model()->mutable_python());
+        !s.ok()) {
+      return in_spec(s);
+    }
+  } else if (request.code().files_size() > 0) {
+    return absl::InvalidArgumentError("code: sent with a job whose model is not model.python");
+  }
   auto data = InspectData(spec, data_roots_);
   if (!data.ok()) return in_spec(data.status());
   if (auto s = ValidateAgainstData(spec, *data); !s.ok()) return in_spec(s);
   ApplyJobSpecDefaults(spec, *data);
   const v1::AuditEntry entry = audit_.Entry(caller, "SubmitJob", "", absl::OkStatus());
   auto job = core_.SubmitJob(spec, request.request_id(), access_.enabled() ? caller.name : "",
-                             &entry, audited);
+                             &entry, audited, spec.model().has_python() ? &request.code() : nullptr);
   if (!job.ok()) return job.status();
   *response.mutable_job() = *std::move(job);
   return absl::OkStatus();

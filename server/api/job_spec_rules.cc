@@ -1,5 +1,6 @@
 #include "server/api/job_spec_rules.h"
 
+#include <cctype>
 #include <cmath>
 #include <numeric>
 #include <utility>
@@ -24,6 +25,8 @@ constexpr uint32_t kMaxBucketMb = 1024;
 constexpr uint32_t kMaxLayerWidth = 1u << 20;
 constexpr uint32_t kMaxVocab = 1u << 16;  // token files hold uint16 ids
 constexpr size_t kMaxNameLength = 200;
+// model.python.args: keyword arguments, not data.
+constexpr size_t kMaxPythonArgsBytes = 16 * 1024;
 constexpr uint32_t kDefaultBatchSize = defaults::kBatchSize;
 // Samples per optimizer step across all ranks (batch_size: auto); 16M, beyond any
 // published large-batch run.
@@ -99,6 +102,44 @@ absl::Status ValidateData(const v1::DataSpec& data) {
   return absl::OkStatus();
 }
 
+// A dotted name of Python identifiers ("build_model", "models.vit").
+bool IsDottedName(const std::string& text) {
+  if (text.empty()) return false;
+  bool start = true;
+  for (char c : text) {
+    if (c == '.') {
+      if (start) return false;
+      start = true;
+      continue;
+    }
+    const bool letter = std::isalpha(static_cast<unsigned char>(c)) || c == '_';
+    if (!letter && (start || !std::isdigit(static_cast<unsigned char>(c)))) return false;
+    start = false;
+  }
+  return !start;
+}
+
+absl::Status ValidatePythonModel(const v1::PythonModelSpec& python) {
+  if (!python.module().empty() && !IsDottedName(python.module())) {
+    return Invalid("model.python.module", "a Python module name (\"model\", \"models.vit\")");
+  }
+  if (!python.factory().empty() && !IsDottedName(python.factory())) {
+    return Invalid("model.python.factory", "a Python name in the module (\"build_model\")");
+  }
+  if (python.args().ByteSizeLong() > kMaxPythonArgsBytes) {
+    return Invalid("model.python.args", absl::StrCat("at most ", kMaxPythonArgsBytes, " bytes"));
+  }
+  for (const auto& [field, dims] : {std::pair{"model.python.input_shape", &python.input_shape()},
+                                    std::pair{"model.python.target_shape", &python.target_shape()}}) {
+    for (uint32_t d : *dims) {
+      if (d == 0 || d > kMaxLayerWidth) {
+        return Invalid(field, absl::StrCat("sizes from 1 to ", kMaxLayerWidth));
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
 absl::Status ValidateModel(const v1::ModelSpec& model) {
   switch (model.kind_case()) {
     case v1::ModelSpec::kMlp: {
@@ -152,9 +193,14 @@ absl::Status ValidateModel(const v1::ModelSpec& model) {
     }
     case v1::ModelSpec::kTorchscript:
       if (model.torchscript().path().empty()) return Invalid("model.torchscript.path", "required");
+      if (model.torchscript().loss() == v1::LOSS_MODEL) {
+        return Invalid("model.torchscript.loss", "model applies to model.python only");
+      }
       return absl::OkStatus();
+    case v1::ModelSpec::kPython:
+      return ValidatePythonModel(model.python());
     default:
-      return Invalid("model", "required: set one of mlp, cnn, resnet, gpt, torchscript");
+      return Invalid("model", "required: set one of mlp, cnn, resnet, gpt, torchscript, python");
   }
 }
 
@@ -346,6 +392,12 @@ absl::Status ValidateJobSpec(const v1::JobSpec& spec) {
   if (auto s = ValidateModel(spec.model()); !s.ok()) return s;
   if (auto s = ValidateOptimizer(spec.optimizer()); !s.ok()) return s;
   if (auto s = ValidateTraining(spec.training()); !s.ok()) return s;
+  const v1::Compile compile = spec.training().compile();
+  if ((compile == v1::COMPILE_ON || compile == v1::COMPILE_MAX_AUTOTUNE) &&
+      !spec.model().has_python()) {
+    return Invalid("training.compile",
+                   "applies to model.python only (Stoke's own models need no compiling)");
+  }
   if (spec.resources().gpus() > kMaxDevices) {
     return Invalid("resources.gpus", absl::StrCat("at most ", kMaxDevices));
   }
@@ -493,6 +545,10 @@ void ApplyJobSpecDefaults(v1::JobSpec& spec, const DataFacts& data) {
   } else if (model->has_torchscript()) {
     auto* ts = model->mutable_torchscript();
     if (ts->loss() == v1::LOSS_UNSPECIFIED) ts->set_loss(v1::LOSS_CROSS_ENTROPY);
+  } else if (model->has_python()) {
+    auto* py = model->mutable_python();
+    if (py->loss() == v1::LOSS_UNSPECIFIED) py->set_loss(v1::LOSS_CROSS_ENTROPY);
+    if (py->factory().empty()) py->set_factory("build_model");
   }
   if (spec.name().empty()) {
     const auto* field = v1::ModelSpec::descriptor()->FindFieldByNumber(model->kind_case());
@@ -518,6 +574,9 @@ void ApplyJobSpecDefaults(v1::JobSpec& spec, const DataFacts& data) {
   if (!t->batch_size() && !t->batch_size_auto()) t->set_batch_size(kDefaultBatchSize);
   if (!t->grad_accum_steps()) t->set_grad_accum_steps(defaults::kGradAccumSteps);
   if (t->precision() == v1::PRECISION_UNSPECIFIED) t->set_precision(v1::PRECISION_AUTO);
+  if (model->has_python() && t->compile() == v1::COMPILE_UNSPECIFIED) {
+    t->set_compile(v1::COMPILE_AUTO);
+  }
   if (!t->seed()) t->set_seed(defaults::kSeed);
 
   auto* r = spec.mutable_resources();

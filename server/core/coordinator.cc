@@ -95,7 +95,17 @@ void Coordinator::TickLoop() {
 absl::StatusOr<v1::Job> Coordinator::SubmitJob(const v1::JobSpec& spec,
                                                const std::string& request_id,
                                                const std::string& owner,
-                                               const v1::AuditEntry* audit, bool* audited) {
+                                               const v1::AuditEntry* audit, bool* audited,
+                                               const v1::CodeBundle* code) {
+  if (code != nullptr) {
+    // Before the job and outside the lock (megabytes to write): stored under its digest,
+    // it is there for the job once the job exists; a job that is then refused leaves
+    // code no job names, which is harmless.
+    if (auto s = store_.PutCode(spec.model().python().code_sha256(), code->SerializeAsString());
+        !s.ok()) {
+      return s;
+    }
+  }
   std::lock_guard<std::mutex> lock(mu_);
   if (!request_id.empty()) {
     // Under mu_, so two racing retries cannot both create a job.
@@ -845,6 +855,17 @@ void Coordinator::StartJob(const PlannedStart& start) {
   succeeded_ranks_.erase(job->id());
   scheduled_at_[job->id()] = {job->attempt(), clock_.Now()};
   spdlog::info("job {} attempt {} scheduled on {}", job->id(), job->attempt(), where);
+  v1::CodeBundle code;
+  if (job->spec().model().has_python()) {
+    const std::string& digest = job->spec().model().python().code_sha256();
+    auto stored = store_.GetCode(digest);
+    // Without it the trainer fails the attempt, saying the code is missing.
+    if (!stored.ok() || !code.ParseFromString(*stored)) {
+      spdlog::error("job {}: its code (sha256 {}) cannot be read from the store: {}", job->id(),
+                    digest, stored.ok() ? "unparsable" : stored.status().ToString());
+      code.Clear();
+    }
+  }
   for (size_t rank = 0; rank < start.worker_ids.size(); ++rank) {
     WorkerEntry* worker = workers_.Find(start.worker_ids[rank]);
     workers_.MarkBusy(worker->info.id(), job->id(), job->attempt(), static_cast<uint32_t>(rank));
@@ -859,6 +880,7 @@ void Coordinator::StartJob(const PlannedStart& start) {
     a->set_rendezvous_address(job->rendezvous_address());
     a->set_advertise_address(worker->info.address());
     for (const auto& root : options_.data_roots) a->add_data_roots(root);
+    if (code.files_size() > 0) *a->mutable_code() = code;
     worker->connection->Send(message);
   }
 }

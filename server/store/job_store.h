@@ -94,6 +94,12 @@ class JobStore {
   // credential it is bound to (this one, or the one that came first).
   virtual absl::StatusOr<std::string> BindWorkerCredential(const std::string& worker_id,
                                                            const std::string& credential) = 0;
+
+  // A Python model's code (a serialized v1::CodeBundle) under its SHA-256: stored once
+  // however many jobs share it; storing a digest again does nothing.
+  virtual absl::Status PutCode(const std::string& sha256, const std::string& bundle) = 0;
+  // NOT_FOUND when no code is stored under the digest.
+  virtual absl::StatusOr<std::string> GetCode(const std::string& sha256) = 0;
 };
 
 }  // namespace stoke::server

@@ -305,4 +305,23 @@ absl::StatusOr<std::string> PostgresJobStore::BindWorkerCredential(const std::st
   return rows->Bytes(0, 0);
 }
 
+absl::Status PostgresJobStore::PutCode(const std::string& sha256, const std::string& bundle) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto rows = db_->Exec(
+      "INSERT INTO code_bundles (sha256, bundle) VALUES ($1, $2) ON CONFLICT (sha256) DO NOTHING",
+      PgParams().Text(sha256).Bytes(bundle));
+  return rows.status();
+}
+
+absl::StatusOr<std::string> PostgresJobStore::GetCode(const std::string& sha256) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto rows = db_->Exec("SELECT bundle FROM code_bundles WHERE sha256 = $1",
+                        PgParams().Text(sha256));
+  if (!rows.ok()) return rows.status();
+  if (rows->rows() == 0) {
+    return absl::NotFoundError(absl::StrCat("no code stored under sha256 ", sha256));
+  }
+  return rows->Bytes(0, 0);
+}
+
 }  // namespace stoke::server

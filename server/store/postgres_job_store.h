@@ -53,6 +53,8 @@ class PostgresJobStore final : public JobStore {
   absl::StatusOr<AuditPage> ListAudit(uint64_t before_id, uint32_t limit) override;
   absl::StatusOr<std::string> BindWorkerCredential(const std::string& worker_id,
                                                    const std::string& credential) override;
+  absl::Status PutCode(const std::string& sha256, const std::string& bundle) override;
+  absl::StatusOr<std::string> GetCode(const std::string& sha256) override;
 
  private:
   explicit PostgresJobStore(std::unique_ptr<PgConnection> db) : db_(std::move(db)) {}

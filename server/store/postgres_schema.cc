@@ -43,6 +43,12 @@ constexpr Migration kMigrations[] = {
         credential BYTEA NOT NULL
       );
     )sql"},
+    {2, "Python models' code by its SHA-256", R"sql(
+      CREATE TABLE code_bundles (
+        sha256 TEXT PRIMARY KEY,
+        bundle BYTEA NOT NULL
+      );
+    )sql"},
 };
 
 // Any fixed number; coordinators of one database agree on it.

@@ -9,7 +9,7 @@
 
 namespace stoke::server {
 
-inline constexpr int kPostgresSchemaVersion = 1;
+inline constexpr int kPostgresSchemaVersion = 2;
 
 // Brings the database to kPostgresSchemaVersion. Coordinators starting together on one
 // database take turns (an advisory lock held for the transaction). A database of a newer

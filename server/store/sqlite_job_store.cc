@@ -267,6 +267,23 @@ absl::Status SqliteJobStore::Migrate() {
       Exec("ROLLBACK").IgnoreError();
       return s;
     }
+    version = 2;
+  }
+  if (version == 2) {
+    // Version 3: Python models' code, by its SHA-256.
+    if (auto s = Exec(R"sql(
+      BEGIN;
+      CREATE TABLE IF NOT EXISTS code_bundles (
+        sha256 TEXT PRIMARY KEY,
+        bundle BLOB NOT NULL
+      );
+      PRAGMA user_version = 3;
+      COMMIT;
+    )sql");
+        !s.ok()) {
+      Exec("ROLLBACK").IgnoreError();
+      return s;
+    }
   }
   return absl::OkStatus();
 }
@@ -525,6 +542,30 @@ absl::StatusOr<std::string> SqliteJobStore::BindWorkerCredential(const std::stri
   Statement select(db_, "SELECT credential FROM worker_credentials WHERE worker_id = ?");
   select.BindText(1, worker_id);
   rc = select.Step();
+  if (rc != SQLITE_ROW) return Error(rc, sqlite3_errmsg(db_));
+  return select.ColumnBlob(0);
+}
+
+absl::Status SqliteJobStore::PutCode(const std::string& sha256, const std::string& bundle) {
+  std::lock_guard<std::mutex> lock(mu_);
+  Statement insert(db_,
+                   "INSERT INTO code_bundles(sha256, bundle) VALUES (?, ?) "
+                   "ON CONFLICT(sha256) DO NOTHING");
+  insert.BindText(1, sha256);
+  insert.BindBlob(2, bundle);
+  const int rc = insert.Step();
+  if (rc != SQLITE_DONE) return Error(rc, sqlite3_errmsg(db_));
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::string> SqliteJobStore::GetCode(const std::string& sha256) {
+  std::lock_guard<std::mutex> lock(mu_);
+  Statement select(db_, "SELECT bundle FROM code_bundles WHERE sha256 = ?");
+  select.BindText(1, sha256);
+  const int rc = select.Step();
+  if (rc == SQLITE_DONE) {
+    return absl::NotFoundError(absl::StrCat("no code stored under sha256 ", sha256));
+  }
   if (rc != SQLITE_ROW) return Error(rc, sqlite3_errmsg(db_));
   return select.ColumnBlob(0);
 }

@@ -24,7 +24,7 @@ class SqliteJobStore final : public JobStore {
     uint64_t max_size_bytes = 0;
   };
 
-  static constexpr int kSchemaVersion = 2;
+  static constexpr int kSchemaVersion = 3;
 
   // Opens (creating if need be) and checks the file: PRAGMA quick_check must pass, so a
   // damaged store is refused at start (DATA_LOSS naming it) rather than failing jobs later.
@@ -50,6 +50,8 @@ class SqliteJobStore final : public JobStore {
   absl::StatusOr<AuditPage> ListAudit(uint64_t before_id, uint32_t limit) override;
   absl::StatusOr<std::string> BindWorkerCredential(const std::string& worker_id,
                                                    const std::string& credential) override;
+  absl::Status PutCode(const std::string& sha256, const std::string& bundle) override;
+  absl::StatusOr<std::string> GetCode(const std::string& sha256) override;
 
  private:
   SqliteJobStore(sqlite3* db, std::string path) : db_(db), path_(std::move(path)) {}

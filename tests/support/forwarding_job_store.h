@@ -50,6 +50,12 @@ class ForwardingJobStore : public server::JobStore {
                                                    const std::string& credential) override {
     return inner_->BindWorkerCredential(worker_id, credential);
   }
+  absl::Status PutCode(const std::string& sha256, const std::string& bundle) override {
+    return inner_->PutCode(sha256, bundle);
+  }
+  absl::StatusOr<std::string> GetCode(const std::string& sha256) override {
+    return inner_->GetCode(sha256);
+  }
 
  private:
   std::unique_ptr<server::JobStore> inner_;

@@ -27,6 +27,31 @@ struct DeviceRef {
   }
 };
 
+// "cpu", "cpu:N", "cuda" or "cuda:N" (as DeviceRef::Label writes them); nullopt for
+// anything else.
+inline std::optional<DeviceRef> ParseDeviceLabel(const std::string& text) {
+  DeviceRef device;
+  size_t index_at = 0;
+  if (text == "cpu" || text.rfind("cpu:", 0) == 0) {
+    device.kind = DeviceKind::kCpu;
+    index_at = 4;
+  } else if (text == "cuda" || text.rfind("cuda:", 0) == 0) {
+    device.kind = DeviceKind::kCuda;
+    index_at = 5;
+  } else {
+    return std::nullopt;
+  }
+  if (index_at >= text.size()) return device;  // "cpu" / "cuda" alone: index 0
+  int index = 0;
+  for (size_t i = index_at; i < text.size(); ++i) {
+    if (text[i] < '0' || text[i] > '9' || index > 1024) return std::nullopt;
+    index = index * 10 + (text[i] - '0');
+  }
+  if (index > 1024) return std::nullopt;
+  device.index = index;
+  return device;
+}
+
 struct DeviceInfo {
   DeviceRef device;
   std::string name;
@@ -69,7 +94,8 @@ struct GptConfig {
   double dropout = 0.0;
 };
 
-enum class LossKind { kCrossEntropy, kMse };
+// kModel: the model computes its loss itself (a Python model's forward(inputs, targets)).
+enum class LossKind { kCrossEntropy, kMse, kModel };
 
 struct TorchScriptConfig {
   std::string path;
@@ -79,7 +105,29 @@ struct TorchScriptConfig {
   int64_t num_classes = 0;
 };
 
-using ModelConfig = std::variant<MlpConfig, CnnConfig, ResNetConfig, GptConfig, TorchScriptConfig>;
+// The user's own torch.nn.Module (worker/python/): `factory(**args)` from `module`,
+// imported from the folder the worker wrote the job's code into.
+struct PythonConfig {
+  std::string code_dir;  // the import root; the trainer process sets it
+  std::string module;
+  std::string factory = "build_model";
+  std::string args_json = "{}";  // the factory's keyword arguments, a JSON object
+  LossKind loss = LossKind::kCrossEntropy;
+  std::vector<int64_t> input_shape;   // one sample, for synthetic data
+  std::vector<int64_t> target_shape;  // one sample; empty: a class index
+  int64_t num_classes = 0;
+  std::string code_sha256;
+};
+
+using ModelConfig =
+    std::variant<MlpConfig, CnnConfig, ResNetConfig, GptConfig, TorchScriptConfig, PythonConfig>;
+
+// Models whose code is the user's (TorchScript, Python) train in a child process of the
+// worker: a crash in that code fails the job, not the worker.
+inline bool IsUserCode(const ModelConfig& model) {
+  return std::holds_alternative<TorchScriptConfig>(model) ||
+         std::holds_alternative<PythonConfig>(model);
+}
 
 struct SyntheticDataConfig {
   int64_t features = defaults::kSyntheticFeatures;
@@ -162,6 +210,9 @@ struct OptimizerConfig {
 
 enum class Precision { kAuto, kFp32, kBf16, kFp16 };
 
+// torch.compile of a Python model: kAuto compiles on GPUs (torch 2 and later).
+enum class CompileMode { kAuto, kOff, kOn, kMaxAutotune };
+
 // A performance switch; kDefault is what the engine picks for the model and device.
 enum class Toggle { kDefault, kOn, kOff };
 
@@ -197,6 +248,7 @@ struct TrainingConfig {
   Toggle channels_last = Toggle::kDefault;             // default: on for CNNs on CUDA
   Toggle cudnn_benchmark = Toggle::kDefault;           // default: on
   Toggle fused_kernels = Toggle::kDefault;             // default: on
+  CompileMode compile = CompileMode::kAuto;            // Python models
   LossScaleConfig loss_scale;                          // fp16 only
 };
 
@@ -288,6 +340,11 @@ struct StartupTimes {
   double batch_search_seconds = 0;
   // From taking the first step's batch to the device finishing the step.
   double first_step_seconds = 0;
+  // Python models: torch.compile's tracing and code generation (and the FLOP count),
+  // before the first step.
+  double compile_seconds = 0;
+  // User models: the trainer process's start (interpreter, LibTorch, the device).
+  double process_seconds = 0;
   std::chrono::steady_clock::time_point completed_at;
 };
 

@@ -109,12 +109,14 @@ DataPipeline OpenData(const TrainTask& task, torch::Device device, int64_t start
   files.cancel = cancel;
   if (const auto* given = std::get_if<SyntheticDataConfig>(&source)) {
     SyntheticDataConfig shaped = *given;
-    // A TorchScript model says what it takes; synthetic data follows.
-    if (const auto* ts = std::get_if<TorchScriptConfig>(&task.model)) {
-      if (!ts->input_shape.empty()) shaped.input_shape = ts->input_shape;
-      if (ts->loss == LossKind::kMse) shaped.regression_shape = ts->target_shape;
-      if (ts->num_classes > 0) shaped.num_classes = ts->num_classes;
-    }
+    // A TorchScript or Python model says what it takes; synthetic data follows.
+    auto follow = [&shaped](const auto& user) {
+      if (!user.input_shape.empty()) shaped.input_shape = user.input_shape;
+      if (user.loss == LossKind::kMse) shaped.regression_shape = user.target_shape;
+      if (user.num_classes > 0) shaped.num_classes = user.num_classes;
+    };
+    if (const auto* ts = std::get_if<TorchScriptConfig>(&task.model)) follow(*ts);
+    if (const auto* py = std::get_if<PythonConfig>(&task.model)) follow(*py);
     const SyntheticDataConfig* synthetic = &shaped;
     DataPipeline pipeline;
     // The same rule (seeded by the job's seed) labels training and held-out samples;

@@ -18,7 +18,7 @@ int64_t CheckedProduct(const std::vector<int64_t>& dims, const std::string& fiel
   for (int64_t d : dims) {
     if (d < 1 || __builtin_mul_overflow(product, d, &product) ||
         product > std::numeric_limits<int32_t>::max()) {
-      throw std::invalid_argument("model.torchscript." + field +
+      throw std::invalid_argument("the model's " + field +
                                   ": a sample of more than 2^31 elements, or a dimension below 1");
     }
   }

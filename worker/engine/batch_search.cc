@@ -12,6 +12,7 @@
 #include <string>
 
 #include "worker/common/byte_units.h"
+#include "worker/engine/fake_batch.h"
 #include "worker/engine/step_math.h"
 #include "worker/models/network.h"
 #include "worker/runtime/devices.h"
@@ -51,27 +52,6 @@ void ResetPeakMemory(const DeviceRef& device) {
 uint64_t PeakMemory(const DeviceRef& device) {
   if (device.kind == DeviceKind::kCuda) return ReadAllocatorStats(device).peak_allocated_bytes;
   return ProcKiB("/proc/self/status", "VmHWM:") * 1024;
-}
-
-torch::Tensor FakeInputs(const DataShape& shape, int64_t batch, const torch::Device& device) {
-  std::vector<int64_t> dims = {batch};
-  dims.insert(dims.end(), shape.sample.begin(), shape.sample.end());
-  if (shape.kind == DataShape::Kind::kTokens) {
-    return torch::randint(std::max<int64_t>(1, shape.vocab_size), dims,
-                          torch::TensorOptions().dtype(torch::kLong).device(device));
-  }
-  return torch::randn(dims, torch::TensorOptions().device(device));
-}
-
-torch::Tensor FakeTargets(const DataShape& shape, int64_t batch, const torch::Device& device,
-                          const torch::Tensor& outputs, LossKind loss) {
-  if (loss == LossKind::kMse) return torch::zeros_like(outputs, torch::kFloat32);
-  if (shape.kind == DataShape::Kind::kTokens) {
-    return torch::randint(std::max<int64_t>(1, shape.vocab_size), {batch, shape.sample.at(0)},
-                          torch::TensorOptions().dtype(torch::kLong).device(device));
-  }
-  return torch::randint(std::max<int64_t>(1, shape.num_classes), {batch},
-                        torch::TensorOptions().dtype(torch::kLong).device(device));
 }
 
 }  // namespace
@@ -160,21 +140,13 @@ BatchTrial MeasureBatch(Network& net, const DataShape& shape, const DeviceRef& d
       reserve = torch::empty({static_cast<int64_t>(reserve_bytes)},
                              torch::TensorOptions().dtype(torch::kUInt8).device(device));
     }
-    torch::Tensor inputs = FakeInputs(shape, batch, device);
-    if (channels_last && inputs.dim() == 4) {
-      inputs = inputs.contiguous(at::MemoryFormat::ChannelsLast);
-    }
+    // The MSE targets' shape comes from a forward pass outside autocast; the trial's own
+    // forward below is the one measured.
+    const FakeBatch fake = MakeFakeBatch(net, shape, batch, device, channels_last);
     torch::Tensor loss;
     {
       compat::AutocastScope scope(device.type(), fp16 ? torch::kHalf : torch::kBFloat16, autocast);
-      if (net.loss() == LossKind::kMse) {  // targets shaped like the outputs
-        torch::Tensor outputs = net.forward(inputs);
-        loss = ComputeLoss(outputs, FakeTargets(shape, batch, device, outputs, net.loss()),
-                           net.loss());
-      } else {
-        loss = TrainingLoss(net, inputs,
-                            FakeTargets(shape, batch, device, torch::Tensor(), net.loss()));
-      }
+      loss = TrainingLoss(net, fake.inputs, fake.targets);
     }
     loss.backward();
     trial.fits = true;

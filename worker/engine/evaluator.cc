@@ -21,6 +21,20 @@ std::optional<EvalResult> Evaluate(Network& net, EvalSet& eval, DataShape::Kind 
       return std::nullopt;
     }
     Batch batch = eval.Get(i);
+    if (net.loss() == LossKind::kModel) {
+      // The model computes its own loss (a sample mean): weighted by samples.
+      torch::Tensor loss;
+      {
+        compat::AutocastScope autocast(batch.inputs.device().type(), torch::kBFloat16, bf16);
+        loss = TrainingLoss(net, batch.inputs, batch.targets).to(torch::kFloat64);
+      }
+      const int64_t terms = batch.inputs.size(0);
+      loss = loss * static_cast<double>(terms);
+      loss_sum = loss_sum.defined() ? loss_sum + loss : loss;
+      loss_terms += terms;
+      samples += terms;
+      continue;
+    }
     torch::Tensor outputs;
     {
       compat::AutocastScope autocast(batch.inputs.device().type(), torch::kBFloat16, bf16);

@@ -2,6 +2,7 @@
 
 #include <torch/torch.h>
 
+#include <cmath>
 #include <stdexcept>
 #include <string>
 
@@ -160,6 +161,41 @@ void StepRunner::CaptureOrFallBack(std::vector<Batch> micro_batches) {
   }
 }
 
+bool StepRunner::ReplayMatchesEager() {
+  torch::Tensor eager;
+  {
+    // With gradients on, as a training step runs it (a compiled forward is not compiled
+    // again for no_grad); nothing is kept of it but the loss. Buffers (batch norm's
+    // running statistics) go back to what the replay will start from.
+    std::vector<torch::Tensor> saved;
+    for (const auto& b : parts_.net->buffers()) saved.push_back(b.clone());
+    {
+      compat::AutocastScope autocast(parts_.device.type(), parts_.autocast_dtype, parts_.autocast);
+      eager = TrainingLoss(*parts_.net, static_batches_[0].inputs, static_batches_[0].targets)
+                  .detach()
+                  .to(torch::kFloat64);
+    }
+    torch::NoGradGuard no_grad;
+    size_t i = 0;
+    for (auto& b : parts_.net->buffers()) b.copy_(saved[i++]);
+    ResetGrads();
+  }
+  graph_->Replay();
+  // One host read, once per run.
+  const double expected = eager.item<double>();
+  const double replayed = static_losses_[0].to(torch::kFloat64).item<double>();
+  if (std::isfinite(replayed) && std::abs(replayed - expected) <= 0.05 * std::abs(expected) + 1e-3) {
+    return true;
+  }
+  log_("CUDA graph check failed: the replayed step's loss " + std::to_string(replayed) +
+       " is not the eager forward pass's " + std::to_string(expected) +
+       " on the same batch (the forward depends on something the capture froze); training "
+       "on eagerly (that one step used the replay's gradients)");
+  graphed_ = false;
+  want_graph_ = false;
+  return false;
+}
+
 std::vector<torch::Tensor> StepRunner::Run(std::vector<Batch> micro_batches) {
   ++steps_run_;
   if (graphed_) {
@@ -187,7 +223,12 @@ std::vector<torch::Tensor> StepRunner::Run(std::vector<Batch> micro_batches) {
     static_batches_.clear();
     return RunEager(batches);
   }
-  graph_->Replay();  // capture recorded the step without running it
+  // Capture recorded the step without running it.
+  if (parts_.verify_capture) {
+    ReplayMatchesEager();
+    return static_losses_;
+  }
+  graph_->Replay();
   return static_losses_;
 }
 

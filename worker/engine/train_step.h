@@ -39,6 +39,9 @@ struct StepParts {
   // makes and drops around each step; none: the layers cast for themselves. The caller
   // installs it (RunTraining does, for the whole run): the layers find it there.
   StepContext* context = nullptr;
+  // The user's code (Python models): the first replay of a captured step is checked
+  // against an eager forward pass on the same batch, and a mismatch goes back to eager.
+  bool verify_capture = false;
 };
 
 // Whether an optimizer step can be captured: it must read no value from the host that
@@ -70,6 +73,10 @@ class StepRunner {
   std::vector<torch::Tensor> RunEager(const std::vector<Batch>& micro_batches);
   void ResetGrads();
   void CaptureOrFallBack(std::vector<Batch> micro_batches);
+  // Replays the just-captured step after an eager forward pass on its first batch, with
+  // the same weights; false (and logged) when their losses differ by more than 5% (plus
+  // 1e-3): the capture froze something the forward computes differently each time.
+  bool ReplayMatchesEager();
 
   StepParts parts_;
   // fp16: an optimizer that can skips an overflowing step on the device (the fused

@@ -14,6 +14,7 @@
 
 #include "absl/status/status.h"
 #include "worker/common/status_error.h"
+#include "worker/common/user_code_error.h"
 #include "worker/engine/evaluator.h"
 #include "worker/engine/step_math.h"
 #include "worker/engine/training_run.h"
@@ -60,13 +61,23 @@ std::string OutOfMemoryMessage(const std::string& where, const std::string& deta
 
 // How a run that threw ended: what went wrong as a status code, from which whether
 // another attempt may succeed follows (IsRetryable), and a message naming the step.
-TrainOutcome FailureOf(std::exception_ptr error, uint64_t step) {
+// `first_step`: the run's first step (0 while it was being built).
+TrainOutcome FailureOf(std::exception_ptr error, uint64_t step, uint64_t first_step,
+                       TrainingObserver& observer) {
   const std::string at_step = "at step " + std::to_string(step);
   const std::string where = step == 0 ? "while building the model and its data" : at_step;
   absl::StatusCode code = absl::StatusCode::kUnknown;
   std::string message;
   try {
     std::rethrow_exception(std::move(error));
+  } catch (const UserCodeError& e) {
+    // The user's traceback goes to the job's log; the message says where. Raised while
+    // building or at the run's first step it would be raised again by another attempt.
+    std::istringstream lines(e.traceback());
+    for (std::string line; std::getline(lines, line);) observer.OnLog(line);
+    message = std::string(e.what()) + " (" + where + ")";
+    const bool deterministic = step == 0 || step <= first_step;
+    code = deterministic ? absl::StatusCode::kInvalidArgument : absl::StatusCode::kUnknown;
   } catch (const StatusError& e) {
     // Carries its own code: a data path not mounted yet is retried, a bad file is not.
     code = e.code();
@@ -239,8 +250,11 @@ TrainOutcome RunTraining(const TrainTask& task, const DeviceRef& device_ref,
                          TrainingObserver& observer, const std::atomic<bool>& cancel,
                          const TrainingProbe& probe) {
   uint64_t step = 0;
+  uint64_t first_step = 0;
   try {
-    std::unique_ptr<TrainingRun> run = BuildTrainingRun(task, device_ref, observer, cancel);
+    std::unique_ptr<TrainingRun> run =
+        BuildTrainingRun(task, device_ref, observer, cancel, probe.build_network);
+    first_step = run->first_step;
     // Steps, evaluation and checkpoints all run under the run's step context.
     const StepContextScope context(run->context.get());
     return Loop(*run, observer, cancel, probe, step);
@@ -252,7 +266,7 @@ TrainOutcome RunTraining(const TrainTask& task, const DeviceRef& device_ref,
                                                   ? "cancelled while preparing the run"
                                                   : "cancelled at step " + std::to_string(step)};
     }
-    return FailureOf(std::current_exception(), step);
+    return FailureOf(std::current_exception(), step, first_step, observer);
   }
 }
 

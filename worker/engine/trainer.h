@@ -6,8 +6,11 @@
 
 #include <atomic>
 #include <functional>
+#include <memory>
 #include <vector>
 
+#include "formats/read_options.h"
+#include "worker/common/data_shape.h"
 #include "worker/common/task.h"
 
 namespace at {
@@ -16,12 +19,21 @@ class Tensor;
 
 namespace stoke::worker {
 
+class Network;
+
+// Builds the network a task names for its data (models/model_factory.h's BuildNetwork, or
+// the trainer process's, which adds Python models).
+using NetworkBuilder = std::function<std::shared_ptr<Network>(
+    const ModelConfig&, const DataShape&, const data::ReadOptions&)>;
+
 // What tests and benchmarks may look at as training ends.
 struct TrainingProbe {
   // Called with the model's parameters (on the device) after the last step.
   std::function<void(const std::vector<at::Tensor>&)> on_finished;
   // Called before each optimizer step with its number (from 1).
   std::function<void(uint64_t step)> before_step;
+  // Builds the model; unset: BuildNetwork.
+  NetworkBuilder build_network;
 };
 
 // Returns how the training ended. `cancel` is checked before every step. Errors from

@@ -9,6 +9,7 @@
 #include <variant>
 
 #include "worker/engine/batch_search.h"
+#include "worker/engine/fake_batch.h"
 #include "worker/engine/optimizers.h"
 #include "worker/engine/trainer.h"
 #include "worker/models/model_factory.h"
@@ -91,7 +92,7 @@ Layout PrepareNetwork(Network& net, const TrainTask& task, const torch::Device& 
 // attempt of the job saved. Several ranks take rank 0's choice.
 void ChooseBatchSize(TrainTask& task, const DeviceRef& device_ref, const torch::Device& device,
                      const MathChoice& math, Communicator* communicator, TrainingObserver& observer,
-                     const std::atomic<bool>& cancel) {
+                     const std::atomic<bool>& cancel, const NetworkBuilder& build_network) {
   auto& t = task.training;
   const std::string saved_path = task.job_dir.empty() ? "" : task.job_dir + "/auto-batch";
   int64_t chosen[2] = {0, 1};  // batch, micro-steps
@@ -110,7 +111,8 @@ void ChooseBatchSize(TrainTask& task, const DeviceRef& device_ref, const torch::
     const DataPipeline probe_data = OpenData(probe_task, device, 0, &cancel);
     const DataShape shape = probe_data.train->Shape();
     const int64_t samples_per_rank = probe_data.train->BatchesPerEpoch();
-    std::shared_ptr<Network> net = BuildNetwork(task.model, shape, ModelFiles(task));
+    // Uncompiled: a compiled model would compile again for every batch size tried.
+    std::shared_ptr<Network> net = build_network(task.model, shape, ModelFiles(task));
     net->to(device);
     const Layout layout = PrepareNetwork(*net, task, device);
     const uint64_t reserve = OptimizerStateBytes(task.optimizer, *net);
@@ -171,12 +173,31 @@ std::string Describe(const TrainTask& task, Network& net, const DeviceInfo& devi
   return out.str();
 }
 
+// torch.compile as training.compile asks, then the model's one-time work (its FLOP count,
+// the compile itself) on a batch of the training shape, before anything is timed.
+void PreparePythonModel(TrainingRun& r, TrainingObserver& observer) {
+  Network& net = *r.net;
+  const std::string compile = net.SetCompile(r.task.training.compile, r.device.is_cuda());
+  if (!compile.empty()) observer.OnLog("model.python: " + compile);
+  const FakeBatch fake = MakeFakeBatch(net, r.shape, r.task.training.batch_size, r.device,
+                                       r.layout.channels_last);
+  Network::Preparation prepared;
+  {
+    compat::AutocastScope autocast(r.device.type(), r.math.dtype, r.math.autocast);
+    prepared = net.Prepare(fake.inputs, fake.targets);
+  }
+  r.startup.compile_seconds = prepared.compile_seconds;
+  if (!prepared.note.empty()) observer.OnLog("model.python: " + prepared.note);
+}
+
 }  // namespace
 
 std::unique_ptr<TrainingRun> BuildTrainingRun(const TrainTask& job_task,
                                               const DeviceRef& device_ref,
                                               TrainingObserver& observer,
-                                              const std::atomic<bool>& cancel) {
+                                              const std::atomic<bool>& cancel,
+                                              const NetworkBuilder& given_builder) {
+  const NetworkBuilder build_network = given_builder ? given_builder : NetworkBuilder(BuildNetwork);
   auto run = std::make_unique<TrainingRun>();
   TrainingRun& r = *run;
   r.task = job_task;
@@ -199,7 +220,8 @@ std::unique_ptr<TrainingRun> BuildTrainingRun(const TrainTask& job_task,
   if (task.training.batch_size_auto) {
     const auto search_began = std::chrono::steady_clock::now();
     torch::manual_seed(task.training.seed);
-    ChooseBatchSize(task, device_ref, device, math, r.communicator.get(), observer, cancel);
+    ChooseBatchSize(task, device_ref, device, math, r.communicator.get(), observer, cancel,
+                    build_network);
     r.startup.batch_search_seconds = SecondsSince(search_began);
   }
   const auto& t = task.training;
@@ -217,7 +239,7 @@ std::unique_ptr<TrainingRun> BuildTrainingRun(const TrainTask& job_task,
   r.shape = r.data.train->Shape();
   r.startup.data_seconds = SecondsSince(data_began);
   const auto model_began = std::chrono::steady_clock::now();
-  r.net = BuildNetwork(task.model, r.shape, ModelFiles(task));
+  r.net = build_network(task.model, r.shape, ModelFiles(task));
   Network& net = *r.net;
   net.to(device);
   if (Resolve(t.activation_checkpointing, false) && !net.SupportsActivationCheckpointing()) {
@@ -227,6 +249,7 @@ std::unique_ptr<TrainingRun> BuildTrainingRun(const TrainTask& job_task,
   // Image batches come out of their preparation in the layout the network takes.
   r.data.train->SetImagesChannelsLast(r.layout.channels_last);
   r.data.eval->SetImagesChannelsLast(r.layout.channels_last);
+  if (std::holds_alternative<PythonConfig>(task.model)) PreparePythonModel(r, observer);
   r.parameters = net.parameters();
   r.optimizer = MakeOptimizer(task.optimizer, r.parameters, device);
   if (math.loss_scaling) r.scaler = std::make_unique<LossScaler>(t.loss_scale, device);
@@ -273,8 +296,10 @@ std::unique_ptr<TrainingRun> BuildTrainingRun(const TrainTask& job_task,
   parts.autocast_dtype = math.dtype;
   parts.channels_last = r.layout.channels_last;
   parts.context = r.context.get();
-  // TorchScript modules are the user's code: their forward may branch on host state
-  // that a captured graph would freeze, so they are captured only when asked.
+  parts.verify_capture = std::holds_alternative<PythonConfig>(task.model);
+  // TorchScript modules may branch on host state that a captured graph would freeze, so
+  // they are captured only when asked. Python models are captured by default, and the
+  // capture is checked against an eager forward pass (StepParts::verify_capture).
   const bool user_code = std::holds_alternative<TorchScriptConfig>(task.model);
   bool graph = device.is_cuda() && Resolve(t.cuda_graph, !user_code);
   if (device.is_cuda() && user_code && t.cuda_graph == Toggle::kDefault) {

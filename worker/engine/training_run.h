@@ -23,6 +23,7 @@
 #include "worker/engine/metric_window.h"
 #include "worker/engine/optimizer.h"
 #include "worker/engine/train_step.h"
+#include "worker/engine/trainer.h"
 #include "worker/models/network.h"
 #include "worker/ops/step_context.h"
 
@@ -79,8 +80,11 @@ struct TrainingRun {
 // Builds the run, logging what it chose through the observer (the batch search, the
 // model and its settings, a resumed checkpoint, the ranks). Throws as RunTraining
 // describes. Reading the data looks at `cancel` between pieces.
+// `build_network` builds the model (BuildNetwork when unset; the trainer process passes
+// one that builds Python models too).
 std::unique_ptr<TrainingRun> BuildTrainingRun(const TrainTask& task, const DeviceRef& device,
                                               TrainingObserver& observer,
-                                              const std::atomic<bool>& cancel);
+                                              const std::atomic<bool>& cancel,
+                                              const NetworkBuilder& build_network = {});
 
 }  // namespace stoke::worker

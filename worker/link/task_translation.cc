@@ -2,6 +2,8 @@
 // (spec/job_defaults.h): the coordinator fills a submitted spec from the same table.
 #include "worker/link/task_translation.h"
 
+#include <google/protobuf/util/json_util.h>
+
 #include <variant>
 
 #include "absl/strings/str_cat.h"
@@ -69,6 +71,28 @@ absl::StatusOr<ModelConfig> ModelFrom(const v1::ModelSpec& spec) {
       config.input_shape = Dims(ts.input_shape());
       config.target_shape = Dims(ts.target_shape());
       config.num_classes = ts.num_classes();
+      return ModelConfig{config};
+    }
+    case v1::ModelSpec::kPython: {
+      const auto& py = spec.python();
+      PythonConfig config;
+      config.module = py.module();
+      if (!py.factory().empty()) config.factory = py.factory();
+      if (py.has_args()) {
+        // Plain JSON: json.loads in the trainer gives the factory its keyword arguments
+        // (whole numbers are printed without a fraction, so they arrive as ints).
+        config.args_json.clear();  // it would be appended to
+        if (!google::protobuf::util::MessageToJsonString(py.args(), &config.args_json).ok()) {
+          return absl::InvalidArgumentError("model.python.args: not a mapping of plain values");
+        }
+      }
+      config.loss = py.loss() == v1::LOSS_MSE     ? LossKind::kMse
+                    : py.loss() == v1::LOSS_MODEL ? LossKind::kModel
+                                                  : LossKind::kCrossEntropy;
+      config.input_shape = Dims(py.input_shape());
+      config.target_shape = Dims(py.target_shape());
+      config.num_classes = py.num_classes();
+      config.code_sha256 = py.code_sha256();
       return ModelConfig{config};
     }
     default:
@@ -172,6 +196,19 @@ Precision PrecisionFrom(v1::Precision p) {
   }
 }
 
+CompileMode CompileFrom(v1::Compile c) {
+  switch (c) {
+    case v1::COMPILE_OFF:
+      return CompileMode::kOff;
+    case v1::COMPILE_ON:
+      return CompileMode::kOn;
+    case v1::COMPILE_MAX_AUTOTUNE:
+      return CompileMode::kMaxAutotune;
+    default:
+      return CompileMode::kAuto;
+  }
+}
+
 Toggle ToggleFrom(v1::Switch s) {
   switch (s) {
     case v1::SWITCH_ON:
@@ -227,6 +264,7 @@ absl::StatusOr<TrainTask> TaskFromAssignment(const v1::Assignment& a) {
   task.training.channels_last = ToggleFrom(t.channels_last());
   task.training.cudnn_benchmark = ToggleFrom(t.cudnn_benchmark());
   task.training.fused_kernels = ToggleFrom(t.fused_kernels());
+  task.training.compile = CompileFrom(t.compile());
   if (t.loss_scale().initial() > 0) task.training.loss_scale.initial = t.loss_scale().initial();
   if (t.loss_scale().growth_interval() > 0) {
     task.training.loss_scale.growth_interval = t.loss_scale().growth_interval();
@@ -287,6 +325,38 @@ v1::MetricSample ToProto(const MetricSample& s) {
     eval->set_accuracy(s.eval->accuracy);
     eval->set_perplexity(s.eval->perplexity);
     eval->set_samples(s.eval->samples);
+  }
+  return out;
+}
+
+MetricSample FromProto(const v1::MetricSample& s) {
+  MetricSample out;
+  out.step = s.step();
+  out.total_steps = s.total_steps();
+  out.epoch = s.epoch();
+  out.loss = s.loss();
+  out.samples_per_second = s.samples_per_second();
+  out.learning_rate = s.learning_rate();
+  out.elapsed_seconds = s.elapsed_seconds();
+  out.data_wait_ratio = s.data_wait_ratio();
+  out.comm_wait_ratio = s.comm_wait_ratio();
+  out.step_seconds = s.step_seconds();
+  out.tokens_per_second = s.tokens_per_second();
+  out.achieved_flops = s.achieved_flops();
+  out.mfu = s.mfu();
+  out.memory_allocated_bytes = s.memory_allocated_bytes();
+  out.memory_reserved_bytes = s.memory_reserved_bytes();
+  out.memory_peak_bytes = s.memory_peak_bytes();
+  out.allocator_retries = s.allocator_retries();
+  out.skipped_steps = s.skipped_steps();
+  out.loss_scale = s.loss_scale();
+  if (s.has_eval()) {
+    EvalResult eval;
+    eval.loss = s.eval().loss();
+    eval.accuracy = s.eval().accuracy();
+    eval.perplexity = s.eval().perplexity();
+    eval.samples = s.eval().samples();
+    out.eval = eval;
   }
   return out;
 }

@@ -12,6 +12,7 @@ namespace stoke::worker {
 absl::StatusOr<TrainTask> TaskFromAssignment(const v1::Assignment& assignment);
 
 v1::MetricSample ToProto(const MetricSample& sample);
+MetricSample FromProto(const v1::MetricSample& sample);
 v1::Device ToProto(const DeviceInfo& info);
 v1::DeviceStats ToProto(const DeviceStats& stats);
 v1::TaskOutcome ToProto(TrainOutcome::Kind kind);

@@ -26,8 +26,12 @@ std::string DescribeStartup(const v1::WorkerStartup& startup) {
     return std::string(text);
   };
   std::string line = "first training step done " + seconds(startup.seconds()) +
-                     " after the assignment (data " + seconds(startup.data_seconds()) + ", model " +
-                     seconds(startup.model_seconds());
+                     " after the assignment (";
+  if (startup.process_seconds() > 0) {
+    line += "training process " + seconds(startup.process_seconds()) + ", ";
+  }
+  line += "data " + seconds(startup.data_seconds()) + ", model " + seconds(startup.model_seconds());
+  if (startup.compile_seconds() > 0) line += ", compile " + seconds(startup.compile_seconds());
   if (startup.batch_search_seconds() > 0) {
     line += ", batch search " + seconds(startup.batch_search_seconds());
   }
@@ -181,6 +185,8 @@ class WorkerAgent::Observer final : public TrainingObserver {
     startup.set_model_seconds(times.model_seconds);
     startup.set_batch_search_seconds(times.batch_search_seconds);
     startup.set_first_step_seconds(times.first_step_seconds);
+    startup.set_compile_seconds(times.compile_seconds);
+    startup.set_process_seconds(times.process_seconds);
     OnLog(DescribeStartup(startup));
     outbox_.AddStartup(job_, attempt_, startup);
   }
@@ -478,7 +484,7 @@ void WorkerAgent::StartTask(const v1::Assignment& assignment) {
       spdlog::info("job {} attempt {}: rank {} of {} starting", task->job_id, task->attempt,
                    task->rank, task->world_size);
       Observer observer(*this, task->job_id, task->attempt, assigned_at);
-      TrainOutcome outcome = train_(*task, observer, task_cancel_);
+      TrainOutcome outcome = train_(assignment, *task, observer, task_cancel_);
       spdlog::info("job {} attempt {}: {}", task->job_id, task->attempt, outcome.message);
       finished->set_outcome(ToProto(outcome.kind));
       finished->set_message(outcome.message);

@@ -26,8 +26,9 @@
 
 namespace stoke::worker {
 
-using TrainFunction =
-    std::function<TrainOutcome(const TrainTask&, TrainingObserver&, const std::atomic<bool>&)>;
+// Trains one assignment (as its translated task) to its end.
+using TrainFunction = std::function<TrainOutcome(const v1::Assignment&, const TrainTask&,
+                                                 TrainingObserver&, const std::atomic<bool>&)>;
 
 class WorkerAgent {
  public:

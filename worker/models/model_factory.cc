@@ -136,6 +136,11 @@ struct Builder {
     Product(config.target_shape, "model.torchscript.target_shape");
     return std::make_shared<TorchScriptModelImpl>(config, files);
   }
+  std::shared_ptr<Network> operator()(const PythonConfig&) const {
+    throw std::invalid_argument(
+        "model.python: Python models are built in the trainer process (stoke-trainer), "
+        "which embeds Python");
+  }
 };
 
 }  // namespace

@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <optional>
 #include <stdexcept>
+#include <string>
 #include <vector>
 
 #include "worker/common/data_shape.h"
@@ -54,6 +55,30 @@ class Network : public torch::nn::Module {
     checkpoint_blocks_ = on;
   }
   virtual bool SupportsActivationCheckpointing() const { return false; }
+
+  // torch.compile, for models that can compile themselves (Python models), from the next
+  // training call on. Returns what was chosen, for the job's log ("" when nothing
+  // applies). Throws std::invalid_argument for a compile asked for that cannot be done.
+  virtual std::string SetCompile(CompileMode mode, bool cuda) {
+    (void)mode;
+    (void)cuda;
+    return "";
+  }
+
+  struct Preparation {
+    double compile_seconds = 0;
+    std::string note;  // for the job's log; empty: nothing was done
+  };
+  // The one-time work of a model's first calls (a Python model's FLOP count and its
+  // torch.compile), done once on the device before the first step, under the step's
+  // autocast, on a batch shaped like the training batches: so that it is neither timed
+  // as a step nor recorded in a CUDA graph. Training starts after it as it would have
+  // without it (buffers, gradients and random generators as they were).
+  virtual Preparation Prepare(const torch::Tensor& inputs, const torch::Tensor& targets) {
+    (void)inputs;
+    (void)targets;
+    return {};
+  }
 
  protected:
   // Read by forward(): run each block through CheckpointedForward.

@@ -16,6 +16,7 @@ from stoke.errors import StokeError, error_from_rpc
 from stoke.events import Event
 from stoke.job import Job
 from stoke.job_spec import SpecLike, load_job_spec
+from stoke.model_code import read_code
 from stoke.states import StateLike, parse_states
 from stoke.v1 import coordinator_pb2, coordinator_pb2_grpc
 from stoke.watch import WatchTarget, resumable_watch
@@ -160,7 +161,11 @@ class Client:
             InvalidSpec: the spec is malformed; ``error.field`` names the field
                 (``spec.training.batch_size``), locally or as the coordinator reported it.
         """
-        request = coordinator_pb2.SubmitJobRequest(spec=load_job_spec(spec))
+        message = load_job_spec(spec)
+        request = coordinator_pb2.SubmitJobRequest(spec=message)
+        if message.model.WhichOneof("kind") == "python":
+            # The model's code travels with the job (model.python.file, read here).
+            request.code.CopyFrom(read_code(message.model.python.file))
         response = self._unary(self._stub.SubmitJob, request, spec=True)
         return Job(self, response.job)
 

@@ -142,6 +142,12 @@ class _SpecWalker:
 
     def single(self, value: Any, field: FieldDescriptor, path: str, line: Optional[int]) -> Any:
         if field.type == FieldDescriptor.TYPE_MESSAGE:
+            if field.message_type.full_name == "google.protobuf.Struct":
+                if value is None:
+                    return {}
+                if not isinstance(value, Mapping):
+                    raise self._error(path, line, f"expected a mapping, got {_describe(value)}")
+                return self._plain(value, path, line)
             return self.message(value, field.message_type, path, line)
         if field.type == FieldDescriptor.TYPE_ENUM:
             return self._enum(value, field.enum_type, path, line)
@@ -169,6 +175,16 @@ class _SpecWalker:
                 return str(value)
             raise self._error(path, line, f"expected a string, got {_describe(value)}")
         raise self._error(path, line, "unsupported field type")
+
+    def _plain(self, value: Any, path: str, line: Optional[int]) -> Any:
+        """A mapping of plain values (model.python.args), as JSON holds them."""
+        if isinstance(value, Mapping):
+            return {str(k): self._plain(v, f"{path}.{k}", line) for k, v in value.items()}
+        if isinstance(value, (list, tuple)):
+            return [self._plain(v, f"{path}[{i}]", line) for i, v in enumerate(value)]
+        if value is None or isinstance(value, (bool, int, float, str)):
+            return value
+        raise self._error(path, line, f"expected a plain value, got {_describe(value)}")
 
     def _enum(self, value: Any, enum: EnumDescriptor, path: str, line: Optional[int]) -> str:
         if isinstance(value, bool):  # a Switch written as True / False in Python
@@ -319,6 +335,8 @@ def resolve_relative_paths(spec: job_spec_pb2.JobSpec, base_dir: Union[str, "os.
         data.tokens.val_path = resolve(data.tokens.val_path)
     if spec.model.WhichOneof("kind") == "torchscript":
         spec.model.torchscript.path = resolve(spec.model.torchscript.path)
+    if spec.model.WhichOneof("kind") == "python":
+        spec.model.python.file = resolve(spec.model.python.file)
 
 
 def parse_job_spec(

@@ -1,0 +1,156 @@
+// A user's own nn.Module through the `stoke` CLI, as a team would bring one: the code
+// travels with the job, trains on a local CPU worker, and a crash in it fails that job
+// while the worker serves the next. Real coordinator, worker and training processes.
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <fstream>
+#include <thread>
+
+#include "tests/support/coordinator_process.h"
+#include "tests/support/subprocess.h"
+#include "tests/support/temp_dir.h"
+#include "tests/support/wait.h"
+
+namespace stoke::testing {
+namespace {
+
+constexpr const char* kModel = R"PY(
+import os, signal
+import torch
+from torch import nn
+
+class Net(nn.Module):
+    def __init__(self, width=32, crash_at=0):
+        super().__init__()
+        self.a, self.b = nn.Linear(16, width), nn.Linear(width, 4)
+        self.calls, self.crash_at = 0, crash_at
+
+    def forward(self, x):
+        if self.training:
+            self.calls += 1
+            if self.calls == self.crash_at:
+                os.kill(os.getpid(), signal.SIGSEGV)
+        return self.b(torch.relu(self.a(x)))
+
+def build_model(**args):
+    return Net(**args)
+)PY";
+
+class PythonModelsTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() { dir_ = new TempDir(); }
+  static void TearDownTestSuite() {
+    delete coordinator_;
+    delete dir_;
+  }
+  void SetUp() override {
+    if (!coordinator_) {
+      CoordinatorProcess::Options options{dir_->path()};
+      options.local_workers = "cpu:1";
+      coordinator_ = CoordinatorProcess::Start(options).release();
+    }
+    ASSERT_NE(coordinator_, nullptr);
+    std::ofstream(files_.File("model.py")) << kModel;
+  }
+
+  // A job file beside model.py, naming it relatively, as a user writes one.
+  std::string JobFile(const std::string& args, int steps, const std::string& extra = "") {
+    const std::string path = files_.File("job.yaml");
+    std::ofstream(path) << "name: own-model\nmodel:\n  python:\n    file: model.py\n    args: "
+                        << args << "\ndata:\n  synthetic: {features: 16, num_classes: 4}\n"
+                        << "training:\n  steps: " << steps
+                        << "\n  batch_size: 32\nmetrics:\n  interval_steps: 10\n"
+                        << extra;
+    return path;
+  }
+
+  CommandResult Stoke(std::vector<std::string> args, const std::string& address = "") {
+    args.insert(args.begin(), {STOKE_CLI_BINARY, "--address",
+                               address.empty() ? coordinator_->address() : address});
+    return RunCommand(args);
+  }
+
+  static std::string IdOf(const CommandResult& submit) {
+    return submit.out.substr(0, submit.out.find('\n'));
+  }
+
+  static TempDir* dir_;
+  static CoordinatorProcess* coordinator_;
+  TempDir files_;
+};
+
+TempDir* PythonModelsTest::dir_ = nullptr;
+CoordinatorProcess* PythonModelsTest::coordinator_ = nullptr;
+
+TEST_F(PythonModelsTest, SubmittedWithItsCodeItTrainsAndTheJobNamesTheCode) {
+  const CommandResult submit = Stoke({"submit", JobFile("{width: 48}", 60), "--watch"});
+  ASSERT_EQ(submit.exit_code, 0) << submit.out << submit.err << coordinator_->Log();
+  auto job = coordinator_->client().GetJob(IdOf(submit));
+  ASSERT_TRUE(job.ok()) << job.status();
+  EXPECT_EQ(job->state(), v1::JOB_STATE_SUCCEEDED) << job->message();
+  const auto& python = job->spec().model().python();
+  EXPECT_EQ(python.module(), "model");
+  EXPECT_EQ(python.factory(), "build_model");
+  EXPECT_EQ(python.code_sha256().size(), 64u);
+  EXPECT_EQ(python.code_bytes(), std::string(kModel).size());
+  EXPECT_EQ(python.args().fields().at("width").number_value(), 48);
+  EXPECT_GT(job->latest_eval().eval().accuracy(), 0.4);
+  const CommandResult status = Stoke({"status", job->id()});
+  EXPECT_NE(status.out.find("model.build_model, code sha256 " + python.code_sha256()),
+            std::string::npos)
+      << status.out;
+}
+
+TEST_F(PythonModelsTest, CrashFailsTheJobNamingTheSignalAndTheWorkerServesTheNext) {
+  const CommandResult crash =
+      Stoke({"submit", JobFile("{crash_at: 4}", 40, "max_restarts: 0\n"), "--watch"});
+  EXPECT_EQ(crash.exit_code, 1) << crash.out << crash.err;
+  auto failed = coordinator_->client().GetJob(IdOf(crash));
+  ASSERT_TRUE(failed.ok()) << failed.status();
+  EXPECT_EQ(failed->state(), v1::JOB_STATE_FAILED);
+  EXPECT_NE(failed->message().find("the training process died: signal 11 (Segmentation fault) "
+                                   "at step 4"),
+            std::string::npos)
+      << failed->message();
+
+  // The same (only) worker takes the next job at once: it never went down.
+  const CommandResult next = Stoke({"submit", JobFile("{}", 20)});
+  ASSERT_EQ(next.exit_code, 0) << next.err;
+  const std::string id = IdOf(next);
+  ASSERT_TRUE(WaitFor(
+      [&] {
+        auto job = coordinator_->client().GetJob(id);
+        return job.ok() && job->state() == v1::JOB_STATE_SUCCEEDED;
+      },
+      std::chrono::seconds(60)))
+      << coordinator_->Log();
+  auto succeeded = coordinator_->client().GetJob(id);
+  const double idle_seconds = static_cast<double>(succeeded->start_time().seconds() -
+                                                  failed->end_time().seconds());
+  EXPECT_LE(idle_seconds, 5.0);
+}
+
+TEST_F(PythonModelsTest, CodeOverTheLimitIsRefusedBeforeAnythingIsSent) {
+  std::ofstream(files_.File("model.py")) << kModel << "\n# " << std::string(9 << 20, 'x') << "\n";
+  const CommandResult submit = Stoke({"submit", JobFile("{}", 10)});
+  EXPECT_EQ(submit.exit_code, 2) << submit.out;
+  EXPECT_NE(submit.err.find("model.python.file"), std::string::npos) << submit.err;
+  EXPECT_NE(submit.err.find("data root"), std::string::npos) << submit.err;
+}
+
+TEST_F(PythonModelsTest, CoordinatorWithPythonModelsOffRefusesThem) {
+  TempDir data;
+  CoordinatorProcess::Options options{data.path()};
+  options.local_workers = "0";
+  options.extra_args.push_back("--python-models");
+  options.extra_args.push_back("off");
+  auto closed = CoordinatorProcess::Start(options);
+  ASSERT_NE(closed, nullptr);
+  const CommandResult submit = Stoke({"submit", JobFile("{}", 10)}, closed->address());
+  EXPECT_EQ(submit.exit_code, 7) << submit.out << submit.err;
+  EXPECT_NE(submit.err.find("--python-models off"), std::string::npos) << submit.err;
+}
+
+}  // namespace
+}  // namespace stoke::testing

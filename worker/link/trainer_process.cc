@@ -1,0 +1,470 @@
+#include "worker/link/trainer_process.h"
+
+#include <fcntl.h>
+#include <grp.h>
+#include <poll.h>
+#include <pwd.h>
+#include <signal.h>
+#include <sys/mman.h>
+#include <sys/prctl.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <deque>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "spec/code_bundle.h"
+#include "stoke/v1/trainer.pb.h"
+#include "worker/common/files.h"
+#include "worker/link/frames.h"
+#include "worker/link/task_translation.h"
+
+extern char** environ;
+
+namespace stoke::worker {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// The variables a trainer keeps from the worker's environment: where programs, libraries
+// and Python packages are, the device and library switches, locale and time. Nothing
+// else: tokens, keys and addresses the worker was given stay with the worker.
+bool Inherited(const std::string& name) {
+  static const char* const kExact[] = {"PATH",       "LANG",       "TZ",         "TMPDIR",
+                                       "LD_LIBRARY_PATH", "PYTHONPATH", "PYTHONHOME",
+                                       "OMP_NUM_THREADS", "STOKE_PYTHON", "HOME"};
+  static const char* const kPrefixes[] = {"LC_",    "CUDA_",  "NVIDIA_",        "NCCL_",
+                                          "TORCH_", "TORCHINDUCTOR_", "TRITON_", "MKL_",
+                                          "OPENBLAS_", "KMP_", "STOKE_TRACE_"};
+  for (const char* exact : kExact) {
+    if (name == exact) return true;
+  }
+  for (const char* prefix : kPrefixes) {
+    if (absl::StartsWith(name, prefix)) return true;
+  }
+  return false;
+}
+
+std::vector<std::string> ChildEnvironment(const std::optional<JobUser>& user) {
+  std::vector<std::string> env;
+  for (char** entry = environ; *entry != nullptr; ++entry) {
+    const std::string text = *entry;
+    const std::string name = text.substr(0, text.find('='));
+    if (user && name == "HOME") continue;
+    if (Inherited(name)) env.push_back(text);
+  }
+  if (user) {
+    env.push_back("HOME=" + user->home);
+    env.push_back("USER=" + user->name);
+    env.push_back("LOGNAME=" + user->name);
+  }
+  // print() reaches the log as it happens; the code folder gets no __pycache__.
+  env.push_back("PYTHONUNBUFFERED=1");
+  env.push_back("PYTHONDONTWRITEBYTECODE=1");
+  return env;
+}
+
+// Moves a descriptor to 5 or above (close-on-exec), so that arranging the child's 0 to 4
+// cannot overwrite one of the others.
+int HighDescriptor(int fd) {
+  if (fd >= 5) return fd;
+  const int moved = fcntl(fd, F_DUPFD_CLOEXEC, 5);
+  close(fd);
+  return moved;
+}
+
+struct Pipe {
+  int read = -1;
+  int write = -1;
+  bool Open() {
+    int fds[2];
+    if (pipe2(fds, O_CLOEXEC) != 0) return false;
+    read = HighDescriptor(fds[0]);
+    write = HighDescriptor(fds[1]);
+    return read >= 0 && write >= 0;
+  }
+  static void Close(int& fd) {
+    if (fd >= 0) close(fd);
+    fd = -1;
+  }
+  void CloseBoth() {
+    Close(read);
+    Close(write);
+  }
+};
+
+// One 8-byte page both processes map: the step the trainer has begun, written by it at
+// each step's start at the cost of a store, read here when it dies.
+class ProgressPage {
+ public:
+  bool Open() {
+    fd_ = static_cast<int>(syscall(SYS_memfd_create, "stoke-trainer-progress", MFD_CLOEXEC));
+    if (fd_ < 0) return false;
+    fd_ = HighDescriptor(fd_);
+    if (fd_ < 0 || ftruncate(fd_, sizeof(uint64_t)) != 0) return false;
+    void* page = mmap(nullptr, sizeof(uint64_t), PROT_READ, MAP_SHARED, fd_, 0);
+    if (page == MAP_FAILED) return false;
+    step_ = static_cast<const std::atomic<uint64_t>*>(page);
+    return true;
+  }
+  ~ProgressPage() {
+    if (step_ != nullptr) munmap(const_cast<std::atomic<uint64_t>*>(step_), sizeof(uint64_t));
+    if (fd_ >= 0) close(fd_);
+  }
+  int fd() const { return fd_; }
+  uint64_t step() const { return step_ ? step_->load(std::memory_order_relaxed) : 0; }
+
+ private:
+  int fd_ = -1;
+  const std::atomic<uint64_t>* step_ = nullptr;
+};
+
+// Lines of the child's output as they complete; a line longer than a log line may be is
+// cut, and the last few are kept for a message.
+class LineSplitter {
+ public:
+  template <typename Emit>
+  void Append(const char* data, size_t size, Emit emit) {
+    partial_.append(data, size);
+    size_t start = 0;
+    for (size_t newline; (newline = partial_.find('\n', start)) != std::string::npos;
+         start = newline + 1) {
+      Line(partial_.substr(start, newline - start), emit);
+    }
+    partial_.erase(0, start);
+    if (partial_.size() > kMaxLine) {
+      Line(partial_, emit);
+      partial_.clear();
+    }
+  }
+  template <typename Emit>
+  void Flush(Emit emit) {
+    if (!partial_.empty()) Line(partial_, emit);
+    partial_.clear();
+  }
+  std::string Last() const {
+    std::string text;
+    for (const auto& line : last_) absl::StrAppend(&text, text.empty() ? "" : " | ", line);
+    return text;
+  }
+
+ private:
+  static constexpr size_t kMaxLine = 4000;
+  template <typename Emit>
+  void Line(std::string line, Emit emit) {
+    if (!line.empty() && line.back() == '\r') line.pop_back();
+    if (line.size() > kMaxLine) line = line.substr(0, kMaxLine) + " [cut]";
+    if (!line.empty()) {
+      last_.push_back(line);
+      if (last_.size() > 3) last_.pop_front();
+    }
+    emit(line);
+  }
+  std::string partial_;
+  std::deque<std::string> last_;
+};
+
+std::string SignalName(int signal) {
+  const char* description = strsignal(signal);
+  return absl::StrCat("signal ", signal, " (", description ? description : "unknown", ")");
+}
+
+std::string AtStep(uint64_t step) {
+  return step == 0 ? "while building the model and its data" : absl::StrCat("at step ", step);
+}
+
+TrainOutcome Failed(std::string message, bool retryable = true) {
+  return {TrainOutcome::Kind::kFailed, std::move(message), retryable};
+}
+
+// Changes the owner of everything beneath `path` (the job's folder) to the job user, so
+// that the trainer can write its checkpoints there. Links are not followed.
+void GiveToUser(const std::string& path, const JobUser& user, int depth = 0) {
+  if (lchown(path.c_str(), user.uid, user.gid) != 0 || depth > 32) return;
+  struct stat st;
+  if (lstat(path.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) return;
+  for (const std::string& name : files::ListDirectory(path)) {
+    GiveToUser(path + "/" + name, user, depth + 1);
+  }
+}
+
+// The attempt's own folder for this rank: the code goes into it (each rank its own, so
+// that ranks sharing the job folder never write the same files).
+absl::StatusOr<std::string> PrepareAttemptFolder(const TrainerProcessOptions& options,
+                                                 const v1::Assignment& a) {
+  const std::string folder =
+      a.job_dir().empty()
+          ? absl::StrCat(options.scratch_dir, "/stoke-trainer-", a.job_id(), "-", a.attempt(),
+                         "-", a.rank(), "-", getpid())
+          : absl::StrCat(a.job_dir(), "/attempts/", a.attempt(), "/rank-", a.rank());
+  std::string error;
+  files::RemoveTree(folder + "/code");
+  if (!files::MakeDirectories(folder, &error)) {
+    return absl::InternalError(absl::StrCat("cannot create ", folder, ": ", error));
+  }
+  if (a.code().files_size() > 0) {
+    if (auto s = spec::WriteCodeBundle(a.code(), folder + "/code"); !s.ok()) return s;
+  }
+  if (options.job_user) GiveToUser(a.job_dir().empty() ? folder : a.job_dir(), *options.job_user);
+  return folder;
+}
+
+// What the child does between fork and exec: only async-signal-safe calls.
+[[noreturn]] void BecomeTrainer(const char* program, char* const* argv, char* const* envp,
+                                int commands, int output, int events, int progress,
+                                const std::optional<JobUser>& user, pid_t parent) {
+  setpgid(0, 0);  // its own group: it and whatever it starts are ended together
+  if (dup2(commands, 0) < 0 || dup2(output, 1) < 0 || dup2(output, 2) < 0 ||
+      dup2(events, 3) < 0 || dup2(progress, 4) < 0) {
+    _exit(126);
+  }
+  // Every other descriptor of the worker (its link to the coordinator among them) closes.
+  if (syscall(SYS_close_range, 5u, ~0u, 0u) != 0) {
+    for (int fd = 5; fd < 65536; ++fd) close(fd);
+  }
+  if (user) {
+    const gid_t gid = user->gid;
+    if (setgroups(1, &gid) != 0 || setgid(user->gid) != 0 || setuid(user->uid) != 0) _exit(126);
+  }
+  // After the change of user, which clears it: the trainer dies with the worker.
+  prctl(PR_SET_PDEATHSIG, SIGKILL);
+  if (getppid() != parent) _exit(126);
+  prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0);
+  execve(program, argv, envp);
+  _exit(127);
+}
+
+}  // namespace
+
+absl::StatusOr<JobUser> LookUpJobUser(const std::string& name) {
+  std::vector<char> buffer(16384);
+  passwd entry;
+  passwd* found = nullptr;
+  getpwnam_r(name.c_str(), &entry, buffer.data(), buffer.size(), &found);
+  if (found == nullptr) {
+    return absl::NotFoundError(absl::StrCat("--job-user ", name, ": no such user on this host"));
+  }
+  if (found->pw_uid == 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--job-user ", name, ": is root; name an unprivileged user"));
+  }
+  return JobUser{name, found->pw_uid, found->pw_gid, found->pw_dir ? found->pw_dir : "/"};
+}
+
+std::string TrainerBesideThisProgram() {
+  char self[4096];
+  const ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
+  if (n <= 0) return "";
+  const std::string path(self, static_cast<size_t>(n));
+  const std::string beside = path.substr(0, path.rfind('/') + 1) + "stoke-trainer";
+  return files::Exists(beside) ? beside : "";
+}
+
+TrainOutcome TrainInChildProcess(const TrainerProcessOptions& options,
+                                 const v1::Assignment& assignment, TrainingObserver& observer,
+                                 const std::atomic<bool>& cancel) {
+  if (options.trainer_path.empty()) {
+    return Failed("this worker has no stoke-trainer beside it, which trains Python and "
+                  "TorchScript models; install it with the worker",
+                  /*retryable=*/false);
+  }
+  if (assignment.spec().model().has_python() && assignment.code().files_size() == 0) {
+    return Failed(absl::StrCat("model.python: the assignment came without the model's code (sha256 ",
+                               assignment.spec().model().python().code_sha256(),
+                               "); the coordinator's store has none under it"),
+                  /*retryable=*/false);
+  }
+  auto folder = PrepareAttemptFolder(options, assignment);
+  if (!folder.ok()) return Failed(std::string(folder.status().message()));
+  v1::TrainerCommand start;
+  *start.mutable_start()->mutable_assignment() = assignment;
+  start.mutable_start()->mutable_assignment()->clear_code();
+  if (assignment.code().files_size() > 0) start.mutable_start()->set_code_dir(*folder + "/code");
+
+  Pipe commands, output, events;
+  ProgressPage progress;
+  if (!commands.Open() || !output.Open() || !events.Open() || !progress.Open()) {
+    const std::string why = std::strerror(errno);
+    commands.CloseBoth();
+    output.CloseBoth();
+    events.CloseBoth();
+    return Failed("cannot start the training process: " + why);
+  }
+  std::vector<std::string> args = {options.trainer_path, "--device", options.device, "--threads",
+                                   std::to_string(options.threads)};
+  std::vector<std::string> env = ChildEnvironment(options.job_user);
+  std::vector<char*> argv, envp;
+  for (auto& a : args) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  for (auto& e : env) envp.push_back(e.data());
+  envp.push_back(nullptr);
+
+  const pid_t parent = getpid();
+  const pid_t child = fork();
+  if (child == 0) {
+    BecomeTrainer(options.trainer_path.c_str(), argv.data(), envp.data(), commands.read,
+                  output.write, events.write, progress.fd(), options.job_user, parent);
+  }
+  Pipe::Close(commands.read);
+  Pipe::Close(output.write);
+  Pipe::Close(events.write);
+  if (child < 0) {
+    const std::string why = std::strerror(errno);
+    commands.CloseBoth();
+    output.CloseBoth();
+    events.CloseBoth();
+    return Failed("cannot start the training process: " + why);
+  }
+  setpgid(child, child);  // also here: no race with a kill of the group below
+  fcntl(commands.write, F_SETFL, O_NONBLOCK);
+  // Command bytes not yet written, written as the pipe takes them: the child reads its
+  // start only once its interpreter and device are up, and meanwhile what it prints must
+  // be read.
+  std::string pending = EncodeFrame(start);
+
+  FrameDecoder decoder;
+  LineSplitter lines;
+  std::optional<TrainOutcome> reported;
+  double process_seconds = 0;
+  bool cancel_sent = false, killed = false, exited = false;
+  bool events_open = true, output_open = true;
+  int status = 0;
+  Clock::time_point kill_at = Clock::time_point::max(), exited_at;
+  char buffer[1 << 16];
+  auto log = [&](const std::string& line) { observer.OnLog(line); };
+
+  for (;;) {
+    pollfd fds[3] = {{events_open ? events.read : -1, POLLIN, 0},
+                     {output_open ? output.read : -1, POLLIN, 0},
+                     {pending.empty() ? -1 : commands.write, POLLOUT, 0}};
+    poll(fds, 3, 100);
+    if (fds[0].revents != 0) {
+      const ssize_t n = read(events.read, buffer, sizeof buffer);
+      if (n > 0) {
+        decoder.Append(buffer, static_cast<size_t>(n));
+        v1::TrainerEvent event;
+        while (decoder.Next(&event)) {
+          switch (event.kind_case()) {
+            case v1::TrainerEvent::kReady:
+              process_seconds = event.ready().seconds();
+              break;
+            case v1::TrainerEvent::kStarted:
+              observer.OnStarted();
+              break;
+            case v1::TrainerEvent::kFirstStep: {
+              const auto& s = event.first_step().startup();
+              StartupTimes times;
+              times.data_seconds = s.data_seconds();
+              times.model_seconds = s.model_seconds();
+              times.batch_search_seconds = s.batch_search_seconds();
+              times.first_step_seconds = s.first_step_seconds();
+              times.compile_seconds = s.compile_seconds();
+              times.process_seconds = process_seconds;
+              times.completed_at = Clock::time_point(
+                  std::chrono::nanoseconds(event.first_step().completed_at_monotonic_ns()));
+              observer.OnFirstStep(times);
+              break;
+            }
+            case v1::TrainerEvent::kMetrics:
+              observer.OnMetrics(FromProto(event.metrics()));
+              break;
+            case v1::TrainerEvent::kLog:
+              observer.OnLog(event.log());
+              break;
+            case v1::TrainerEvent::kFinished: {
+              const auto& f = event.finished();
+              const TrainOutcome::Kind kind =
+                  f.outcome() == v1::TASK_OUTCOME_SUCCEEDED   ? TrainOutcome::Kind::kSucceeded
+                  : f.outcome() == v1::TASK_OUTCOME_CANCELLED ? TrainOutcome::Kind::kCancelled
+                                                              : TrainOutcome::Kind::kFailed;
+              reported = TrainOutcome{kind, f.message(), f.retryable()};
+              break;
+            }
+            default:
+              break;
+          }
+        }
+      } else if (n == 0 || (errno != EINTR && errno != EAGAIN)) {
+        events_open = false;
+      }
+    }
+    if (fds[1].revents != 0) {
+      const ssize_t n = read(output.read, buffer, sizeof buffer);
+      if (n > 0) {
+        lines.Append(buffer, static_cast<size_t>(n), log);
+      } else if (n == 0 || (errno != EINTR && errno != EAGAIN)) {
+        output_open = false;
+      }
+    }
+    if (fds[2].revents & (POLLERR | POLLHUP)) {
+      pending.clear();  // the child is gone; waitpid says how
+    } else if (fds[2].revents & POLLOUT) {
+      const ssize_t n = write(commands.write, pending.data(), pending.size());
+      if (n > 0) pending.erase(0, static_cast<size_t>(n));
+    }
+    if (cancel.load(std::memory_order_relaxed) && !cancel_sent) {
+      v1::TrainerCommand stop;
+      stop.mutable_cancel();
+      pending += EncodeFrame(stop);
+      cancel_sent = true;
+      kill_at = Clock::now() + options.cancel_grace;
+    }
+    if (!exited && !killed && Clock::now() >= kill_at) {
+      kill(-child, SIGKILL);
+      killed = true;
+    }
+    if (!exited && waitpid(child, &status, WNOHANG) == child) {
+      exited = true;
+      exited_at = Clock::now();
+    }
+    // Once it has exited: what it wrote last is read, but a process it started that
+    // still holds its output open is not waited for.
+    if (exited && ((!events_open && !output_open) ||
+                   Clock::now() - exited_at > std::chrono::seconds(1))) {
+      break;
+    }
+  }
+  lines.Flush(log);
+  kill(-child, SIGKILL);  // whatever it started (torch.compile's workers) goes with it
+  commands.CloseBoth();
+  output.CloseBoth();
+  events.CloseBoth();
+  if (assignment.job_dir().empty()) files::RemoveTree(*folder);
+
+  const uint64_t step = progress.step();
+  // What it said of itself stands, even if it then died on its way out.
+  if (reported) return *reported;
+  if (cancel_sent) {
+    return {TrainOutcome::Kind::kCancelled,
+            killed ? absl::StrCat("cancelled ", AtStep(step), "; the training process did not "
+                                  "stop within ",
+                                  options.cancel_grace.count() / 1000, " s and was killed")
+                   : absl::StrCat("cancelled ", AtStep(step))};
+  }
+  // Built and at its first step, the same crash would come again.
+  const bool retryable = step > 1;
+  if (WIFSIGNALED(status)) {
+    return Failed(absl::StrCat("the training process died: ", SignalName(WTERMSIG(status)), " ",
+                               AtStep(step)),
+                  retryable);
+  }
+  std::string message = absl::StrCat("the training process exited with status ",
+                                     WIFEXITED(status) ? WEXITSTATUS(status) : -1, " ",
+                                     AtStep(step));
+  if (WIFEXITED(status) && WEXITSTATUS(status) == 127) {
+    message = absl::StrCat("cannot run ", options.trainer_path, " (exit status 127)");
+  } else if (WIFEXITED(status) && WEXITSTATUS(status) == 126) {
+    message = "cannot set up the training process (its descriptors or --job-user)";
+  }
+  const std::string last = lines.Last();
+  if (!last.empty()) absl::StrAppend(&message, ": ", last);
+  return Failed(message, retryable);
+}
+
+}  // namespace stoke::worker

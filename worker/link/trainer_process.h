@@ -1,0 +1,58 @@
+// Trains one rank of a task whose model is the user's code (Python and TorchScript
+// models) in a child process, stoke-trainer: a crash, an abort or a hang in that code
+// ends the child, the attempt fails naming the signal and the step, and the worker serves
+// on. The child gets the assignment, and the code written into the attempt's folder, but
+// none of the worker's credentials: its environment is a short allow-list, its only
+// descriptors are its standard input (commands), output and error (the job's log), the
+// event pipe and the progress page, and with a job user it runs as that user.
+#pragma once
+
+#include <sys/types.h>
+
+#include <atomic>
+#include <chrono>
+#include <optional>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "stoke/v1/worker_link.pb.h"
+#include "worker/common/task.h"
+
+namespace stoke::worker {
+
+// An unprivileged account the trainer runs as (stoke-worker --job-user), for workers that
+// run as root.
+struct JobUser {
+  std::string name;
+  uid_t uid = 0;
+  gid_t gid = 0;
+  std::string home;
+};
+
+// NOT_FOUND naming the user when the system has no such account; INVALID_ARGUMENT for
+// root itself.
+absl::StatusOr<JobUser> LookUpJobUser(const std::string& name);
+
+struct TrainerProcessOptions {
+  std::string trainer_path;  // the stoke-trainer program
+  std::string device;        // its --device: "cpu:0", "cuda:1"
+  int threads = 0;           // its --threads; 0: every core
+  std::optional<JobUser> job_user;
+  // Where the code of a task without a job folder goes (stoke-bench's in-process runs).
+  std::string scratch_dir = "/tmp";
+  // After a cancel, the child has this long to stop at a step boundary before it is killed.
+  std::chrono::milliseconds cancel_grace{10'000};
+};
+
+// The program beside the running one (stoke-trainer beside stoke-worker), or "" when
+// there is none.
+std::string TrainerBesideThisProgram();
+
+// Runs the assignment in a new stoke-trainer and relays what it reports to `observer`
+// (from this thread only) until it ends. `cancel` is passed on as a command; a child that
+// has not stopped cancel_grace later is killed. Never throws.
+TrainOutcome TrainInChildProcess(const TrainerProcessOptions& options,
+                                 const v1::Assignment& assignment, TrainingObserver& observer,
+                                 const std::atomic<bool>& cancel);
+
+}  // namespace stoke::worker

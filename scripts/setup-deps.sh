@@ -41,6 +41,9 @@ torch=$("$here/find-libtorch.sh")
 case "$torch" in
   debian)
     packages+=(libtorch-dev libgloo-dev)  # libgloo-dev: c10d's Gloo for jobs of several CPUs
+    # Python models: the trainer embeds the Python whose torch is this LibTorch (Debian's
+    # python3-torch is libtorch-dev's own build), with libtorch_python and pybind11.
+    packages+=(python3-torch python3-dev pybind11-dev)
     echo "stoke: LibTorch: Debian's libtorch-dev (CPU only): workers train on CPUs, no GPU" \
       "training; for GPUs set STOKE_LIBTORCH to a CUDA LibTorch or install the CUDA torch" \
       "wheel for python3 (README: GPU machines)"

@@ -2,8 +2,6 @@
 // Python model trains with the same loss curve as a plain PyTorch loop, reports through
 // the worker, and whatever its code does (raise, crash, hang) ends the attempt with a
 // clear message and never the caller. Real child processes, Debian's torch.
-#include "worker/link/trainer_process.h"
-
 #include <gtest/gtest.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
@@ -20,13 +18,10 @@
 #include <thread>
 
 #include "absl/strings/str_split.h"
-#include "client/lib/job_spec_file.h"
-#include "server/api/data_checks.h"
-#include "server/api/job_spec_rules.h"
-#include "spec/code_bundle.h"
 #include "tests/support/recording_observer.h"
 #include "tests/support/subprocess.h"
 #include "tests/support/temp_dir.h"
+#include "tests/support/trainer_jobs.h"
 
 namespace stoke::testing {
 namespace {
@@ -72,58 +67,17 @@ class TrainerProcessTest : public ::testing::Test {
     return dir_.File(name);
   }
 
-  // The assignment a coordinator would send for this job file (written beside the
-  // model): the spec checked and completed by the coordinator's rules, the code read as
-  // `stoke submit` reads it.
   stoke::v1::Assignment Assign(const std::string& yaml) {
-    stoke::v1::Assignment assignment;
-    auto spec = client::ParseJobSpec(yaml, "job.yaml");
-    EXPECT_TRUE(spec.ok()) << spec.status();
-    if (!spec.ok()) return assignment;
-    client::ResolveRelativePaths(*spec, dir_.path());
-    EXPECT_TRUE(server::ValidateJobSpec(*spec).ok()) << server::ValidateJobSpec(*spec);
-    auto code = client::ReadModelCode(*spec);
-    EXPECT_TRUE(code.ok()) << code.status();
-    if (spec->model().has_python()) {
-      EXPECT_TRUE(spec::RecordCode(*code, *spec->mutable_model()->mutable_python()).ok());
-    }
-    auto facts = server::InspectData(*spec, server::DataRoots({"/"}));
-    EXPECT_TRUE(facts.ok()) << facts.status();
-    if (!facts.ok()) return assignment;
-    server::ApplyJobSpecDefaults(*spec, *facts);
-    assignment.set_job_id("7");
-    assignment.set_attempt(1);
-    assignment.set_world_size(1);
     // A folder of its own per job: a later job must not resume from an earlier one's
     // checkpoint.
-    assignment.set_job_dir(dir_.File("job-" + std::to_string(++jobs_)));
-    assignment.add_data_roots("/");
-    *assignment.mutable_spec() = *spec;
-    *assignment.mutable_code() = *code;
-    return assignment;
+    return AssignJob(yaml, dir_.path(), dir_.File("job-" + std::to_string(++jobs_)));
   }
 
   TrainOutcome Train(const stoke::v1::Assignment& assignment,
                      std::chrono::milliseconds cancel_after = std::chrono::hours(1)) {
-    worker::TrainerProcessOptions options;
-    options.trainer_path = STOKE_TRAINER_BINARY;
-    options.device = "cpu:0";
-    options.threads = 1;
-    options.cancel_grace = std::chrono::seconds(2);
-    std::atomic<bool> cancel{false};
-    std::thread canceller([&] {
-      const auto until = std::chrono::steady_clock::now() + cancel_after;
-      while (!done_ && std::chrono::steady_clock::now() < until) {
-        std::this_thread::sleep_for(std::chrono::milliseconds(20));
-      }
-      cancel = true;
-    });
-    const auto began = std::chrono::steady_clock::now();
-    TrainOutcome outcome = worker::TrainInChildProcess(options, assignment, observer_, cancel);
-    seconds_ = std::chrono::duration<double>(std::chrono::steady_clock::now() - began).count();
-    done_ = true;
-    canceller.join();
-    return outcome;
+    const TrainerRun run = TrainInTrainer(assignment, "cpu:0", observer_, cancel_after);
+    seconds_ = run.seconds;
+    return run.outcome;
   }
 
   std::string Logs() const {
@@ -140,7 +94,6 @@ class TrainerProcessTest : public ::testing::Test {
 
   TempDir dir_;
   RecordingObserver observer_;
-  std::atomic<bool> done_{false};
   double seconds_ = 0;
   int jobs_ = 0;
 };
@@ -292,7 +245,6 @@ TEST_F(TrainerProcessTest, CancelStopsItAndOneThatHangsIsKilledAfterTheGrace) {
   EXPECT_EQ(outcome.message.find("killed"), std::string::npos) << outcome.message;
 
   observer_ = RecordingObserver();
-  done_ = false;
   outcome = Train(Assign(SyntheticJob("{hang_at: 3}", 1000)), std::chrono::milliseconds(1500));
   ASSERT_EQ(outcome.kind, TrainOutcome::Kind::kCancelled) << outcome.message;
   EXPECT_NE(outcome.message.find("did not stop within 2 s and was killed"), std::string::npos)

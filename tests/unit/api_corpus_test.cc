@@ -206,9 +206,15 @@ std::string PathName(const FieldPath& path) {
   return name;
 }
 
+// model.python.args (a google.protobuf.Struct, free-form keyword arguments) is not walked
+// into: its own cases are below.
 void CollectFields(const Descriptor* message, FieldPath& prefix, std::vector<FieldPath>& out) {
   for (int i = 0; i < message->field_count(); ++i) {
     const FieldDescriptor* field = message->field(i);
+    if (field->cpp_type() == FieldDescriptor::CPPTYPE_MESSAGE &&
+        field->message_type()->file()->package() == "google.protobuf") {
+      continue;
+    }
     prefix.push_back(field);
     if (field->cpp_type() == FieldDescriptor::CPPTYPE_MESSAGE && !field->is_repeated()) {
       CollectFields(field->message_type(), prefix, out);
@@ -266,6 +272,25 @@ std::vector<Case> OversizedStringCases() {
       cases.back().name += absl::StrCat(" of ", bytes, " bytes");
     }
   }
+  return cases;
+}
+
+// A factory's keyword arguments are capped as every list and string of a spec is.
+std::vector<Case> PythonArgsCases() {
+  std::vector<Case> cases;
+  cases.push_back(SubmitInvalid("model.python.args.fields", [](v1::JobSpec& spec) {
+    auto& fields = *spec.mutable_model()->mutable_python()->mutable_args()->mutable_fields();
+    for (int i = 0; i <= v1::kMaxRepeatedElements; ++i) {
+      fields["k" + std::to_string(i)].set_number_value(i);
+    }
+  }));
+  cases.back().name += " with too many keys";
+  cases.push_back(SubmitInvalid("model.python.args", [](v1::JobSpec& spec) {
+    auto& fields = *spec.mutable_model()->mutable_python()->mutable_args()->mutable_fields();
+    for (int i = 0; i < 8; ++i)
+      fields["k" + std::to_string(i)].set_string_value(std::string(4000, 'a'));
+  }));
+  cases.back().name += " of 32 kB";
   return cases;
 }
 
@@ -1003,9 +1028,9 @@ TEST(ApiCorpus, MalformedRequestsAreRefusedNamingTheFieldAndChangeNothing) {
   ASSERT_EQ(before.size(), 3u);
 
   std::vector<Case> corpus;
-  for (auto* make :
-       {&EnumCases, &OversizedStringCases, &OversizedListCases, &SpecRuleCases, &IdCases,
-        &StoredJobCases, &PageCases, &WorkerLinkCases, &UnparsableCases, &NestedInvalidUtf8Cases}) {
+  for (auto* make : {&EnumCases, &OversizedStringCases, &OversizedListCases, &PythonArgsCases,
+                     &SpecRuleCases, &IdCases, &StoredJobCases, &PageCases, &WorkerLinkCases,
+                     &UnparsableCases, &NestedInvalidUtf8Cases}) {
     for (Case& c : (*make)()) corpus.push_back(std::move(c));
   }
   for (Case& c : DataCases(root, outside)) corpus.push_back(std::move(c));

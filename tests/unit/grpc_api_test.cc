@@ -459,3 +459,77 @@ TEST(GrpcApi, AWorkerWhoseStreamEndsAsItRegistersIsNotLeftAttached) {
 
 }  // namespace
 }  // namespace stoke::server
+
+namespace stoke::server {
+namespace {
+
+v1::SubmitJobRequest PythonRequest(const std::string& content) {
+  v1::SubmitJobRequest request;
+  *request.mutable_spec() = SyntheticSpec("own-model");
+  request.mutable_spec()->mutable_model()->mutable_python()->set_file("/home/me/model.py");
+  auto* file = request.mutable_code()->add_files();
+  file->set_path("model.py");
+  file->set_content(content);
+  return request;
+}
+
+// A Python model's code is checked, stored once by its digest however many jobs send it,
+// and named in each job's spec; what is not code, or is not safe to write, is refused
+// naming the field and stores nothing.
+TEST(GrpcApi, PythonModelCodeIsCheckedStoredOnceAndNamedInTheSpec) {
+  InProcessCoordinator coordinator;
+  auto stub = coordinator.Stub();
+  std::vector<v1::Job> jobs;
+  for (int i = 0; i < 2; ++i) {
+    grpc::ClientContext context;
+    v1::SubmitJobResponse response;
+    const grpc::Status status =
+        stub->SubmitJob(&context, PythonRequest("def build_model(): ...\n"), &response);
+    ASSERT_TRUE(status.ok()) << status.error_message();
+    jobs.push_back(response.job());
+  }
+  const auto& python = jobs[0].spec().model().python();
+  EXPECT_EQ(python.module(), "model");
+  EXPECT_EQ(python.factory(), "build_model");
+  EXPECT_EQ(python.loss(), v1::LOSS_CROSS_ENTROPY);
+  EXPECT_EQ(jobs[0].spec().training().compile(), v1::COMPILE_AUTO);
+  EXPECT_EQ(python.code_sha256(), jobs[1].spec().model().python().code_sha256());
+  auto stored = coordinator.store().GetCode(python.code_sha256());
+  ASSERT_TRUE(stored.ok()) << stored.status();
+  v1::CodeBundle bundle;
+  ASSERT_TRUE(bundle.ParseFromString(*stored));
+  EXPECT_EQ(bundle.files(0).content(), "def build_model(): ...\n");
+
+  const auto refused = [&](v1::SubmitJobRequest request, const std::string& names) {
+    grpc::ClientContext context;
+    v1::SubmitJobResponse response;
+    const grpc::Status status = stub->SubmitJob(&context, request, &response);
+    EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << names;
+    EXPECT_NE(status.error_message().find(names), std::string::npos) << status.error_message();
+  };
+  auto escaping = PythonRequest("x");
+  escaping.mutable_code()->mutable_files(0)->set_path("../../etc/cron.d/x.py");
+  refused(escaping, "spec.model.python.file");
+  auto no_code = PythonRequest("x");
+  no_code.clear_code();
+  refused(no_code, "no code was sent");
+  auto stray = PythonRequest("x");
+  *stray.mutable_spec() = SyntheticSpec("mlp");
+  refused(stray, "code: sent with a job whose model is not model.python");
+  auto unimportable = PythonRequest("x");
+  unimportable.mutable_code()->mutable_files(0)->set_path("my-model.py");
+  refused(unimportable, "cannot be imported");
+  auto compile_builtin = PythonRequest("x");
+  *compile_builtin.mutable_spec() = SyntheticSpec("mlp");
+  compile_builtin.clear_code();
+  compile_builtin.mutable_spec()->mutable_training()->set_compile(v1::COMPILE_ON);
+  refused(compile_builtin, "training.compile: applies to model.python only");
+  // None of them was stored.
+  grpc::ClientContext list_context;
+  v1::ListJobsResponse listed;
+  ASSERT_TRUE(stub->ListJobs(&list_context, v1::ListJobsRequest(), &listed).ok());
+  EXPECT_EQ(listed.jobs_size(), 2);
+}
+
+}  // namespace
+}  // namespace stoke::server

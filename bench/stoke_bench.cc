@@ -209,7 +209,8 @@ int Run(int argc, char** argv) {
   if (code->files_size() > 0) *assignment.mutable_code() = *code;
 
   const auto parsed_device = worker::ParseDeviceLabel(device_text);
-  if (!parsed_device) throw std::invalid_argument("--device " + device_text + ": expected cuda:N or cpu");
+  if (!parsed_device)
+    throw std::invalid_argument("--device " + device_text + ": expected cuda:N or cpu");
   const worker::DeviceRef device = *parsed_device;
   Collector collector;
   std::atomic<bool> cancel{false};

@@ -63,7 +63,8 @@ class Reader {
       return Invalid(field_, absl::StrCat(shown, ": not a regular file"));
     }
     if (bundle_.files_size() >= kMaxCodeFiles) {
-      return Invalid(field_, TooLarge(absl::StrCat(shown, ": more than ", kMaxCodeFiles, " files")));
+      return Invalid(field_,
+                     TooLarge(absl::StrCat(shown, ": more than ", kMaxCodeFiles, " files")));
     }
     std::string content;
     char buffer[1 << 16];
@@ -118,9 +119,9 @@ class Reader {
       } else if (S_ISREG(st.st_mode)) {
         added = AddFile(dir.fd, entry_name, entry_shown, entry_path);
       } else {
-        added = Invalid(field_, absl::StrCat(entry_shown,
-                                             S_ISLNK(st.st_mode) ? ": a symbolic link" : "",
-                                             ": code must be plain files and folders"));
+        added = Invalid(field_,
+                        absl::StrCat(entry_shown, S_ISLNK(st.st_mode) ? ": a symbolic link" : "",
+                                     ": code must be plain files and folders"));
       }
       if (!added.ok()) return added;
     }
@@ -226,8 +227,9 @@ absl::Status CheckCodeBundle(const v1::CodeBundle& bundle, const std::string& fi
     std::string prefix;
     for (const absl::string_view part : absl::StrSplit(path, '/')) {
       if (part.empty() || part == "." || part == "..") {
-        return Invalid(field, absl::StrCat(shown, ": a relative path without empty, \".\" or "
-                                                  "\"..\" parts"));
+        return Invalid(field, absl::StrCat(shown,
+                                           ": a relative path without empty, \".\" or "
+                                           "\"..\" parts"));
       }
       if (!prefix.empty()) folders.insert(prefix);
       absl::StrAppend(&prefix, prefix.empty() ? "" : "/", part);

@@ -199,16 +199,17 @@ int main(int argc, char** argv) {
         return 2;
       }
       if (geteuid() != 0) {
-        std::fprintf(stderr, "stoke-worker: --job-user %s: only a worker running as root can "
-                     "run processes as another user\n", job_user.c_str());
+        std::fprintf(stderr,
+                     "stoke-worker: --job-user %s: only a worker running as root can "
+                     "run processes as another user\n",
+                     job_user.c_str());
         return 2;
       }
       trainer.job_user = *user;
     }
-    WorkerAgent agent(options, [device, probe, trainer](const stoke::v1::Assignment& assignment,
-                                                        const TrainTask& task,
-                                                        TrainingObserver& observer,
-                                                        const std::atomic<bool>& cancel) {
+    WorkerAgent agent(options, [device, probe, trainer](
+                                   const stoke::v1::Assignment& assignment, const TrainTask& task,
+                                   TrainingObserver& observer, const std::atomic<bool>& cancel) {
       if (IsUserCode(task.model)) return TrainInChildProcess(trainer, assignment, observer, cancel);
       return RunTraining(task, device, observer, cancel, probe);
     });

@@ -90,7 +90,8 @@ int SubmitCommand(CliContext& cli, const std::string& file, bool watch) {
   }
   auto code = ReadModelCode(*spec);
   if (!code.ok()) {
-    std::fprintf(stderr, "stoke: %s: %s\n", file.c_str(), std::string(code.status().message()).c_str());
+    std::fprintf(stderr, "stoke: %s: %s\n", file.c_str(),
+                 std::string(code.status().message()).c_str());
     return kExitUsage;
   }
   auto job = cli.client.SubmitJob(*spec, "", *code);
@@ -325,8 +326,14 @@ int CheckpointsCommand(CliContext& cli, const std::string& id) {
   return kExitOk;
 }
 
-int ExportCommand(CliContext& cli, const std::string& id, const std::string& path, uint64_t step) {
-  auto download = cli.client.DownloadModel(id, step, path);
+int ExportCommand(CliContext& cli, const std::string& id, const std::string& path, uint64_t step,
+                  const std::string& format) {
+  const v1::ModelFormat chosen = format == "state_dict"    ? v1::MODEL_FORMAT_STATE_DICT
+                                 : format == "safetensors" ? v1::MODEL_FORMAT_SAFETENSORS
+                                 : format == "torchscript" ? v1::MODEL_FORMAT_TORCHSCRIPT
+                                 : format == "libtorch"    ? v1::MODEL_FORMAT_LIBTORCH_ARCHIVE
+                                                           : v1::MODEL_FORMAT_UNSPECIFIED;
+  auto download = cli.client.DownloadModel(id, step, path, chosen);
   if (!download.ok()) return Report(cli, download.status());
   std::printf("wrote the model of job %s at step %llu (%s) to %s\n", id.c_str(),
               static_cast<unsigned long long>(download->step), FormatBytes(download->bytes).c_str(),

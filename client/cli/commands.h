@@ -40,7 +40,8 @@ int ClusterCommand(CliContext& cli);
 int TopCommand(CliContext& cli, bool once, double interval_seconds);
 int LogsCommand(CliContext& cli, const std::string& id, bool follow);
 int CheckpointsCommand(CliContext& cli, const std::string& id);
-int ExportCommand(CliContext& cli, const std::string& id, const std::string& path, uint64_t step);
+int ExportCommand(CliContext& cli, const std::string& id, const std::string& path, uint64_t step,
+                  const std::string& format);
 // Local: needs no coordinator.
 int TokenizeCommand(const std::string& text_path, const std::string& token_path);
 // Local: prints a new token once, and the tokens-file line that grants it `role`.

@@ -76,6 +76,13 @@ int main(int argc, char** argv) {
   export_cmd->add_option("id", id, "Job id")->required();
   export_cmd->add_option("path", out_path, "Where to write it")->required();
   export_cmd->add_option("--step", step, "A checkpoint's step (default: the newest)");
+  std::string export_format = "default";
+  export_cmd
+      ->add_option("--format", export_format,
+                   "default (the model's own: a Python model's state_dict, a TorchScript "
+                   "model's scripted module, a built-in model's LibTorch archive), "
+                   "state_dict, safetensors, torchscript or libtorch")
+      ->check(CLI::IsMember({"default", "state_dict", "safetensors", "torchscript", "libtorch"}));
 
   std::string text_path;
   auto* tokenize = app.add_subcommand(
@@ -140,6 +147,6 @@ int main(int argc, char** argv) {
   if (*top) return TopCommand(cli, once, interval);
   if (*logs) return LogsCommand(cli, id, follow);
   if (*checkpoints) return CheckpointsCommand(cli, id);
-  if (*export_cmd) return ExportCommand(cli, id, out_path, step);
+  if (*export_cmd) return ExportCommand(cli, id, out_path, step, export_format);
   return kExitUsage;
 }

@@ -80,7 +80,7 @@ std::string NewRequestId() {
 }  // namespace
 
 absl::StatusOr<v1::Job> Client::SubmitJob(const v1::JobSpec& spec, std::string request_id,
-                                           const v1::CodeBundle& code) {
+                                          const v1::CodeBundle& code) {
   v1::SubmitJobRequest request;
   *request.mutable_spec() = spec;
   if (code.files_size() > 0) *request.mutable_code() = code;
@@ -154,7 +154,8 @@ absl::StatusOr<v1::ListCheckpointsResponse> Client::ListCheckpoints(const std::s
 }
 
 absl::StatusOr<Client::Download> Client::DownloadModel(const std::string& id, uint64_t step,
-                                                       const std::string& path) {
+                                                       const std::string& path,
+                                                       v1::ModelFormat format) {
   const std::string partial = path + ".partial";
   std::ofstream out(partial, std::ios::binary | std::ios::trunc);
   if (!out) {
@@ -165,6 +166,7 @@ absl::StatusOr<Client::Download> Client::DownloadModel(const std::string& id, ui
   v1::DownloadModelRequest request;
   request.set_id(id);
   request.set_step(step);
+  request.set_format(format);
   auto reader = stub_->DownloadModel(&context, request);
   Download download;
   uint64_t expected = 0;

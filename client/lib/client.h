@@ -63,7 +63,8 @@ class Client {
     uint64_t bytes = 0;
   };
   absl::StatusOr<Download> DownloadModel(const std::string& id, uint64_t step,
-                                         const std::string& path);
+                                         const std::string& path,
+                                         v1::ModelFormat format = v1::MODEL_FORMAT_UNSPECIFIED);
 
   // Calls on_event for each event of the job from options.from_seq on, until the job has
   // finished and its last event was delivered (OK), on_event returns false (OK), or the

@@ -108,9 +108,9 @@ absl::Status AccessControl::RequirePythonModels(const Caller& caller) const {
   }
   if (auto s = Require(caller, *python_models_, "model.python (your own code, run on the workers)");
       !s.ok()) {
-    return absl::PermissionDeniedError(
-        absl::StrCat(s.message(), " (stoke-coordinator --python-models ",
-                     security::RoleName(*python_models_), ")"));
+    return absl::PermissionDeniedError(absl::StrCat(s.message(),
+                                                    " (stoke-coordinator --python-models ",
+                                                    security::RoleName(*python_models_), ")"));
   }
   return absl::OkStatus();
 }

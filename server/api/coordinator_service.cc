@@ -1,6 +1,7 @@
 #include "server/api/coordinator_service.h"
 
 #include <google/protobuf/descriptor.h>
+#include <sys/stat.h>
 
 #include <charconv>
 
@@ -11,6 +12,7 @@
 #include "server/api/file_stream_reactor.h"
 #include "server/api/grpc_status.h"
 #include "server/api/job_spec_rules.h"
+#include "server/api/model_export.h"
 #include "server/api/watch_reactor.h"
 #include "server/common/time_util.h"
 #include "spec/code_bundle.h"
@@ -125,8 +127,9 @@ absl::Status CoordinatorService::Submit(const Caller& caller, const v1::SubmitJo
   if (auto s = ValidateAgainstData(spec, *data); !s.ok()) return in_spec(s);
   ApplyJobSpecDefaults(spec, *data);
   const v1::AuditEntry entry = audit_.Entry(caller, "SubmitJob", "", absl::OkStatus());
-  auto job = core_.SubmitJob(spec, request.request_id(), access_.enabled() ? caller.name : "",
-                             &entry, audited, spec.model().has_python() ? &request.code() : nullptr);
+  auto job =
+      core_.SubmitJob(spec, request.request_id(), access_.enabled() ? caller.name : "", &entry,
+                      audited, spec.model().has_python() ? &request.code() : nullptr);
   if (!job.ok()) return job.status();
   *response.mutable_job() = *std::move(job);
   return absl::OkStatus();
@@ -332,9 +335,18 @@ grpc::ServerWriteReactor<v1::FileChunk>* CoordinatorService::DownloadModel(
                                     request->step(), "; it has ", absl::StrJoin(steps, ", "))));
     }
   }
+  auto name = ExportFileName(job->spec().model(), request->format());
+  if (!name.ok()) return refuse(name.status());
+  const std::string path = chosen->path + "/" + *name;
+  struct stat st;
+  if (stat(path.c_str(), &st) != 0) {
+    return refuse(absl::NotFoundError(absl::StrCat("job ", request->id(), "'s checkpoint at step ",
+                                                   chosen->step, " has no ", *name,
+                                                   " (a worker older than that export wrote it)")));
+  }
   audit_.Record(*caller, "DownloadModel", absl::StrCat(request->id(), "@", chosen->step),
                 absl::OkStatus());
-  return FileStreamReactor::Start(executor_, chosen->model_path, chosen->step);
+  return FileStreamReactor::Start(executor_, path, chosen->step);
 }
 
 grpc::ServerUnaryReactor* CoordinatorService::ListAudit(grpc::CallbackServerContext* context,

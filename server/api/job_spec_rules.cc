@@ -129,8 +129,9 @@ absl::Status ValidatePythonModel(const v1::PythonModelSpec& python) {
   if (python.args().ByteSizeLong() > kMaxPythonArgsBytes) {
     return Invalid("model.python.args", absl::StrCat("at most ", kMaxPythonArgsBytes, " bytes"));
   }
-  for (const auto& [field, dims] : {std::pair{"model.python.input_shape", &python.input_shape()},
-                                    std::pair{"model.python.target_shape", &python.target_shape()}}) {
+  for (const auto& [field, dims] :
+       {std::pair{"model.python.input_shape", &python.input_shape()},
+        std::pair{"model.python.target_shape", &python.target_shape()}}) {
     for (uint32_t d : *dims) {
       if (d == 0 || d > kMaxLayerWidth) {
         return Invalid(field, absl::StrCat("sizes from 1 to ", kMaxLayerWidth));

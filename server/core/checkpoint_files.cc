@@ -20,7 +20,6 @@ std::vector<CheckpointFiles> ListCheckpointFiles(const std::string& job_dir) {
     CheckpointFiles files;
     files.step = std::stoull(name.substr(5));
     files.path = entry.path().string();
-    files.model_path = (entry.path() / "model.pt").string();
     for (const auto& file : fs::directory_iterator(entry.path(), ec)) {
       files.size_bytes += fs::file_size(file.path(), ec);
     }

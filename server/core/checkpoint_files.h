@@ -13,8 +13,7 @@ namespace stoke::server {
 
 struct CheckpointFiles {
   uint64_t step = 0;
-  std::string path;        // the step-<n> directory
-  std::string model_path;  // its model.pt
+  std::string path;  // the step-<n> directory
   uint64_t size_bytes = 0;
   absl::Time write_time;
 };

@@ -315,8 +315,8 @@ absl::Status PostgresJobStore::PutCode(const std::string& sha256, const std::str
 
 absl::StatusOr<std::string> PostgresJobStore::GetCode(const std::string& sha256) {
   std::lock_guard<std::mutex> lock(mu_);
-  auto rows = db_->Exec("SELECT bundle FROM code_bundles WHERE sha256 = $1",
-                        PgParams().Text(sha256));
+  auto rows =
+      db_->Exec("SELECT bundle FROM code_bundles WHERE sha256 = $1", PgParams().Text(sha256));
   if (!rows.ok()) return rows.status();
   if (rows->rows() == 0) {
     return absl::NotFoundError(absl::StrCat("no code stored under sha256 ", sha256));

@@ -88,8 +88,8 @@ TEST_F(PythonModelGpuTest, CompiledAndCapturedStepsFollowTheEagerLossCurve) {
   EXPECT_GT(graphed.first_steps[0].compile_seconds, 0.0);
   EXPECT_GT(graphed.samples.back().mfu, 0.0);
 
-  outcome = Train(Job("python: {file: vit.py}", steps, "  cuda_graph: off\n  compile: off\n"),
-                  eager);
+  outcome =
+      Train(Job("python: {file: vit.py}", steps, "  cuda_graph: off\n  compile: off\n"), eager);
   ASSERT_EQ(outcome.kind, TrainOutcome::Kind::kSucceeded) << outcome.message << Logs(eager);
   ASSERT_EQ(graphed.samples.size(), static_cast<size_t>(steps));
   ASSERT_EQ(eager.samples.size(), static_cast<size_t>(steps));
@@ -101,8 +101,8 @@ TEST_F(PythonModelGpuTest, CompiledAndCapturedStepsFollowTheEagerLossCurve) {
       a += graphed.samples[i].loss / 20;
       b += eager.samples[i].loss / 20;
     }
-    EXPECT_NEAR(a, b, 0.05 * std::max(1.0, std::abs(b))) << "steps " << window * 20 + 1 << "-"
-                                                         << (window + 1) * 20;
+    EXPECT_NEAR(a, b, 0.05 * std::max(1.0, std::abs(b)))
+        << "steps " << window * 20 + 1 << "-" << (window + 1) * 20;
   }
   EXPECT_LT(graphed.samples.back().loss, 0.5 * graphed.samples.front().loss);
 }
@@ -111,11 +111,11 @@ TEST_F(PythonModelGpuTest, CompiledAndCapturedStepsFollowTheEagerLossCurve) {
 // whatever the interpreter does, the job ends with a clear outcome, and a crash names its
 // signal. The same network as a Python model trains.
 TEST_F(PythonModelGpuTest, ScriptedTransformerEndsCleanlyAndTheSameModelTrainsAsPython) {
-  const CommandResult scripted = RunCommand(
-      {"python3", "-c",
-       "import sys, torch; sys.path.insert(0, '" + dir_.path() +
-           "'); import vit; torch.jit.script(vit.build_model()).save('" + dir_.File("vit.pt") +
-           "')"});
+  const CommandResult scripted =
+      RunCommand({"python3", "-c",
+                  "import sys, torch; sys.path.insert(0, '" + dir_.path() +
+                      "'); import vit; torch.jit.script(vit.build_model()).save('" +
+                      dir_.File("vit.pt") + "')"});
   ASSERT_EQ(scripted.exit_code, 0) << scripted.err;
   RecordingObserver torchscript, python;
   const TrainOutcome outcome =

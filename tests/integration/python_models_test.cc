@@ -100,6 +100,23 @@ TEST_F(PythonModelsTest, SubmittedWithItsCodeItTrainsAndTheJobNamesTheCode) {
   EXPECT_NE(status.out.find("model.build_model, code sha256 " + python.code_sha256()),
             std::string::npos)
       << status.out;
+
+  // Exports that PyTorch alone loads: the state_dict (the default) and safetensors.
+  const std::string state_dict = files_.File("model-state.pt");
+  const std::string safetensors = files_.File("model.safetensors");
+  const CommandResult exported = Stoke({"export", job->id(), state_dict});
+  ASSERT_EQ(exported.exit_code, 0) << exported.err;
+  const CommandResult as_safetensors =
+      Stoke({"export", job->id(), safetensors, "--format", "safetensors"});
+  ASSERT_EQ(as_safetensors.exit_code, 0) << as_safetensors.err;
+  const CommandResult checked = RunCommand(
+      {"/usr/bin/python3", std::string(STOKE_SOURCE_DIR) + "/tests/support/check_exports.py",
+       "state_dict", files_.File("model.py"), "{\"width\": 48}", state_dict, safetensors});
+  EXPECT_EQ(checked.exit_code, 0) << checked.out << checked.err;
+  const CommandResult wrong = Stoke({"export", job->id(), state_dict, "--format", "torchscript"});
+  EXPECT_NE(wrong.exit_code, 0);
+  EXPECT_NE(wrong.err.find("exports as state_dict, safetensors or libtorch"), std::string::npos)
+      << wrong.err;
 }
 
 TEST_F(PythonModelsTest, CrashFailsTheJobNamingTheSignalAndTheWorkerServesTheNext) {
@@ -126,8 +143,8 @@ TEST_F(PythonModelsTest, CrashFailsTheJobNamingTheSignalAndTheWorkerServesTheNex
       std::chrono::seconds(60)))
       << coordinator_->Log();
   auto succeeded = coordinator_->client().GetJob(id);
-  const double idle_seconds = static_cast<double>(succeeded->start_time().seconds() -
-                                                  failed->end_time().seconds());
+  const double idle_seconds =
+      static_cast<double>(succeeded->start_time().seconds() - failed->end_time().seconds());
   EXPECT_LE(idle_seconds, 5.0);
 }
 

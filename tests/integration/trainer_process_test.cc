@@ -138,9 +138,9 @@ def build_model():
   ASSERT_EQ(observer_.samples.size(), static_cast<size_t>(steps));
 
   const CommandResult reference =
-      RunCommand({"/usr/bin/python3", std::string(STOKE_SOURCE_DIR) +
-                                          "/tests/support/python_reference_loop.py",
-                  model, kFashionMnist, std::to_string(steps), std::to_string(batch), "0.001"});
+      RunCommand({"/usr/bin/python3",
+                  std::string(STOKE_SOURCE_DIR) + "/tests/support/python_reference_loop.py", model,
+                  kFashionMnist, std::to_string(steps), std::to_string(batch), "0.001"});
   ASSERT_EQ(reference.exit_code, 0) << reference.err;
   std::string list = reference.out;
   list.erase(std::remove_if(list.begin(), list.end(),
@@ -179,10 +179,10 @@ class Bigram(nn.Module):
 def build_model(vocab=64):
     return Bigram(vocab)
 )PY");
-  const TrainOutcome outcome = Train(Assign(
-      "model:\n  python: {file: lm.py, args: {vocab: 64}, loss: model}\n"
-      "data:\n  synthetic: {vocab_size: 64, context: 16}\noptimizer: {lr: 0.05}\n"
-      "training:\n  steps: 80\n  batch_size: 16\nmetrics: {interval_steps: 10}\n"));
+  const TrainOutcome outcome =
+      Train(Assign("model:\n  python: {file: lm.py, args: {vocab: 64}, loss: model}\n"
+                   "data:\n  synthetic: {vocab_size: 64, context: 16}\noptimizer: {lr: 0.05}\n"
+                   "training:\n  steps: 80\n  batch_size: 16\nmetrics: {interval_steps: 10}\n"));
   ASSERT_EQ(outcome.kind, TrainOutcome::Kind::kSucceeded) << outcome.message << "\n" << Logs();
   // Each next token follows from the last: a bigram table learns the rule.
   EXPECT_LT(observer_.samples.back().loss, 0.5 * observer_.samples.front().loss);
@@ -219,8 +219,7 @@ TEST_F(TrainerProcessTest, ExceptionWhileBuildingIsNotRetriedAndItsTracebackIsLo
   ASSERT_EQ(outcome.kind, TrainOutcome::Kind::kFailed);
   EXPECT_NE(outcome.message.find("ValueError: width must be even"), std::string::npos)
       << outcome.message;
-  EXPECT_NE(outcome.message.find("while building the model"), std::string::npos)
-      << outcome.message;
+  EXPECT_NE(outcome.message.find("while building the model"), std::string::npos) << outcome.message;
   EXPECT_FALSE(outcome.retryable);
   EXPECT_NE(Logs().find("Traceback (most recent call last)"), std::string::npos) << Logs();
   EXPECT_NE(Logs().find("in broken_model"), std::string::npos) << Logs();
@@ -281,14 +280,36 @@ def build_model():
   EXPECT_EQ(outcome.kind, TrainOutcome::Kind::kSucceeded) << outcome.message << "\n" << Logs();
 }
 
+// The older way in: a scripted module trains in the training process too, and each
+// checkpoint carries it back with its trained weights, forward and all.
+TEST_F(TrainerProcessTest, TorchScriptModelTrainsAndExportsItselfWithItsTrainedWeights) {
+  const std::string scripted = dir_.File("net.pt");
+  const CommandResult script = RunCommand(
+      {"/usr/bin/python3", "-c",
+       "import torch; from torch import nn; torch.jit.script(nn.Sequential(nn.Linear(16, 32), "
+       "nn.ReLU(), nn.Linear(32, 4))).save('" +
+           scripted + "')"});
+  ASSERT_EQ(script.exit_code, 0) << script.err;
+  const auto assignment = Assign(
+      "model:\n  torchscript: {path: " + scripted +
+      "}\ndata:\n  synthetic: {features: 16, num_classes: 4}\ntraining:\n  steps: 30\n"
+      "  batch_size: 32\n");
+  const TrainOutcome outcome = Train(assignment);
+  ASSERT_EQ(outcome.kind, TrainOutcome::Kind::kSucceeded) << outcome.message << "\n" << Logs();
+  const std::string checkpoint = assignment.job_dir() + "/checkpoints/step-30";
+  const CommandResult checked = RunCommand(
+      {"/usr/bin/python3", std::string(STOKE_SOURCE_DIR) + "/tests/support/check_exports.py",
+       "torchscript", checkpoint + "/model.torchscript.pt", checkpoint + "/model.pt"});
+  EXPECT_EQ(checked.exit_code, 0) << checked.out << checked.err;
+}
+
 TEST_F(TrainerProcessTest, MissingCodeFailsWithoutStartingAnything) {
   WriteFile("model.py", kModel);
   auto assignment = Assign(SyntheticJob("{}", 5));
   assignment.clear_code();
   const TrainOutcome outcome = Train(assignment);
   ASSERT_EQ(outcome.kind, TrainOutcome::Kind::kFailed);
-  EXPECT_NE(outcome.message.find("without the model's code"), std::string::npos)
-      << outcome.message;
+  EXPECT_NE(outcome.message.find("without the model's code"), std::string::npos) << outcome.message;
   EXPECT_FALSE(outcome.retryable);
 }
 

@@ -26,8 +26,7 @@ v1::Assignment AssignJob(const std::string& yaml, const std::string& base_dir,
   EXPECT_TRUE(code.ok()) << code.status();
   if (!valid.ok() || !code.ok()) return assignment;
   if (spec->model().has_python()) {
-    const absl::Status recorded =
-        spec::RecordCode(*code, *spec->mutable_model()->mutable_python());
+    const absl::Status recorded = spec::RecordCode(*code, *spec->mutable_model()->mutable_python());
     EXPECT_TRUE(recorded.ok()) << recorded;
   }
   auto facts = server::InspectData(*spec, server::DataRoots({"/"}));

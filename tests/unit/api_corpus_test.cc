@@ -287,8 +287,9 @@ std::vector<Case> PythonArgsCases() {
   cases.back().name += " with too many keys";
   cases.push_back(SubmitInvalid("model.python.args", [](v1::JobSpec& spec) {
     auto& fields = *spec.mutable_model()->mutable_python()->mutable_args()->mutable_fields();
-    for (int i = 0; i < 8; ++i)
+    for (int i = 0; i < 8; ++i) {
       fields["k" + std::to_string(i)].set_string_value(std::string(4000, 'a'));
+    }
   }));
   cases.back().name += " of 32 kB";
   return cases;

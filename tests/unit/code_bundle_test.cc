@@ -77,7 +77,8 @@ TEST(CodeBundle, RefusesLinksFifosAndWhatIsNotCode) {
   auto linked = ReadCodeBundle(package, "model.python.file");
   ASSERT_FALSE(linked.ok());
   EXPECT_EQ(linked.status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_NE(linked.status().message().find("model.python.file: " + package + "/secrets.py: a "
+  EXPECT_NE(linked.status().message().find("model.python.file: " + package +
+                                           "/secrets.py: a "
                                            "symbolic link"),
             std::string::npos)
       << linked.status();

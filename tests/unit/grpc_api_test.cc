@@ -500,7 +500,7 @@ TEST(GrpcApi, PythonModelCodeIsCheckedStoredOnceAndNamedInTheSpec) {
   ASSERT_TRUE(bundle.ParseFromString(*stored));
   EXPECT_EQ(bundle.files(0).content(), "def build_model(): ...\n");
 
-  const auto refused = [&](v1::SubmitJobRequest request, const std::string& names) {
+  const auto refused = [&](const v1::SubmitJobRequest& request, const std::string& names) {
     grpc::ClientContext context;
     v1::SubmitJobResponse response;
     const grpc::Status status = stub->SubmitJob(&context, request, &response);

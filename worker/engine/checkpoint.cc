@@ -89,6 +89,7 @@ void Checkpointer::Save(uint64_t step, Network& net, const torch::optim::Optimiz
     torch::serialize::OutputArchive model;
     net.save(model);
     SaveArchive(model, tmp_dir + "/model.pt");
+    net.WriteExports(tmp_dir);
     torch::serialize::OutputArchive opt;
     optimizer.save(opt);
     SaveArchive(opt, tmp_dir + "/optimizer.pt");

@@ -26,8 +26,8 @@ FakeBatch MakeFakeBatch(Network& net, const DataShape& shape, int64_t batch,
     torch::NoGradGuard no_grad;
     fake.targets = torch::zeros_like(net.forward(fake.inputs), torch::kFloat32);
   } else if (shape.kind == DataShape::Kind::kTokens) {
-    fake.targets = torch::randint(std::max<int64_t>(1, shape.vocab_size), {batch, shape.sample.at(0)},
-                                  on_device.dtype(torch::kLong));
+    fake.targets = torch::randint(std::max<int64_t>(1, shape.vocab_size),
+                                  {batch, shape.sample.at(0)}, on_device.dtype(torch::kLong));
   } else {
     fake.targets = torch::randint(std::max<int64_t>(1, shape.num_classes), {batch},
                                   on_device.dtype(torch::kLong));

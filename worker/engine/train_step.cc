@@ -184,7 +184,8 @@ bool StepRunner::ReplayMatchesEager() {
   // One host read, once per run.
   const double expected = eager.item<double>();
   const double replayed = static_losses_[0].to(torch::kFloat64).item<double>();
-  if (std::isfinite(replayed) && std::abs(replayed - expected) <= 0.05 * std::abs(expected) + 1e-3) {
+  if (std::isfinite(replayed) &&
+      std::abs(replayed - expected) <= 0.05 * std::abs(expected) + 1e-3) {
     return true;
   }
   log_("CUDA graph check failed: the replayed step's loss " + std::to_string(replayed) +

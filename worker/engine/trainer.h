@@ -23,8 +23,8 @@ class Network;
 
 // Builds the network a task names for its data (models/model_factory.h's BuildNetwork, or
 // the trainer process's, which adds Python models).
-using NetworkBuilder = std::function<std::shared_ptr<Network>(
-    const ModelConfig&, const DataShape&, const data::ReadOptions&)>;
+using NetworkBuilder = std::function<std::shared_ptr<Network>(const ModelConfig&, const DataShape&,
+                                                              const data::ReadOptions&)>;
 
 // What tests and benchmarks may look at as training ends.
 struct TrainingProbe {

@@ -179,8 +179,8 @@ void PreparePythonModel(TrainingRun& r, TrainingObserver& observer) {
   Network& net = *r.net;
   const std::string compile = net.SetCompile(r.task.training.compile, r.device.is_cuda());
   if (!compile.empty()) observer.OnLog("model.python: " + compile);
-  const FakeBatch fake = MakeFakeBatch(net, r.shape, r.task.training.batch_size, r.device,
-                                       r.layout.channels_last);
+  const FakeBatch fake =
+      MakeFakeBatch(net, r.shape, r.task.training.batch_size, r.device, r.layout.channels_last);
   Network::Preparation prepared;
   {
     compat::AutocastScope autocast(r.device.type(), r.math.dtype, r.math.autocast);

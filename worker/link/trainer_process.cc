@@ -36,12 +36,19 @@ using Clock = std::chrono::steady_clock;
 // and Python packages are, the device and library switches, locale and time. Nothing
 // else: tokens, keys and addresses the worker was given stay with the worker.
 bool Inherited(const std::string& name) {
-  static const char* const kExact[] = {"PATH",       "LANG",       "TZ",         "TMPDIR",
-                                       "LD_LIBRARY_PATH", "PYTHONPATH", "PYTHONHOME",
-                                       "OMP_NUM_THREADS", "STOKE_PYTHON", "HOME"};
-  static const char* const kPrefixes[] = {"LC_",    "CUDA_",  "NVIDIA_",        "NCCL_",
-                                          "TORCH_", "TORCHINDUCTOR_", "TRITON_", "MKL_",
-                                          "OPENBLAS_", "KMP_", "STOKE_TRACE_"};
+  static const char* const kExact[] = {"PATH",
+                                       "LANG",
+                                       "TZ",
+                                       "TMPDIR",
+                                       "LD_LIBRARY_PATH",
+                                       "PYTHONPATH",
+                                       "PYTHONHOME",
+                                       "OMP_NUM_THREADS",
+                                       "STOKE_PYTHON",
+                                       "HOME"};
+  static const char* const kPrefixes[] = {"LC_",       "CUDA_",          "NVIDIA_",     "NCCL_",
+                                          "TORCH_",    "TORCHINDUCTOR_", "TRITON_",     "MKL_",
+                                          "OPENBLAS_", "KMP_",           "STOKE_TRACE_"};
   for (const char* exact : kExact) {
     if (name == exact) return true;
   }
@@ -200,8 +207,8 @@ absl::StatusOr<std::string> PrepareAttemptFolder(const TrainerProcessOptions& op
                                                  const v1::Assignment& a) {
   const std::string folder =
       a.job_dir().empty()
-          ? absl::StrCat(options.scratch_dir, "/stoke-trainer-", a.job_id(), "-", a.attempt(),
-                         "-", a.rank(), "-", getpid())
+          ? absl::StrCat(options.scratch_dir, "/stoke-trainer-", a.job_id(), "-", a.attempt(), "-",
+                         a.rank(), "-", getpid())
           : absl::StrCat(a.job_dir(), "/attempts/", a.attempt(), "/rank-", a.rank());
   std::string error;
   files::RemoveTree(folder + "/code");
@@ -220,8 +227,8 @@ absl::StatusOr<std::string> PrepareAttemptFolder(const TrainerProcessOptions& op
                                 int commands, int output, int events, int progress,
                                 const std::optional<JobUser>& user, pid_t parent) {
   setpgid(0, 0);  // its own group: it and whatever it starts are ended together
-  if (dup2(commands, 0) < 0 || dup2(output, 1) < 0 || dup2(output, 2) < 0 ||
-      dup2(events, 3) < 0 || dup2(progress, 4) < 0) {
+  if (dup2(commands, 0) < 0 || dup2(output, 1) < 0 || dup2(output, 2) < 0 || dup2(events, 3) < 0 ||
+      dup2(progress, 4) < 0) {
     _exit(126);
   }
   // Every other descriptor of the worker (its link to the coordinator among them) closes.
@@ -270,15 +277,17 @@ TrainOutcome TrainInChildProcess(const TrainerProcessOptions& options,
                                  const v1::Assignment& assignment, TrainingObserver& observer,
                                  const std::atomic<bool>& cancel) {
   if (options.trainer_path.empty()) {
-    return Failed("this worker has no stoke-trainer beside it, which trains Python and "
-                  "TorchScript models; install it with the worker",
-                  /*retryable=*/false);
+    return Failed(
+        "this worker has no stoke-trainer beside it, which trains Python and "
+        "TorchScript models; install it with the worker",
+        /*retryable=*/false);
   }
   if (assignment.spec().model().has_python() && assignment.code().files_size() == 0) {
-    return Failed(absl::StrCat("model.python: the assignment came without the model's code (sha256 ",
-                               assignment.spec().model().python().code_sha256(),
-                               "); the coordinator's store has none under it"),
-                  /*retryable=*/false);
+    return Failed(
+        absl::StrCat("model.python: the assignment came without the model's code (sha256 ",
+                     assignment.spec().model().python().code_sha256(),
+                     "); the coordinator's store has none under it"),
+        /*retryable=*/false);
   }
   auto folder = PrepareAttemptFolder(options, assignment);
   if (!folder.ok()) return Failed(std::string(folder.status().message()));
@@ -425,8 +434,8 @@ TrainOutcome TrainInChildProcess(const TrainerProcessOptions& options,
     }
     // Once it has exited: what it wrote last is read, but a process it started that
     // still holds its output open is not waited for.
-    if (exited && ((!events_open && !output_open) ||
-                   Clock::now() - exited_at > std::chrono::seconds(1))) {
+    if (exited &&
+        ((!events_open && !output_open) || Clock::now() - exited_at > std::chrono::seconds(1))) {
       break;
     }
   }
@@ -442,7 +451,8 @@ TrainOutcome TrainInChildProcess(const TrainerProcessOptions& options,
   if (reported) return *reported;
   if (cancel_sent) {
     return {TrainOutcome::Kind::kCancelled,
-            killed ? absl::StrCat("cancelled ", AtStep(step), "; the training process did not "
+            killed ? absl::StrCat("cancelled ", AtStep(step),
+                                  "; the training process did not "
                                   "stop within ",
                                   options.cancel_grace.count() / 1000, " s and was killed")
                    : absl::StrCat("cancelled ", AtStep(step))};
@@ -454,9 +464,9 @@ TrainOutcome TrainInChildProcess(const TrainerProcessOptions& options,
                                AtStep(step)),
                   retryable);
   }
-  std::string message = absl::StrCat("the training process exited with status ",
-                                     WIFEXITED(status) ? WEXITSTATUS(status) : -1, " ",
-                                     AtStep(step));
+  std::string message =
+      absl::StrCat("the training process exited with status ",
+                   WIFEXITED(status) ? WEXITSTATUS(status) : -1, " ", AtStep(step));
   if (WIFEXITED(status) && WEXITSTATUS(status) == 127) {
     message = absl::StrCat("cannot run ", options.trainer_path, " (exit status 127)");
   } else if (WIFEXITED(status) && WEXITSTATUS(status) == 126) {

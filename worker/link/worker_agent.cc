@@ -25,8 +25,8 @@ std::string DescribeStartup(const v1::WorkerStartup& startup) {
     std::snprintf(text, sizeof(text), "%.2f s", s);
     return std::string(text);
   };
-  std::string line = "first training step done " + seconds(startup.seconds()) +
-                     " after the assignment (";
+  std::string line =
+      "first training step done " + seconds(startup.seconds()) + " after the assignment (";
   if (startup.process_seconds() > 0) {
     line += "training process " + seconds(startup.process_seconds()) + ", ";
   }

@@ -65,6 +65,11 @@ class Network : public torch::nn::Module {
     return "";
   }
 
+  // Files beside each checkpoint for tools outside Stoke (a Python model's state_dict and
+  // safetensors, a TorchScript model's scripted module), written into the checkpoint's
+  // folder `dir` before it is complete. Throws what saving throws.
+  virtual void WriteExports(const std::string& dir) { (void)dir; }
+
   struct Preparation {
     double compile_seconds = 0;
     std::string note;  // for the job's log; empty: nothing was done

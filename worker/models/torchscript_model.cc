@@ -140,4 +140,11 @@ void TorchScriptModelImpl::train(bool on) {
   }
 }
 
+void TorchScriptModelImpl::WriteExports(const std::string& dir) {
+  torch::NoGradGuard no_grad;
+  torch::jit::Module copy = module_.deepcopy();
+  copy.to(torch::kCPU);
+  copy.save(dir + "/model.torchscript.pt");
+}
+
 }  // namespace stoke::worker

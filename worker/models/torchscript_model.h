@@ -29,6 +29,9 @@ class TorchScriptModelImpl : public Network {
   // Also switches the scripted module, whose forward may read `self.training` (dropout,
   // batch norm).
   void train(bool on = true) override;
+  // model.torchscript.pt: the scripted module with the trained weights, on the CPU, so
+  // that torch.jit.load(path)(inputs) runs it anywhere.
+  void WriteExports(const std::string& dir) override;
 
  private:
   TorchScriptConfig config_;

@@ -6,6 +6,7 @@ loop, the optimizer and the data stay in C++.
 """
 import importlib
 import json
+import os
 import sys
 import time
 
@@ -119,3 +120,43 @@ def prepare(model, eager_loss, compiled_loss, inputs, targets, flops_samples):
         for buffer, value in saved:
             buffer.copy_(value)
     return flops, seconds
+
+
+# safetensors' names of the dtypes it stores.
+_SAFETENSORS_DTYPES = {
+    torch.float64: "F64", torch.float32: "F32", torch.float16: "F16", torch.bfloat16: "BF16",
+    torch.int64: "I64", torch.int32: "I32", torch.int16: "I16", torch.int8: "I8",
+    torch.uint8: "U8", torch.bool: "BOOL",
+}
+
+
+def write_safetensors(tensors, path):
+    """The safetensors format: 8 bytes of little-endian header length, the JSON header
+    (each tensor's dtype, shape and byte range; padded with spaces to 8 bytes), then the
+    tensors' bytes one after another. Written here: the package is not always installed."""
+    header, chunks, offset = {"__metadata__": {"format": "pt"}}, [], 0
+    for name in sorted(tensors):
+        tensor = tensors[name].contiguous()
+        data = tensor.reshape(-1).view(torch.uint8).numpy().tobytes() if tensor.numel() else b""
+        header[name] = {"dtype": _SAFETENSORS_DTYPES[tensor.dtype], "shape": list(tensor.shape),
+                        "data_offsets": [offset, offset + len(data)]}
+        chunks.append(data)
+        offset += len(data)
+    text = json.dumps(header, separators=(",", ":")).encode()
+    text += b" " * (-len(text) % 8)
+    with open(path, "wb") as f:
+        f.write(len(text).to_bytes(8, "little"))
+        f.write(text)
+        for data in chunks:
+            f.write(data)
+
+
+def export(model, directory):
+    """Beside a checkpoint: state_dict.pt, which model.load_state_dict(torch.load(path))
+    takes, and model.safetensors with the same tensors. On the CPU, so that they load on
+    any machine."""
+    state = {name: tensor.detach().cpu() for name, tensor in model.state_dict().items()}
+    torch.save(state, os.path.join(directory, "state_dict.pt"))
+    write_safetensors({name: tensor for name, tensor in state.items()
+                       if tensor.dtype in _SAFETENSORS_DTYPES},
+                      os.path.join(directory, "model.safetensors"))

@@ -97,8 +97,8 @@ PythonModelImpl::PythonModelImpl(const PythonConfig& config, const DataShape& da
                                       config_.module.c_str(), config_.factory.c_str(),
                                       config_.args_json.c_str()));
   if (!module_) {
-    ThrowPythonError("model.python: building the model (" + config_.module + "." +
-                     config_.factory + ")");
+    ThrowPythonError("model.python: building the model (" + config_.module + "." + config_.factory +
+                     ")");
   }
   PyRef lists(PyObject_CallMethod(glue_.get(), "tensors", "O", module_.get()));
   if (!lists) ThrowPythonError("model.python: listing the model's tensors");
@@ -122,8 +122,8 @@ PythonModelImpl::PythonModelImpl(const PythonConfig& config, const DataShape& da
   PyRef convolutional(PyObject_CallMethod(glue_.get(), "convolutional", "O", module_.get()));
   if (!convolutional) ThrowPythonError("model.python: inspecting the model");
   convolutional_ = PyObject_IsTrue(convolutional.get()) == 1;
-  eager_loss_ = PyRef(
-      PyObject_CallMethod(glue_.get(), "loss_function", "Os", module_.get(), LossName(config_.loss)));
+  eager_loss_ = PyRef(PyObject_CallMethod(glue_.get(), "loss_function", "Os", module_.get(),
+                                          LossName(config_.loss)));
   if (!eager_loss_) ThrowPythonError("model.python: making the loss");
 }
 
@@ -140,9 +140,9 @@ torch::Tensor PythonModelImpl::Call(PyObject* function, const torch::Tensor& inp
                                     const torch::Tensor* targets, const char* what) {
   Gil gil;
   PyRef x = Wrap(inputs);
-  PyRef result(targets == nullptr
-                   ? PyObject_CallFunctionObjArgs(function, x.get(), nullptr)
-                   : PyObject_CallFunctionObjArgs(function, x.get(), Wrap(*targets).get(), nullptr));
+  PyRef result(targets == nullptr ? PyObject_CallFunctionObjArgs(function, x.get(), nullptr)
+                                  : PyObject_CallFunctionObjArgs(function, x.get(),
+                                                                 Wrap(*targets).get(), nullptr));
   if (!result) ThrowPythonError(std::string("model.python: ") + what);
   return Unpack(result.get(), std::string("model.python: ") + what);
 }
@@ -160,7 +160,8 @@ std::optional<torch::Tensor> PythonModelImpl::ForwardLoss(const torch::Tensor& i
   torch::Tensor loss = Call(eager_loss_.get(), inputs, &targets, "forward(inputs, targets)");
   if (loss.numel() != 1) {
     throw UserCodeError("model.python: forward(inputs, targets) returned a tensor of shape " +
-                            c10::str(loss.sizes()) + "; with loss: model it returns the loss, "
+                            c10::str(loss.sizes()) +
+                            "; with loss: model it returns the loss, "
                             "a scalar",
                         "");
   }
@@ -177,9 +178,10 @@ void PythonModelImpl::train(bool on) {
 std::string PythonModelImpl::SetCompile(CompileMode mode, bool cuda) {
   const bool wanted = mode == CompileMode::kOn || mode == CompileMode::kMaxAutotune ||
                       (mode == CompileMode::kAuto && cuda);
-  if (!wanted) return mode == CompileMode::kAuto ? "not compiled (training.compile: auto "
-                                                   "compiles on GPUs)"
-                                                 : "not compiled (training.compile: off)";
+  if (!wanted)
+    return mode == CompileMode::kAuto ? "not compiled (training.compile: auto "
+                                        "compiles on GPUs)"
+                                      : "not compiled (training.compile: off)";
   Gil gil;
   PyRef can(PyObject_CallMethod(glue_.get(), "can_compile", nullptr));
   if (!can) ThrowPythonError("model.python: torch.compile");
@@ -189,8 +191,8 @@ std::string PythonModelImpl::SetCompile(CompileMode mode, bool cuda) {
     throw std::invalid_argument("training.compile: " + why);
   }
   compile_mode_ = mode == CompileMode::kMaxAutotune ? "max-autotune-no-cudagraphs" : "default";
-  compiled_loss_ = PyRef(PyObject_CallMethod(glue_.get(), "compiled", "Os", eager_loss_.get(),
-                                             compile_mode_.c_str()));
+  compiled_loss_ = PyRef(
+      PyObject_CallMethod(glue_.get(), "compiled", "Os", eager_loss_.get(), compile_mode_.c_str()));
   if (!compiled_loss_) ThrowPythonError("model.python: torch.compile");
   return "compiled with torch.compile (mode " + compile_mode_ + ")";
 }
@@ -226,6 +228,12 @@ Network::Preparation PythonModelImpl::Prepare(const torch::Tensor& inputs,
                  std::to_string(done.compile_seconds).substr(0, 5) + " s";
   }
   return done;
+}
+
+void PythonModelImpl::WriteExports(const std::string& dir) {
+  Gil gil;
+  PyRef done(PyObject_CallMethod(glue_.get(), "export", "Os", module_.get(), dir.c_str()));
+  if (!done) ThrowPythonError("model.python: writing the state_dict");
 }
 
 }  // namespace stoke::worker::python

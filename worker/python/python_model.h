@@ -38,6 +38,8 @@ class PythonModelImpl : public Network {
   void train(bool on = true) override;
   std::string SetCompile(CompileMode mode, bool cuda) override;
   Preparation Prepare(const torch::Tensor& inputs, const torch::Tensor& targets) override;
+  // state_dict.pt (torch.save of module.state_dict(), on the CPU) and model.safetensors.
+  void WriteExports(const std::string& dir) override;
 
  private:
   // function(inputs[, targets]) as a tensor; `what` names the call in errors.

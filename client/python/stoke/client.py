@@ -281,21 +281,39 @@ class Client:
         ]
 
     def export(
-        self, job: JobRef, path: Union[str, "os.PathLike[str]"], step: Optional[int] = None
+        self,
+        job: JobRef,
+        path: Union[str, "os.PathLike[str]"],
+        step: Optional[int] = None,
+        format: Optional[str] = None,
     ) -> Export:
-        """Downloads a checkpoint's model (a LibTorch archive) to ``path``.
+        """Downloads a checkpoint's model to ``path``.
 
         The newest checkpoint unless ``step`` names one. The file appears whole or not at
-        all: it is written to ``<path>.partial`` and renamed at the end. Load it with
-        ``torch.jit.load`` in Python or ``torch::load`` in C++.
+        all: it is written to ``<path>.partial`` and renamed at the end. ``format``: by
+        default the model's own (a Python model's ``state_dict``, which
+        ``model.load_state_dict(torch.load(path))`` takes; a TorchScript model's scripted
+        module, for ``torch.jit.load``; a built-in model's LibTorch archive, for
+        ``torch::load`` in C++), or ``"state_dict"``, ``"safetensors"``,
+        ``"torchscript"``, ``"libtorch"``.
 
         Raises:
-            FailedPrecondition: the job has no checkpoint yet.
+            FailedPrecondition: the job has no checkpoint yet, or its model has no such
+                export.
             NotFound: no such job, or no checkpoint at ``step``.
         """
         target = Path(path)
         partial = target.with_name(target.name + ".partial")
-        request = coordinator_pb2.DownloadModelRequest(id=_job_id(job), step=step or 0)
+        formats = {None: "MODEL_FORMAT_UNSPECIFIED", "state_dict": "MODEL_FORMAT_STATE_DICT",
+                   "safetensors": "MODEL_FORMAT_SAFETENSORS",
+                   "torchscript": "MODEL_FORMAT_TORCHSCRIPT",
+                   "libtorch": "MODEL_FORMAT_LIBTORCH_ARCHIVE"}
+        if format not in formats:
+            raise ValueError(f"format {format!r}: expected one of "
+                             f"{', '.join(f for f in formats if f)}")
+        request = coordinator_pb2.DownloadModelRequest(
+            id=_job_id(job), step=step or 0,
+            format=coordinator_pb2.ModelFormat.Value(formats[format]))
         call = self._stub.DownloadModel(request, metadata=self._metadata)
         expected, written, got_step = 0, 0, 0
         try:

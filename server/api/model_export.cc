@@ -1,0 +1,36 @@
+#include "server/api/model_export.h"
+
+#include "absl/strings/str_cat.h"
+
+namespace stoke::server {
+
+absl::StatusOr<std::string> ExportFileName(const v1::ModelSpec& model, v1::ModelFormat format) {
+  const bool python = model.has_python();
+  const bool torchscript = model.has_torchscript();
+  const std::string formats = python        ? "state_dict, safetensors or libtorch"
+                              : torchscript ? "torchscript or libtorch"
+                                            : "libtorch";
+  auto unavailable = [&](const char* what) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("format ", what, ": this job's model exports as ", formats));
+  };
+  switch (format) {
+    case v1::MODEL_FORMAT_UNSPECIFIED:
+      return python ? "state_dict.pt" : torchscript ? "model.torchscript.pt" : "model.pt";
+    case v1::MODEL_FORMAT_STATE_DICT:
+      if (!python) return unavailable("state_dict");
+      return "state_dict.pt";
+    case v1::MODEL_FORMAT_SAFETENSORS:
+      if (!python) return unavailable("safetensors");
+      return "model.safetensors";
+    case v1::MODEL_FORMAT_TORCHSCRIPT:
+      if (!torchscript) return unavailable("torchscript");
+      return "model.torchscript.pt";
+    case v1::MODEL_FORMAT_LIBTORCH_ARCHIVE:
+      return "model.pt";
+    default:
+      return absl::InvalidArgumentError(absl::StrCat("format: unknown value ", format));
+  }
+}
+
+}  // namespace stoke::server

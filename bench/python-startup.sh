@@ -31,15 +31,18 @@ done
 for run in $(seq 1 "${RUNS:-2}"); do
   id=$("${stoke[@]}" submit "$spec" 2>/dev/null | head -1)
   "${stoke[@]}" watch "$id" > "$out/startup-watch-$run.log" 2>&1
-  "${stoke[@]}" --json status "$id" | python3 -c '
+  "${stoke[@]}" -o json status "$id" | python3 -c '
 import json, sys
 job = json.load(sys.stdin)
-s = job.get("startup", {})
-w = s.get("worker", {})
-total, compile_ = s.get("seconds", 0.0), w.get("compile_seconds", 0.0)
-print(f"run {sys.argv[1]}: {job[\"state\"]}; submit -> first step {total:.2f} s, of which "
-      f"torch.compile {compile_:.2f} s; without compile {total - compile_:.2f} s "
-      f"(training process {w.get(\"process_seconds\", 0):.2f} s, data {w.get(\"data_seconds\", 0):.2f} s, "
-      f"model {w.get(\"model_seconds\", 0):.2f} s, first step {w.get(\"first_step_seconds\", 0):.2f} s)")
+startup = job.get("startup", {})
+worker = startup.get("worker", {})
+total = startup.get("seconds", 0.0)
+compiling = worker.get("compile_seconds", 0.0)
+parts = ", ".join("%s %.2f s" % (name, worker.get(key, 0.0)) for name, key in (
+    ("training process", "process_seconds"), ("data", "data_seconds"),
+    ("model", "model_seconds"), ("first step", "first_step_seconds")))
+print("run %s: %s; submit -> first step %.2f s, of which torch.compile %.2f s; without "
+      "compile %.2f s (%s)" % (sys.argv[1], job["state"], total, compiling, total - compiling,
+                               parts))
 ' "$run" | tee -a "$out/startup.md"
 done

@@ -207,10 +207,12 @@ int main(int argc, char** argv) {
       }
       trainer.job_user = *user;
     }
-    WorkerAgent agent(options, [device, probe, trainer](
+    // Started ahead of its task: the first one now.
+    SpareTrainer spare_trainer(trainer);
+    WorkerAgent agent(options, [device, probe, &spare_trainer](
                                    const stoke::v1::Assignment& assignment, const TrainTask& task,
                                    TrainingObserver& observer, const std::atomic<bool>& cancel) {
-      if (IsUserCode(task.model)) return TrainInChildProcess(trainer, assignment, observer, cancel);
+      if (IsUserCode(task.model)) return spare_trainer.Train(assignment, observer, cancel);
       return RunTraining(task, device, observer, cancel, probe);
     });
 

@@ -12,9 +12,11 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <deque>
+#include <memory>
 #include <vector>
 
 #include "absl/strings/match.h"
@@ -227,6 +229,11 @@ absl::StatusOr<std::string> PrepareAttemptFolder(const TrainerProcessOptions& op
                                 int commands, int output, int events, int progress,
                                 const std::optional<JobUser>& user, pid_t parent) {
   setpgid(0, 0);  // its own group: it and whatever it starts are ended together
+  // The worker's blocked signals (it waits for SIGTERM on a thread of its own) would stay
+  // blocked across exec.
+  sigset_t none;
+  sigemptyset(&none);
+  sigprocmask(SIG_SETMASK, &none, nullptr);
   if (dup2(commands, 0) < 0 || dup2(output, 1) < 0 || dup2(output, 2) < 0 || dup2(events, 3) < 0 ||
       dup2(progress, 4) < 0) {
     _exit(126);
@@ -273,37 +280,37 @@ std::string TrainerBesideThisProgram() {
   return files::Exists(beside) ? beside : "";
 }
 
-TrainOutcome TrainInChildProcess(const TrainerProcessOptions& options,
-                                 const v1::Assignment& assignment, TrainingObserver& observer,
-                                 const std::atomic<bool>& cancel) {
-  if (options.trainer_path.empty()) {
-    return Failed(
-        "this worker has no stoke-trainer beside it, which trains Python and "
-        "TorchScript models; install it with the worker",
-        /*retryable=*/false);
-  }
-  if (assignment.spec().model().has_python() && assignment.code().files_size() == 0) {
-    return Failed(
-        absl::StrCat("model.python: the assignment came without the model's code (sha256 ",
-                     assignment.spec().model().python().code_sha256(),
-                     "); the coordinator's store has none under it"),
-        /*retryable=*/false);
-  }
-  auto folder = PrepareAttemptFolder(options, assignment);
-  if (!folder.ok()) return Failed(std::string(folder.status().message()));
-  v1::TrainerCommand start;
-  *start.mutable_start()->mutable_assignment() = assignment;
-  start.mutable_start()->mutable_assignment()->clear_code();
-  if (assignment.code().files_size() > 0) start.mutable_start()->set_code_dir(*folder + "/code");
-
+// A started stoke-trainer: its pid and the worker's ends of its pipes, owned until its
+// task has run (RunTask) or it is discarded (killed with whatever it started).
+struct TrainerChild {
+  pid_t pid = -1;
   Pipe commands, output, events;
   ProgressPage progress;
-  if (!commands.Open() || !output.Open() || !events.Open() || !progress.Open()) {
-    const std::string why = std::strerror(errno);
+  Clock::time_point started_at;
+
+  ~TrainerChild() {
+    if (pid > 0) {
+      kill(-pid, SIGKILL);
+      int status = 0;
+      waitpid(pid, &status, 0);
+    }
     commands.CloseBoth();
     output.CloseBoth();
     events.CloseBoth();
-    return Failed("cannot start the training process: " + why);
+  }
+};
+
+absl::StatusOr<std::unique_ptr<TrainerChild>> StartTrainer(const TrainerProcessOptions& options) {
+  if (options.trainer_path.empty()) {
+    return absl::FailedPreconditionError(
+        "this worker has no stoke-trainer beside it, which trains Python and TorchScript "
+        "models; install it with the worker");
+  }
+  auto child = std::make_unique<TrainerChild>();
+  if (!child->commands.Open() || !child->output.Open() || !child->events.Open() ||
+      !child->progress.Open()) {
+    return absl::InternalError(
+        absl::StrCat("cannot start the training process: ", std::strerror(errno)));
   }
   std::vector<std::string> args = {options.trainer_path, "--device", options.device, "--threads",
                                    std::to_string(options.threads)};
@@ -315,23 +322,49 @@ TrainOutcome TrainInChildProcess(const TrainerProcessOptions& options,
   envp.push_back(nullptr);
 
   const pid_t parent = getpid();
-  const pid_t child = fork();
-  if (child == 0) {
-    BecomeTrainer(options.trainer_path.c_str(), argv.data(), envp.data(), commands.read,
-                  output.write, events.write, progress.fd(), options.job_user, parent);
+  child->started_at = Clock::now();
+  const pid_t pid = fork();
+  if (pid == 0) {
+    BecomeTrainer(options.trainer_path.c_str(), argv.data(), envp.data(), child->commands.read,
+                  child->output.write, child->events.write, child->progress.fd(), options.job_user,
+                  parent);
   }
-  Pipe::Close(commands.read);
-  Pipe::Close(output.write);
-  Pipe::Close(events.write);
-  if (child < 0) {
-    const std::string why = std::strerror(errno);
-    commands.CloseBoth();
-    output.CloseBoth();
-    events.CloseBoth();
-    return Failed("cannot start the training process: " + why);
+  Pipe::Close(child->commands.read);
+  Pipe::Close(child->output.write);
+  Pipe::Close(child->events.write);
+  if (pid < 0) {
+    return absl::InternalError(
+        absl::StrCat("cannot start the training process: ", std::strerror(errno)));
   }
-  setpgid(child, child);  // also here: no race with a kill of the group below
-  fcntl(commands.write, F_SETFL, O_NONBLOCK);
+  child->pid = pid;
+  setpgid(pid, pid);  // also here: no race with a kill of the group below
+  fcntl(child->commands.write, F_SETFL, O_NONBLOCK);
+  return child;
+}
+
+// Runs one task in `child` (started by StartTrainer, perhaps a while ago) to its end and
+// reaps it.
+TrainOutcome RunTask(TrainerChild& child, const TrainerProcessOptions& options,
+                     const v1::Assignment& assignment, TrainingObserver& observer,
+                     const std::atomic<bool>& cancel) {
+  if (assignment.spec().model().has_python() && assignment.code().files_size() == 0) {
+    return Failed(
+        absl::StrCat("model.python: the assignment came without the model's code (sha256 ",
+                     assignment.spec().model().python().code_sha256(),
+                     "); the coordinator's store has none under it"),
+        /*retryable=*/false);
+  }
+  const Clock::time_point task_began = Clock::now();
+  auto folder = PrepareAttemptFolder(options, assignment);
+  if (!folder.ok()) return Failed(std::string(folder.status().message()));
+  v1::TrainerCommand start;
+  *start.mutable_start()->mutable_assignment() = assignment;
+  start.mutable_start()->mutable_assignment()->clear_code();
+  if (assignment.code().files_size() > 0) start.mutable_start()->set_code_dir(*folder + "/code");
+  const pid_t pid = child.pid;
+  Pipe& commands = child.commands;
+  Pipe& output = child.output;
+  Pipe& events = child.events;
   // Command bytes not yet written, written as the pipe takes them: the child reads its
   // start only once its interpreter and device are up, and meanwhile what it prints must
   // be read.
@@ -361,7 +394,11 @@ TrainOutcome TrainInChildProcess(const TrainerProcessOptions& options,
         while (decoder.Next(&event)) {
           switch (event.kind_case()) {
             case v1::TrainerEvent::kReady:
-              process_seconds = event.ready().seconds();
+              // What the task waited for: nothing when the trainer was started ahead
+              // and ready before the task came.
+              process_seconds =
+                  std::max(0.0, std::chrono::duration<double>(Clock::now() - task_began).count());
+              if (child.started_at > task_began) process_seconds = event.ready().seconds();
               break;
             case v1::TrainerEvent::kStarted:
               observer.OnStarted();
@@ -425,10 +462,10 @@ TrainOutcome TrainInChildProcess(const TrainerProcessOptions& options,
       kill_at = Clock::now() + options.cancel_grace;
     }
     if (!exited && !killed && Clock::now() >= kill_at) {
-      kill(-child, SIGKILL);
+      kill(-pid, SIGKILL);
       killed = true;
     }
-    if (!exited && waitpid(child, &status, WNOHANG) == child) {
+    if (!exited && waitpid(pid, &status, WNOHANG) == pid) {
       exited = true;
       exited_at = Clock::now();
     }
@@ -440,13 +477,14 @@ TrainOutcome TrainInChildProcess(const TrainerProcessOptions& options,
     }
   }
   lines.Flush(log);
-  kill(-child, SIGKILL);  // whatever it started (torch.compile's workers) goes with it
+  kill(-pid, SIGKILL);  // whatever it started (torch.compile's workers) goes with it
+  child.pid = -1;       // reaped
   commands.CloseBoth();
   output.CloseBoth();
   events.CloseBoth();
   if (assignment.job_dir().empty()) files::RemoveTree(*folder);
 
-  const uint64_t step = progress.step();
+  const uint64_t step = child.progress.step();
   // What it said of itself stands, even if it then died on its way out.
   if (reported) return *reported;
   if (cancel_sent) {
@@ -475,6 +513,89 @@ TrainOutcome TrainInChildProcess(const TrainerProcessOptions& options,
   const std::string last = lines.Last();
   if (!last.empty()) absl::StrAppend(&message, ": ", last);
   return Failed(message, retryable);
+}
+
+TrainOutcome TrainInChildProcess(const TrainerProcessOptions& options,
+                                 const v1::Assignment& assignment, TrainingObserver& observer,
+                                 const std::atomic<bool>& cancel) {
+  auto child = StartTrainer(options);
+  if (!child.ok()) {
+    return Failed(std::string(child.status().message()),
+                  child.status().code() != absl::StatusCode::kFailedPrecondition);
+  }
+  return RunTask(**child, options, assignment, observer, cancel);
+}
+
+SpareTrainer::SpareTrainer(TrainerProcessOptions options)
+    : options_(std::move(options)), launcher_([this] { Launch(); }) {}
+
+SpareTrainer::~SpareTrainer() {
+  {
+    const std::lock_guard<std::mutex> lock(mu_);
+    stopping_ = true;
+  }
+  cv_.notify_all();
+  launcher_.join();
+  spare_.reset();  // killed, reaped
+}
+
+void SpareTrainer::Launch() {
+  std::unique_lock<std::mutex> lock(mu_);
+  for (;;) {
+    cv_.wait(lock, [this] { return stopping_ || (wanted_ && spare_ == nullptr); });
+    if (stopping_) return;
+    lock.unlock();
+    // On this thread, which lives as long as the launcher: the trainer's parent-death
+    // signal is tied to the thread that forked it.
+    auto child = StartTrainer(options_);
+    lock.lock();
+    wanted_ = false;
+    if (child.ok()) {
+      spare_ = *std::move(child);
+    } else {
+      failure_ = child.status();
+    }
+    cv_.notify_all();
+  }
+}
+
+TrainOutcome SpareTrainer::Train(const v1::Assignment& assignment, TrainingObserver& observer,
+                                 const std::atomic<bool>& cancel) {
+  std::unique_ptr<TrainerChild> child;
+  {
+    std::unique_lock<std::mutex> lock(mu_);
+    cv_.wait(lock, [this] { return stopping_ || spare_ != nullptr || !failure_.ok() || !wanted_; });
+    if (spare_ == nullptr && !wanted_ && failure_.ok() && !stopping_) wanted_ = true;
+    cv_.notify_all();
+    cv_.wait(lock, [this] { return stopping_ || spare_ != nullptr || !failure_.ok(); });
+    child = std::move(spare_);
+    const absl::Status failure = failure_;
+    failure_ = absl::OkStatus();
+    if (child == nullptr) {
+      wanted_ = true;  // try again for the next task
+      cv_.notify_all();
+      return Failed(stopping_ ? "the worker is stopping" : std::string(failure.message()),
+                    failure.code() != absl::StatusCode::kFailedPrecondition);
+    }
+  }
+  // A spare that died while it waited (its device failed, say) is replaced now.
+  int status = 0;
+  if (waitpid(child->pid, &status, WNOHANG) == child->pid) {
+    child->pid = -1;
+    auto fresh = StartTrainer(options_);
+    if (!fresh.ok()) return Failed(std::string(fresh.status().message()));
+    child = *std::move(fresh);
+  }
+  TrainOutcome outcome = RunTask(*child, options_, assignment, observer, cancel);
+  child.reset();
+  {
+    // The next task's trainer starts now that this one's is gone: one holds the device
+    // at a time.
+    const std::lock_guard<std::mutex> lock(mu_);
+    wanted_ = true;
+  }
+  cv_.notify_all();
+  return outcome;
 }
 
 }  // namespace stoke::worker

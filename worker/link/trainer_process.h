@@ -11,8 +11,12 @@
 
 #include <atomic>
 #include <chrono>
+#include <condition_variable>
+#include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
+#include <thread>
 
 #include "absl/status/statusor.h"
 #include "stoke/v1/worker_link.pb.h"
@@ -54,5 +58,37 @@ std::string TrainerBesideThisProgram();
 TrainOutcome TrainInChildProcess(const TrainerProcessOptions& options,
                                  const v1::Assignment& assignment, TrainingObserver& observer,
                                  const std::atomic<bool>& cancel);
+
+struct TrainerChild;
+
+// The worker's trainers, each started ahead of its task: a trainer's start (its
+// interpreter importing torch, its device's context) takes seconds, so the next one
+// starts as soon as the last one's task has ended, and waits, ready, for a task. One
+// trainer at a time, so that an idle one never holds device memory beside a busy one.
+class SpareTrainer {
+ public:
+  // Starts the first spare.
+  explicit SpareTrainer(TrainerProcessOptions options);
+  // Kills the spare.
+  ~SpareTrainer();
+  SpareTrainer(const SpareTrainer&) = delete;
+  SpareTrainer& operator=(const SpareTrainer&) = delete;
+
+  // TrainInChildProcess in the spare (waiting for it to be started if need be).
+  TrainOutcome Train(const v1::Assignment& assignment, TrainingObserver& observer,
+                     const std::atomic<bool>& cancel);
+
+ private:
+  void Launch();
+
+  const TrainerProcessOptions options_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::unique_ptr<TrainerChild> spare_;  // guarded by mu_
+  bool wanted_ = true;                   // a spare should be started
+  bool stopping_ = false;
+  absl::Status failure_;  // the last start's, when it failed
+  std::thread launcher_;  // last: it starts with the members above in place
+};
 
 }  // namespace stoke::worker

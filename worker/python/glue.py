@@ -14,6 +14,19 @@ import torch
 import torch.nn.functional as F
 
 
+def preload():
+    """What a job's first compile and FLOP count would import, imported ahead of any job
+    (the trainer is started before its task): torch.compile's machinery where it will be
+    used, and the FLOP counter."""
+    try:
+        if hasattr(torch, "compile") and torch.cuda.is_available():
+            import torch._dynamo  # noqa: F401
+            import torch._inductor.compile_fx  # noqa: F401
+        import torch.utils.flop_counter  # noqa: F401
+    except ImportError:
+        pass  # what is missing is imported, or found missing, when a job needs it
+
+
 def build(code_dir, module_name, factory_name, args_json):
     """factory(**args) from the user's module, imported from code_dir."""
     if code_dir and code_dir not in sys.path:

@@ -83,6 +83,13 @@ std::string FlatName(std::string name, std::set<std::string>& taken) {
 
 }  // namespace
 
+void Preload() {
+  Gil gil;
+  PyRef glue = Glue();
+  PyRef done(PyObject_CallMethod(glue.get(), "preload", nullptr));
+  if (!done) PyErr_Clear();  // a job that needs it says what is missing
+}
+
 PythonModelImpl::PythonModelImpl(const PythonConfig& config, const DataShape& data)
     : config_(config) {
   (void)data;

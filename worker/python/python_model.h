@@ -17,6 +17,9 @@
 
 namespace stoke::worker::python {
 
+// Imports ahead of any job what its compile and FLOP count would (glue.py's preload).
+void Preload();
+
 class PythonModelImpl : public Network {
  public:
   // Imports the code and calls the factory, on the CPU. Throws UserCodeError with the

@@ -22,7 +22,10 @@ std::string DefaultExecutable() {
 
 #if STOKE_WITH_PYTHON
 
-void Start(const std::string& executable) { StartInterpreter(executable); }
+void Start(const std::string& executable) {
+  StartInterpreter(executable);
+  Preload();
+}
 
 std::shared_ptr<Network> BuildNetwork(const ModelConfig& config, const DataShape& data,
                                       const data::ReadOptions& files) {

@@ -20,8 +20,9 @@ bool Available();
 // $STOKE_PYTHON names another.
 std::string DefaultExecutable();
 
-// Starts the interpreter and imports torch; once per process. Throws std::runtime_error
-// naming what failed (or that this build has no Python).
+// Starts the interpreter and imports torch (and, where they will be used, torch.compile's
+// modules); once per process. Throws std::runtime_error naming what failed (or that this
+// build has no Python).
 void Start(const std::string& executable);
 
 // BuildNetwork (models/model_factory.h), with model.python built by the user's factory.

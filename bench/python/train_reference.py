@@ -260,9 +260,10 @@ def build_python(args, device):
     spec = python_spec(args.spec)
     python = spec["model"]["python"]
     path = os.path.join(os.path.dirname(os.path.abspath(args.spec)), python["file"])
-    loader = importlib.util.spec_from_file_location(os.path.basename(path)[:-3], path)
-    module = importlib.util.module_from_spec(loader)
-    loader.loader.exec_module(module)
+    # Imported as Stoke imports it (its folder on sys.path): torch.compile looks modules up
+    # by name.
+    sys.path.insert(0, os.path.dirname(path))
+    module = importlib.import_module(os.path.basename(path)[:-3])
     model = getattr(module, python.get("factory", "build_model"))(**python.get("args", {}))
     synthetic = spec["data"]["synthetic"]
     if synthetic.get("vocab_size"):

@@ -93,18 +93,25 @@ TEST_F(PythonModelGpuTest, CompiledAndCapturedStepsFollowTheEagerLossCurve) {
   ASSERT_EQ(outcome.kind, TrainOutcome::Kind::kSucceeded) << outcome.message << Logs(eager);
   ASSERT_EQ(graphed.samples.size(), static_cast<size_t>(steps));
   ASSERT_EQ(eager.samples.size(), static_cast<size_t>(steps));
-  // bf16 arithmetic in other kernels (compiled, fused) drifts apart step by step: compared
-  // by windows of 20 steps, within bf16's tolerance of the loss.
+  // bf16 arithmetic in other kernels (compiled, fused) drifts apart step by step, and once
+  // the task is learnt the loss is mostly noise: compared by windows of 20 steps while the
+  // loss is still above a fifth of where it started, within 5% of that start; then both
+  // must have learnt it.
+  const double start = eager.samples.front().loss;
+  int compared = 0;
   for (int window = 0; window < steps / 20; ++window) {
     double a = 0, b = 0;
     for (int i = window * 20; i < (window + 1) * 20; ++i) {
       a += graphed.samples[i].loss / 20;
       b += eager.samples[i].loss / 20;
     }
-    EXPECT_NEAR(a, b, 0.05 * std::max(1.0, std::abs(b)))
-        << "steps " << window * 20 + 1 << "-" << (window + 1) * 20;
+    if (b < 0.2 * start) break;
+    ++compared;
+    EXPECT_NEAR(a, b, 0.05 * start) << "steps " << window * 20 + 1 << "-" << (window + 1) * 20;
   }
-  EXPECT_LT(graphed.samples.back().loss, 0.5 * graphed.samples.front().loss);
+  EXPECT_GE(compared, 1);
+  EXPECT_LT(graphed.samples.back().loss, 0.1 * start);
+  EXPECT_LT(eager.samples.back().loss, 0.1 * start);
 }
 
 // The network that crashed TorchScript (nn.TransformerEncoder, bf16 autocast), scripted:
@@ -112,7 +119,7 @@ TEST_F(PythonModelGpuTest, CompiledAndCapturedStepsFollowTheEagerLossCurve) {
 // signal. The same network as a Python model trains.
 TEST_F(PythonModelGpuTest, ScriptedTransformerEndsCleanlyAndTheSameModelTrainsAsPython) {
   const CommandResult scripted =
-      RunCommand({"python3", "-c",
+      RunCommand({STOKE_TORCH_PYTHON, "-c",
                   "import sys, torch; sys.path.insert(0, '" + dir_.path() +
                       "'); import vit; torch.jit.script(vit.build_model()).save('" +
                       dir_.File("vit.pt") + "')"});

@@ -3,6 +3,7 @@
 # only from the layers below it, the training layers never include generated protobuf
 # headers, and worker/link never includes a torch header.
 #   common <- runtime <- ops <- models <- data, dist <- engine <- link / main
+#   models <- python (the embedded CPython; only the trainer's main above it)
 # (telemetry and link are torch-free; formats/ and spec/ are below everything.)
 # Exit status: 0 clean, 1 with each offending line printed.
 set -euo pipefail
@@ -16,10 +17,11 @@ declare -A allowed=(
   [data]="common runtime ops models data"
   [dist]="common runtime ops models dist"
   [engine]="common runtime ops models data dist engine"
+  [python]="common runtime ops models python"
   [telemetry]="common telemetry"
   [link]="common telemetry link"
 )
-torch_layers="common runtime ops models data dist engine telemetry"
+torch_layers="common runtime ops models data dist engine python telemetry"
 
 failed=0
 for layer in "${!allowed[@]}"; do
@@ -41,6 +43,14 @@ for layer in "${!allowed[@]}"; do
 done
 if grep -rnE '^\s*#\s*include [<"](torch|ATen|c10)/' worker/link worker/telemetry; then
   echo "check-layers: worker/link and worker/telemetry must not include torch (above)"
+  failed=1
+fi
+# The embedded Python is one layer's: nothing else includes Python's or libtorch_python's
+# headers.
+if grep -rnE '^\s*#\s*include [<"](Python\.h|torch/csrc/(python_headers|autograd/python_)|pybind11/)' \
+  --include='*.h' --include='*.cc' bench client formats security server spec tests worker |
+  grep -v '^worker/python/'; then
+  echo "check-layers: only worker/python may include Python's headers (above)"
   failed=1
 fi
 [[ $failed -eq 0 ]] && echo "check-layers: the worker's layers include only downward"

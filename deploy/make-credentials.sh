@@ -2,12 +2,15 @@
 # Makes what a coordinator deployed with TLS and tokens needs, for compose or Kubernetes:
 #
 #   deploy/make-credentials.sh DIR [NAME...]
+#   WORKER_HOSTS="gpu-1 gpu-2" deploy/make-credentials.sh DIR [NAME...]
 #
 # NAME...: the names clients and workers reach the coordinator by (DNS names or IPs; by
 # default coordinator, localhost and 127.0.0.1). Writes
 #   DIR/coordinator/  tls.crt tls.key (self-signed, those names as SANs), tokens (an
 #                     admin and a worker join token, hashes only), metrics.token
-#   DIR/worker/       ca.crt (the coordinator's certificate, to verify it) and join.token
+#   DIR/worker/       ca.crt (the coordinator's certificate, to verify it) and join.token;
+#                     with WORKER_HOSTS, a token of its own per host instead
+#                     (DIR/worker/HOST.token), which registers that host's workers only
 #   DIR/prometheus/   metrics.token
 #   DIR/admin.token   the admin's token, for STOKE_TOKEN (shown once here)
 # Mount DIR/coordinator and DIR/worker at /etc/stoke/credentials in their containers (the
@@ -40,11 +43,19 @@ admin=$(new_token)
 join=$(new_token)
 metrics=$(new_token)
 {
-  echo "# NAME ROLE sha256:HEX (stoke token create NAME --role R adds lines)"
+  echo "# NAME ROLE sha256:HEX [hosts=HOST] (stoke token create NAME --role R adds lines)"
   echo "admin admin $(hash_of "$admin")"
-  echo "workers worker $(hash_of "$join")"
+  if [ -n "${WORKER_HOSTS:-}" ]; then
+    for host in $WORKER_HOSTS; do
+      token=$(new_token)
+      echo "$token" > "$dir/worker/$host.token"
+      echo "$host worker $(hash_of "$token") hosts=$host"
+    done
+  else
+    echo "workers worker $(hash_of "$join")"
+  fi
 } > "$dir/coordinator/tokens"
-echo "$join" > "$dir/worker/join.token"
+[ -n "${WORKER_HOSTS:-}" ] || echo "$join" > "$dir/worker/join.token"
 echo "$metrics" > "$dir/coordinator/metrics.token"
 echo "$metrics" > "$dir/prometheus/metrics.token"
 echo "$admin" > "$dir/admin.token"

@@ -7,7 +7,9 @@
 #include <sstream>
 
 #include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 
 namespace stoke::security {
@@ -76,7 +78,9 @@ absl::StatusOr<std::vector<TokenEntry>> ParseTokenFile(const std::string& text,
     auto at = [&](const std::string& what) {
       return absl::InvalidArgumentError(absl::StrCat(path, ":", line_number, ": ", what));
     };
-    if (fields.size() != 3) return at("expected NAME ROLE sha256:HEX");
+    if (fields.size() != 3 && fields.size() != 4) {
+      return at("expected NAME ROLE sha256:HEX [hosts=HOST,...]");
+    }
     TokenEntry entry;
     entry.name = fields[0];
     if (!IsValidCredentialName(entry.name)) {
@@ -90,6 +94,17 @@ absl::StatusOr<std::vector<TokenEntry>> ParseTokenFile(const std::string& text,
     if (!IsHashText(entry.hash)) {
       return at(
           "hash: expected sha256: and 64 lowercase hex digits (a token itself never goes here)");
+    }
+    if (fields.size() == 4) {
+      constexpr absl::string_view kHosts = "hosts=";
+      if (!absl::StartsWith(fields[3], kHosts)) return at("expected hosts=HOST,... after the hash");
+      if (entry.role != Role::kWorker) return at("hosts= applies to worker tokens only");
+      for (absl::string_view host : absl::StrSplit(fields[3].substr(kHosts.size()), ',')) {
+        if (!IsValidCredentialName(std::string(host))) {
+          return at("hosts: a host name is 1-64 of the characters A-Z a-z 0-9 . _ @ -");
+        }
+        entry.hosts.emplace_back(host);
+      }
     }
     entries.push_back(std::move(entry));
   }
@@ -113,7 +128,9 @@ absl::StatusOr<std::vector<TokenEntry>> ReadTokenFile(const std::string& path) {
 }
 
 std::string FormatTokenLine(const TokenEntry& entry) {
-  return absl::StrCat(entry.name, " ", RoleName(entry.role), " ", entry.hash);
+  std::string line = absl::StrCat(entry.name, " ", RoleName(entry.role), " ", entry.hash);
+  if (!entry.hosts.empty()) absl::StrAppend(&line, " hosts=", absl::StrJoin(entry.hosts, ","));
+  return line;
 }
 
 }  // namespace stoke::security

@@ -1,9 +1,11 @@
 // The coordinator's tokens file (--auth-tokens): one line per credential,
 //
-//   NAME ROLE sha256:HEX
+//   NAME ROLE sha256:HEX [hosts=HOST,HOST...]
 //
 // ROLE is viewer, submitter or admin for people and services, or worker for the join
-// tokens workers attach with. Blank lines and lines starting with '#' are ignored. The
+// tokens workers attach with. A worker token may name the hosts whose workers it may
+// register (each worker's id being HOST or HOST/DEVICE): one token per host, so that a
+// token stolen from one host cannot register another host's workers. Blank lines and lines starting with '#' are ignored. The
 // file never holds a token, only its hash (`stoke token create` prints both).
 #pragma once
 
@@ -26,6 +28,7 @@ struct TokenEntry {
   std::string name;
   Role role = Role::kViewer;
   std::string hash;  // "sha256:" + 64 hex digits
+  std::vector<std::string> hosts = {};  // worker tokens: the hosts it may register; empty: any
 };
 
 // Errors name the file and line. Names must be unique and made of [A-Za-z0-9._@-].

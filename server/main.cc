@@ -5,6 +5,7 @@
 #include <signal.h>
 #include <spdlog/fmt/ranges.h>
 #include <spdlog/spdlog.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
@@ -26,6 +27,7 @@
 #include "server/api/coordinator_service.h"
 #include "server/api/executor.h"
 #include "server/api/grpc_server.h"
+#include "server/api/listener_watch.h"
 #include "server/api/worker_link_service.h"
 #include "server/core/coordinator.h"
 #include "server/core/local_workers.h"
@@ -86,6 +88,26 @@ std::string LocalDialAddress(const std::string& listen) {
 int Fail(const absl::Status& status) {
   spdlog::critical("{}", std::string(status.message()));
   return 1;
+}
+
+}  // namespace
+
+namespace {
+
+// Sent to itself when the listener stalls: stop as for SIGTERM, then start again.
+constexpr int kRestartSignal = SIGUSR2;
+constexpr const char* kRestartAddressVariable = "STOKE_RESTART_ADDRESS";
+
+// Every descriptor the system allows this process: the gRPC listener must never run out
+// (gRPC 1.51 stops accepting for good after one accept4() fails with EMFILE).
+void RaiseFileLimit() {
+  rlimit limit;
+  if (getrlimit(RLIMIT_NOFILE, &limit) != 0 || limit.rlim_cur >= limit.rlim_max) return;
+  const rlim_t was = limit.rlim_cur;
+  limit.rlim_cur = limit.rlim_max;
+  if (setrlimit(RLIMIT_NOFILE, &limit) == 0) {
+    spdlog::info("open files: limit raised from {} to {}", was, limit.rlim_cur);
+  }
 }
 
 }  // namespace
@@ -185,7 +207,14 @@ int main(int argc, char** argv) {
   sigemptyset(&stop_signals);
   sigaddset(&stop_signals, SIGINT);
   sigaddset(&stop_signals, SIGTERM);
+  sigaddset(&stop_signals, kRestartSignal);
   pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
+  // The address a restart of this process (after its listener stalled) keeps.
+  if (const char* kept = std::getenv(kRestartAddressVariable)) {
+    address = kept;
+    unsetenv(kRestartAddressVariable);
+  }
+  RaiseFileLimit();
   signal(SIGPIPE, SIG_IGN);
   spdlog::set_level(spdlog::level::from_str(log_level));
 
@@ -354,6 +383,17 @@ int main(int argc, char** argv) {
   server_options.credentials = *credentials;
   auto server = GrpcServer::Start(server_options, {&coordinator_service, &worker_link_service});
   if (!server.ok()) return Fail(server.status());
+  // A listener that stops accepting (see listener_watch.h) is recovered by starting this
+  // coordinator again on the same address: workers ride through a restart.
+  std::atomic<bool> restart{false};
+  ListenerWatch::Options watch_options;
+  watch_options.address = (*server)->address();
+  auto watch = ListenerWatch::Create(watch_options, [&restart] {
+    restart = true;
+    kill(getpid(), kRestartSignal);
+  });
+  if (!watch.ok()) return Fail(watch.status());
+  (*watch)->Start();
   spdlog::info("stoke-coordinator {} listening on {} ({}, {}), data in {}", STOKE_VERSION,
                (*server)->address(), tls.cert_path.empty() ? "plaintext" : "TLS",
                access.enabled() ? "tokens required" : "no authentication", data_dir);
@@ -388,10 +428,15 @@ int main(int argc, char** argv) {
 
   int sig = 0;
   sigwait(&stop_signals, &sig);
-  spdlog::info("{} received; shutting down", strsignal(sig));
+  if (restart) {
+    spdlog::warn("restarting on {} to listen again", (*server)->address());
+  } else {
+    spdlog::info("{} received; shutting down", strsignal(sig));
+  }
+  (*watch)->Stop();
   (*core)->BeginShutdown();
   (*server)->Shutdown(std::chrono::seconds(2));
-  if (supervisor && stop_workers_on_exit) {
+  if (supervisor && stop_workers_on_exit && !restart) {
     supervisor->Stop();
   } else if (supervisor) {
     const size_t left = supervisor->Running();
@@ -407,6 +452,12 @@ int main(int argc, char** argv) {
   (*core)->Stop();
   fs::remove(data_dir + "/coordinator.address", ec);
   fs::remove(data_dir + "/metrics.address", ec);
+  if (restart) {
+    setenv(kRestartAddressVariable, (*server)->address().c_str(), 1);
+    execv("/proc/self/exe", argv);
+    spdlog::error("cannot start again: {}", std::strerror(errno));
+    return 1;
+  }
   spdlog::info("stopped");
   return 0;
 }

@@ -207,8 +207,8 @@ int main(int argc, char** argv) {
       }
       trainer.job_user = *user;
     }
-    // Started ahead of its task: the first one now.
-    SpareTrainer spare_trainer(trainer);
+    // On GPUs started ahead of its task (the first one now), where a start takes seconds.
+    SpareTrainer spare_trainer(trainer, device.kind == DeviceKind::kCuda);
     WorkerAgent agent(options, [device, probe, &spare_trainer](
                                    const stoke::v1::Assignment& assignment, const TrainTask& task,
                                    TrainingObserver& observer, const std::atomic<bool>& cancel) {

@@ -136,8 +136,10 @@ int main(int argc, char** argv) {
     return 3;
   }
   stoke::v1::TrainerEvent ready;
-  ready.mutable_ready()->set_seconds(
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - began).count());
+  const auto ready_at = std::chrono::steady_clock::now();
+  ready.mutable_ready()->set_seconds(std::chrono::duration<double>(ready_at - began).count());
+  ready.mutable_ready()->set_ready_at_monotonic_ns(
+      std::chrono::duration_cast<std::chrono::nanoseconds>(ready_at.time_since_epoch()).count());
   events.Send(ready);
 
   stoke::v1::TrainerCommand command;

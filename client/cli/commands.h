@@ -45,7 +45,9 @@ int ExportCommand(CliContext& cli, const std::string& id, const std::string& pat
 // Local: needs no coordinator.
 int TokenizeCommand(const std::string& text_path, const std::string& token_path);
 // Local: prints a new token once, and the tokens-file line that grants it `role`.
-int TokenCreateCommand(const std::string& name, const std::string& role);
+// `hosts`: a worker token's hosts (--host), whose workers alone it may register.
+int TokenCreateCommand(const std::string& name, const std::string& role,
+                       const std::vector<std::string>& hosts);
 // The audit log (admins).
 int AuditCommand(CliContext& cli, uint32_t limit, bool all);
 int WhoAmICommand(CliContext& cli);

@@ -97,6 +97,10 @@ int main(int argc, char** argv) {
       token_cmd->add_subcommand("create", "Make a token; prints it once, and its tokens-file line");
   token_create->add_option("name", token_name, "Who it is for")->required();
   token_create->add_option("--role", token_role, "viewer, submitter, admin or worker")->required();
+  std::vector<std::string> token_hosts;
+  token_create->add_option("--host", token_hosts,
+                           "A worker token: the host whose workers it may register "
+                           "(repeatable); without it, any host's");
 
   auto* audit = app.add_subcommand("audit", "The audit log of mutating calls (admins)");
   audit->add_option("-n,--limit", limit, "Entries per page")->capture_default_str();
@@ -112,7 +116,7 @@ int main(int argc, char** argv) {
   }
 
   if (*tokenize) return TokenizeCommand(text_path, out_path);
-  if (*token_create) return TokenCreateCommand(token_name, token_role);
+  if (*token_create) return TokenCreateCommand(token_name, token_role, token_hosts);
 
   // Flags, then the environment, then the config file, then the default.
   auto config = ReadCliConfigFile(config_path);

@@ -11,7 +11,8 @@
 
 namespace stoke::client {
 
-int TokenCreateCommand(const std::string& name, const std::string& role_name) {
+int TokenCreateCommand(const std::string& name, const std::string& role_name,
+                       const std::vector<std::string>& hosts) {
   auto role = security::ParseRole(role_name);
   if (!role) {
     std::fprintf(stderr, "stoke: --role %s: expected viewer, submitter, admin or worker\n",
@@ -23,12 +24,24 @@ int TokenCreateCommand(const std::string& name, const std::string& role_name) {
                  name.c_str());
     return kExitUsage;
   }
+  if (!hosts.empty() && *role != security::Role::kWorker) {
+    std::fprintf(stderr, "stoke: --host applies to worker tokens (--role worker) only\n");
+    return kExitUsage;
+  }
+  for (const std::string& host : hosts) {
+    if (!security::IsValidCredentialName(host)) {
+      std::fprintf(stderr, "stoke: --host %s: 1-64 of the characters A-Z a-z 0-9 . _ @ -\n",
+                   host.c_str());
+      return kExitUsage;
+    }
+  }
   auto token = security::NewToken();
   if (!token.ok()) {
     std::fprintf(stderr, "stoke: %s\n", std::string(token.status().message()).c_str());
     return kExitError;
   }
-  const std::string line = security::FormatTokenLine({name, *role, security::HashToken(*token)});
+  const std::string line =
+      security::FormatTokenLine({name, *role, security::HashToken(*token), hosts});
   // The token on stdout alone, so `stoke token create ... > file` keeps just it; the
   // rest is for the person at the terminal.
   std::printf("%s\n", token->c_str());

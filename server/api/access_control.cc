@@ -2,6 +2,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "security/token_hash.h"
 
 namespace stoke::server {
@@ -89,7 +90,17 @@ absl::StatusOr<Caller> AccessControl::IdentifyWorker(const grpc::ServerContextBa
                                                     security::RoleName(entry->role),
                                                     "; workers join with a token of role worker"));
   }
-  return Caller{entry->name, Role::kWorker, context.peer()};
+  return Caller{entry->name, Role::kWorker, context.peer(), entry->hosts};
+}
+
+absl::Status AccessControl::RequireHostOf(const Caller& caller, const std::string& worker_id) {
+  if (caller.hosts.empty()) return absl::OkStatus();
+  for (const std::string& host : caller.hosts) {
+    if (worker_id == host || absl::StartsWith(worker_id, host + "/")) return absl::OkStatus();
+  }
+  return absl::PermissionDeniedError(absl::StrCat(
+      "register.worker_id: ", worker_id, ": token ", caller.name, " registers workers of ",
+      absl::StrJoin(caller.hosts, ", "), " only (HOST or HOST/DEVICE)"));
 }
 
 absl::Status AccessControl::Require(const Caller& caller, Role role, const std::string& what) {

@@ -27,6 +27,8 @@ struct Caller {
   security::Role role = security::Role::kViewer;
   // Where the call came from (gRPC's peer string), for the audit log.
   std::string peer;
+  // A worker token's hosts (security::TokenEntry::hosts); empty: any.
+  std::vector<std::string> hosts = {};
 };
 
 class AccessControl {
@@ -56,6 +58,9 @@ class AccessControl {
   // PERMISSION_DENIED (naming --python-models) unless `caller` may run its own Python code
   // on the workers.
   absl::Status RequirePythonModels(const Caller& caller) const;
+  // PERMISSION_DENIED (naming register.worker_id) when the caller's token names hosts and
+  // the worker's id is not HOST or HOST/DEVICE of one of them.
+  static absl::Status RequireHostOf(const Caller& caller, const std::string& worker_id);
   // PERMISSION_DENIED unless `caller` has at least `role`.
   static absl::Status Require(const Caller& caller, security::Role role, const std::string& what);
   // PERMISSION_DENIED unless `caller` owns the job or is an admin.

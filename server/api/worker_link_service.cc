@@ -215,6 +215,7 @@ class WorkerStream final
         return false;
       }
       absl::Status s = CheckRegistration(message.register_());
+      if (s.ok()) s = AccessControl::RequireHostOf(caller_, message.register_().worker_id());
       // Without authentication there is no credential to bind the id to.
       const std::string credential = caller_.name == "anonymous" ? "" : caller_.name;
       if (s.ok()) {

@@ -247,6 +247,20 @@ absl::Status Coordinator::AttachWorker(const v1::RegisterWorker& registration,
     }
   }
   std::lock_guard<std::mutex> lock(mu_);
+  // An id is its live connection's: a second registration (with any credential) waits
+  // until the holder has gone silent for three heartbeats. A worker reconnecting after its
+  // own stream broke gets in once the coordinator has noticed; a process that merely holds
+  // a credential cannot knock a training worker off its job.
+  if (const WorkerEntry* holder = workers_.Find(registration.worker_id())) {
+    const absl::Duration silent = clock_.Now() - holder->last_seen;
+    if (silent < 3 * options_.heartbeat_interval) {
+      return absl::AlreadyExistsError(absl::StrCat(
+          "register.worker_id: ", registration.worker_id(), " is attached and was heard from ",
+          absl::FormatDuration(absl::Trunc(silent, absl::Milliseconds(100))),
+          " ago; a second registration waits until it has been silent for ",
+          absl::FormatDuration(3 * options_.heartbeat_interval)));
+    }
+  }
   v1::Worker info;
   info.set_id(registration.worker_id());
   info.set_host(registration.host());
@@ -264,10 +278,12 @@ absl::Status Coordinator::AttachWorker(const v1::RegisterWorker& registration,
     const bool same_task = held != nullptr && replaced->info.state() != v1::WORKER_STATE_IDLE &&
                            replaced->info.job_id() == held->job_id() &&
                            replaced->attempt == held->attempt();
-    if (!same_task) {
-      RemoveWorker(std::move(*replaced),
-                   absl::StrCat("worker ", registration.worker_id(),
-                                " re-registered; its previous process is gone"));
+    // The silent holder's job goes back to the queue without a restart counted against
+    // it: its worker's process was replaced, which is no fault of the job.
+    if (!same_task && replaced->info.state() == v1::WORKER_STATE_BUSY) {
+      RequeueAttempt(replaced->info.job_id(), replaced->attempt,
+                     absl::StrCat("worker ", registration.worker_id(),
+                                  " registered again; its previous process is gone"));
     }
   }
   spdlog::info("worker {} attached: {} {} on {}", registration.worker_id(),

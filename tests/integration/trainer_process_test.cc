@@ -4,6 +4,7 @@
 // clear message and never the caller. Real child processes, Debian's torch.
 #include <gtest/gtest.h>
 #include <netinet/in.h>
+#include <signal.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -22,6 +23,8 @@
 #include "tests/support/subprocess.h"
 #include "tests/support/temp_dir.h"
 #include "tests/support/trainer_jobs.h"
+#include "worker/common/files.h"
+#include "worker/link/trainer_process.h"
 
 namespace stoke::testing {
 namespace {
@@ -59,6 +62,28 @@ def build_model(**args):
 def broken_model(**args):
     raise ValueError("width must be even")
 )PY";
+
+// SIGKILL to this process's children of that name (/proc/PID/stat: "pid (comm) state
+// ppid ..."); how many there were.
+int KillChildren(const std::string& name) {
+  int killed = 0;
+  for (const std::string& entry : files::ListDirectory("/proc")) {
+    if (entry.find_first_not_of("0123456789") != std::string::npos) continue;
+    std::ifstream stat("/proc/" + entry + "/stat");
+    std::string line;
+    std::getline(stat, line);
+    const size_t open = line.find('('), close = line.rfind(')');
+    if (open == std::string::npos || close == std::string::npos) continue;
+    std::istringstream rest(line.substr(close + 2));
+    std::string state;
+    pid_t parent = 0;
+    rest >> state >> parent;
+    if (parent == getpid() && line.substr(open + 1, close - open - 1) == name && state != "Z") {
+      killed += kill(std::stoi(entry), SIGKILL) == 0;
+    }
+  }
+  return killed;
+}
 
 class TrainerProcessTest : public ::testing::Test {
  protected:
@@ -290,10 +315,10 @@ TEST_F(TrainerProcessTest, TorchScriptModelTrainsAndExportsItselfWithItsTrainedW
        "nn.ReLU(), nn.Linear(32, 4))).save('" +
            scripted + "')"});
   ASSERT_EQ(script.exit_code, 0) << script.err;
-  const auto assignment = Assign(
-      "model:\n  torchscript: {path: " + scripted +
-      "}\ndata:\n  synthetic: {features: 16, num_classes: 4}\ntraining:\n  steps: 30\n"
-      "  batch_size: 32\n");
+  const auto assignment =
+      Assign("model:\n  torchscript: {path: " + scripted +
+             "}\ndata:\n  synthetic: {features: 16, num_classes: 4}\ntraining:\n  steps: 30\n"
+             "  batch_size: 32\n");
   const TrainOutcome outcome = Train(assignment);
   ASSERT_EQ(outcome.kind, TrainOutcome::Kind::kSucceeded) << outcome.message << "\n" << Logs();
   const std::string checkpoint = assignment.job_dir() + "/checkpoints/step-30";
@@ -301,6 +326,34 @@ TEST_F(TrainerProcessTest, TorchScriptModelTrainsAndExportsItselfWithItsTrainedW
       {"/usr/bin/python3", std::string(STOKE_SOURCE_DIR) + "/tests/support/check_exports.py",
        "torchscript", checkpoint + "/model.torchscript.pt", checkpoint + "/model.pt"});
   EXPECT_EQ(checked.exit_code, 0) << checked.out << checked.err;
+}
+
+// Trainers started ahead of their tasks (as GPU workers do): a task finds its trainer
+// ready and waits for no start; one that died while it waited is replaced.
+TEST_F(TrainerProcessTest, TrainersStartedAheadServeOneTaskEachAndADeadOneIsReplaced) {
+  WriteFile("model.py", kModel);
+  worker::TrainerProcessOptions options;
+  options.trainer_path = STOKE_TRAINER_BINARY;
+  options.device = "cpu:0";
+  options.threads = 1;
+  worker::SpareTrainer trainers(options, /*ahead=*/true);
+  std::atomic<bool> cancel{false};
+  for (int task = 0; task < 2; ++task) {
+    // Time enough for the spare to have started and imported torch.
+    std::this_thread::sleep_for(std::chrono::seconds(3));
+    observer_ = RecordingObserver();
+    const TrainOutcome outcome = trainers.Train(Assign(SyntheticJob("{}", 10)), observer_, cancel);
+    ASSERT_EQ(outcome.kind, TrainOutcome::Kind::kSucceeded) << outcome.message << "\n" << Logs();
+    ASSERT_EQ(observer_.first_steps.size(), 1u);
+    EXPECT_EQ(observer_.first_steps[0].process_seconds, 0.0) << "task " << task;
+  }
+  // The spare waiting now dies (its device failed, say): the next task gets a new one.
+  std::this_thread::sleep_for(std::chrono::seconds(1));
+  EXPECT_EQ(KillChildren("stoke-trainer"), 1);
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));  // until it is gone
+  observer_ = RecordingObserver();
+  const TrainOutcome outcome = trainers.Train(Assign(SyntheticJob("{}", 10)), observer_, cancel);
+  EXPECT_EQ(outcome.kind, TrainOutcome::Kind::kSucceeded) << outcome.message << "\n" << Logs();
 }
 
 TEST_F(TrainerProcessTest, MissingCodeFailsWithoutStartingAnything) {

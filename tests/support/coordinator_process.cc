@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 #include <netinet/in.h>
 #include <signal.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -55,6 +56,11 @@ std::unique_ptr<CoordinatorProcess> CoordinatorProcess::Start(const Options& opt
     int fd = open(log.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
     dup2(fd, STDOUT_FILENO);
     dup2(fd, STDERR_FILENO);
+    if (options.max_open_files > 0) {
+      const rlimit limit{static_cast<rlim_t>(options.max_open_files),
+                         static_cast<rlim_t>(options.max_open_files)};
+      setrlimit(RLIMIT_NOFILE, &limit);
+    }
     execv(argv[0], argv.data());
     _exit(127);
   }

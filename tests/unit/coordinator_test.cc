@@ -486,16 +486,45 @@ TEST_F(CoordinatorTest, MessagesOfAnAbandonedAttemptAreIgnored) {
   EXPECT_EQ(GetJob(id).state(), v1::JOB_STATE_SCHEDULED);
 }
 
-TEST_F(CoordinatorTest, ReRegisteringWorkerReplacesTheOldOneAndRequeuesItsJob) {
+// One worker credential on every host (a shared join token) must not let a second
+// process knock a training worker off its job: its id stays its live connection's.
+TEST_F(CoordinatorTest, ASecondRegistrationOfAWorkerThatIsHeardFromIsRefused) {
+  auto holder = Attach("w1");
+  std::string id = Submit();
+  Started("w1", id, 1);
+  clock_.Advance(absl::Seconds(3));
+  v1::WorkerMessage heartbeat;
+  heartbeat.mutable_heartbeat();
+  Send("w1", heartbeat);
+  clock_.Advance(absl::Seconds(1));
+  auto intruder = std::make_shared<RecordingConnection>();
+  v1::RegisterWorker reg;
+  reg.set_worker_id("w1");
+  reg.set_host("elsewhere");
+  reg.mutable_device()->set_type(v1::DEVICE_TYPE_CPU);
+  const absl::Status refused = core_->AttachWorker(reg, "10.9.9.9", intruder);
+  EXPECT_EQ(refused.code(), absl::StatusCode::kAlreadyExists) << refused;
+  EXPECT_NE(refused.message().find("w1 is attached and was heard from 1s ago"), std::string::npos)
+      << refused;
+  EXPECT_TRUE(holder->closed_because.empty());
+  v1::Job job = GetJob(id);
+  EXPECT_EQ(job.state(), v1::JOB_STATE_RUNNING);
+  EXPECT_EQ(job.restarts(), 0u);
+  EXPECT_EQ(job.attempt(), 1u);
+}
+
+TEST_F(CoordinatorTest, ASilentWorkersIdIsTakenOverAndItsJobRequeuedWithoutARestart) {
   auto old_connection = Attach("w1");
   std::string id = Submit();
   Started("w1", id, 1);
+  clock_.Advance(absl::Seconds(7));  // more than three heartbeats of silence
   auto new_connection = Attach("w1");
   EXPECT_FALSE(old_connection->closed_because.empty());
-  // The job went back to the queue and, the (new) worker being idle, started again.
+  // The job went back to the queue and, the (new) worker being idle, started again; the
+  // replaced process is no fault of the job.
   ASSERT_EQ(new_connection->Assignments().size(), 1u);
   EXPECT_EQ(new_connection->Assignments()[0].attempt(), 2u);
-  EXPECT_EQ(GetJob(id).restarts(), 1u);
+  EXPECT_EQ(GetJob(id).restarts(), 0u);
   // The old stream closing later must not remove the new registration.
   core_->DetachWorker("w1", old_connection.get(), "old stream closed");
   EXPECT_EQ(core_->GetCluster().workers_size(), 1);

@@ -45,6 +45,38 @@ TEST(TokenFile, ParsesEntriesAndNamesTheLineOfEachMistake) {
   EXPECT_NE(error("alice viewer").find("expected NAME ROLE"), std::string::npos);
 }
 
+// A worker token per host: the tokens file says which hosts' workers it may register, and
+// a worker id of another host is refused naming the field.
+TEST(TokenFile, AWorkerTokenNamesTheHostsItRegisters) {
+  const std::string hash = security::HashToken("t");
+  auto entries = security::ParseTokenFile("gpu-7 worker " + hash + " hosts=gpu-7,gpu-7b\n", "t");
+  ASSERT_TRUE(entries.ok()) << entries.status();
+  EXPECT_EQ((*entries)[0].hosts, (std::vector<std::string>{"gpu-7", "gpu-7b"}));
+  EXPECT_EQ(security::FormatTokenLine((*entries)[0]),
+            "gpu-7 worker " + hash + " hosts=gpu-7,gpu-7b");
+  auto error = [](const std::string& text) {
+    return std::string(security::ParseTokenFile(text, "tokens").status().message());
+  };
+  EXPECT_NE(error("alice admin " + hash + " hosts=a").find("worker tokens only"),
+            std::string::npos);
+  EXPECT_NE(error("w worker " + hash + " hosts=a,b\x1b").find("tokens:1: hosts"),
+            std::string::npos);
+  EXPECT_NE(error("w worker " + hash + " gpu-7").find("expected hosts="), std::string::npos);
+
+  server::Caller token{"gpu-7", Role::kWorker, "", {"gpu-7"}};
+  using server::AccessControl;
+  EXPECT_TRUE(AccessControl::RequireHostOf(token, "gpu-7/cuda:3").ok());
+  EXPECT_TRUE(AccessControl::RequireHostOf(token, "gpu-7").ok());
+  const absl::Status other = AccessControl::RequireHostOf(token, "gpu-8/cuda:0");
+  EXPECT_EQ(other.code(), absl::StatusCode::kPermissionDenied);
+  EXPECT_EQ(other.message(),
+            "register.worker_id: gpu-8/cuda:0: token gpu-7 registers workers of gpu-7 only "
+            "(HOST or HOST/DEVICE)");
+  EXPECT_FALSE(AccessControl::RequireHostOf(token, "gpu-7x/cuda:0").ok());
+  server::Caller shared{"workers", Role::kWorker, ""};  // names no host: any
+  EXPECT_TRUE(AccessControl::RequireHostOf(shared, "gpu-8/cuda:0").ok());
+}
+
 v1::Job JobOf(const std::string& owner) {
   v1::Job job;
   job.set_id("7");

@@ -393,13 +393,15 @@ TrainOutcome RunTask(TrainerChild& child, const TrainerProcessOptions& options,
         v1::TrainerEvent event;
         while (decoder.Next(&event)) {
           switch (event.kind_case()) {
-            case v1::TrainerEvent::kReady:
-              // What the task waited for: nothing when the trainer was started ahead
+            case v1::TrainerEvent::kReady: {
+              // What the task waited for the trainer: nothing when it was started ahead
               // and ready before the task came.
+              const Clock::time_point ready_at(
+                  std::chrono::nanoseconds(event.ready().ready_at_monotonic_ns()));
               process_seconds =
-                  std::max(0.0, std::chrono::duration<double>(Clock::now() - task_began).count());
-              if (child.started_at > task_began) process_seconds = event.ready().seconds();
+                  std::max(0.0, std::chrono::duration<double>(ready_at - task_began).count());
               break;
+            }
             case v1::TrainerEvent::kStarted:
               observer.OnStarted();
               break;
@@ -526,8 +528,11 @@ TrainOutcome TrainInChildProcess(const TrainerProcessOptions& options,
   return RunTask(**child, options, assignment, observer, cancel);
 }
 
-SpareTrainer::SpareTrainer(TrainerProcessOptions options)
-    : options_(std::move(options)), launcher_([this] { Launch(); }) {}
+SpareTrainer::SpareTrainer(TrainerProcessOptions options, bool ahead)
+    : options_(std::move(options)),
+      ahead_(ahead),
+      wanted_(ahead),
+      launcher_([this] { Launch(); }) {}
 
 SpareTrainer::~SpareTrainer() {
   {
@@ -561,6 +566,7 @@ void SpareTrainer::Launch() {
 
 TrainOutcome SpareTrainer::Train(const v1::Assignment& assignment, TrainingObserver& observer,
                                  const std::atomic<bool>& cancel) {
+  if (!ahead_) return TrainInChildProcess(options_, assignment, observer, cancel);
   std::unique_ptr<TrainerChild> child;
   {
     std::unique_lock<std::mutex> lock(mu_);

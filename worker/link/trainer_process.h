@@ -61,14 +61,16 @@ TrainOutcome TrainInChildProcess(const TrainerProcessOptions& options,
 
 struct TrainerChild;
 
-// The worker's trainers, each started ahead of its task: a trainer's start (its
-// interpreter importing torch, its device's context) takes seconds, so the next one
-// starts as soon as the last one's task has ended, and waits, ready, for a task. One
-// trainer at a time, so that an idle one never holds device memory beside a busy one.
+// The worker's trainers, each started ahead of its task when `ahead`: a trainer's start
+// on a GPU (its interpreter importing torch and torch.compile's modules, its device's
+// context) takes seconds, so the next one starts as soon as the last one's task has ended,
+// and waits, ready, for a task. One trainer at a time, so that an idle one never holds
+// device memory beside a busy one. Without `ahead` (CPU workers, where a trainer starts in
+// about a second), each task starts its own.
 class SpareTrainer {
  public:
-  // Starts the first spare.
-  explicit SpareTrainer(TrainerProcessOptions options);
+  // Starts the first spare when `ahead`.
+  SpareTrainer(TrainerProcessOptions options, bool ahead);
   // Kills the spare.
   ~SpareTrainer();
   SpareTrainer(const SpareTrainer&) = delete;
@@ -82,10 +84,11 @@ class SpareTrainer {
   void Launch();
 
   const TrainerProcessOptions options_;
+  const bool ahead_;
   std::mutex mu_;
   std::condition_variable cv_;
   std::unique_ptr<TrainerChild> spare_;  // guarded by mu_
-  bool wanted_ = true;                   // a spare should be started
+  bool wanted_;                          // a spare should be started
   bool stopping_ = false;
   absl::Status failure_;  // the last start's, when it failed
   std::thread launcher_;  // last: it starts with the members above in place

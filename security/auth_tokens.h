@@ -5,8 +5,9 @@
 // ROLE is viewer, submitter or admin for people and services, or worker for the join
 // tokens workers attach with. A worker token may name the hosts whose workers it may
 // register (each worker's id being HOST or HOST/DEVICE): one token per host, so that a
-// token stolen from one host cannot register another host's workers. Blank lines and lines starting with '#' are ignored. The
-// file never holds a token, only its hash (`stoke token create` prints both).
+// token stolen from one host cannot register another host's workers. Blank lines and lines starting
+// with '#' are ignored. The file never holds a token, only its hash (`stoke token create` prints
+// both).
 #pragma once
 
 #include <optional>
@@ -27,7 +28,7 @@ std::optional<Role> ParseRole(const std::string& name);
 struct TokenEntry {
   std::string name;
   Role role = Role::kViewer;
-  std::string hash;  // "sha256:" + 64 hex digits
+  std::string hash;                     // "sha256:" + 64 hex digits
   std::vector<std::string> hosts = {};  // worker tokens: the hosts it may register; empty: any
 };
 

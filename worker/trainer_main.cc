@@ -50,12 +50,7 @@ class EventWriter final : public TrainingObserver {
   void OnFirstStep(const StartupTimes& times) override {
     stoke::v1::TrainerEvent event;
     auto* first = event.mutable_first_step();
-    auto* s = first->mutable_startup();
-    s->set_data_seconds(times.data_seconds);
-    s->set_model_seconds(times.model_seconds);
-    s->set_batch_search_seconds(times.batch_search_seconds);
-    s->set_first_step_seconds(times.first_step_seconds);
-    s->set_compile_seconds(times.compile_seconds);
+    *first->mutable_startup() = ToProto(times);
     first->set_completed_at_monotonic_ns(
         std::chrono::duration_cast<std::chrono::nanoseconds>(times.completed_at.time_since_epoch())
             .count());

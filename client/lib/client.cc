@@ -1,12 +1,14 @@
 #include "client/lib/client.h"
 
+#include <fcntl.h>
+#include <unistd.h>
+
 #include <grpcpp/grpcpp.h>
 
 #include <cerrno>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
-#include <fstream>
 #include <random>
 #include <thread>
 
@@ -75,6 +77,18 @@ std::string NewRequestId() {
   std::string id;
   for (int i = 0; i < 4; ++i) absl::StrAppend(&id, absl::Hex(random(), absl::kZeroPad8));
   return id;
+}
+
+// All of `data` to `fd`; false (errno set) when a write fails (a full disk, say).
+bool WriteAll(int fd, const std::string& data) {
+  size_t done = 0;
+  while (done < data.size()) {
+    const ssize_t n = write(fd, data.data() + done, data.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return false;
+    done += static_cast<size_t>(n);
+  }
+  return true;
 }
 
 }  // namespace
@@ -157,8 +171,11 @@ absl::StatusOr<Client::Download> Client::DownloadModel(const std::string& id, ui
                                                        const std::string& path,
                                                        v1::ModelFormat format) {
   const std::string partial = path + ".partial";
-  std::ofstream out(partial, std::ios::binary | std::ios::trunc);
-  if (!out) {
+  // A new file, never through a link someone planted at its name: an old one there (a
+  // download that was interrupted, or a link) is removed, not followed.
+  unlink(partial.c_str());
+  const int out = open(partial.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
+  if (out < 0) {
     return absl::UnavailableError(absl::StrCat(path, ": cannot write: ", std::strerror(errno)));
   }
   grpc::ClientContext context;
@@ -177,17 +194,15 @@ absl::StatusOr<Client::Download> Client::DownloadModel(const std::string& id, ui
       expected = chunk.total_bytes();
       download.step = chunk.step();
     }
-    out.write(chunk.data().data(), static_cast<std::streamsize>(chunk.data().size()));
-    download.bytes += chunk.data().size();
-    if (!out) {
+    if (!WriteAll(out, chunk.data())) {
       write_error = std::strerror(errno);
       context.TryCancel();  // no use receiving the rest
       break;
     }
+    download.bytes += chunk.data().size();
   }
   auto status = FromGrpcStatus(reader->Finish());
-  out.close();
-  if (!out && write_error.empty()) write_error = std::strerror(errno);
+  if (close(out) != 0 && write_error.empty()) write_error = std::strerror(errno);
   if (!write_error.empty()) {
     status = absl::UnavailableError(absl::StrCat(path, ": cannot write: ", write_error));
   } else if (status.ok() && download.bytes != expected) {

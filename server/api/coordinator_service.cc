@@ -339,14 +339,16 @@ grpc::ServerWriteReactor<v1::FileChunk>* CoordinatorService::DownloadModel(
   if (!name.ok()) return refuse(name.status());
   const std::string path = chosen->path + "/" + *name;
   struct stat st;
-  if (stat(path.c_str(), &st) != 0) {
+  if (lstat(path.c_str(), &st) != 0) {
     return refuse(absl::NotFoundError(absl::StrCat("job ", request->id(), "'s checkpoint at step ",
                                                    chosen->step, " has no ", *name,
                                                    " (a worker older than that export wrote it)")));
   }
   audit_.Record(*caller, "DownloadModel", absl::StrCat(request->id(), "@", chosen->step),
                 absl::OkStatus());
-  return FileStreamReactor::Start(executor_, path, chosen->step);
+  // Opened beneath the job's folder (<job>/checkpoints/step-N/...) only.
+  const std::string job_dir = chosen->path.substr(0, chosen->path.rfind("/checkpoints/"));
+  return FileStreamReactor::Start(executor_, job_dir, path, chosen->step);
 }
 
 grpc::ServerUnaryReactor* CoordinatorService::ListAudit(grpc::CallbackServerContext* context,

@@ -1,30 +1,36 @@
 #include "server/api/file_stream_reactor.h"
 
-#include <sys/stat.h>
+#include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
+
+#include "worker/common/rooted_open.h"
 
 namespace stoke::server {
 namespace {
 
 constexpr size_t kChunkBytes = 1 << 20;
+// No export is larger: a model's weights, however large, are not this.
+constexpr long long kMaxFileBytes = 1ll << 40;
 
 }  // namespace
 
-FileStreamReactor* FileStreamReactor::Start(Executor& executor, std::string path, uint64_t step) {
-  auto* reactor = new FileStreamReactor(&executor, std::move(path), step);
+FileStreamReactor* FileStreamReactor::Start(Executor& executor, std::string root, std::string path,
+                                            uint64_t step) {
+  auto* reactor = new FileStreamReactor(&executor, std::move(root), std::move(path), step);
   reactor->reading_ = true;
   executor.Post([reactor] { reactor->ReadNext(); });
   return reactor;
 }
 
 FileStreamReactor::~FileStreamReactor() {
-  if (file_) std::fclose(file_);
+  if (fd_ >= 0) close(fd_);
 }
 
 FileStreamReactor* FileStreamReactor::Fail(grpc::Status status) {
-  auto* reactor = new FileStreamReactor(nullptr, "", 0);
+  auto* reactor = new FileStreamReactor(nullptr, "", "", 0);
   reactor->FinishOnce(std::move(status));
   return reactor;
 }
@@ -36,23 +42,40 @@ void FileStreamReactor::ReadNext() {
     std::lock_guard<std::mutex> lock(mu_);
     if (!finished_) {
       chunk_.Clear();
-      const bool first = file_ == nullptr;
+      const bool first = fd_ < 0;
       if (first) {
-        file_ = std::fopen(path_.c_str(), "rb");
-        struct stat st;
-        if (file_ == nullptr || fstat(fileno(file_), &st) != 0) {
-          failure = grpc::Status(grpc::StatusCode::UNAVAILABLE,
-                                 path_ + ": cannot read: " + std::strerror(errno));
+        std::string error;
+        long long size = 0;
+        files::OpenRefusal why = files::OpenRefusal::kNone;
+        fd_ = files::OpenRegularFileUnderRoots({root_}, path_, &error, &size, &why);
+        if (fd_ < 0) {
+          failure = grpc::Status(why == files::OpenRefusal::kUnavailable
+                                     ? grpc::StatusCode::UNAVAILABLE
+                                     : grpc::StatusCode::FAILED_PRECONDITION,
+                                 path_ + ": " + error);
+        } else if (size > kMaxFileBytes) {
+          failure = grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
+                                 path_ + ": larger than any model file (1 TiB)");
         } else {
-          chunk_.set_total_bytes(static_cast<uint64_t>(st.st_size));
+          left_ = static_cast<uint64_t>(size);
+          chunk_.set_total_bytes(left_);
           chunk_.set_step(step_);
         }
       }
       if (failure.ok()) {
         std::string* data = chunk_.mutable_data();
-        data->resize(kChunkBytes);
-        const size_t n = std::fread(data->data(), 1, kChunkBytes, file_);
-        data->resize(n);
+        data->resize(std::min<uint64_t>(kChunkBytes, left_));
+        ssize_t n;
+        do {
+          n = read(fd_, data->data(), data->size());
+        } while (n < 0 && errno == EINTR);
+        if (n < 0) {
+          failure = grpc::Status(grpc::StatusCode::UNAVAILABLE,
+                                 path_ + ": cannot read: " + std::strerror(errno));
+          n = 0;
+        }
+        data->resize(static_cast<size_t>(n));
+        left_ -= static_cast<uint64_t>(n);
         // The first chunk goes out even when empty: it carries the size and step.
         end = n == 0 && !first;
       }

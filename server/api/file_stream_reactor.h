@@ -1,11 +1,13 @@
 // Streams a file to a client in chunks (DownloadModel). Each chunk is read on the
 // executor, never in a gRPC callback; the next read starts only when the previous chunk
-// has been written, so a slow client holds one chunk in memory, not the file.
+// has been written, so a slow client holds one chunk in memory, not the file. The file is
+// opened beneath its job's folder and nowhere else (whoever can write the folder, a
+// remote worker host among them, could plant a link there), never waited on (a FIFO is
+// refused), only if it is a regular file, and read no further than its size when opened.
 #pragma once
 
 #include <grpcpp/grpcpp.h>
 
-#include <cstdio>
 #include <mutex>
 #include <string>
 
@@ -16,8 +18,10 @@ namespace stoke::server {
 
 class FileStreamReactor final : public grpc::ServerWriteReactor<v1::FileChunk> {
  public:
-  // Owns itself; deleted when gRPC is done with it. `step` is reported in the first chunk.
-  static FileStreamReactor* Start(Executor& executor, std::string path, uint64_t step);
+  // Owns itself; deleted when gRPC is done with it. `path` must lie beneath `root` (the
+  // job's folder) when opened. `step` is reported in the first chunk.
+  static FileStreamReactor* Start(Executor& executor, std::string root, std::string path,
+                                  uint64_t step);
   // A reactor that only reports `status`.
   static FileStreamReactor* Fail(grpc::Status status);
 
@@ -27,15 +31,17 @@ class FileStreamReactor final : public grpc::ServerWriteReactor<v1::FileChunk> {
   void OnDone() override;
 
  private:
-  FileStreamReactor(Executor* executor, std::string path, uint64_t step)
-      : executor_(executor), path_(std::move(path)), step_(step) {}
+  FileStreamReactor(Executor* executor, std::string root, std::string path, uint64_t step)
+      : executor_(executor), root_(std::move(root)), path_(std::move(path)), step_(step) {}
   void ReadNext();  // on the executor
   void FinishOnce(grpc::Status status);
 
   Executor* executor_;
+  const std::string root_;
   const std::string path_;
   const uint64_t step_;
-  std::FILE* file_ = nullptr;
+  int fd_ = -1;
+  uint64_t left_ = 0;  // bytes of the file still to send
   v1::FileChunk chunk_;
 
   std::mutex mu_;

@@ -2,8 +2,11 @@
 // travels with the job, trains on a local CPU worker, and a crash in it fails that job
 // while the worker serves the next. Real coordinator, worker and training processes.
 #include <gtest/gtest.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <chrono>
+#include <cstdio>
 #include <fstream>
 #include <thread>
 
@@ -113,6 +116,33 @@ TEST_F(PythonModelsTest, SubmittedWithItsCodeItTrainsAndTheJobNamesTheCode) {
       {"/usr/bin/python3", std::string(STOKE_SOURCE_DIR) + "/tests/support/check_exports.py",
        "state_dict", files_.File("model.py"), "{\"width\": 48}", state_dict, safetensors});
   EXPECT_EQ(checked.exit_code, 0) << checked.out << checked.err;
+  // Whoever can write the job's folder (a worker host) cannot make an export read files
+  // elsewhere, a device, or a FIFO that would block the coordinator.
+  auto checkpoints = coordinator_->client().ListCheckpoints(job->id());
+  ASSERT_TRUE(checkpoints.ok() && checkpoints->checkpoints_size() > 0);
+  const std::string planted = checkpoints->checkpoints(0).path() + "/state_dict.pt";
+  for (const char* target : {"/etc/passwd", "/dev/zero"}) {
+    ASSERT_EQ(std::remove(planted.c_str()), 0);
+    ASSERT_EQ(symlink(target, planted.c_str()), 0);
+    const CommandResult refused = Stoke({"export", job->id(), files_.File("leak")});
+    EXPECT_NE(refused.exit_code, 0) << target;
+    EXPECT_NE(refused.err.find("state_dict.pt"), std::string::npos) << refused.err;
+  }
+  ASSERT_EQ(std::remove(planted.c_str()), 0);
+  ASSERT_EQ(mkfifo(planted.c_str(), 0644), 0);
+  const auto began = std::chrono::steady_clock::now();
+  EXPECT_NE(Stoke({"export", job->id(), files_.File("leak")}).exit_code, 0);
+  EXPECT_EQ(Stoke({"cluster"}).exit_code, 0);
+  EXPECT_LT(std::chrono::steady_clock::now() - began, std::chrono::seconds(5));
+  // A link planted where the client writes is replaced, not written through.
+  const std::string target = files_.File("precious");
+  std::ofstream(target) << "keep";
+  ASSERT_EQ(symlink(target.c_str(), (files_.File("out.pt") + ".partial").c_str()), 0);
+  ASSERT_EQ(
+      Stoke({"export", job->id(), files_.File("out.pt"), "--format", "safetensors"}).exit_code, 0);
+  std::ifstream precious(target);
+  EXPECT_EQ(std::string(std::istreambuf_iterator<char>(precious), {}), "keep");
+
   const CommandResult wrong = Stoke({"export", job->id(), state_dict, "--format", "torchscript"});
   EXPECT_NE(wrong.exit_code, 0);
   EXPECT_NE(wrong.err.find("exports as state_dict, safetensors or libtorch"), std::string::npos)

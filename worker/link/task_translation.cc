@@ -361,6 +361,28 @@ MetricSample FromProto(const v1::MetricSample& s) {
   return out;
 }
 
+v1::WorkerStartup ToProto(const StartupTimes& times) {
+  v1::WorkerStartup out;
+  out.set_data_seconds(times.data_seconds);
+  out.set_model_seconds(times.model_seconds);
+  out.set_batch_search_seconds(times.batch_search_seconds);
+  out.set_first_step_seconds(times.first_step_seconds);
+  out.set_compile_seconds(times.compile_seconds);
+  out.set_process_seconds(times.process_seconds);
+  return out;
+}
+
+StartupTimes FromProto(const v1::WorkerStartup& startup) {
+  StartupTimes out;
+  out.data_seconds = startup.data_seconds();
+  out.model_seconds = startup.model_seconds();
+  out.batch_search_seconds = startup.batch_search_seconds();
+  out.first_step_seconds = startup.first_step_seconds();
+  out.compile_seconds = startup.compile_seconds();
+  out.process_seconds = startup.process_seconds();
+  return out;
+}
+
 v1::Device ToProto(const DeviceInfo& info) {
   v1::Device out;
   out.set_type(info.device.kind == DeviceKind::kCuda ? v1::DEVICE_TYPE_CUDA : v1::DEVICE_TYPE_CPU);

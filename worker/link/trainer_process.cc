@@ -16,6 +16,7 @@
 #include <cerrno>
 #include <cstring>
 #include <deque>
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -342,6 +343,109 @@ absl::StatusOr<std::unique_ptr<TrainerChild>> StartTrainer(const TrainerProcessO
   return child;
 }
 
+// What the trainer reports, from the bytes of its event pipe to the observer's calls.
+class EventRelay {
+ public:
+  EventRelay(TrainingObserver& observer, Clock::time_point task_began)
+      : observer_(observer), task_began_(task_began) {}
+
+  void Feed(const char* data, size_t size) {
+    decoder_.Append(data, size);
+    v1::TrainerEvent event;
+    while (decoder_.Next(&event)) Dispatch(event);
+  }
+  // The outcome the trainer reported of itself, if it did.
+  const std::optional<TrainOutcome>& reported() const { return reported_; }
+
+ private:
+  void Dispatch(const v1::TrainerEvent& event) {
+    switch (event.kind_case()) {
+      case v1::TrainerEvent::kReady: {
+        // What the task waited for the trainer: nothing when it was started ahead and
+        // ready before the task came.
+        const Clock::time_point ready_at(
+            std::chrono::nanoseconds(event.ready().ready_at_monotonic_ns()));
+        process_seconds_ =
+            std::max(0.0, std::chrono::duration<double>(ready_at - task_began_).count());
+        break;
+      }
+      case v1::TrainerEvent::kStarted:
+        observer_.OnStarted();
+        break;
+      case v1::TrainerEvent::kFirstStep: {
+        StartupTimes times = FromProto(event.first_step().startup());
+        times.process_seconds = process_seconds_;
+        times.completed_at = Clock::time_point(
+            std::chrono::nanoseconds(event.first_step().completed_at_monotonic_ns()));
+        observer_.OnFirstStep(times);
+        break;
+      }
+      case v1::TrainerEvent::kMetrics:
+        observer_.OnMetrics(FromProto(event.metrics()));
+        break;
+      case v1::TrainerEvent::kLog:
+        observer_.OnLog(event.log());
+        break;
+      case v1::TrainerEvent::kFinished: {
+        const auto& f = event.finished();
+        const TrainOutcome::Kind kind =
+            f.outcome() == v1::TASK_OUTCOME_SUCCEEDED   ? TrainOutcome::Kind::kSucceeded
+            : f.outcome() == v1::TASK_OUTCOME_CANCELLED ? TrainOutcome::Kind::kCancelled
+                                                        : TrainOutcome::Kind::kFailed;
+        reported_ = TrainOutcome{kind, f.message(), f.retryable()};
+        break;
+      }
+      default:
+        break;
+    }
+  }
+
+  TrainingObserver& observer_;
+  const Clock::time_point task_began_;
+  FrameDecoder decoder_;
+  double process_seconds_ = 0;
+  std::optional<TrainOutcome> reported_;
+};
+
+// How a trainer's task ended, as RunTask saw it.
+struct TrainerEnd {
+  int status = 0;  // waitpid's
+  std::optional<TrainOutcome> reported;
+  bool cancel_sent = false;
+  bool killed = false;  // after the cancel's grace
+  uint64_t step = 0;    // the step it had begun
+  std::string last_lines;
+};
+
+TrainOutcome OutcomeOf(const TrainerEnd& end, const TrainerProcessOptions& options) {
+  // What it said of itself stands, even if it then died on its way out.
+  if (end.reported) return *end.reported;
+  if (end.cancel_sent) {
+    return {TrainOutcome::Kind::kCancelled,
+            end.killed ? absl::StrCat("cancelled ", AtStep(end.step),
+                                      "; the training process did not stop within ",
+                                      options.cancel_grace.count() / 1000, " s and was killed")
+                       : absl::StrCat("cancelled ", AtStep(end.step))};
+  }
+  // Built and at its first step, the same crash would come again.
+  const bool retryable = end.step > 1;
+  if (WIFSIGNALED(end.status)) {
+    return Failed(absl::StrCat("the training process died: ", SignalName(WTERMSIG(end.status)), " ",
+                               AtStep(end.step)),
+                  retryable);
+  }
+  const int code = WIFEXITED(end.status) ? WEXITSTATUS(end.status) : -1;
+  std::string message =
+      code == 127 ? absl::StrCat("cannot run ", options.trainer_path, " (exit status 127)")
+      : code == 126
+          ? std::string(
+                "cannot set up the training process (its descriptors or "
+                "--job-user)")
+          : absl::StrCat("the training process exited with status ", code, " ", AtStep(end.step));
+  if (!end.last_lines.empty()) absl::StrAppend(&message, ": ", end.last_lines);
+  return Failed(message, retryable);
+}
+
 // Runs one task in `child` (started by StartTrainer, perhaps a while ago) to its end and
 // reaps it.
 TrainOutcome RunTask(TrainerChild& child, const TrainerProcessOptions& options,
@@ -361,113 +465,54 @@ TrainOutcome RunTask(TrainerChild& child, const TrainerProcessOptions& options,
   *start.mutable_start()->mutable_assignment() = assignment;
   start.mutable_start()->mutable_assignment()->clear_code();
   if (assignment.code().files_size() > 0) start.mutable_start()->set_code_dir(*folder + "/code");
-  const pid_t pid = child.pid;
-  Pipe& commands = child.commands;
-  Pipe& output = child.output;
-  Pipe& events = child.events;
   // Command bytes not yet written, written as the pipe takes them: the child reads its
   // start only once its interpreter and device are up, and meanwhile what it prints must
   // be read.
   std::string pending = EncodeFrame(start);
 
-  FrameDecoder decoder;
+  EventRelay relay(observer, task_began);
   LineSplitter lines;
-  std::optional<TrainOutcome> reported;
-  double process_seconds = 0;
-  bool cancel_sent = false, killed = false, exited = false;
-  bool events_open = true, output_open = true;
-  int status = 0;
+  TrainerEnd end;
+  bool exited = false, events_open = true, output_open = true;
   Clock::time_point kill_at = Clock::time_point::max(), exited_at;
   char buffer[1 << 16];
   auto log = [&](const std::string& line) { observer.OnLog(line); };
-
+  // Reads what is there; false at the end of the pipe.
+  auto drain = [&](int fd, const std::function<void(const char*, size_t)>& take) {
+    const ssize_t n = read(fd, buffer, sizeof buffer);
+    if (n > 0) take(buffer, static_cast<size_t>(n));
+    return n > 0 || (n < 0 && (errno == EINTR || errno == EAGAIN));
+  };
   for (;;) {
-    pollfd fds[3] = {{events_open ? events.read : -1, POLLIN, 0},
-                     {output_open ? output.read : -1, POLLIN, 0},
-                     {pending.empty() ? -1 : commands.write, POLLOUT, 0}};
+    pollfd fds[3] = {{events_open ? child.events.read : -1, POLLIN, 0},
+                     {output_open ? child.output.read : -1, POLLIN, 0},
+                     {pending.empty() ? -1 : child.commands.write, POLLOUT, 0}};
     poll(fds, 3, 100);
     if (fds[0].revents != 0) {
-      const ssize_t n = read(events.read, buffer, sizeof buffer);
-      if (n > 0) {
-        decoder.Append(buffer, static_cast<size_t>(n));
-        v1::TrainerEvent event;
-        while (decoder.Next(&event)) {
-          switch (event.kind_case()) {
-            case v1::TrainerEvent::kReady: {
-              // What the task waited for the trainer: nothing when it was started ahead
-              // and ready before the task came.
-              const Clock::time_point ready_at(
-                  std::chrono::nanoseconds(event.ready().ready_at_monotonic_ns()));
-              process_seconds =
-                  std::max(0.0, std::chrono::duration<double>(ready_at - task_began).count());
-              break;
-            }
-            case v1::TrainerEvent::kStarted:
-              observer.OnStarted();
-              break;
-            case v1::TrainerEvent::kFirstStep: {
-              const auto& s = event.first_step().startup();
-              StartupTimes times;
-              times.data_seconds = s.data_seconds();
-              times.model_seconds = s.model_seconds();
-              times.batch_search_seconds = s.batch_search_seconds();
-              times.first_step_seconds = s.first_step_seconds();
-              times.compile_seconds = s.compile_seconds();
-              times.process_seconds = process_seconds;
-              times.completed_at = Clock::time_point(
-                  std::chrono::nanoseconds(event.first_step().completed_at_monotonic_ns()));
-              observer.OnFirstStep(times);
-              break;
-            }
-            case v1::TrainerEvent::kMetrics:
-              observer.OnMetrics(FromProto(event.metrics()));
-              break;
-            case v1::TrainerEvent::kLog:
-              observer.OnLog(event.log());
-              break;
-            case v1::TrainerEvent::kFinished: {
-              const auto& f = event.finished();
-              const TrainOutcome::Kind kind =
-                  f.outcome() == v1::TASK_OUTCOME_SUCCEEDED   ? TrainOutcome::Kind::kSucceeded
-                  : f.outcome() == v1::TASK_OUTCOME_CANCELLED ? TrainOutcome::Kind::kCancelled
-                                                              : TrainOutcome::Kind::kFailed;
-              reported = TrainOutcome{kind, f.message(), f.retryable()};
-              break;
-            }
-            default:
-              break;
-          }
-        }
-      } else if (n == 0 || (errno != EINTR && errno != EAGAIN)) {
-        events_open = false;
-      }
+      events_open = drain(child.events.read, [&](const char* d, size_t n) { relay.Feed(d, n); });
     }
     if (fds[1].revents != 0) {
-      const ssize_t n = read(output.read, buffer, sizeof buffer);
-      if (n > 0) {
-        lines.Append(buffer, static_cast<size_t>(n), log);
-      } else if (n == 0 || (errno != EINTR && errno != EAGAIN)) {
-        output_open = false;
-      }
+      output_open =
+          drain(child.output.read, [&](const char* d, size_t n) { lines.Append(d, n, log); });
     }
     if (fds[2].revents & (POLLERR | POLLHUP)) {
       pending.clear();  // the child is gone; waitpid says how
     } else if (fds[2].revents & POLLOUT) {
-      const ssize_t n = write(commands.write, pending.data(), pending.size());
+      const ssize_t n = write(child.commands.write, pending.data(), pending.size());
       if (n > 0) pending.erase(0, static_cast<size_t>(n));
     }
-    if (cancel.load(std::memory_order_relaxed) && !cancel_sent) {
+    if (cancel.load(std::memory_order_relaxed) && !end.cancel_sent) {
       v1::TrainerCommand stop;
       stop.mutable_cancel();
       pending += EncodeFrame(stop);
-      cancel_sent = true;
+      end.cancel_sent = true;
       kill_at = Clock::now() + options.cancel_grace;
     }
-    if (!exited && !killed && Clock::now() >= kill_at) {
-      kill(-pid, SIGKILL);
-      killed = true;
+    if (!exited && !end.killed && Clock::now() >= kill_at) {
+      kill(-child.pid, SIGKILL);
+      end.killed = true;
     }
-    if (!exited && waitpid(pid, &status, WNOHANG) == pid) {
+    if (!exited && waitpid(child.pid, &end.status, WNOHANG) == child.pid) {
       exited = true;
       exited_at = Clock::now();
     }
@@ -479,42 +524,16 @@ TrainOutcome RunTask(TrainerChild& child, const TrainerProcessOptions& options,
     }
   }
   lines.Flush(log);
-  kill(-pid, SIGKILL);  // whatever it started (torch.compile's workers) goes with it
-  child.pid = -1;       // reaped
-  commands.CloseBoth();
-  output.CloseBoth();
-  events.CloseBoth();
+  kill(-child.pid, SIGKILL);  // whatever it started (torch.compile's workers) goes with it
+  child.pid = -1;             // reaped
+  child.commands.CloseBoth();
+  child.output.CloseBoth();
+  child.events.CloseBoth();
   if (assignment.job_dir().empty()) files::RemoveTree(*folder);
-
-  const uint64_t step = child.progress.step();
-  // What it said of itself stands, even if it then died on its way out.
-  if (reported) return *reported;
-  if (cancel_sent) {
-    return {TrainOutcome::Kind::kCancelled,
-            killed ? absl::StrCat("cancelled ", AtStep(step),
-                                  "; the training process did not "
-                                  "stop within ",
-                                  options.cancel_grace.count() / 1000, " s and was killed")
-                   : absl::StrCat("cancelled ", AtStep(step))};
-  }
-  // Built and at its first step, the same crash would come again.
-  const bool retryable = step > 1;
-  if (WIFSIGNALED(status)) {
-    return Failed(absl::StrCat("the training process died: ", SignalName(WTERMSIG(status)), " ",
-                               AtStep(step)),
-                  retryable);
-  }
-  std::string message =
-      absl::StrCat("the training process exited with status ",
-                   WIFEXITED(status) ? WEXITSTATUS(status) : -1, " ", AtStep(step));
-  if (WIFEXITED(status) && WEXITSTATUS(status) == 127) {
-    message = absl::StrCat("cannot run ", options.trainer_path, " (exit status 127)");
-  } else if (WIFEXITED(status) && WEXITSTATUS(status) == 126) {
-    message = "cannot set up the training process (its descriptors or --job-user)";
-  }
-  const std::string last = lines.Last();
-  if (!last.empty()) absl::StrAppend(&message, ": ", last);
-  return Failed(message, retryable);
+  end.reported = relay.reported();
+  end.step = child.progress.step();
+  end.last_lines = lines.Last();
+  return OutcomeOf(end, options);
 }
 
 TrainOutcome TrainInChildProcess(const TrainerProcessOptions& options,

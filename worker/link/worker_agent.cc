@@ -178,15 +178,9 @@ class WorkerAgent::Observer final : public TrainingObserver {
     outbox_.Push(std::move(message));
   }
   void OnFirstStep(const StartupTimes& times) override {
-    v1::WorkerStartup startup;
+    v1::WorkerStartup startup = ToProto(times);
     startup.set_seconds(
         std::max(0.0, std::chrono::duration<double>(times.completed_at - assigned_at_).count()));
-    startup.set_data_seconds(times.data_seconds);
-    startup.set_model_seconds(times.model_seconds);
-    startup.set_batch_search_seconds(times.batch_search_seconds);
-    startup.set_first_step_seconds(times.first_step_seconds);
-    startup.set_compile_seconds(times.compile_seconds);
-    startup.set_process_seconds(times.process_seconds);
     OnLog(DescribeStartup(startup));
     outbox_.AddStartup(job_, attempt_, startup);
   }

@@ -316,8 +316,12 @@ class Client:
             format=coordinator_pb2.ModelFormat.Value(formats[format]))
         call = self._stub.DownloadModel(request, metadata=self._metadata)
         expected, written, got_step = 0, 0, 0
+        # A new file, never through a link planted at its name: what is there is removed.
+        partial.unlink(missing_ok=True)
         try:
-            with open(partial, "wb") as out:
+            descriptor = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW,
+                                 0o644)
+            with os.fdopen(descriptor, "wb") as out:
                 for chunk in call:
                     if chunk.total_bytes or chunk.step:  # only the first chunk says
                         expected, got_step = chunk.total_bytes, chunk.step

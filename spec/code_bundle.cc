@@ -306,7 +306,7 @@ absl::StatusOr<std::string> EntryModule(const v1::CodeBundle& bundle, const std:
     return entry;
   }
   for (const absl::string_view part : absl::StrSplit(module, '.')) {
-    if (!IsIdentifier(std::string(part))) {
+    if (!IsIdentifier(std::string{part})) {
       return Invalid(field + ".module", absl::StrCat("\"", module, "\" is not a module name"));
     }
   }

@@ -59,7 +59,7 @@ class PythonModelsTest : public ::testing::Test {
 
   // A job file beside model.py, naming it relatively, as a user writes one.
   std::string JobFile(const std::string& args, int steps, const std::string& extra = "") {
-    const std::string path = files_.File("job.yaml");
+    std::string path = files_.File("job.yaml");
     std::ofstream(path) << "name: own-model\nmodel:\n  python:\n    file: model.py\n    args: "
                         << args << "\ndata:\n  synthetic: {features: 16, num_classes: 4}\n"
                         << "training:\n  steps: " << steps

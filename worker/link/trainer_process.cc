@@ -127,8 +127,8 @@ class ProgressPage {
     if (step_ != nullptr) munmap(const_cast<std::atomic<uint64_t>*>(step_), sizeof(uint64_t));
     if (fd_ >= 0) close(fd_);
   }
-  int fd() const { return fd_; }
-  uint64_t step() const { return step_ ? step_->load(std::memory_order_relaxed) : 0; }
+  int Descriptor() const { return fd_; }
+  uint64_t Step() const { return step_ ? step_->load(std::memory_order_relaxed) : 0; }
 
  private:
   int fd_ = -1;
@@ -200,7 +200,7 @@ void GiveToUser(const std::string& path, const JobUser& user, int depth = 0) {
   struct stat st;
   if (lstat(path.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) return;
   for (const std::string& name : files::ListDirectory(path)) {
-    GiveToUser(path + "/" + name, user, depth + 1);
+    GiveToUser(absl::StrCat(path, "/", name), user, depth + 1);
   }
 }
 
@@ -327,8 +327,8 @@ absl::StatusOr<std::unique_ptr<TrainerChild>> StartTrainer(const TrainerProcessO
   const pid_t pid = fork();
   if (pid == 0) {
     BecomeTrainer(options.trainer_path.c_str(), argv.data(), envp.data(), child->commands.read,
-                  child->output.write, child->events.write, child->progress.fd(), options.job_user,
-                  parent);
+                  child->output.write, child->events.write, child->progress.Descriptor(),
+                  options.job_user, parent);
   }
   Pipe::Close(child->commands.read);
   Pipe::Close(child->output.write);
@@ -355,7 +355,7 @@ class EventRelay {
     while (decoder_.Next(&event)) Dispatch(event);
   }
   // The outcome the trainer reported of itself, if it did.
-  const std::optional<TrainOutcome>& reported() const { return reported_; }
+  const std::optional<TrainOutcome>& Reported() const { return reported_; }
 
  private:
   void Dispatch(const v1::TrainerEvent& event) {
@@ -436,12 +436,10 @@ TrainOutcome OutcomeOf(const TrainerEnd& end, const TrainerProcessOptions& optio
   }
   const int code = WIFEXITED(end.status) ? WEXITSTATUS(end.status) : -1;
   std::string message =
-      code == 127 ? absl::StrCat("cannot run ", options.trainer_path, " (exit status 127)")
-      : code == 126
-          ? std::string(
-                "cannot set up the training process (its descriptors or "
-                "--job-user)")
-          : absl::StrCat("the training process exited with status ", code, " ", AtStep(end.step));
+      absl::StrCat("the training process exited with status ", code, " ", AtStep(end.step));
+  if (code == 127)
+    message = absl::StrCat("cannot run ", options.trainer_path, " (exit status 127)");
+  if (code == 126) message = "cannot set up the training process (its descriptors or --job-user)";
   if (!end.last_lines.empty()) absl::StrAppend(&message, ": ", end.last_lines);
   return Failed(message, retryable);
 }
@@ -460,7 +458,7 @@ TrainOutcome RunTask(TrainerChild& child, const TrainerProcessOptions& options,
   }
   const Clock::time_point task_began = Clock::now();
   auto folder = PrepareAttemptFolder(options, assignment);
-  if (!folder.ok()) return Failed(std::string(folder.status().message()));
+  if (!folder.ok()) return Failed(std::string{folder.status().message()});
   v1::TrainerCommand start;
   *start.mutable_start()->mutable_assignment() = assignment;
   start.mutable_start()->mutable_assignment()->clear_code();
@@ -530,8 +528,8 @@ TrainOutcome RunTask(TrainerChild& child, const TrainerProcessOptions& options,
   child.output.CloseBoth();
   child.events.CloseBoth();
   if (assignment.job_dir().empty()) files::RemoveTree(*folder);
-  end.reported = relay.reported();
-  end.step = child.progress.step();
+  end.reported = relay.Reported();
+  end.step = child.progress.Step();
   end.last_lines = lines.Last();
   return OutcomeOf(end, options);
 }
@@ -541,7 +539,7 @@ TrainOutcome TrainInChildProcess(const TrainerProcessOptions& options,
                                  const std::atomic<bool>& cancel) {
   auto child = StartTrainer(options);
   if (!child.ok()) {
-    return Failed(std::string(child.status().message()),
+    return Failed(std::string{child.status().message()},
                   child.status().code() != absl::StatusCode::kFailedPrecondition);
   }
   return RunTask(**child, options, assignment, observer, cancel);
@@ -599,7 +597,7 @@ TrainOutcome SpareTrainer::Train(const v1::Assignment& assignment, TrainingObser
     if (child == nullptr) {
       wanted_ = true;  // try again for the next task
       cv_.notify_all();
-      return Failed(stopping_ ? "the worker is stopping" : std::string(failure.message()),
+      return Failed(stopping_ ? "the worker is stopping" : std::string{failure.message()},
                     failure.code() != absl::StatusCode::kFailedPrecondition);
     }
   }
@@ -608,7 +606,7 @@ TrainOutcome SpareTrainer::Train(const v1::Assignment& assignment, TrainingObser
   if (waitpid(child->pid, &status, WNOHANG) == child->pid) {
     child->pid = -1;
     auto fresh = StartTrainer(options_);
-    if (!fresh.ok()) return Failed(std::string(fresh.status().message()));
+    if (!fresh.ok()) return Failed(std::string{fresh.status().message()});
     child = *std::move(fresh);
   }
   TrainOutcome outcome = RunTask(*child, options_, assignment, observer, cancel);

@@ -185,10 +185,10 @@ void PythonModelImpl::train(bool on) {
 std::string PythonModelImpl::SetCompile(CompileMode mode, bool cuda) {
   const bool wanted = mode == CompileMode::kOn || mode == CompileMode::kMaxAutotune ||
                       (mode == CompileMode::kAuto && cuda);
-  if (!wanted)
-    return mode == CompileMode::kAuto ? "not compiled (training.compile: auto "
-                                        "compiles on GPUs)"
+  if (!wanted) {
+    return mode == CompileMode::kAuto ? "not compiled (training.compile: auto compiles on GPUs)"
                                       : "not compiled (training.compile: off)";
+  }
   Gil gil;
   PyRef can(PyObject_CallMethod(glue_.get(), "can_compile", nullptr));
   if (!can) ThrowPythonError("model.python: torch.compile");
@@ -210,10 +210,10 @@ Network::Preparation PythonModelImpl::Prepare(const torch::Tensor& inputs,
   const int64_t samples = std::min<int64_t>(2, inputs.size(0));
   PyRef x = Wrap(inputs);
   PyRef y = Wrap(targets);
-  PyRef result(PyObject_CallMethod(glue_.get(), "prepare", "OOOOOL", module_.get(),
-                                   eager_loss_.get(),
-                                   compiled_loss_ ? compiled_loss_.get() : Py_None, x.get(),
-                                   y.get(), static_cast<long long>(samples)));
+  PyRef count(PyLong_FromLongLong(samples));
+  PyRef result(PyObject_CallMethod(
+      glue_.get(), "prepare", "OOOOOO", module_.get(), eager_loss_.get(),
+      compiled_loss_ ? compiled_loss_.get() : Py_None, x.get(), y.get(), count.get()));
   if (!result) {
     ThrowPythonError(compiled_loss_ ? "model.python: the first forward and backward (compiling)"
                                     : "model.python: the first forward and backward");

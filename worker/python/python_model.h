@@ -38,7 +38,7 @@ class PythonModelImpl : public Network {
   LossKind loss() const override { return config_.loss; }
   bool PrefersChannelsLast() const override { return convolutional_; }
   // Also module.train(on): dropout and batch norm read the Python module's flag.
-  void train(bool on = true) override;
+  void train(bool on) override;
   std::string SetCompile(CompileMode mode, bool cuda) override;
   Preparation Prepare(const torch::Tensor& inputs, const torch::Tensor& targets) override;
   // state_dict.pt (torch.save of module.state_dict(), on the CPU) and model.safetensors.

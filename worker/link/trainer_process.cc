@@ -22,92 +22,16 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
-#include "spec/code_bundle.h"
 #include "stoke/v1/trainer.pb.h"
 #include "worker/common/files.h"
+#include "worker/link/child_process.h"
 #include "worker/link/frames.h"
 #include "worker/link/task_translation.h"
-
-extern char** environ;
 
 namespace stoke::worker {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-
-// The variables a trainer keeps from the worker's environment: where programs, libraries
-// and Python packages are, the device and library switches, locale and time. Nothing
-// else: tokens, keys and addresses the worker was given stay with the worker.
-bool Inherited(const std::string& name) {
-  static const char* const kExact[] = {"PATH",
-                                       "LANG",
-                                       "TZ",
-                                       "TMPDIR",
-                                       "LD_LIBRARY_PATH",
-                                       "PYTHONPATH",
-                                       "PYTHONHOME",
-                                       "OMP_NUM_THREADS",
-                                       "STOKE_PYTHON",
-                                       "HOME"};
-  static const char* const kPrefixes[] = {"LC_",       "CUDA_",          "NVIDIA_",     "NCCL_",
-                                          "TORCH_",    "TORCHINDUCTOR_", "TRITON_",     "MKL_",
-                                          "OPENBLAS_", "KMP_",           "STOKE_TRACE_"};
-  for (const char* exact : kExact) {
-    if (name == exact) return true;
-  }
-  for (const char* prefix : kPrefixes) {
-    if (absl::StartsWith(name, prefix)) return true;
-  }
-  return false;
-}
-
-std::vector<std::string> ChildEnvironment(const std::optional<JobUser>& user) {
-  std::vector<std::string> env;
-  for (char** entry = environ; *entry != nullptr; ++entry) {
-    const std::string text = *entry;
-    const std::string name = text.substr(0, text.find('='));
-    if (user && name == "HOME") continue;
-    if (Inherited(name)) env.push_back(text);
-  }
-  if (user) {
-    env.push_back("HOME=" + user->home);
-    env.push_back("USER=" + user->name);
-    env.push_back("LOGNAME=" + user->name);
-  }
-  // print() reaches the log as it happens; the code folder gets no __pycache__.
-  env.push_back("PYTHONUNBUFFERED=1");
-  env.push_back("PYTHONDONTWRITEBYTECODE=1");
-  return env;
-}
-
-// Moves a descriptor to 5 or above (close-on-exec), so that arranging the child's 0 to 4
-// cannot overwrite one of the others.
-int HighDescriptor(int fd) {
-  if (fd >= 5) return fd;
-  const int moved = fcntl(fd, F_DUPFD_CLOEXEC, 5);
-  close(fd);
-  return moved;
-}
-
-struct Pipe {
-  int read = -1;
-  int write = -1;
-  bool Open() {
-    int fds[2];
-    if (pipe2(fds, O_CLOEXEC) != 0) return false;
-    read = HighDescriptor(fds[0]);
-    write = HighDescriptor(fds[1]);
-    return read >= 0 && write >= 0;
-  }
-  static void Close(int& fd) {
-    if (fd >= 0) close(fd);
-    fd = -1;
-  }
-  void CloseBoth() {
-    Close(read);
-    Close(write);
-  }
-};
 
 // One 8-byte page both processes map: the step the trainer has begun, written by it at
 // each step's start at the cost of a store, read here when it dies.
@@ -135,56 +59,6 @@ class ProgressPage {
   const std::atomic<uint64_t>* step_ = nullptr;
 };
 
-// Lines of the child's output as they complete; a line longer than a log line may be is
-// cut, and the last few are kept for a message.
-class LineSplitter {
- public:
-  template <typename Emit>
-  void Append(const char* data, size_t size, Emit emit) {
-    partial_.append(data, size);
-    size_t start = 0;
-    for (size_t newline; (newline = partial_.find('\n', start)) != std::string::npos;
-         start = newline + 1) {
-      Line(partial_.substr(start, newline - start), emit);
-    }
-    partial_.erase(0, start);
-    if (partial_.size() > kMaxLine) {
-      Line(partial_, emit);
-      partial_.clear();
-    }
-  }
-  template <typename Emit>
-  void Flush(Emit emit) {
-    if (!partial_.empty()) Line(partial_, emit);
-    partial_.clear();
-  }
-  std::string Last() const {
-    std::string text;
-    for (const auto& line : last_) absl::StrAppend(&text, text.empty() ? "" : " | ", line);
-    return text;
-  }
-
- private:
-  static constexpr size_t kMaxLine = 4000;
-  template <typename Emit>
-  void Line(std::string line, Emit emit) {
-    if (!line.empty() && line.back() == '\r') line.pop_back();
-    if (line.size() > kMaxLine) line = line.substr(0, kMaxLine) + " [cut]";
-    if (!line.empty()) {
-      last_.push_back(line);
-      if (last_.size() > 3) last_.pop_front();
-    }
-    emit(line);
-  }
-  std::string partial_;
-  std::deque<std::string> last_;
-};
-
-std::string SignalName(int signal) {
-  const char* description = strsignal(signal);
-  return absl::StrCat("signal ", signal, " (", description ? description : "unknown", ")");
-}
-
 std::string AtStep(uint64_t step) {
   return step == 0 ? "while building the model and its data" : absl::StrCat("at step ", step);
 }
@@ -193,84 +67,7 @@ TrainOutcome Failed(std::string message, bool retryable = true) {
   return {TrainOutcome::Kind::kFailed, std::move(message), retryable};
 }
 
-// Changes the owner of everything beneath `path` (the job's folder) to the job user, so
-// that the trainer can write its checkpoints there. Links are not followed.
-void GiveToUser(const std::string& path, const JobUser& user, int depth = 0) {
-  if (lchown(path.c_str(), user.uid, user.gid) != 0 || depth > 32) return;
-  struct stat st;
-  if (lstat(path.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) return;
-  for (const std::string& name : files::ListDirectory(path)) {
-    GiveToUser(absl::StrCat(path, "/", name), user, depth + 1);
-  }
-}
-
-// The attempt's own folder for this rank: the code goes into it (each rank its own, so
-// that ranks sharing the job folder never write the same files).
-absl::StatusOr<std::string> PrepareAttemptFolder(const TrainerProcessOptions& options,
-                                                 const v1::Assignment& a) {
-  const std::string folder =
-      a.job_dir().empty()
-          ? absl::StrCat(options.scratch_dir, "/stoke-trainer-", a.job_id(), "-", a.attempt(), "-",
-                         a.rank(), "-", getpid())
-          : absl::StrCat(a.job_dir(), "/attempts/", a.attempt(), "/rank-", a.rank());
-  std::string error;
-  files::RemoveTree(folder + "/code");
-  if (!files::MakeDirectories(folder, &error)) {
-    return absl::InternalError(absl::StrCat("cannot create ", folder, ": ", error));
-  }
-  if (a.code().files_size() > 0) {
-    if (auto s = spec::WriteCodeBundle(a.code(), folder + "/code"); !s.ok()) return s;
-  }
-  if (options.job_user) GiveToUser(a.job_dir().empty() ? folder : a.job_dir(), *options.job_user);
-  return folder;
-}
-
-// What the child does between fork and exec: only async-signal-safe calls.
-[[noreturn]] void BecomeTrainer(const char* program, char* const* argv, char* const* envp,
-                                int commands, int output, int events, int progress,
-                                const std::optional<JobUser>& user, pid_t parent) {
-  setpgid(0, 0);  // its own group: it and whatever it starts are ended together
-  // The worker's blocked signals (it waits for SIGTERM on a thread of its own) would stay
-  // blocked across exec.
-  sigset_t none;
-  sigemptyset(&none);
-  sigprocmask(SIG_SETMASK, &none, nullptr);
-  if (dup2(commands, 0) < 0 || dup2(output, 1) < 0 || dup2(output, 2) < 0 || dup2(events, 3) < 0 ||
-      dup2(progress, 4) < 0) {
-    _exit(126);
-  }
-  // Every other descriptor of the worker (its link to the coordinator among them) closes.
-  if (syscall(SYS_close_range, 5u, ~0u, 0u) != 0) {
-    for (int fd = 5; fd < 65536; ++fd) close(fd);
-  }
-  if (user) {
-    const gid_t gid = user->gid;
-    if (setgroups(1, &gid) != 0 || setgid(user->gid) != 0 || setuid(user->uid) != 0) _exit(126);
-  }
-  // After the change of user, which clears it: the trainer dies with the worker.
-  prctl(PR_SET_PDEATHSIG, SIGKILL);
-  if (getppid() != parent) _exit(126);
-  prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0);
-  execve(program, argv, envp);
-  _exit(127);
-}
-
 }  // namespace
-
-absl::StatusOr<JobUser> LookUpJobUser(const std::string& name) {
-  std::vector<char> buffer(16384);
-  passwd entry;
-  passwd* found = nullptr;
-  getpwnam_r(name.c_str(), &entry, buffer.data(), buffer.size(), &found);
-  if (found == nullptr) {
-    return absl::NotFoundError(absl::StrCat("--job-user ", name, ": no such user on this host"));
-  }
-  if (found->pw_uid == 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("--job-user ", name, ": is root; name an unprivileged user"));
-  }
-  return JobUser{name, found->pw_uid, found->pw_gid, found->pw_dir ? found->pw_dir : "/"};
-}
 
 std::string TrainerBesideThisProgram() {
   char self[4096];
@@ -313,23 +110,16 @@ absl::StatusOr<std::unique_ptr<TrainerChild>> StartTrainer(const TrainerProcessO
     return absl::InternalError(
         absl::StrCat("cannot start the training process: ", std::strerror(errno)));
   }
-  std::vector<std::string> args = {options.trainer_path, "--device", options.device, "--threads",
-                                   std::to_string(options.threads)};
-  std::vector<std::string> env = ChildEnvironment(options.job_user);
-  std::vector<char*> argv, envp;
-  for (auto& a : args) argv.push_back(a.data());
-  argv.push_back(nullptr);
-  for (auto& e : env) envp.push_back(e.data());
-  envp.push_back(nullptr);
-
-  const pid_t parent = getpid();
+  // print() reaches the log as it happens; the code folder gets no __pycache__.
+  const std::vector<std::string> env =
+      ChildEnvironment(options.job_user, {"PYTHONUNBUFFERED=1", "PYTHONDONTWRITEBYTECODE=1"});
   child->started_at = Clock::now();
-  const pid_t pid = fork();
-  if (pid == 0) {
-    BecomeTrainer(options.trainer_path.c_str(), argv.data(), envp.data(), child->commands.read,
-                  child->output.write, child->events.write, child->progress.Descriptor(),
-                  options.job_user, parent);
-  }
+  const pid_t pid = SpawnChild({options.trainer_path, "--device", options.device, "--threads",
+                                std::to_string(options.threads)},
+                               env,
+                               {child->commands.read, child->output.write, child->output.write,
+                                child->events.write, child->progress.Descriptor()},
+                               options.job_user);
   Pipe::Close(child->commands.read);
   Pipe::Close(child->output.write);
   Pipe::Close(child->events.write);
@@ -338,7 +128,6 @@ absl::StatusOr<std::unique_ptr<TrainerChild>> StartTrainer(const TrainerProcessO
         absl::StrCat("cannot start the training process: ", std::strerror(errno)));
   }
   child->pid = pid;
-  setpgid(pid, pid);  // also here: no race with a kill of the group below
   fcntl(child->commands.write, F_SETFL, O_NONBLOCK);
   return child;
 }
@@ -457,7 +246,7 @@ TrainOutcome RunTask(TrainerChild& child, const TrainerProcessOptions& options,
         /*retryable=*/false);
   }
   const Clock::time_point task_began = Clock::now();
-  auto folder = PrepareAttemptFolder(options, assignment);
+  auto folder = PrepareAttemptFolder(assignment, options.scratch_dir, options.job_user);
   if (!folder.ok()) return Failed(std::string{folder.status().message()});
   v1::TrainerCommand start;
   *start.mutable_start()->mutable_assignment() = assignment;

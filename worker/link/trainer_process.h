@@ -21,21 +21,9 @@
 #include "absl/status/statusor.h"
 #include "stoke/v1/worker_link.pb.h"
 #include "worker/common/task.h"
+#include "worker/link/child_process.h"
 
 namespace stoke::worker {
-
-// An unprivileged account the trainer runs as (stoke-worker --job-user), for workers that
-// run as root.
-struct JobUser {
-  std::string name;
-  uid_t uid = 0;
-  gid_t gid = 0;
-  std::string home;
-};
-
-// NOT_FOUND naming the user when the system has no such account; INVALID_ARGUMENT for
-// root itself.
-absl::StatusOr<JobUser> LookUpJobUser(const std::string& name);
 
 struct TrainerProcessOptions {
   std::string trainer_path;  // the stoke-trainer program

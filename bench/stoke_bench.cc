@@ -183,7 +183,7 @@ int Run(int argc, char** argv) {
     throw std::invalid_argument(std::string(s.message()));
   }
   // A Python model's code travels as a submitted job's does.
-  auto code = client::ReadModelCode(*spec);
+  auto code = client::ReadJobCode(*spec);
   if (!code.ok()) throw std::invalid_argument(std::string(code.status().message()));
   if (spec->model().has_python()) {
     if (auto s = spec::RecordCode(*code, *spec->mutable_model()->mutable_python()); !s.ok()) {

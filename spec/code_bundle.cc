@@ -205,7 +205,7 @@ absl::Status CheckCodeBundle(const v1::CodeBundle& bundle, const std::string& fi
   if (bundle.files_size() == 0) {
     return Invalid(field,
                    "no code was sent with the job: `stoke submit` and the Python SDK read it "
-                   "from model.python.file");
+                   "from the file or folder this field names");
   }
   if (bundle.files_size() > kMaxCodeFiles) {
     return Invalid(field, TooLarge(absl::StrCat(bundle.files_size(), " files")));
@@ -326,6 +326,45 @@ absl::Status RecordCode(const v1::CodeBundle& bundle, v1::PythonModelSpec& pytho
   python.set_code_sha256(CodeDigest(bundle));
   python.set_code_bytes(CodeBytes(bundle));
   return absl::OkStatus();
+}
+
+absl::StatusOr<v1::CodeBundle> ReadWorkdir(const std::string& path) {
+  struct stat st;
+  if (stat(path.c_str(), &st) != 0) {
+    return Invalid("command.workdir", absl::StrCat(path, ": ", std::strerror(errno)));
+  }
+  if (!S_ISDIR(st.st_mode)) {
+    return Invalid("command.workdir", absl::StrCat(path, ": expected a folder"));
+  }
+  return ReadCodeBundle(path, "command.workdir");
+}
+
+std::string WorkdirName(const v1::CodeBundle& bundle) {
+  std::string name;
+  for (const v1::CodeFile& file : bundle.files()) {
+    const size_t slash = file.path().find('/');
+    if (slash == std::string::npos) return "";
+    const absl::string_view first = absl::string_view(file.path()).substr(0, slash);
+    if (name.empty()) name = std::string{first};
+    if (first != name) return "";
+  }
+  return name;
+}
+
+absl::Status RecordWorkdir(const v1::CodeBundle& bundle, v1::CommandSpec& command) {
+  if (auto s = CheckCodeBundle(bundle, "command.workdir"); !s.ok()) return s;
+  if (WorkdirName(bundle).empty()) {
+    return Invalid("command.workdir", "the files sent must lie in one folder, the working folder");
+  }
+  command.set_code_sha256(CodeDigest(bundle));
+  command.set_code_bytes(CodeBytes(bundle));
+  return absl::OkStatus();
+}
+
+std::string CodeDigestOf(const v1::JobSpec& spec) {
+  if (spec.model().has_python()) return spec.model().python().code_sha256();
+  if (spec.has_command()) return spec.command().code_sha256();
+  return "";
 }
 
 absl::Status WriteCodeBundle(const v1::CodeBundle& bundle, const std::string& dir) {

@@ -48,6 +48,23 @@ absl::StatusOr<std::string> EntryModule(const v1::CodeBundle& bundle, const std:
 // that runs. INVALID_ARGUMENT naming the model.python field at fault.
 absl::Status RecordCode(const v1::CodeBundle& bundle, v1::PythonModelSpec& python);
 
+// A script job's working folder (command.workdir) as ReadCodeBundle reads it, every path
+// beginning with the folder's name; INVALID_ARGUMENT naming command.workdir when `path`
+// is not a folder.
+absl::StatusOr<v1::CodeBundle> ReadWorkdir(const std::string& path);
+
+// The folder a working-folder bundle holds: the first part of its paths, or "" when
+// they do not all share one folder.
+std::string WorkdirName(const v1::CodeBundle& bundle);
+
+// Checks a script job's working folder and records its digest and size in the spec.
+// INVALID_ARGUMENT naming command.workdir.
+absl::Status RecordWorkdir(const v1::CodeBundle& bundle, v1::CommandSpec& command);
+
+// The digest of the code that travels with the job (model.python's or command.workdir's),
+// "" for a job without any.
+std::string CodeDigestOf(const v1::JobSpec& spec);
+
 // Writes the (checked) bundle's files beneath `dir`, which is created and must not exist
 // yet or be empty; files are created new, never through a link.
 absl::Status WriteCodeBundle(const v1::CodeBundle& bundle, const std::string& dir);

@@ -56,6 +56,8 @@ inline constexpr double kLossScaleBackoffFactor = 0.5;
 inline constexpr uint32_t kGpus = 1;
 inline constexpr uint32_t kMaxRestarts = 3;
 inline constexpr uint32_t kDistributedTimeoutSeconds = 60;
+// Script jobs: seconds from a cancel to SIGKILL.
+inline constexpr uint32_t kGraceSeconds = 30;
 inline constexpr int64_t kBucketMb = 25;
 // The first bucket (the last layers' gradients, ready first) is small, so that
 // communication starts early in backward.

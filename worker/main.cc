@@ -13,10 +13,14 @@
 #include <memory>
 #include <string>
 #include <thread>
+#include <vector>
 
+#include "absl/strings/str_split.h"
 #include "security/credential_file.h"
 #include "worker/common/task.h"
 #include "worker/engine/trainer.h"
+#include "worker/link/script_process.h"
+#include "worker/link/task_translation.h"
 #include "worker/link/trainer_process.h"
 #include "worker/link/worker_agent.h"
 #include "worker/runtime/devices.h"
@@ -44,6 +48,29 @@ bool ReadSlowStepFault(std::chrono::milliseconds* out, std::string* error) {
   }
   *out = std::chrono::milliseconds(ms);
   return true;
+}
+
+// CUDA_VISIBLE_DEVICES for a script job's program: this worker's device as the host
+// numbers it (through the worker's own CUDA_VISIBLE_DEVICES, if it has one); "" on a CPU
+// worker, which hides every GPU from the program.
+std::string VisibleDevice(const DeviceRef& device) {
+  if (device.kind != DeviceKind::kCuda) return "";
+  const char* visible = std::getenv("CUDA_VISIBLE_DEVICES");
+  if (visible != nullptr && *visible != '\0') {
+    const std::vector<std::string> listed = absl::StrSplit(visible, ',');
+    if (static_cast<size_t>(device.index) < listed.size()) return listed[device.index];
+  }
+  return std::to_string(device.index);
+}
+
+// A script job's "python" when its spec names none: $STOKE_PYTHON, else the Python the
+// trainer embeds, else python3 on PATH.
+std::string ScriptPython() {
+  if (const char* chosen = std::getenv("STOKE_PYTHON"); chosen != nullptr && *chosen != '\0') {
+    return chosen;
+  }
+  const std::string built_with = STOKE_PYTHON_EXECUTABLE;
+  return built_with.empty() ? "python3" : built_with;
 }
 
 std::string Hostname() {
@@ -209,12 +236,27 @@ int main(int argc, char** argv) {
     }
     // On GPUs started ahead of its task (the first one now), where a start takes seconds.
     SpareTrainer spare_trainer(trainer, device.kind == DeviceKind::kCuda);
-    WorkerAgent agent(options, [device, probe, &spare_trainer](
-                                   const stoke::v1::Assignment& assignment, const TrainTask& task,
-                                   TrainingObserver& observer, const std::atomic<bool>& cancel) {
-      if (IsUserCode(task.model)) return spare_trainer.Train(assignment, observer, cancel);
-      return RunTraining(task, device, observer, cancel, probe);
-    });
+    // Script jobs run the user's own program, as torchrun would.
+    ScriptOptions script;
+    script.visible_devices = VisibleDevice(device);
+    script.default_python = ScriptPython();
+    script.sdk_path = BesideThisProgram("python");
+    script.job_user = trainer.job_user;
+    WorkerAgent agent(options,
+                      [device, probe, &spare_trainer, &script](
+                          const stoke::v1::Assignment& assignment, TrainingObserver& observer,
+                          const std::atomic<bool>& cancel) -> TrainOutcome {
+                        if (assignment.spec().has_command())
+                          return RunScript(script, assignment, observer, cancel);
+                        auto task = TaskFromAssignment(assignment);
+                        if (!task.ok()) {
+                          return {TrainOutcome::Kind::kFailed, std::string{task.status().message()},
+                                  /*retryable=*/false};
+                        }
+                        if (IsUserCode(task->model))
+                          return spare_trainer.Train(assignment, observer, cancel);
+                        return RunTraining(*task, device, observer, cancel, probe);
+                      });
 
     signal(SIGPIPE, SIG_IGN);
     std::thread stopper([&] {

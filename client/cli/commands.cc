@@ -5,6 +5,7 @@
 
 #include <cstdio>
 #include <iostream>
+#include <map>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
@@ -88,7 +89,7 @@ int SubmitCommand(CliContext& cli, const std::string& file, bool watch) {
     std::fprintf(stderr, "stoke: %s\n", std::string(spec.status().message()).c_str());
     return kExitUsage;
   }
-  auto code = ReadModelCode(*spec);
+  auto code = ReadJobCode(*spec);
   if (!code.ok()) {
     std::fprintf(stderr, "stoke: %s: %s\n", file.c_str(),
                  std::string(code.status().message()).c_str());
@@ -222,6 +223,16 @@ int StatusCommand(CliContext& cli, const std::string& id) {
                 python.factory().c_str(), python.code_sha256().c_str(),
                 FormatBytes(python.code_bytes()).c_str());
   }
+  if (spec.has_command()) {
+    const auto& command = spec.command();
+    std::printf("  command    %s\n", Printable(absl::StrJoin(command.argv(), " ")).c_str());
+    if (!command.code_sha256().empty()) {
+      std::printf("  workdir    %s, sha256 %s (%s)\n", Printable(command.workdir()).c_str(),
+                  command.code_sha256().c_str(), FormatBytes(command.code_bytes()).c_str());
+    } else if (!command.workdir().empty()) {
+      std::printf("  workdir    %s (on the workers)\n", Printable(command.workdir()).c_str());
+    }
+  }
   std::printf("  placement  %s\n", Placement(*job).c_str());
   for (const auto& straggler : job->stragglers()) {
     std::printf("  straggler  %s\n", Printable(straggler.summary()).c_str());
@@ -239,12 +250,23 @@ int StatusCommand(CliContext& cli, const std::string& id) {
                 static_cast<unsigned long long>(m.total_steps()), m.loss(),
                 FormatRate(m.samples_per_second()).c_str(),
                 FormatClock(m.elapsed_seconds()).c_str());
-    std::printf("  step time  %.1f ms, waiting for data %.1f%%", m.step_seconds() * 1e3,
-                m.data_wait_ratio() * 100);
-    if (job->placement_size() > 1) {
-      std::printf(", waiting for gradient all-reduce %.1f%%", m.comm_wait_ratio() * 100);
+    if (!spec.has_command()) {  // Stoke's loop measures these; a script does not
+      std::printf("  step time  %.1f ms, waiting for data %.1f%%", m.step_seconds() * 1e3,
+                  m.data_wait_ratio() * 100);
+      if (job->placement_size() > 1) {
+        std::printf(", waiting for gradient all-reduce %.1f%%", m.comm_wait_ratio() * 100);
+      }
+      std::printf("\n");
     }
-    std::printf("\n");
+  }
+  if (m.scalars_size() > 0) {
+    // Sorted, so that the line reads the same from one call to the next.
+    const std::map<std::string, double> scalars(m.scalars().begin(), m.scalars().end());
+    std::string text;
+    for (const auto& [name, value] : scalars) {
+      absl::StrAppend(&text, text.empty() ? "" : ", ", name, " ", absl::StrFormat("%.4g", value));
+    }
+    std::printf("  reported   %s\n", Printable(text).c_str());
   }
   return kExitOk;
 }

@@ -72,6 +72,13 @@ std::vector<std::string> DescribeStartup(const v1::Job& job) {
   const v1::WorkerStartup& worker = startup.worker();
   // Attempts after the first start from their return to the queue, not from the submit.
   const std::string from = job.attempt() <= 1 ? "submitted" : "re-queued";
+  if (job.spec().has_command()) {
+    // A script's start-up is its own (imports, data, model): up to its first report.
+    return {absl::StrCat("started in ", FormatSeconds(startup.seconds()), " (", from,
+                         " → first report; queued/scheduling ",
+                         FormatSeconds(startup.queued_seconds()), ", the program ",
+                         FormatSeconds(worker.process_seconds()), ")")};
+  }
   std::vector<std::string> lines = {absl::StrCat("started in ", FormatSeconds(startup.seconds()),
                                                  " (", from, " → first training step)")};
   std::string setup;

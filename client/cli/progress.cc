@@ -1,6 +1,8 @@
 #include "client/cli/progress.h"
 
 #include <cmath>
+#include <map>
+#include <string>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -10,6 +12,8 @@ namespace stoke::client {
 namespace {
 
 constexpr int kBarWidth = 24;
+// Script jobs: their own scalars on the progress line, at most this many.
+constexpr int kMaxScalarsShown = 4;
 
 bool IsFinal(v1::JobState state) {
   return state == v1::JOB_STATE_SUCCEEDED || state == v1::JOB_STATE_FAILED ||
@@ -57,6 +61,13 @@ std::string ProgressView::ProgressText(bool with_bar) const {
   if (m.skipped_steps() > 0) {
     absl::StrAppend(&text, absl::StrFormat("  fp16 skipped %d steps (scale %g)", m.skipped_steps(),
                                            m.loss_scale()));
+  }
+  // A script job's own scalars, the first few by name: the line stays one line.
+  const std::map<std::string, double> scalars(m.scalars().begin(), m.scalars().end());
+  int shown = 0;
+  for (const auto& [name, value] : scalars) {
+    if (++shown > kMaxScalarsShown) break;
+    absl::StrAppend(&text, "  ", name, " ", absl::StrFormat("%.4g", value));
   }
   if (!device_summary_.empty()) absl::StrAppend(&text, "  ", device_summary_);
   for (int d : m.diagnoses()) absl::StrAppend(&text, "  [", DiagnosisName(d), "]");

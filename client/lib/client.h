@@ -46,7 +46,7 @@ class Client {
   // Safe to retry: every submission carries a request id (a random one unless given), and
   // a call that fails as UNAVAILABLE or DEADLINE_EXCEEDED (the answer may have been lost)
   // is tried again, up to 3 times, with the same id, so it never creates a second job.
-  // `code`: a Python model's (ReadModelCode in job_spec_file.h).
+  // `code`: a Python model's or a script job's folder (ReadJobCode in job_spec_file.h).
   absl::StatusOr<v1::Job> SubmitJob(const v1::JobSpec& spec, std::string request_id = "",
                                     const v1::CodeBundle& code = {});
   absl::StatusOr<v1::Job> GetJob(const std::string& id);

@@ -521,17 +521,20 @@ void ResolveRelativePaths(v1::JobSpec& spec, const std::string& base_dir) {
     if (path->empty() || (*path)[0] == '/') return;
     *path = (base / *path).lexically_normal().string();
   };
-  auto* data = spec.mutable_data();
-  if (data->has_mnist()) resolve(data->mutable_mnist()->mutable_path());
-  if (data->has_cifar10()) resolve(data->mutable_cifar10()->mutable_path());
-  if (data->has_tokens()) {
-    resolve(data->mutable_tokens()->mutable_train_path());
-    resolve(data->mutable_tokens()->mutable_val_path());
+  if (spec.has_data()) {  // a script job has none, and gets none
+    auto* data = spec.mutable_data();
+    if (data->has_mnist()) resolve(data->mutable_mnist()->mutable_path());
+    if (data->has_cifar10()) resolve(data->mutable_cifar10()->mutable_path());
+    if (data->has_tokens()) {
+      resolve(data->mutable_tokens()->mutable_train_path());
+      resolve(data->mutable_tokens()->mutable_val_path());
+    }
   }
   if (spec.model().has_torchscript()) {
     resolve(spec.mutable_model()->mutable_torchscript()->mutable_path());
   }
   if (spec.model().has_python()) resolve(spec.mutable_model()->mutable_python()->mutable_file());
+  if (spec.has_command()) resolve(spec.mutable_command()->mutable_workdir());
 }
 
 absl::StatusOr<std::string> ReadJobFile(const std::string& path) {
@@ -587,9 +590,17 @@ absl::StatusOr<v1::JobSpec> LoadJobSpecFile(const std::string& path) {
   return spec;
 }
 
-absl::StatusOr<v1::CodeBundle> ReadModelCode(const v1::JobSpec& spec) {
-  if (!spec.model().has_python()) return v1::CodeBundle();
-  return spec::ReadCodeBundle(spec.model().python().file(), "model.python.file");
+absl::StatusOr<v1::CodeBundle> ReadJobCode(const v1::JobSpec& spec) {
+  if (spec.model().has_python()) {
+    return spec::ReadCodeBundle(spec.model().python().file(), "model.python.file");
+  }
+  // A working folder that is not here is one on the workers, beneath a data root.
+  const std::string& workdir = spec.command().workdir();
+  struct stat st;
+  if (spec.has_command() && !workdir.empty() && stat(workdir.c_str(), &st) == 0) {
+    return spec::ReadWorkdir(workdir);
+  }
+  return v1::CodeBundle();
 }
 
 }  // namespace stoke::client

@@ -33,7 +33,9 @@ absl::StatusOr<v1::JobSpec> LoadJobSpecFile(const std::string& path);
 void ResolveRelativePaths(v1::JobSpec& spec, const std::string& base_dir);
 
 // What travels with the job besides its spec: model.python's code, read from
-// model.python.file (an empty bundle for other models).
-absl::StatusOr<v1::CodeBundle> ReadModelCode(const v1::JobSpec& spec);
+// model.python.file, or a script job's working folder (command.workdir) when it is a
+// folder here; an empty bundle otherwise (a workdir that is not here is taken as a folder
+// beneath a data root, which the workers reach).
+absl::StatusOr<v1::CodeBundle> ReadJobCode(const v1::JobSpec& spec);
 
 }  // namespace stoke::client

@@ -111,13 +111,16 @@ absl::Status AccessControl::Require(const Caller& caller, Role role, const std::
                                                   security::RoleName(caller.role)));
 }
 
-absl::Status AccessControl::RequirePythonModels(const Caller& caller) const {
+absl::Status AccessControl::RequirePythonModels(const Caller& caller,
+                                                const std::string& field) const {
   if (!python_models_) {
-    return absl::PermissionDeniedError(
-        "model.python: this coordinator runs no submitted Python code on its workers "
-        "(stoke-coordinator --python-models off); use a built-in model, or ask its admin");
+    return absl::PermissionDeniedError(absl::StrCat(
+        field,
+        ": this coordinator runs no submitted code on its workers "
+        "(stoke-coordinator --python-models off); use a built-in model, or ask its admin"));
   }
-  if (auto s = Require(caller, *python_models_, "model.python (your own code, run on the workers)");
+  if (auto s = Require(caller, *python_models_,
+                       absl::StrCat(field, " (your own code, run on the workers)"));
       !s.ok()) {
     return absl::PermissionDeniedError(absl::StrCat(s.message(),
                                                     " (stoke-coordinator --python-models ",
@@ -149,6 +152,12 @@ v1::Job RedactForNonOwner(v1::Job job) {
   }
   if (spec->model().has_torchscript()) spec->mutable_model()->mutable_torchscript()->clear_path();
   if (spec->model().has_python()) spec->mutable_model()->mutable_python()->clear_file();
+  // A command's arguments and environment may hold what is its owner's alone.
+  if (spec->has_command()) {
+    spec->mutable_command()->clear_argv();
+    spec->mutable_command()->clear_env();
+    spec->mutable_command()->clear_workdir();
+  }
   return job;
 }
 

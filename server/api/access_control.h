@@ -55,9 +55,9 @@ class AccessControl {
   // (name "cert:" + the certificate's identity).
   absl::StatusOr<Caller> IdentifyWorker(const grpc::ServerContextBase& context) const;
 
-  // PERMISSION_DENIED (naming --python-models) unless `caller` may run its own Python code
-  // on the workers.
-  absl::Status RequirePythonModels(const Caller& caller) const;
+  // PERMISSION_DENIED (naming `field` and --python-models) unless `caller` may run its own
+  // code on the workers: a Python model, or a script job's command.
+  absl::Status RequirePythonModels(const Caller& caller, const std::string& field) const;
   // PERMISSION_DENIED (naming register.worker_id) when the caller's token names hosts and
   // the worker's id is not HOST or HOST/DEVICE of one of them.
   static absl::Status RequireHostOf(const Caller& caller, const std::string& worker_id);

@@ -23,6 +23,26 @@ namespace {
 using v1::kDefaultPageSize;
 using v1::kMaxPageSize;
 
+// A script job's working folder: sent with the job (recorded by its digest), or a folder
+// beneath a data root that the workers reach at the same path, or none (the program runs
+// in the attempt's own folder).
+absl::Status CheckWorkdir(const v1::CodeBundle& code, const DataRoots& roots,
+                          v1::CommandSpec& command) {
+  command.clear_code_sha256();
+  command.clear_code_bytes();
+  if (code.files_size() > 0) return spec::RecordWorkdir(code, command);
+  if (command.workdir().empty()) return absl::OkStatus();
+  auto folder = roots.Resolve("command.workdir", command.workdir());
+  if (!folder.ok()) return folder.status();
+  struct stat st;
+  if (stat(folder->c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("command.workdir: ", command.workdir(), ": not a folder"));
+  }
+  command.set_workdir(*folder);
+  return absl::OkStatus();
+}
+
 absl::Status RequireId(const std::string& id) {
   if (id.empty()) return absl::InvalidArgumentError("id: required");
   if (id.size() > v1::kMaxIdBytes) {
@@ -113,23 +133,32 @@ absl::Status CoordinatorService::Submit(const Caller& caller, const v1::SubmitJo
     return absl::Status(s.code(), absl::StrCat("spec.", s.message()));
   };
   if (auto s = ValidateJobSpec(spec); !s.ok()) return in_spec(s);
-  if (spec.model().has_python()) {
-    if (auto s = access_.RequirePythonModels(caller); !s.ok()) return s;
-    if (auto s = spec::RecordCode(request.code(), *spec.mutable_model()->mutable_python());
-        !s.ok()) {
+  const bool sends_code = request.code().files_size() > 0;
+  if (spec.has_command()) {
+    if (auto s = access_.RequirePythonModels(caller, "command (a script job)"); !s.ok()) return s;
+    if (auto s = CheckWorkdir(request.code(), data_roots_, *spec.mutable_command()); !s.ok()) {
       return in_spec(s);
     }
-  } else if (request.code().files_size() > 0) {
-    return absl::InvalidArgumentError("code: sent with a job whose model is not model.python");
+    ApplyCommandDefaults(spec);
+  } else {
+    if (spec.model().has_python()) {
+      if (auto s = access_.RequirePythonModels(caller, "model.python"); !s.ok()) return s;
+      if (auto s = spec::RecordCode(request.code(), *spec.mutable_model()->mutable_python());
+          !s.ok()) {
+        return in_spec(s);
+      }
+    } else if (sends_code) {
+      return absl::InvalidArgumentError(
+          "code: sent with a job that is neither model.python nor a command");
+    }
+    auto data = InspectData(spec, data_roots_);
+    if (!data.ok()) return in_spec(data.status());
+    if (auto s = ValidateAgainstData(spec, *data); !s.ok()) return in_spec(s);
+    ApplyJobSpecDefaults(spec, *data);
   }
-  auto data = InspectData(spec, data_roots_);
-  if (!data.ok()) return in_spec(data.status());
-  if (auto s = ValidateAgainstData(spec, *data); !s.ok()) return in_spec(s);
-  ApplyJobSpecDefaults(spec, *data);
   const v1::AuditEntry entry = audit_.Entry(caller, "SubmitJob", "", absl::OkStatus());
-  auto job =
-      core_.SubmitJob(spec, request.request_id(), access_.enabled() ? caller.name : "", &entry,
-                      audited, spec.model().has_python() ? &request.code() : nullptr);
+  auto job = core_.SubmitJob(spec, request.request_id(), access_.enabled() ? caller.name : "",
+                             &entry, audited, sends_code ? &request.code() : nullptr);
   if (!job.ok()) return job.status();
   *response.mutable_job() = *std::move(job);
   return absl::OkStatus();
@@ -335,7 +364,7 @@ grpc::ServerWriteReactor<v1::FileChunk>* CoordinatorService::DownloadModel(
                                     request->step(), "; it has ", absl::StrJoin(steps, ", "))));
     }
   }
-  auto name = ExportFileName(job->spec().model(), request->format());
+  auto name = ExportFileName(job->spec(), request->format());
   if (!name.ok()) return refuse(name.status());
   const std::string path = chosen->path + "/" + *name;
   struct stat st;

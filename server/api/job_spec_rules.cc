@@ -8,6 +8,8 @@
 #include <google/protobuf/descriptor.h>
 #include <google/protobuf/message.h>
 
+#include "absl/strings/escaping.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "proto/stoke/v1/limits.h"
 #include "server/api/model_size.h"
@@ -25,6 +27,8 @@ constexpr uint32_t kMaxBucketMb = 1024;
 constexpr uint32_t kMaxLayerWidth = 1u << 20;
 constexpr uint32_t kMaxVocab = 1u << 16;  // token files hold uint16 ids
 constexpr size_t kMaxNameLength = 200;
+// command.grace_seconds: an hour to checkpoint is already more than any preemption waits.
+constexpr uint32_t kMaxGraceSeconds = 3600;
 // model.python.args: keyword arguments, not data.
 constexpr size_t kMaxPythonArgsBytes = 16 * 1024;
 constexpr uint32_t kDefaultBatchSize = defaults::kBatchSize;
@@ -382,23 +386,8 @@ absl::Status CheckEveryField(const google::protobuf::Message& message, const std
   return absl::OkStatus();
 }
 
-}  // namespace
-
-absl::Status ValidateJobSpec(const v1::JobSpec& spec) {
-  if (spec.name().size() > kMaxNameLength) {
-    return Invalid("name", absl::StrCat("at most ", kMaxNameLength, " characters"));
-  }
-  if (auto s = CheckEveryField(spec, ""); !s.ok()) return s;
-  if (auto s = ValidateData(spec.data()); !s.ok()) return s;
-  if (auto s = ValidateModel(spec.model()); !s.ok()) return s;
-  if (auto s = ValidateOptimizer(spec.optimizer()); !s.ok()) return s;
-  if (auto s = ValidateTraining(spec.training()); !s.ok()) return s;
-  const v1::Compile compile = spec.training().compile();
-  if ((compile == v1::COMPILE_ON || compile == v1::COMPILE_MAX_AUTOTUNE) &&
-      !spec.model().has_python()) {
-    return Invalid("training.compile",
-                   "applies to model.python only (Stoke's own models need no compiling)");
-  }
+// Where and how often the job runs, for model and script jobs alike.
+absl::Status ValidateJobResources(const v1::JobSpec& spec) {
   if (spec.resources().gpus() > kMaxDevices) {
     return Invalid("resources.gpus", absl::StrCat("at most ", kMaxDevices));
   }
@@ -416,6 +405,100 @@ absl::Status ValidateJobSpec(const v1::JobSpec& spec) {
     return Invalid("distributed.bucket_mb", absl::StrCat("at most ", kMaxBucketMb));
   }
   return absl::OkStatus();
+}
+
+// What the worker sets for a script job's program: the user's env may not change them.
+bool SetByStoke(absl::string_view name) {
+  for (const char* taken : {"RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "MASTER_ADDR",
+                            "MASTER_PORT", "CUDA_VISIBLE_DEVICES", "GROUP_RANK", "ROLE_RANK"}) {
+    if (name == taken) return true;
+  }
+  return absl::StartsWith(name, "STOKE_") || absl::StartsWith(name, "TORCHELASTIC_");
+}
+
+bool IsEnvironmentName(absl::string_view name) {
+  if (name.empty() || std::isdigit(static_cast<unsigned char>(name[0]))) return false;
+  for (char c : name) {
+    if (!std::isalnum(static_cast<unsigned char>(c)) && c != '_') return false;
+  }
+  return true;
+}
+
+// A script job: its program, and none of what only Stoke's own loop reads.
+absl::Status ValidateCommandJob(const v1::JobSpec& spec) {
+  // An empty section ("data: {}") says nothing, and passes.
+  for (const auto& [field, section] :
+       {std::pair<const char*, const google::protobuf::Message*>{"model", &spec.model()},
+        {"data", &spec.data()},
+        {"optimizer", &spec.optimizer()},
+        {"training", &spec.training()},
+        {"eval", &spec.eval()},
+        {"checkpoint", &spec.checkpoint()},
+        {"metrics", &spec.metrics()}}) {
+    if (section->ByteSizeLong() > 0) {
+      return Invalid(field,
+                     "a script job (command) takes none: its program builds its own model, "
+                     "data and loop; leave it out, or leave out command to train with Stoke's "
+                     "loop");
+    }
+  }
+  const v1::CommandSpec& command = spec.command();
+  if (command.argv_size() == 0 || command.argv(0).empty()) {
+    return Invalid("command.argv", "required: the program and its arguments ([python, train.py])");
+  }
+  for (int i = 0; i < command.argv_size(); ++i) {
+    if (command.argv(i).find('\0') != std::string::npos) {
+      return Invalid(absl::StrCat("command.argv[", i, "]"), "must not contain a NUL byte");
+    }
+  }
+  for (int i = 0; i < command.env_size(); ++i) {
+    const std::string field = absl::StrCat("command.env[", i, "]");
+    const std::string& entry = command.env(i);
+    const size_t equals = entry.find('=');
+    if (equals == std::string::npos || !IsEnvironmentName(entry.substr(0, equals)) ||
+        entry.find('\0') != std::string::npos) {
+      return Invalid(field, absl::StrCat("\"", absl::CEscape(entry.substr(0, 64)),
+                                         "\": expected NAME=VALUE, NAME of letters, digits and _"));
+    }
+    if (SetByStoke(entry.substr(0, equals))) {
+      return Invalid(field, absl::StrCat(entry.substr(0, equals),
+                                         " is set by Stoke for every rank (torchrun's "
+                                         "variables, CUDA_VISIBLE_DEVICES, STOKE_*)"));
+    }
+  }
+  if (!command.python().empty() && command.python()[0] != '/') {
+    return Invalid("command.python",
+                   "an absolute path on the worker hosts: an interpreter "
+                   "(/usr/bin/python3) or a virtual environment's folder");
+  }
+  if (command.grace_seconds() > kMaxGraceSeconds) {
+    return Invalid("command.grace_seconds", absl::StrCat("at most ", kMaxGraceSeconds));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status ValidateJobSpec(const v1::JobSpec& spec) {
+  if (spec.name().size() > kMaxNameLength) {
+    return Invalid("name", absl::StrCat("at most ", kMaxNameLength, " characters"));
+  }
+  if (auto s = CheckEveryField(spec, ""); !s.ok()) return s;
+  if (spec.has_command()) {
+    if (auto s = ValidateCommandJob(spec); !s.ok()) return s;
+    return ValidateJobResources(spec);
+  }
+  if (auto s = ValidateData(spec.data()); !s.ok()) return s;
+  if (auto s = ValidateModel(spec.model()); !s.ok()) return s;
+  if (auto s = ValidateOptimizer(spec.optimizer()); !s.ok()) return s;
+  if (auto s = ValidateTraining(spec.training()); !s.ok()) return s;
+  const v1::Compile compile = spec.training().compile();
+  if ((compile == v1::COMPILE_ON || compile == v1::COMPILE_MAX_AUTOTUNE) &&
+      !spec.model().has_python()) {
+    return Invalid("training.compile",
+                   "applies to model.python only (Stoke's own models need no compiling)");
+  }
+  return ValidateJobResources(spec);
 }
 
 absl::Status ValidateAgainstData(const v1::JobSpec& spec, const DataFacts& data) {
@@ -486,6 +569,17 @@ absl::Status ValidateAgainstData(const v1::JobSpec& spec, const DataFacts& data)
                      spec.resources().gpus() > 1 ? "each rank gets from " : "in ", data.source));
   }
   return absl::OkStatus();
+}
+
+void ApplyCommandDefaults(v1::JobSpec& spec) {
+  auto* command = spec.mutable_command();
+  if (!command->grace_seconds()) command->set_grace_seconds(defaults::kGraceSeconds);
+  auto* r = spec.mutable_resources();
+  if (!r->gpus()) r->set_gpus(defaults::kGpus);
+  if (!spec.has_max_restarts()) spec.set_max_restarts(defaults::kMaxRestarts);
+  if (r->gpus() > 1 && !spec.distributed().timeout_seconds()) {
+    spec.mutable_distributed()->set_timeout_seconds(defaults::kDistributedTimeoutSeconds);
+  }
 }
 
 void ApplyJobSpecDefaults(v1::JobSpec& spec, const DataFacts& data) {

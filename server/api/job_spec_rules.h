@@ -11,7 +11,8 @@
 
 namespace stoke::server {
 
-// INVALID_ARGUMENT naming the first offending field, or OK.
+// INVALID_ARGUMENT naming the first offending field, or OK. A script job (command) is
+// checked for its program, and for naming none of what only Stoke's loop reads.
 absl::Status ValidateJobSpec(const v1::JobSpec& spec);
 
 // The model can take this data, and a batch fits in it.
@@ -20,5 +21,8 @@ absl::Status ValidateAgainstData(const v1::JobSpec& spec, const DataFacts& data)
 // Fills every field left at "use the default" with the value that will be used, so the
 // stored spec says exactly what ran. Expects a spec that passed both checks.
 void ApplyJobSpecDefaults(v1::JobSpec& spec, const DataFacts& data);
+
+// The defaults of a script job (command): its grace, devices and restarts.
+void ApplyCommandDefaults(v1::JobSpec& spec);
 
 }  // namespace stoke::server

@@ -4,7 +4,13 @@
 
 namespace stoke::server {
 
-absl::StatusOr<std::string> ExportFileName(const v1::ModelSpec& model, v1::ModelFormat format) {
+absl::StatusOr<std::string> ExportFileName(const v1::JobSpec& spec, v1::ModelFormat format) {
+  if (spec.has_command()) {
+    return absl::FailedPreconditionError(
+        "a script job saves its own model: look in its STOKE_CHECKPOINT_DIR, the job's "
+        "checkpoints folder on the coordinator's jobs storage");
+  }
+  const v1::ModelSpec& model = spec.model();
   const bool python = model.has_python();
   const bool torchscript = model.has_torchscript();
   const std::string formats = python        ? "state_dict, safetensors or libtorch"

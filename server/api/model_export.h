@@ -11,7 +11,8 @@
 namespace stoke::server {
 
 // The file's name in the checkpoint's folder; FAILED_PRECONDITION when this model writes
-// no such export (a state_dict of a built-in model, say), naming the formats it has.
-absl::StatusOr<std::string> ExportFileName(const v1::ModelSpec& model, v1::ModelFormat format);
+// no such export (a state_dict of a built-in model, say), naming the formats it has, or
+// when the job is a script job (its program saves its own model).
+absl::StatusOr<std::string> ExportFileName(const v1::JobSpec& spec, v1::ModelFormat format);
 
 }  // namespace stoke::server

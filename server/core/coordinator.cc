@@ -10,6 +10,7 @@
 #include "server/common/device_label.h"
 #include "server/common/time_util.h"
 #include "server/core/job_startup.h"
+#include "spec/code_bundle.h"
 
 namespace stoke::server {
 namespace {
@@ -101,8 +102,7 @@ absl::StatusOr<v1::Job> Coordinator::SubmitJob(const v1::JobSpec& spec,
     // Before the job and outside the lock (megabytes to write): stored under its digest,
     // it is there for the job once the job exists; a job that is then refused leaves
     // code no job names, which is harmless.
-    if (auto s = store_.PutCode(spec.model().python().code_sha256(), code->SerializeAsString());
-        !s.ok()) {
+    if (auto s = store_.PutCode(spec::CodeDigestOf(spec), code->SerializeAsString()); !s.ok()) {
       return s;
     }
   }
@@ -872,8 +872,7 @@ void Coordinator::StartJob(const PlannedStart& start) {
   scheduled_at_[job->id()] = {job->attempt(), clock_.Now()};
   spdlog::info("job {} attempt {} scheduled on {}", job->id(), job->attempt(), where);
   v1::CodeBundle code;
-  if (job->spec().model().has_python()) {
-    const std::string& digest = job->spec().model().python().code_sha256();
+  if (const std::string digest = spec::CodeDigestOf(job->spec()); !digest.empty()) {
     auto stored = store_.GetCode(digest);
     // Without it the trainer fails the attempt, saying the code is missing.
     if (!stored.ok() || !code.ParseFromString(*stored)) {

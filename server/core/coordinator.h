@@ -92,8 +92,8 @@ class Coordinator {
   // tokens). `audit`, when given: the submission's audit entry, stored with a new job in
   // its transaction (its target the job's id), and then `*audited` is set; a retry or a
   // refusal creates no job, and leaves recording the entry to the caller. `code`: a
-  // Python model's checked code, stored under spec.model.python.code_sha256 before the
-  // job, and sent with each of its assignments.
+  // Python model's checked code or a script job's working folder, stored under its digest
+  // (spec::CodeDigestOf) before the job, and sent with each of its assignments.
   absl::StatusOr<v1::Job> SubmitJob(const v1::JobSpec& spec, const std::string& request_id = "",
                                     const std::string& owner = "",
                                     const v1::AuditEntry* audit = nullptr, bool* audited = nullptr,

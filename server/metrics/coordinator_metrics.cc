@@ -6,6 +6,7 @@
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
+#include "proto/stoke/v1/limits.h"
 #include "security/token_hash.h"
 #include "server/common/device_label.h"
 
@@ -187,6 +188,9 @@ CoordinatorMetrics::CoordinatorMetrics(const Options& options,
                           "1 while a rank of a job of several ranks is slower than its peers for "
                           "5 windows in a row; cause: compute (the others wait for it) or "
                           "allreduce (it waits on its link); absent otherwise");
+  job_reported_ = &Gauge("stoke_job_reported",
+                         "Script jobs: the latest value of each scalar the program reports "
+                         "(stoke.report), by name; at most 32 names a job");
   for (const DeviceGaugeDef& def : kDeviceGauges) {
     device_families_[def.name] = &Gauge(def.name, def.help);
   }
@@ -355,6 +359,19 @@ void CoordinatorMetrics::SetJob(JobSeries& series, const v1::Job& job, bool fini
       it = series.stragglers.erase(it);
     }
   }
+  // A name once reported keeps its series (the worker sends every name's latest value);
+  // the worker admits at most kMaxReportedScalars names, and so does this.
+  for (const auto& [name, value] : job.latest_metrics().scalars()) {
+    auto& gauge = series.reported[name];
+    if (gauge == nullptr) {
+      if (series.reported.size() > v1::kMaxReportedScalars) {
+        series.reported.erase(name);
+        continue;
+      }
+      gauge = &job_reported_->Add({{"job", job.id()}, {"name", name}});
+    }
+    gauge->Set(value);
+  }
 }
 
 void CoordinatorMetrics::RemoveJob(JobSeries& series) {
@@ -362,6 +379,7 @@ void CoordinatorMetrics::RemoveJob(JobSeries& series) {
   for (auto* gauge : series.diagnoses) job_diagnosis_->Remove(gauge);
   for (auto& [worker, gauge] : series.placements) job_device_->Remove(gauge);
   for (auto& [labels, gauge] : series.stragglers) job_straggler_->Remove(gauge);
+  for (auto& [name, gauge] : series.reported) job_reported_->Remove(gauge);
 }
 
 void CoordinatorMetrics::RefreshJobs(const std::vector<v1::Job>& active, absl::Time now) {

@@ -78,6 +78,7 @@ class CoordinatorMetrics final : public RpcObserver {
     std::vector<prometheus::Gauge*> diagnoses;             // one per diagnosis
     std::map<std::string, prometheus::Gauge*> placements;  // by worker id
     std::map<prometheus::Labels, prometheus::Gauge*> stragglers;  // while each straggles
+    std::map<std::string, prometheus::Gauge*> reported;           // script jobs' scalars, by name
     v1::Job last;
     std::optional<absl::Time> finished_at;
     uint32_t startup_observed_attempt = 0;  // its start-up is in the histogram
@@ -112,6 +113,7 @@ class CoordinatorMetrics final : public RpcObserver {
   GaugeFamily* job_diagnosis_ = nullptr;
   GaugeFamily* job_device_ = nullptr;
   GaugeFamily* job_straggler_ = nullptr;
+  GaugeFamily* job_reported_ = nullptr;
   prometheus::Histogram* job_startup_ = nullptr;
   // Devices: by name (stoke_device_*).
   std::map<std::string, GaugeFamily*> device_families_;

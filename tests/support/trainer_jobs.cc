@@ -22,7 +22,7 @@ v1::Assignment AssignJob(const std::string& yaml, const std::string& base_dir,
   client::ResolveRelativePaths(*spec, base_dir);
   const absl::Status valid = server::ValidateJobSpec(*spec);
   EXPECT_TRUE(valid.ok()) << valid;
-  auto code = client::ReadModelCode(*spec);
+  auto code = client::ReadJobCode(*spec);
   EXPECT_TRUE(code.ok()) << code.status();
   if (!valid.ok() || !code.ok()) return assignment;
   if (spec->model().has_python()) {

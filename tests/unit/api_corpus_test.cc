@@ -267,7 +267,11 @@ std::vector<Case> OversizedStringCases() {
     for (size_t bytes : {v1::kMaxPathBytes + 1, size_t{60000}}) {
       cases.push_back(SubmitInvalid(PathName(path), [path, field, bytes](v1::JobSpec& spec) {
         Message* holder = Holder(spec, path);
-        holder->GetReflection()->SetString(holder, field, std::string(bytes, 'a'));
+        if (field->is_repeated()) {
+          holder->GetReflection()->AddString(holder, field, std::string(bytes, 'a'));
+        } else {
+          holder->GetReflection()->SetString(holder, field, std::string(bytes, 'a'));
+        }
       }));
       cases.back().name += absl::StrCat(" of ", bytes, " bytes");
     }

@@ -170,5 +170,31 @@ TEST(CodeBundle, WritesWhatItReadsAndNeverThroughALink) {
   EXPECT_EQ(Read(dir.File("target")), "untouched");
 }
 
+TEST(CodeBundle, AWorkingFolderTravelsWholeUnderItsName) {
+  testing::TempDir dir;
+  const std::string folder = dir.File("run");
+  ASSERT_EQ(mkdir(folder.c_str(), 0755), 0);
+  Write(folder + "/train.py", "print('hi')\n");
+  Write(folder + "/config.json", "{}");
+  auto bundle = ReadWorkdir(folder);
+  ASSERT_TRUE(bundle.ok()) << bundle.status();
+  EXPECT_EQ(bundle->files_size(), 2);
+  EXPECT_EQ(WorkdirName(*bundle), "run");
+  v1::JobSpec spec;
+  ASSERT_TRUE(RecordWorkdir(*bundle, *spec.mutable_command()).ok());
+  EXPECT_EQ(spec.command().code_sha256(), CodeDigest(*bundle));
+  EXPECT_EQ(spec.command().code_bytes(), 14u);
+  EXPECT_EQ(CodeDigestOf(spec), CodeDigest(*bundle));
+
+  // A file is not a folder; files in two folders are not one working folder.
+  const auto file = ReadWorkdir(folder + "/train.py");
+  ASSERT_FALSE(file.ok());
+  EXPECT_NE(file.status().message().find("command.workdir"), std::string::npos);
+  const auto scattered =
+      RecordWorkdir(Bundle({{"a/x.py", "1"}, {"b/y.py", "2"}}), *spec.mutable_command());
+  EXPECT_NE(scattered.message().find("command.workdir"), std::string::npos) << scattered;
+  EXPECT_EQ(WorkdirName(Bundle({{"x.py", "1"}})), "");
+}
+
 }  // namespace
 }  // namespace stoke::spec

@@ -515,7 +515,7 @@ TEST(GrpcApi, PythonModelCodeIsCheckedStoredOnceAndNamedInTheSpec) {
   refused(no_code, "no code was sent");
   auto stray = PythonRequest("x");
   *stray.mutable_spec() = SyntheticSpec("mlp");
-  refused(stray, "code: sent with a job whose model is not model.python");
+  refused(stray, "code: sent with a job that is neither model.python nor a command");
   auto unimportable = PythonRequest("x");
   unimportable.mutable_code()->mutable_files(0)->set_path("my-model.py");
   refused(unimportable, "cannot be imported");

@@ -206,6 +206,57 @@ TEST(JobSpecRules, DefaultsFillEverythingLeftOut) {
   EXPECT_EQ(gang.distributed().bucket_mb(), 25u);
 }
 
+v1::JobSpec ScriptSpec() {
+  v1::JobSpec spec;
+  spec.mutable_command()->add_argv("python");
+  spec.mutable_command()->add_argv("train.py");
+  return spec;
+}
+
+TEST(JobSpecRules, AScriptJobNeedsItsProgramAndNothingOfStokesLoop) {
+  EXPECT_TRUE(ValidateJobSpec(ScriptSpec()).ok());
+  const std::vector<BadCase> cases = {
+      {"command.argv", [](v1::JobSpec& s) { s.mutable_command()->clear_argv(); }},
+      {"command.argv", [](v1::JobSpec& s) { s.mutable_command()->set_argv(0, ""); }},
+      {"command.env[0]", [](v1::JobSpec& s) { s.mutable_command()->add_env("NOVALUE"); }},
+      {"command.env[0]", [](v1::JobSpec& s) { s.mutable_command()->add_env("1X=2"); }},
+      {"command.env[0]", [](v1::JobSpec& s) { s.mutable_command()->add_env("RANK=3"); }},
+      {"command.env[0]",
+       [](v1::JobSpec& s) { s.mutable_command()->add_env("STOKE_CHECKPOINT_DIR=/x"); }},
+      {"command.python", [](v1::JobSpec& s) { s.mutable_command()->set_python("venv"); }},
+      {"command.grace_seconds",
+       [](v1::JobSpec& s) { s.mutable_command()->set_grace_seconds(3601); }},
+      {"model", [](v1::JobSpec& s) { s.mutable_model()->mutable_mlp()->add_hidden(8); }},
+      {"data", [](v1::JobSpec& s) { s.mutable_data()->mutable_synthetic()->set_features(8); }},
+      {"training", [](v1::JobSpec& s) { s.mutable_training()->set_steps(10); }},
+      {"resources.gpus", [](v1::JobSpec& s) { s.mutable_resources()->set_gpus(5000); }},
+  };
+  for (const auto& c : cases) {
+    v1::JobSpec spec = ScriptSpec();
+    c.breaks(spec);
+    const absl::Status s = ValidateJobSpec(spec);
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << c.field;
+    EXPECT_EQ(s.message().rfind(c.field + ":", 0), 0u) << c.field << " -> " << s.message();
+  }
+  // An empty section says nothing and passes; a user's own variables do.
+  v1::JobSpec spec = ScriptSpec();
+  spec.mutable_data();
+  spec.mutable_command()->add_env("HF_HOME=/data/hf");
+  EXPECT_TRUE(ValidateJobSpec(spec).ok());
+}
+
+TEST(JobSpecRules, AScriptJobGetsItsGraceDevicesAndRestarts) {
+  v1::JobSpec spec = ScriptSpec();
+  spec.mutable_resources()->set_gpus(2);
+  ApplyCommandDefaults(spec);
+  EXPECT_EQ(spec.command().grace_seconds(), 30u);
+  EXPECT_EQ(spec.resources().gpus(), 2u);
+  EXPECT_EQ(spec.max_restarts(), 3u);
+  EXPECT_EQ(spec.distributed().timeout_seconds(), 60u);
+  EXPECT_FALSE(spec.has_training());
+  EXPECT_FALSE(spec.has_model());
+}
+
 }  // namespace
 }  // namespace stoke::server
 

@@ -8,6 +8,7 @@
 #include <chrono>
 #include <cstdint>
 #include <iterator>
+#include <map>
 #include <optional>
 #include <string>
 #include <variant>
@@ -322,6 +323,8 @@ struct MetricSample {
   uint64_t skipped_steps = 0;  // fp16: steps skipped for overflowing gradients, so far
   double loss_scale = 0;       // fp16: the loss scale now
   std::optional<EvalResult> eval;
+  // Script jobs: the latest value of every other scalar the program has reported.
+  std::map<std::string, double> scalars;
 };
 
 struct TrainOutcome {

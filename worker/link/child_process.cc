@@ -190,6 +190,15 @@ absl::StatusOr<std::string> PrepareAttemptFolder(const v1::Assignment& a,
   return folder;
 }
 
+std::string BesideThisProgram(const std::string& name) {
+  char self[4096];
+  const ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
+  if (n <= 0) return "";
+  const std::string path(self, static_cast<size_t>(n));
+  const std::string beside = path.substr(0, path.rfind('/') + 1) + name;
+  return files::Exists(beside) ? beside : "";
+}
+
 std::string SignalName(int signal) {
   const char* description = strsignal(signal);
   return absl::StrCat("signal ", signal, " (", description ? description : "unknown", ")");

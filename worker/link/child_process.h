@@ -71,6 +71,10 @@ absl::StatusOr<std::string> PrepareAttemptFolder(const v1::Assignment& assignmen
                                                  const std::string& scratch_dir,
                                                  const std::optional<JobUser>& user);
 
+// The file or folder `name` beside the running program (stoke-trainer beside stoke-worker),
+// or "" when there is none.
+std::string BesideThisProgram(const std::string& name);
+
 // "signal 11 (Segmentation fault)".
 std::string SignalName(int signal);
 

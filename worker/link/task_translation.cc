@@ -319,6 +319,7 @@ v1::MetricSample ToProto(const MetricSample& s) {
   out.set_allocator_retries(s.allocator_retries);
   out.set_skipped_steps(s.skipped_steps);
   out.set_loss_scale(s.loss_scale);
+  out.mutable_scalars()->insert(s.scalars.begin(), s.scalars.end());
   if (s.eval) {
     auto* eval = out.mutable_eval();
     eval->set_loss(s.eval->loss);
@@ -350,6 +351,7 @@ MetricSample FromProto(const v1::MetricSample& s) {
   out.allocator_retries = s.allocator_retries();
   out.skipped_steps = s.skipped_steps();
   out.loss_scale = s.loss_scale();
+  out.scalars.insert(s.scalars().begin(), s.scalars().end());
   if (s.has_eval()) {
     EvalResult eval;
     eval.loss = s.eval().loss();

@@ -69,14 +69,7 @@ TrainOutcome Failed(std::string message, bool retryable = true) {
 
 }  // namespace
 
-std::string TrainerBesideThisProgram() {
-  char self[4096];
-  const ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
-  if (n <= 0) return "";
-  const std::string path(self, static_cast<size_t>(n));
-  const std::string beside = path.substr(0, path.rfind('/') + 1) + "stoke-trainer";
-  return files::Exists(beside) ? beside : "";
-}
+std::string TrainerBesideThisProgram() { return BesideThisProgram("stoke-trainer"); }
 
 // A started stoke-trainer: its pid and the worker's ends of its pipes, owned until its
 // task has run (RunTask) or it is discarded (killed with whatever it started).

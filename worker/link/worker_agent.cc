@@ -11,6 +11,7 @@
 #include <cstdio>
 #include <fstream>
 
+#include "absl/strings/str_format.h"
 #include "proto/stoke/v1/limits.h"
 #include "worker/link/task_translation.h"
 
@@ -162,12 +163,13 @@ class WorkerAgent::Outbox {
 // Feeds one task's reports into the outbox; runs on the training thread, never blocks.
 class WorkerAgent::Observer final : public TrainingObserver {
  public:
-  Observer(WorkerAgent& agent, std::string job, uint32_t attempt,
+  Observer(WorkerAgent& agent, const v1::Assignment& assignment,
            std::chrono::steady_clock::time_point assigned_at)
       : agent_(agent),
         outbox_(*agent.outbox_),
-        job_(std::move(job)),
-        attempt_(attempt),
+        job_(assignment.job_id()),
+        attempt_(assignment.attempt()),
+        script_(assignment.spec().has_command()),
         assigned_at_(assigned_at) {}
 
   void OnStarted() override {
@@ -181,7 +183,9 @@ class WorkerAgent::Observer final : public TrainingObserver {
     v1::WorkerStartup startup = ToProto(times);
     startup.set_seconds(
         std::max(0.0, std::chrono::duration<double>(times.completed_at - assigned_at_).count()));
-    OnLog(DescribeStartup(startup));
+    // A script's start-up is all its own, up to its first report.
+    OnLog(script_ ? absl::StrFormat("first report %.2f s after the assignment", startup.seconds())
+                  : DescribeStartup(startup));
     outbox_.AddStartup(job_, attempt_, startup);
   }
   void OnMetrics(const MetricSample& sample) override {
@@ -197,6 +201,7 @@ class WorkerAgent::Observer final : public TrainingObserver {
   Outbox& outbox_;
   const std::string job_;
   const uint32_t attempt_;
+  const bool script_;
   const std::chrono::steady_clock::time_point assigned_at_;
 };
 
@@ -456,7 +461,9 @@ void WorkerAgent::StartTask(const v1::Assignment& assignment) {
   task_attempt_ = assignment.attempt();
   task_cancel_ = false;
   task_running_ = true;
-  task_world_size_ = static_cast<int>(std::max<uint32_t>(1, assignment.world_size()));
+  // A script job's ranks are processes the worker kills at their grace's end; a rank of
+  // Stoke's own loop may hang in a collective of this process.
+  watch_cancel_ = assignment.world_size() > 1 && !assignment.spec().has_command();
   {
     std::lock_guard<std::mutex> held_lock(held_mu_);
     held_.emplace();
@@ -469,21 +476,15 @@ void WorkerAgent::StartTask(const v1::Assignment& assignment) {
     auto* finished = done.mutable_finished();
     finished->set_job_id(assignment.job_id());
     finished->set_attempt(assignment.attempt());
-    auto task = TaskFromAssignment(assignment);
-    if (!task.ok()) {
-      finished->set_outcome(v1::TASK_OUTCOME_FAILED);
-      finished->set_message(std::string(task.status().message()));
-      finished->set_retryable(false);
-    } else {
-      spdlog::info("job {} attempt {}: rank {} of {} starting", task->job_id, task->attempt,
-                   task->rank, task->world_size);
-      Observer observer(*this, task->job_id, task->attempt, assigned_at);
-      TrainOutcome outcome = train_(assignment, *task, observer, task_cancel_);
-      spdlog::info("job {} attempt {}: {}", task->job_id, task->attempt, outcome.message);
-      finished->set_outcome(ToProto(outcome.kind));
-      finished->set_message(outcome.message);
-      finished->set_retryable(outcome.retryable);
-    }
+    spdlog::info("job {} attempt {}: rank {} of {} starting", assignment.job_id(),
+                 assignment.attempt(), assignment.rank(), std::max(1u, assignment.world_size()));
+    Observer observer(*this, assignment, assigned_at);
+    const TrainOutcome outcome = train_(assignment, observer, task_cancel_);
+    spdlog::info("job {} attempt {}: {}", assignment.job_id(), assignment.attempt(),
+                 outcome.message);
+    finished->set_outcome(ToProto(outcome.kind));
+    finished->set_message(outcome.message);
+    finished->set_retryable(outcome.retryable);
     // Free before the coordinator hears of it, or its next assignment would find us busy.
     {
       std::lock_guard<std::mutex> lock(task_mu_);
@@ -499,7 +500,7 @@ void WorkerAgent::CancelTask(const v1::CancelTask& cancel) {
   if (task_running_ && task_job_ == cancel.job_id() && task_attempt_ == cancel.attempt()) {
     spdlog::info("job {}: cancel requested ({})", cancel.job_id(), cancel.reason());
     task_cancel_ = true;
-    if (task_world_size_ > 1 && watchdog_done_) {
+    if (watch_cancel_ && watchdog_done_) {
       if (cancel_watchdog_.joinable()) cancel_watchdog_.join();  // it has returned
       watchdog_done_ = false;
       cancel_watchdog_ =

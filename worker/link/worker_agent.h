@@ -26,9 +26,9 @@
 
 namespace stoke::worker {
 
-// Trains one assignment (as its translated task) to its end.
-using TrainFunction = std::function<TrainOutcome(const v1::Assignment&, const TrainTask&,
-                                                 TrainingObserver&, const std::atomic<bool>&)>;
+// Runs one assignment to its end: trains it, or runs its command.
+using TrainFunction =
+    std::function<TrainOutcome(const v1::Assignment&, TrainingObserver&, const std::atomic<bool>&)>;
 
 class WorkerAgent {
  public:
@@ -115,7 +115,7 @@ class WorkerAgent {
   uint32_t task_attempt_ = 0;
   std::atomic<bool> task_cancel_{false};
   std::atomic<bool> task_running_{false};
-  int task_world_size_ = 1;
+  bool watch_cancel_ = false;             // a cancel starts the watchdog (WatchCancel)
   std::condition_variable task_done_cv_;  // with task_mu_
   std::thread cancel_watchdog_;
   bool watchdog_done_ = true;  // guarded by task_mu_

@@ -166,6 +166,10 @@ class Client:
         if message.model.WhichOneof("kind") == "python":
             # The model's code travels with the job (model.python.file, read here).
             request.code.CopyFrom(read_code(message.model.python.file))
+        elif message.HasField("command") and os.path.isdir(message.command.workdir):
+            # A script job's folder here travels with it; one that is not here is taken as
+            # a folder beneath a data root, which the workers reach.
+            request.code.CopyFrom(read_code(message.command.workdir, field="command.workdir"))
         response = self._unary(self._stub.SubmitJob, request, spec=True)
         return Job(self, response.job)
 

@@ -337,6 +337,8 @@ def resolve_relative_paths(spec: job_spec_pb2.JobSpec, base_dir: Union[str, "os.
         spec.model.torchscript.path = resolve(spec.model.torchscript.path)
     if spec.model.WhichOneof("kind") == "python":
         spec.model.python.file = resolve(spec.model.python.file)
+    if spec.HasField("command"):
+        spec.command.workdir = resolve(spec.command.workdir)
 
 
 def parse_job_spec(

@@ -25,6 +25,11 @@ inline constexpr size_t kMaxPathBytes = 4096;    // paths in specs (PATH_MAX)
 inline constexpr size_t kMaxReasonBytes = 4096;  // cancel reasons, errors, log lines
 inline constexpr int kMaxRepeatedElements = 64;  // repeated fields in a spec
 
+// Script jobs' reported scalars (MetricSample.scalars): names a job may have, and a
+// name's length. Each name is a label value on /metrics, so the set stays bounded.
+inline constexpr size_t kMaxReportedScalars = 32;
+inline constexpr size_t kMaxScalarNameBytes = 64;
+
 // ListJobs: a page holds at most this many jobs (page_size 0 means kDefaultPageSize).
 inline constexpr unsigned kMaxPageSize = 1000;
 inline constexpr unsigned kDefaultPageSize = 50;

@@ -145,6 +145,12 @@ int main(int argc, char** argv) {
                  "Prometheus /metrics listen address (empty turns it off)")
       ->capture_default_str();
   app.add_option("--worker-binary", worker_binary, "stoke-worker to launch")->capture_default_str();
+  std::string rendezvous_ports = "29400-29999";
+  app.add_option("--rendezvous-ports", rendezvous_ports,
+                 "FIRST-LAST: ports handed out in turn for the rendezvous of jobs of several "
+                 "ranks (rank 0's host serves it; a script job's MASTER_PORT); two coordinators "
+                 "whose workers share hosts need ranges of their own")
+      ->capture_default_str();
   app.add_option("--heartbeat-timeout", heartbeat_timeout_s,
                  "Seconds of silence after which a worker is presumed dead")
       ->capture_default_str();
@@ -328,6 +334,20 @@ int main(int argc, char** argv) {
   Coordinator::Options core_options;
   core_options.jobs_dir = data_dir + "/jobs";
   core_options.heartbeat_timeout = absl::Seconds(heartbeat_timeout_s);
+  {
+    unsigned first = 0, last = 0;
+    char extra = 0;
+    if (std::sscanf(rendezvous_ports.c_str(), "%u-%u%c", &first, &last, &extra) != 2 ||
+        first < 1024 || first > last || last > 65535) {
+      std::fprintf(stderr,
+                   "stoke-coordinator: --rendezvous-ports %s: expected FIRST-LAST, ports from "
+                   "1024 to 65535\n",
+                   rendezvous_ports.c_str());
+      return 2;
+    }
+    core_options.first_rendezvous_port = static_cast<uint16_t>(first);
+    core_options.last_rendezvous_port = static_cast<uint16_t>(last);
+  }
   core_options.start_timeout = absl::Seconds(start_timeout_s);
   core_options.scheduler.backfill_window = absl::Seconds(backfill_window_s);
   if (data_roots.empty()) data_roots = {"/usr/share/datasets", data_dir + "/datasets"};

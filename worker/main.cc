@@ -236,27 +236,29 @@ int main(int argc, char** argv) {
     }
     // On GPUs started ahead of its task (the first one now), where a start takes seconds.
     SpareTrainer spare_trainer(trainer, device.kind == DeviceKind::kCuda);
-    // Script jobs run the user's own program, as torchrun would.
+    // Script jobs' ranks, started as torchrun starts them.
     ScriptOptions script;
     script.visible_devices = VisibleDevice(device);
     script.default_python = ScriptPython();
     script.sdk_path = BesideThisProgram("python");
     script.job_user = trainer.job_user;
-    WorkerAgent agent(options,
-                      [device, probe, &spare_trainer, &script](
-                          const stoke::v1::Assignment& assignment, TrainingObserver& observer,
-                          const std::atomic<bool>& cancel) -> TrainOutcome {
-                        if (assignment.spec().has_command())
-                          return RunScript(script, assignment, observer, cancel);
-                        auto task = TaskFromAssignment(assignment);
-                        if (!task.ok()) {
-                          return {TrainOutcome::Kind::kFailed, std::string{task.status().message()},
-                                  /*retryable=*/false};
-                        }
-                        if (IsUserCode(task->model))
-                          return spare_trainer.Train(assignment, observer, cancel);
-                        return RunTraining(*task, device, observer, cancel, probe);
-                      });
+    // Script jobs run the user's program; models train in Stoke's loop, the user's own in
+    // a training process.
+    auto run_assignment = [device, probe, &spare_trainer, &script](
+                              const stoke::v1::Assignment& assignment, TrainingObserver& observer,
+                              const std::atomic<bool>& cancel) {
+      if (assignment.spec().has_command()) {
+        return RunScript(script, assignment, observer, cancel);
+      }
+      auto task = TaskFromAssignment(assignment);
+      if (!task.ok()) {
+        return TrainOutcome{TrainOutcome::Kind::kFailed, std::string{task.status().message()},
+                            /*retryable=*/false};
+      }
+      if (IsUserCode(task->model)) return spare_trainer.Train(assignment, observer, cancel);
+      return RunTraining(*task, device, observer, cancel, probe);
+    };
+    WorkerAgent agent(options, run_assignment);
 
     signal(SIGPIPE, SIG_IGN);
     std::thread stopper([&] {

@@ -76,7 +76,7 @@ class ScriptJobsTest : public ::testing::Test {
 
   // A job file running one of the example scripts, its folder sent with the job.
   std::string JobFile(const std::string& argv, const std::string& extra = "") {
-    const std::string path = files_.File("job.yaml");
+    std::string path = files_.File("job.yaml");
     std::ofstream(path) << "name: script\ncommand:\n  argv: " << argv << "\n  workdir: " << kScripts
                         << "\n"
                         << extra << "resources: {gpus: 2}\n";
@@ -210,8 +210,9 @@ TEST_F(ScriptJobsTest, CancelStopsItWithinTheGraceAndTheScriptCheckpointsFirst) 
   bool saved = false;
   DIR* folder = opendir((JobDir(id) + "/checkpoints").c_str());
   ASSERT_NE(folder, nullptr);
-  while (dirent* entry = readdir(folder))
+  while (dirent* entry = readdir(folder)) {
     saved |= std::string(entry->d_name).rfind("step-", 0) == 0;
+  }
   closedir(folder);
   EXPECT_TRUE(saved);
 

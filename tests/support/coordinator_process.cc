@@ -45,6 +45,10 @@ std::unique_ptr<CoordinatorProcess> CoordinatorProcess::Start(const Options& opt
                                    options.local_workers,
                                    "--metrics-address",
                                    "127.0.0.1:0"};
+  // Tests run side by side on one host: each coordinator's rendezvous ports of its own.
+  const int first_port = 30000 + (getpid() % 300) * 100;
+  args.push_back("--rendezvous-ports");
+  args.push_back(std::to_string(first_port) + "-" + std::to_string(first_port + 99));
   for (const auto& a : options.extra_args) args.push_back(a);
   if (options.stop_workers_on_exit) args.push_back("--stop-workers-on-exit");
   std::vector<char*> argv;

@@ -238,8 +238,9 @@ TrainOutcome OutcomeOf(const ScriptEnd& end, uint32_t grace_seconds) {
     return {TrainOutcome::Kind::kCancelled, "cancelled: the program " + how, true};
   }
   std::string message;
-  if (exited && code == 0)
+  if (exited && code == 0) {
     return {TrainOutcome::Kind::kSucceeded, "the program exited with status 0", true};
+  }
   if (exited && code == 126) {
     message = "cannot set up the program (its working folder, descriptors or --job-user)";
   } else if (exited) {

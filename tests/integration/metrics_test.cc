@@ -17,16 +17,6 @@
 namespace stoke::testing {
 namespace {
 
-// The value of the first sample line that starts with `series` (name and labels), or -1.
-double Sample(const std::string& exposition, const std::string& series) {
-  std::istringstream in(exposition);
-  std::string line;
-  while (std::getline(in, line)) {
-    if (line.rfind(series + " ", 0) == 0) return std::stod(line.substr(series.size() + 1));
-  }
-  return -1;
-}
-
 TEST(Metrics, ShowTheClusterAndARunningJobThenForgetTheJob) {
   TempDir dir;
   CoordinatorProcess::Options options;
@@ -53,17 +43,17 @@ TEST(Metrics, ShowTheClusterAndARunningJobThenForgetTheJob) {
       [&] {
         text = HttpGet(metrics_address, "/metrics");
         // Throughput comes with the job's samples, device readings with heartbeats.
-        return Sample(text, series) > 0 &&
+        return SampleValue(text, series) > 0 &&
                text.find("\nstoke_device_utilization_ratio{") != std::string::npos;
       },
       std::chrono::seconds(30)))
       << text;
-  EXPECT_EQ(Sample(text, "stoke_workers{state=\"busy\"}"), 1);
-  EXPECT_EQ(Sample(text, "stoke_workers{state=\"idle\"}"), 1);
-  EXPECT_EQ(Sample(text, "stoke_jobs{state=\"running\"}"), 1);
-  EXPECT_EQ(Sample(text, "stoke_queue_length"), 0);
-  EXPECT_GT(Sample(text, "stoke_job_loss{job=\"" + job->id() + "\"}"), 0);
-  EXPECT_EQ(Sample(text, "stoke_job_devices{job=\"" + job->id() + "\"}"), 1);
+  EXPECT_EQ(SampleValue(text, "stoke_workers{state=\"busy\"}"), 1);
+  EXPECT_EQ(SampleValue(text, "stoke_workers{state=\"idle\"}"), 1);
+  EXPECT_EQ(SampleValue(text, "stoke_jobs{state=\"running\"}"), 1);
+  EXPECT_EQ(SampleValue(text, "stoke_queue_length"), 0);
+  EXPECT_GT(SampleValue(text, "stoke_job_loss{job=\"" + job->id() + "\"}"), 0);
+  EXPECT_EQ(SampleValue(text, "stoke_job_devices{job=\"" + job->id() + "\"}"), 1);
 
   // Prometheus's own linter agrees with the exposition (names, units, help texts).
   // scripts/setup-deps.sh installs it; the GPU machines have no Prometheus.

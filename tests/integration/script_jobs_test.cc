@@ -26,16 +26,6 @@ namespace {
 
 const std::string kScripts = std::string(STOKE_SOURCE_DIR) + "/examples/scripts";
 
-// The value of the first sample line that starts with `series`, or -1.
-double Sample(const std::string& exposition, const std::string& series) {
-  std::istringstream in(exposition);
-  std::string line;
-  while (std::getline(in, line)) {
-    if (line.rfind(series + " ", 0) == 0) return std::stod(line.substr(series.size() + 1));
-  }
-  return -1;
-}
-
 // The pid of the process of `job`'s rank `rank` (found by its environment), or -1.
 pid_t RankProcess(const std::string& job, int rank) {
   DIR* proc = opendir("/proc");
@@ -128,8 +118,9 @@ TEST_F(ScriptJobsTest, TorchrunScriptTrainsOnTwoRanksWithItsLogsAndReportedMetri
   EXPECT_TRUE(WaitFor(
       [&] {
         text = HttpGet(metrics_address, "/metrics");
-        return Sample(text, "stoke_job_loss{job=\"" + id + "\"}") > 0 &&
-               Sample(text, "stoke_job_reported{job=\"" + id + "\",name=\"train_accuracy\"}") > 0;
+        return SampleValue(text, "stoke_job_loss{job=\"" + id + "\"}") > 0 &&
+               SampleValue(text, "stoke_job_reported{job=\"" + id + "\",name=\"train_accuracy\"}") >
+                   0;
       },
       std::chrono::seconds(60)))
       << text << coordinator_->Log();

@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <cstdlib>
+#include <sstream>
 
 namespace stoke::testing {
 
@@ -41,6 +42,15 @@ HttpResponse HttpRequest(const std::string& address, const std::string& path,
 
 std::string HttpGet(const std::string& address, const std::string& path) {
   return HttpRequest(address, path).body;
+}
+
+double SampleValue(const std::string& exposition, const std::string& series) {
+  std::istringstream in(exposition);
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind(series + " ", 0) == 0) return std::stod(line.substr(series.size() + 1));
+  }
+  return -1;
 }
 
 }  // namespace stoke::testing

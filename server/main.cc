@@ -198,7 +198,8 @@ int main(int argc, char** argv) {
   app.add_option("--metrics-token", metrics_token_path,
                  "File holding a token /metrics requires (HTTP basic auth password)");
   app.add_flag("--insecure", insecure,
-               "Allow plaintext gRPC on an address other than loopback (not recommended)");
+               "Allow serving beyond loopback without TLS, without --auth-tokens, or /metrics "
+               "without --metrics-token (not recommended)");
   std::string python_models = "submitter";
   app.add_option("--python-models", python_models,
                  "Who may submit Python models, whose code runs on the workers' hosts: off, "
@@ -255,6 +256,21 @@ int main(int argc, char** argv) {
         "--address ", address,
         " is reachable from other hosts: give --tls-cert and --tls-key (and --auth-tokens), "
         "or --insecure to serve plaintext anyway")));
+  }
+  // TLS alone does not make an exposed coordinator safe: without tokens every caller is an
+  // anonymous admin, and /metrics names every job and host.
+  if (auth_tokens_path.empty() && !insecure && !security::IsLoopbackAddress(address)) {
+    return Fail(absl::FailedPreconditionError(absl::StrCat(
+        "--address ", address,
+        " is reachable from other hosts, and without --auth-tokens every caller is an "
+        "anonymous admin: give --auth-tokens, or --insecure to serve it open anyway")));
+  }
+  if (!metrics_address.empty() && metrics_token_path.empty() && !insecure &&
+      !security::IsLoopbackAddress(metrics_address)) {
+    return Fail(absl::FailedPreconditionError(
+        absl::StrCat("--metrics-address ", metrics_address,
+                     " is reachable from other hosts: give --metrics-token (Prometheus' basic-auth "
+                     "password), or --insecure to serve /metrics to anyone")));
   }
   if (require_worker_cert && tls.client_ca_path.empty()) {
     return Fail(absl::InvalidArgumentError("--require-worker-cert needs --client-ca"));

@@ -363,5 +363,40 @@ TEST(CoordinatorStartTest, RefusesPlaintextBeyondLoopbackAndBadSecurityFiles) {
   EXPECT_NE((bad.out + bad.err).find("tokens:1: hash"), std::string::npos) << bad.out << bad.err;
 }
 
+// TLS alone does not make an exposed coordinator safe: without tokens every caller would be
+// an anonymous admin, and an open /metrics names every job and host.
+TEST(CoordinatorStartTest, RefusesToServeBeyondLoopbackWithoutTokensOrAMetricsToken) {
+  TempDir dir;
+  ASSERT_EQ(RunCommand({"/usr/bin/openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes",
+                        "-days", "2", "-subj", "/CN=stoke-coordinator", "-keyout",
+                        dir.File("server.key"), "-out", dir.File("server.pem")})
+                .exit_code,
+            0);
+  std::ofstream(dir.File("tokens")) << "root admin " << security::HashToken("stk_root") << "\n";
+  const auto start = [&](const std::string& data, std::vector<std::string> more) {
+    std::vector<std::string> args = {
+        STOKE_COORDINATOR_BINARY, "--address", "0.0.0.0:0",  "--data-dir",           dir.File(data),
+        "--local-workers",        "0",         "--tls-cert", dir.File("server.pem"), "--tls-key",
+        dir.File("server.key")};
+    args.insert(args.end(), more.begin(), more.end());
+    const CommandResult r = RunCommand(args);
+    return r.out + r.err + (r.exit_code == 0 ? "" : "[refused]");
+  };
+  const std::string open = start("d1", {"--metrics-address", ""});
+  EXPECT_NE(open.find("[refused]"), std::string::npos) << open;
+  EXPECT_NE(open.find("without --auth-tokens every caller is an anonymous admin"),
+            std::string::npos)
+      << open;
+  const std::string scraped =
+      start("d2", {"--auth-tokens", dir.File("tokens"), "--metrics-address", "0.0.0.0:0"});
+  EXPECT_NE(scraped.find("[refused]"), std::string::npos) << scraped;
+  EXPECT_NE(scraped.find("--metrics-address 0.0.0.0:0 is reachable from other hosts: give "
+                         "--metrics-token"),
+            std::string::npos)
+      << scraped;
+  // Nothing was stored for a coordinator that did not start.
+  EXPECT_FALSE(std::ifstream(dir.File("d1") + "/stoke.db").good());
+}
+
 }  // namespace
 }  // namespace stoke::testing

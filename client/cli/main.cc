@@ -79,9 +79,9 @@ int main(int argc, char** argv) {
   std::string export_format = "default";
   export_cmd
       ->add_option("--format", export_format,
-                   "default (the model's own: a Python model's state_dict, a TorchScript "
-                   "model's scripted module, a built-in model's LibTorch archive), "
-                   "state_dict, safetensors, torchscript or libtorch")
+                   "default (a Python model's state_dict; any other model as TorchScript, "
+                   "torch.jit.load(path)(inputs) in Python), state_dict, safetensors, "
+                   "torchscript or libtorch (the checkpoint's LibTorch archive)")
       ->check(CLI::IsMember({"default", "state_dict", "safetensors", "torchscript", "libtorch"}));
 
   std::string text_path;

@@ -12,17 +12,16 @@ absl::StatusOr<std::string> ExportFileName(const v1::JobSpec& spec, v1::ModelFor
   }
   const v1::ModelSpec& model = spec.model();
   const bool python = model.has_python();
-  const bool torchscript = model.has_torchscript();
-  const std::string formats = python        ? "state_dict, safetensors or libtorch"
-                              : torchscript ? "torchscript or libtorch"
-                                            : "libtorch";
+  // Built-in networks export as TorchScript too: their forward written in ATen operations.
+  const std::string formats =
+      python ? "state_dict, safetensors or libtorch" : "torchscript or libtorch";
   auto unavailable = [&](const char* what) {
     return absl::FailedPreconditionError(
         absl::StrCat("format ", what, ": this job's model exports as ", formats));
   };
   switch (format) {
     case v1::MODEL_FORMAT_UNSPECIFIED:
-      return python ? "state_dict.pt" : torchscript ? "model.torchscript.pt" : "model.pt";
+      return python ? "state_dict.pt" : "model.torchscript.pt";
     case v1::MODEL_FORMAT_STATE_DICT:
       if (!python) return unavailable("state_dict");
       return "state_dict.pt";
@@ -30,7 +29,7 @@ absl::StatusOr<std::string> ExportFileName(const v1::JobSpec& spec, v1::ModelFor
       if (!python) return unavailable("safetensors");
       return "model.safetensors";
     case v1::MODEL_FORMAT_TORCHSCRIPT:
-      if (!torchscript) return unavailable("torchscript");
+      if (python) return unavailable("torchscript");
       return "model.torchscript.pt";
     case v1::MODEL_FORMAT_LIBTORCH_ARCHIVE:
       return "model.pt";

@@ -6,6 +6,7 @@
 
 #include <stdexcept>
 
+#include "worker/models/scripted_export.h"
 #include "worker/ops/fused_batch_norm.h"
 #include "worker/ops/fused_max_pool.h"
 #include "worker/ops/half_linear.h"
@@ -57,6 +58,22 @@ torch::Tensor CnnImpl::forward(const torch::Tensor& inputs) {
         x, torch::nn::functional::DropoutFuncOptions().p(config_.dropout).training(is_training()));
   }
   return AutocastLinear(x, out_->weight, out_->bias);
+}
+
+void CnnImpl::WriteExports(const std::string& dir) {
+  std::string source = "def forward(self, inputs):\n    x = inputs\n";
+  for (size_t i = 0; i < convs_->size(); ++i) {
+    const std::string n = std::to_string(i);
+    const double eps = norms_[i]->as<torch::nn::BatchNorm2d>()->options.eps();
+    source += "    x = torch.relu(" +
+              ScriptBatchNorm(ScriptConv2d("x", "convs." + n, 1, 1), "norms." + n, eps) + ")\n";
+    source += "    x = torch.max_pool2d(x, [2, 2], [2, 2], [0, 0])\n";
+  }
+  source += "    x = torch.relu(torch.linear(x.flatten(1), " + ScriptTensor("hidden.weight") +
+            ", " + ScriptTensor("hidden.bias") + "))\n";
+  source += "    return torch.linear(x, " + ScriptTensor("out.weight") + ", " +
+            ScriptTensor("out.bias") + ")\n";
+  SaveScriptedNetwork(*this, "Cnn", source, ScriptedExportPath(dir));
 }
 
 }  // namespace stoke::worker

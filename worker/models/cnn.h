@@ -6,6 +6,9 @@
 #include <torch/nn/modules/container/modulelist.h>
 #include <torch/nn/modules/linear.h>
 
+#include <string>
+#include <vector>
+
 #include "worker/models/network.h"
 
 namespace stoke::worker {
@@ -17,6 +20,8 @@ class CnnImpl : public Network {
   torch::Tensor forward(const torch::Tensor& inputs) override;
   int64_t TrainingFlopsPerSample() const override { return flops_; }
   bool PrefersChannelsLast() const override { return true; }
+  // model.torchscript.pt: the eval-mode forward with the trained weights (scripted_export.h).
+  void WriteExports(const std::string& dir) override;
 
  private:
   CnnConfig config_;

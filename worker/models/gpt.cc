@@ -11,6 +11,7 @@
 #include <utility>
 #include <vector>
 
+#include "worker/models/scripted_export.h"
 #include "worker/ops/activation_checkpoint.h"
 #include "worker/ops/chunked_cross_entropy.h"
 #include "worker/ops/fused_layer_norm.h"
@@ -223,6 +224,70 @@ std::optional<torch::Tensor> GptImpl::ForwardLoss(const torch::Tensor& tokens,
   }
   return ChunkedLinearCrossEntropy(rows, token_embedding_->weight, targets.reshape({-1}),
                                    autocast.enabled ? autocast.dtype : hidden.scalar_type());
+}
+
+void GptImpl::WriteExports(const std::string& dir) {
+  const std::string width = std::to_string(config_.width);
+  const std::string heads = std::to_string(config_.heads);
+  const std::string head_dim = std::to_string(config_.width / config_.heads);
+  const std::string scale =
+      ScriptFloat(1.0 / std::sqrt(static_cast<double>(config_.width / config_.heads)));
+  const std::string eps = ScriptFloat(final_norm_->options.eps());
+  auto norm = [&](const std::string& x, const std::string& weight, const std::string& bias) {
+    return "torch.layer_norm(" + x + ", [" + width + "], " + weight + ", " + bias + ", " + eps +
+           ", True)";
+  };
+  // One block as a method over its tensors, called once per block; causal attention
+  // written out, as every PyTorch version runs it.
+  std::string source =
+      "def block(self, x, n1w, n1b, qkvw, qkvb, ow, ob, n2w, n2b, iw, ib, o2w, o2b):\n"
+      "    b = x.size(0)\n"
+      "    t = x.size(1)\n"
+      "    qkv = torch.linear(" +
+      norm("x", "n1w", "n1b") + ", qkvw, qkvb).split(" + width +
+      ", -1)\n"
+      "    q = qkv[0].view([b, t, " +
+      heads + ", " + head_dim +
+      "]).transpose(1, 2)\n"
+      "    k = qkv[1].view([b, t, " +
+      heads + ", " + head_dim +
+      "]).transpose(1, 2)\n"
+      "    v = qkv[2].view([b, t, " +
+      heads + ", " + head_dim +
+      "]).transpose(1, 2)\n"
+      "    future = torch.full([t, t], float('-inf'), device=x.device).triu(1)\n"
+      "    weights = torch.softmax(torch.matmul(q, k.transpose(-2, -1)) * " +
+      scale +
+      " + future, -1)\n"
+      "    a = torch.matmul(weights, v).transpose(1, 2).reshape([b, t, " +
+      width +
+      "])\n"
+      "    x = x + torch.linear(a, ow, ob)\n"
+      "    return x + torch.linear(torch.gelu(torch.linear(" +
+      norm("x", "n2w", "n2b") +
+      ", iw, ib)), o2w, o2b)\n"
+      "\n"
+      "def forward(self, tokens):\n"
+      "    positions = torch.arange(tokens.size(1), device=tokens.device)\n"
+      "    x = torch.embedding(" +
+      ScriptTensor("token_embedding.weight") + ", tokens) + " + "torch.embedding(" +
+      ScriptTensor("position_embedding.weight") + ", positions)\n";
+  for (size_t i = 0; i < blocks_->size(); ++i) {
+    const std::string block = "blocks." + std::to_string(i) + ".";
+    source += "    x = self.block(x";
+    for (const char* tensor :
+         {"attention_norm.weight", "attention_norm.bias", "qkv.weight", "qkv.bias",
+          "attention_out.weight", "attention_out.bias", "mlp_norm.weight", "mlp_norm.bias",
+          "mlp_in.weight", "mlp_in.bias", "mlp_out.weight", "mlp_out.bias"}) {
+      source += ", " + ScriptTensor(block + tensor);
+    }
+    source += ")\n";
+  }
+  source +=
+      "    x = " + norm("x", ScriptTensor("final_norm.weight"), ScriptTensor("final_norm.bias")) +
+      "\n";
+  source += "    return torch.linear(x, " + ScriptTensor("token_embedding.weight") + ")\n";
+  SaveScriptedNetwork(*this, "Gpt", source, ScriptedExportPath(dir));
 }
 
 }  // namespace stoke::worker

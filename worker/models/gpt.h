@@ -9,6 +9,7 @@
 #include <torch/nn/modules/normalization.h>
 
 #include <cstdint>
+#include <string>
 #include <utility>
 
 #include "worker/common/task.h"
@@ -61,6 +62,9 @@ class GptImpl : public Network {
   int64_t TrainingFlopsPerSample() const override { return flops_; }
   // Per transformer block.
   bool SupportsActivationCheckpointing() const override { return true; }
+
+  // model.torchscript.pt: the eval-mode forward with the trained weights (scripted_export.h).
+  void WriteExports(const std::string& dir) override;
 
   // The one [vocab_size, width] matrix: the input embedding and the output layer.
   const torch::Tensor& token_embedding() const { return token_embedding_->weight; }

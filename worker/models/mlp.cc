@@ -7,6 +7,7 @@
 
 #include <utility>
 
+#include "worker/models/scripted_export.h"
 #include "worker/ops/activation_checkpoint.h"
 #include "worker/ops/half_linear.h"
 
@@ -68,6 +69,24 @@ torch::Tensor MlpImpl::forward(const torch::Tensor& inputs) {
   }
   const auto& classifier = *layers_->ptr<torch::nn::LinearImpl>(last);
   return AutocastLinear(x, classifier.weight, classifier.bias);
+}
+
+void MlpImpl::WriteExports(const std::string& dir) {
+  const std::string activation = config_.activation == Activation::kRelu   ? "torch.relu"
+                                 : config_.activation == Activation::kGelu ? "torch.gelu"
+                                                                           : "torch.tanh";
+  std::string source =
+      "def forward(self, inputs):\n"
+      "    x = inputs.flatten(1) if inputs.dim() > 2 else inputs\n";
+  const size_t last = layers_->size() - 1;
+  for (size_t i = 0; i <= last; ++i) {
+    const std::string layer = "layers." + std::to_string(i);
+    const std::string linear = "torch.linear(x, " + ScriptTensor(layer + ".weight") + ", " +
+                               ScriptTensor(layer + ".bias") + ")";
+    source +=
+        i < last ? "    x = " + activation + "(" + linear + ")\n" : "    return " + linear + "\n";
+  }
+  SaveScriptedNetwork(*this, "Mlp", source, ScriptedExportPath(dir));
 }
 
 int64_t MlpImpl::TrainingFlopsPerSample() const {

@@ -5,6 +5,8 @@
 #include <torch/nn/modules/container/modulelist.h>
 #include <torch/nn/modules/linear.h>
 
+#include <string>
+
 #include "worker/common/task.h"
 #include "worker/models/network.h"
 
@@ -17,6 +19,8 @@ class MlpImpl : public Network {
   int64_t TrainingFlopsPerSample() const override;
   // Per hidden layer (Linear, activation, dropout).
   bool SupportsActivationCheckpointing() const override { return true; }
+  // model.torchscript.pt: the eval-mode forward with the trained weights (scripted_export.h).
+  void WriteExports(const std::string& dir) override;
 
  private:
   MlpConfig config_;

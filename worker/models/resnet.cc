@@ -8,6 +8,7 @@
 #include <string>
 #include <utility>
 
+#include "worker/models/scripted_export.h"
 #include "worker/ops/activation_checkpoint.h"
 #include "worker/ops/fused_batch_norm.h"
 #include "worker/ops/fused_max_pool.h"
@@ -107,6 +108,26 @@ int64_t ResidualBlockImpl::Macs(int64_t height, int64_t width) const {
   return macs;
 }
 
+std::string ResidualBlockImpl::ScriptLines(const std::string& name) const {
+  auto eps = [&](size_t i) { return norms_->ptr<torch::nn::BatchNorm2dImpl>(i)->options.eps(); };
+  std::string lines =
+      shortcut_ ? "    identity = " +
+                      ScriptBatchNorm(ScriptConv2d("x", name + ".shortcut", stride_, 0),
+                                      name + ".shortcut_norm", shortcut_norm_->options.eps()) +
+                      "\n"
+                : "    identity = x\n";
+  const size_t last = shapes_.size() - 1;
+  for (size_t i = 0; i <= last; ++i) {
+    const std::string n = std::to_string(i);
+    const std::string normed = ScriptBatchNorm(
+        ScriptConv2d("x", name + ".convs." + n, shapes_[i].stride, shapes_[i].kernel / 2),
+        name + ".norms." + n, eps(i));
+    lines += i < last ? "    x = torch.relu(" + normed + ")\n"
+                      : "    x = torch.relu(" + normed + " + identity)\n";
+  }
+  return lines;
+}
+
 ResNetImpl::ResNetImpl(const ResNetConfig& config, const std::vector<int64_t>& image,
                        int64_t num_classes) {
   const Layout layout = LayoutFor(config.depth);
@@ -170,6 +191,23 @@ torch::Tensor ResNetImpl::forward(const torch::Tensor& inputs) {
   }
   x = torch::adaptive_avg_pool2d(x, {1, 1}).flatten(1);
   return classifier_->forward(x);
+}
+
+void ResNetImpl::WriteExports(const std::string& dir) {
+  const int64_t stem_kernel = small_stem_ ? 3 : 7;
+  std::string source =
+      "def forward(self, inputs):\n    x = torch.relu(" +
+      ScriptBatchNorm(ScriptConv2d("inputs", "stem", small_stem_ ? 1 : 2, stem_kernel / 2),
+                      "stem_norm", stem_norm_->options.eps()) +
+      ")\n";
+  if (!small_stem_) source += "    x = torch.max_pool2d(x, [3, 3], [2, 2], [1, 1])\n";
+  for (size_t i = 0; i < blocks_->size(); ++i) {
+    source += blocks_[i]->as<ResidualBlockImpl>()->ScriptLines("blocks." + std::to_string(i));
+  }
+  source += "    x = torch.adaptive_avg_pool2d(x, [1, 1]).flatten(1)\n";
+  source += "    return torch.linear(x, " + ScriptTensor("classifier.weight") + ", " +
+            ScriptTensor("classifier.bias") + ")\n";
+  SaveScriptedNetwork(*this, "ResNet", source, ScriptedExportPath(dir));
 }
 
 }  // namespace stoke::worker

@@ -9,6 +9,7 @@
 #include <torch/nn/modules/linear.h>
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "worker/common/task.h"
@@ -28,6 +29,9 @@ class ResidualBlockImpl : public torch::nn::Module {
   int64_t stride() const { return stride_; }
   // Multiply-adds of one sample whose input is height x width pixels.
   int64_t Macs(int64_t height, int64_t width) const;
+  // TorchScript lines that take `x` through the block in eval mode, the block being
+  // `name` in the network (scripted_export.h).
+  std::string ScriptLines(const std::string& name) const;
 
  private:
   struct ConvShape {
@@ -57,6 +61,8 @@ class ResNetImpl : public Network {
   bool SupportsActivationCheckpointing() const override { return true; }
 
   bool small_stem() const { return small_stem_; }
+  // model.torchscript.pt: the eval-mode forward with the trained weights (scripted_export.h).
+  void WriteExports(const std::string& dir) override;
 
  private:
   bool small_stem_;

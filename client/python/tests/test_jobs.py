@@ -96,8 +96,14 @@ def test_export_downloads_the_newest_checkpoint(client: stoke.Client, tmp_path: 
     assert exported.step == 30
     data = (tmp_path / "model.pt").read_bytes()
     assert len(data) == exported.bytes > 0
-    assert data[:2] == b"PK", "a LibTorch archive is a zip file"
+    assert data[:2] == b"PK", "a TorchScript archive is a zip file"
     assert not (tmp_path / "model.pt.partial").exists()
+    # A built-in model exports as TorchScript: PyTorch alone runs it, with the trained weights.
+    torch = pytest.importorskip("torch")
+    model = torch.jit.load(str(tmp_path / "model.pt"))
+    batch, classes = model(torch.randn(5, 16)).shape
+    assert batch == 5
+    assert sum(p.numel() for p in model.parameters()) == 16 * 32 + 32 + 32 * classes + classes
 
     older = job.export(tmp_path / "older.pt", step=20)
     assert older.step == 20 and (tmp_path / "older.pt").stat().st_size == older.bytes

@@ -17,14 +17,15 @@
 namespace stoke::testing {
 namespace {
 
-// Matrix products for about 20 s, reporting as it goes; the device count it sees first.
+// Matrix products until cancelled (at most 90 s), reporting as it goes; the device count
+// it sees first.
 constexpr const char* kBusy = R"PY(
 import time, torch, stoke
 print("devices", torch.cuda.device_count(), flush=True)
 a = torch.randn(8192, 8192, device="cuda")
 began = time.monotonic()
 step = 0
-while time.monotonic() - began < 20 and not stoke.should_stop():
+while time.monotonic() - began < 90 and not stoke.should_stop():
     for _ in range(20):
         b = a @ a
     torch.cuda.synchronize()
@@ -51,7 +52,7 @@ TEST(ScriptJobGpu, TheDeviceReadingsOfAScriptJobAppearInStokeTop) {
   ASSERT_EQ(submit.exit_code, 0) << submit.err;
   const std::string id = submit.out.substr(0, submit.out.find('\n'));
 
-  // The GPU's line: "host/cuda:0 cuda:0 97% 1.3 GiB / 79.6 GiB ... <job>".
+  // The GPU's line: "host/cuda:0 cuda:0 97% 1.3 GiB / 79.6 GiB ... <job>/<rank>".
   const auto busy_with_job = [&](const std::string& top) {
     std::istringstream lines(top);
     for (std::string line; std::getline(lines, line);) {
@@ -60,7 +61,8 @@ TEST(ScriptJobGpu, TheDeviceReadingsOfAScriptJobAppearInStokeTop) {
       fields >> worker >> device >> utilization >> memory >> unit;
       if (device != "cuda:0") continue;
       for (std::string field; fields >> field;) last = field;
-      return std::atoi(utilization.c_str()) > 0 && std::atof(memory.c_str()) > 0 && last == id;
+      return std::atoi(utilization.c_str()) > 0 && std::atof(memory.c_str()) > 0 &&
+             last == id + "/0";
     }
     return false;
   };

@@ -22,6 +22,8 @@ inline constexpr int kLoaderPrefetch = 4;
 inline constexpr bool kPinMemory = true;
 inline constexpr bool kShuffle = true;
 inline constexpr bool kNormalize = true;
+// data.arrays without validation arrays: the share of the rows held out.
+inline constexpr double kValFraction = 0.1;
 
 // model.*: an MLP's one hidden layer is this many times its input width.
 inline constexpr int64_t kMlpHiddenPerInput = 4;

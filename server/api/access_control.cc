@@ -150,6 +150,13 @@ v1::Job RedactForNonOwner(v1::Job job) {
     data->mutable_tokens()->clear_train_path();
     data->mutable_tokens()->clear_val_path();
   }
+  if (data->has_arrays()) {
+    auto* arrays = data->mutable_arrays();
+    arrays->clear_inputs();
+    arrays->clear_targets();
+    arrays->clear_val_inputs();
+    arrays->clear_val_targets();
+  }
   if (spec->model().has_torchscript()) spec->mutable_model()->mutable_torchscript()->clear_path();
   if (spec->model().has_python()) spec->mutable_model()->mutable_python()->clear_file();
   // A command's arguments and environment may hold what is its owner's alone.

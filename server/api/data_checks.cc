@@ -9,6 +9,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "formats/array_set.h"
 #include "formats/image_set.h"
 #include "formats/token_file.h"
 #include "spec/job_defaults.h"
@@ -102,6 +103,60 @@ absl::StatusOr<std::shared_ptr<const data::TokenFile>> OpenTokens(const std::str
                                        2 * at, ") is not below data.tokens.vocab_size ", vocab));
   }
   return file;
+}
+
+// data.arrays: each named file resolved beneath the roots (a safetensors tensor's name
+// kept after its colon), then opened and checked as the worker opens them.
+absl::StatusOr<DataFacts> ArrayFacts(const v1::JobSpec& spec, const DataRoots& roots) {
+  const v1::ArrayDataSpec& a = spec.data().arrays();
+  auto resolve = [&](const std::string& field,
+                     const std::string& name) -> absl::StatusOr<std::string> {
+    if (name.empty()) return name;
+    const auto [path, tensor] = data::SplitArrayName(name);
+    auto resolved = roots.Resolve(absl::StrCat("data.arrays.", field), path);
+    if (!resolved.ok()) return resolved.status();
+    return tensor.empty() ? *resolved : absl::StrCat(*resolved, ":", tensor);
+  };
+  data::ArrayNames names;
+  names.val_fraction = a.has_val_fraction() ? a.val_fraction() : defaults::kValFraction;
+  const std::pair<const char*, std::string*> fields[] = {{"inputs", &names.inputs},
+                                                         {"targets", &names.targets},
+                                                         {"val_inputs", &names.val_inputs},
+                                                         {"val_targets", &names.val_targets}};
+  const std::string given[] = {a.inputs(), a.targets(), a.val_inputs(), a.val_targets()};
+  for (size_t i = 0; i < 4; ++i) {
+    if (i < 2 && given[i].empty())
+      return Invalid(absl::StrCat("data.arrays.", fields[i].first), "required");
+    auto resolved = resolve(fields[i].first, given[i]);
+    if (!resolved.ok()) return resolved.status();
+    *fields[i].second = *resolved;
+  }
+  auto set = data::OpenArraySet(names, Rooted(roots));
+  if (!set.ok()) return absl::InvalidArgumentError(set.status().message());
+  // Stoke's own networks take floating (or pixel) inputs and one class index per sample.
+  const v1::ModelSpec& model = spec.model();
+  const bool built_in = model.has_mlp() || model.has_cnn() || model.has_resnet();
+  const data::ArrayDtype input_type = set->inputs->dtype();
+  if (built_in &&
+      (input_type == data::ArrayDtype::kInt32 || input_type == data::ArrayDtype::kInt64)) {
+    return Invalid("data.arrays.inputs",
+                   absl::StrCat(a.inputs(), " is ", data::DescribeArray(*set->inputs),
+                                ": Stoke's own models take floating inputs or uint8 pixels "
+                                "(integer ids need model.python)"));
+  }
+  if (built_in && set->num_classes > 0 && set->targets->shape().size() != 1) {
+    return Invalid("data.arrays.targets",
+                   absl::StrCat(a.targets(), " is ", data::DescribeArray(*set->targets),
+                                ": Stoke's own classifiers take one class index per sample, [N]"));
+  }
+  DataFacts facts;
+  facts.kind = set->sample.size() == 3 ? DataFacts::Kind::kImage : DataFacts::Kind::kVector;
+  facts.source = Source("data.arrays.inputs", a.inputs());
+  facts.sample = set->sample;
+  facts.num_classes = set->num_classes;
+  facts.regression = set->regression;
+  facts.train_samples = set->train_rows;
+  return facts;
 }
 
 }  // namespace
@@ -204,8 +259,10 @@ absl::StatusOr<DataFacts> InspectData(const v1::JobSpec& spec, const DataRoots& 
       }
       return facts;
     }
+    case v1::DataSpec::kArrays:
+      return ArrayFacts(spec, roots);
     default:
-      return Invalid("data", "required: set one of synthetic, mnist, cifar10, tokens");
+      return Invalid("data", "required: set one of synthetic, mnist, cifar10, tokens, arrays");
   }
 }
 

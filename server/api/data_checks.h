@@ -20,8 +20,9 @@ struct DataFacts {
   std::vector<int64_t> sample;  // [features], [C, H, W] or [context]
   int64_t num_classes = 0;
   int64_t vocab_size = 0;
-  int64_t train_samples = 0;  // samples (or token windows) in the training split
-  std::string source;         // the field the data came from, for messages
+  std::vector<int64_t> regression;  // floating targets: one target's dimensions
+  int64_t train_samples = 0;        // samples (or token windows) in the training split
+  std::string source;               // the field the data came from, for messages
 };
 
 class DataRoots {

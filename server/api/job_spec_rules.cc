@@ -88,6 +88,7 @@ absl::Status ValidateData(const v1::DataSpec& data) {
     }
     case v1::DataSpec::kMnist:
     case v1::DataSpec::kCifar10:
+    case v1::DataSpec::kArrays:
       break;  // paths: data_checks.cc
     case v1::DataSpec::kTokens:
       if (data.tokens().vocab_size() > kMaxVocab) {
@@ -98,7 +99,7 @@ absl::Status ValidateData(const v1::DataSpec& data) {
         return Invalid("data.tokens.context", "at most 65536");
       break;
     default:
-      return Invalid("data", "required: set one of synthetic, mnist, cifar10, tokens");
+      return Invalid("data", "required: set one of synthetic, mnist, cifar10, tokens, arrays");
   }
   if (data.loader().threads() > 256) return Invalid("data.loader.threads", "at most 256");
   if (data.loader().prefetch() > 64) return Invalid("data.loader.prefetch", "at most 64");
@@ -308,6 +309,13 @@ int64_t Product(const std::vector<int64_t>& dims) {
 }
 
 absl::Status MatchClasses(absl::string_view field, uint32_t configured, const DataFacts& data) {
+  if (!data.regression.empty() && !absl::StartsWith(field, "model.mlp")) {
+    return Invalid(field.substr(0, field.rfind('.')),
+                   absl::StrCat("classifies, and ", data.source,
+                                " has floating (regression) targets; model.mlp or model.python "
+                                "regress"));
+  }
+  if (!data.regression.empty()) return absl::OkStatus();  // an MLP's outputs: the targets'
   if (configured != 0 && configured != data.num_classes) {
     return Invalid(
         field, absl::StrCat(configured, " does not match the ", data.num_classes, " classes of ",

@@ -51,7 +51,13 @@ Layer Dense(std::string field, uint64_t in, uint64_t out) {
           SaturatingAdd(SaturatingMul(in, out), out)};
 }
 
+// The output layer's width: the classes, or for regression one output per target value.
 uint64_t Classes(uint32_t configured, const DataFacts& data) {
+  if (!data.regression.empty()) {
+    uint64_t n = 1;
+    for (int64_t d : data.regression) n = SaturatingMul(n, static_cast<uint64_t>(d));
+    return n;
+  }
   return configured ? configured : static_cast<uint64_t>(data.num_classes);
 }
 

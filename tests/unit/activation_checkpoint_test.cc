@@ -137,15 +137,15 @@ void ExpectBlocksKeepNoActivations(const ModelConfig& config, const DataShape& d
 }
 
 DataShape Tokens(int64_t context, int64_t vocab_size) {
-  return DataShape{DataShape::Kind::kTokens, {context}, 0, vocab_size};
+  return DataShape{DataShape::Kind::kTokens, {context}, 0, vocab_size, {}};
 }
 
 DataShape Images(int64_t c, int64_t h, int64_t w, int64_t classes) {
-  return DataShape{DataShape::Kind::kImage, {c, h, w}, classes, 0};
+  return DataShape{DataShape::Kind::kImage, {c, h, w}, classes, 0, {}};
 }
 
 DataShape Vectors(int64_t features, int64_t classes) {
-  return DataShape{DataShape::Kind::kVector, {features}, classes, 0};
+  return DataShape{DataShape::Kind::kVector, {features}, classes, 0, {}};
 }
 
 GptConfig TinyGpt() {

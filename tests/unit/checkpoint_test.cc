@@ -23,7 +23,7 @@ using stoke::testing::TempDir;
 std::shared_ptr<Network> SmallMlp() {
   MlpConfig config;
   config.hidden = {16};
-  return BuildNetwork(config, DataShape{DataShape::Kind::kVector, {8}, 4, 0});
+  return BuildNetwork(config, DataShape{DataShape::Kind::kVector, {8}, 4, 0, {}});
 }
 
 TEST(Checkpointer, AFullDiskFailsTheWriteNamingItAndKeepsTheCheckpointBefore) {

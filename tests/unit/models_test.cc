@@ -19,11 +19,11 @@ namespace stoke::worker {
 namespace {
 
 DataShape Images(int64_t c, int64_t h, int64_t w, int64_t classes) {
-  return DataShape{DataShape::Kind::kImage, {c, h, w}, classes, 0};
+  return DataShape{DataShape::Kind::kImage, {c, h, w}, classes, 0, {}};
 }
 
 DataShape Tokens(int64_t context, int64_t vocab_size) {
-  return DataShape{DataShape::Kind::kTokens, {context}, 0, vocab_size};
+  return DataShape{DataShape::Kind::kTokens, {context}, 0, vocab_size, {}};
 }
 
 GptConfig TinyGpt() {
@@ -79,9 +79,9 @@ TEST(Models, CnnClassifiesImages) {
 }
 
 TEST(Models, ModelsRefuseDataTheyCannotTake) {
-  DataShape tokens{DataShape::Kind::kTokens, {64}, 0, 256};
+  DataShape tokens{DataShape::Kind::kTokens, {64}, 0, 256, {}};
   EXPECT_THROW(BuildNetwork(MlpConfig{}, tokens), std::invalid_argument);
-  EXPECT_THROW(BuildNetwork(CnnConfig{}, DataShape{DataShape::Kind::kVector, {16}, 4, 0}),
+  EXPECT_THROW(BuildNetwork(CnnConfig{}, DataShape{DataShape::Kind::kVector, {16}, 4, 0, {}}),
                std::invalid_argument);
   CnnConfig deep;
   deep.channels = {8, 8, 8, 8, 8, 8};
@@ -275,7 +275,7 @@ TEST(Models, TorchScriptModelTrainsThroughTheScriptedModule) {
   TorchScriptConfig config;
   config.path = path.str();
   config.loss = LossKind::kMse;
-  auto net = BuildNetwork(config, DataShape{DataShape::Kind::kVector, {4}, 0, 0});
+  auto net = BuildNetwork(config, DataShape{DataShape::Kind::kVector, {4}, 0, 0, {}});
   EXPECT_EQ(net->loss(), LossKind::kMse);
   EXPECT_EQ(net->ParameterCount(), 12);
   EXPECT_EQ(net->TrainingFlopsPerSample(), 6 * 12);
@@ -298,7 +298,7 @@ TEST(Models, TorchScriptModelTrainsThroughTheScriptedModule) {
   // module, it computes the same.
   TempPath checkpoint(".ckpt");
   torch::save(net, checkpoint.str());
-  auto restored = BuildNetwork(config, DataShape{DataShape::Kind::kVector, {4}, 0, 0});
+  auto restored = BuildNetwork(config, DataShape{DataShape::Kind::kVector, {4}, 0, 0, {}});
   torch::load(restored, checkpoint.str());
   torch::NoGradGuard no_grad;
   EXPECT_TRUE(torch::allclose(restored->forward(x), net->forward(x)));

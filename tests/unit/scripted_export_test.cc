@@ -16,7 +16,7 @@ namespace stoke::worker {
 namespace {
 
 DataShape Images(int64_t c, int64_t h, int64_t w, int64_t classes) {
-  return DataShape{DataShape::Kind::kImage, {c, h, w}, classes, 0};
+  return DataShape{DataShape::Kind::kImage, {c, h, w}, classes, 0, {}};
 }
 
 // As if trained: every parameter and running statistic moved off its initial value
@@ -94,7 +94,7 @@ TEST(ScriptedExport, GptOnFewerTokensThanItsContext) {
   config.layers = 2;
   config.heads = 4;
   config.width = 32;
-  auto net = BuildNetwork(config, DataShape{DataShape::Kind::kTokens, {16}, 0, 50});
+  auto net = BuildNetwork(config, DataShape{DataShape::Kind::kTokens, {16}, 0, 50, {}});
   ExpectExportComputesForward(*net, torch::randint(0, 50, {2, 16}));
   ExpectExportComputesForward(*net, torch::randint(0, 50, {3, 5}));
 }

@@ -14,6 +14,8 @@ struct DataShape {
   std::vector<int64_t> sample;
   int64_t num_classes = 0;  // classifiers: targets are class indices [B]
   int64_t vocab_size = 0;   // tokens: targets are next tokens [B, context]
+  // Regression: floating targets, one of these dimensions per sample; empty: none.
+  std::vector<int64_t> regression;
 };
 
 }  // namespace stoke::worker

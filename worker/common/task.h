@@ -68,6 +68,9 @@ struct MlpConfig {
   int64_t num_classes = 0;  // 0: from the data
   Activation activation = Activation::kGelu;
   double dropout = 0.0;
+  // Regression (floating targets): the output is one target of these dimensions, and
+  // the loss MSE; num_classes is their product. Empty: a classifier.
+  std::vector<int64_t> regression;
 };
 
 struct CnnConfig {
@@ -159,6 +162,14 @@ struct TokenDataConfig {
   int64_t samples_per_epoch = 0;  // 0: training tokens / context
 };
 
+struct ArrayDataConfig {
+  std::string inputs;
+  std::string targets;
+  std::string val_inputs;  // with val_targets; empty: the last val_fraction of the rows
+  std::string val_targets;
+  double val_fraction = defaults::kValFraction;
+};
+
 struct LoaderConfig {
   int threads = 0;  // 0: one per core, at most 8
   int prefetch = defaults::kLoaderPrefetch;
@@ -173,7 +184,9 @@ struct AugmentConfig {
 };
 
 struct DataConfig {
-  std::variant<SyntheticDataConfig, MnistDataConfig, Cifar10DataConfig, TokenDataConfig> source;
+  std::variant<SyntheticDataConfig, MnistDataConfig, Cifar10DataConfig, TokenDataConfig,
+               ArrayDataConfig>
+      source;
   LoaderConfig loader;
   AugmentConfig augment;
 };

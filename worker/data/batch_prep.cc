@@ -20,6 +20,12 @@ BatchPrep BatchPrep::ForImages(const AugmentConfig& augment,
 
 BatchPrep BatchPrep::ForTokens() { return BatchPrep(); }
 
+BatchPrep BatchPrep::ForArrays() {
+  BatchPrep prep;
+  prep.kind_ = Kind::kArrays;
+  return prep;
+}
+
 torch::Tensor RandomCrop(const torch::Tensor& images, int64_t padding) {
   const int64_t b = images.size(0), h = images.size(2), w = images.size(3);
   const auto index = torch::TensorOptions().device(images.device()).dtype(torch::kLong);
@@ -43,6 +49,14 @@ torch::Tensor RandomHorizontalFlip(const torch::Tensor& images) {
 Batch BatchPrep::operator()(const torch::Tensor& inputs, const torch::Tensor& targets,
                             bool train) const {
   if (kind_ == Kind::kTokens) return Batch{inputs.to(torch::kLong), targets.to(torch::kLong)};
+  if (kind_ == Kind::kArrays) {
+    auto widen = [](const torch::Tensor& t) {
+      return t.is_floating_point() || t.scalar_type() == torch::kUInt8 ? t.to(torch::kFloat32)
+                                                                       : t.to(torch::kLong);
+    };
+    // Targets of a classifier are int64 already; uint8 ones never reach here.
+    return Batch{widen(inputs), widen(targets)};
+  }
   if (ImagePrepUsesOwnKernel(inputs) && inputs.device() == mean_.device()) {
     // Every image's crop offset and flip in one draw, then one kernel for the rest.
     const int64_t padding = train ? augment_.crop_padding : 0;

@@ -21,6 +21,9 @@ class BatchPrep {
   static BatchPrep ForImages(const AugmentConfig& augment, const std::vector<double>& channel_mean,
                              const std::vector<double>& channel_std, torch::Device device);
   static BatchPrep ForTokens();
+  // Arrays other than images: floating inputs and targets widened to float32, integer
+  // ones to int64.
+  static BatchPrep ForArrays();
 
   Batch operator()(const torch::Tensor& inputs, const torch::Tensor& targets, bool train) const;
 
@@ -30,7 +33,7 @@ class BatchPrep {
   void set_channels_last(bool on) { channels_last_ = on; }
 
  private:
-  enum class Kind { kImages, kTokens };
+  enum class Kind { kImages, kTokens, kArrays };
   Kind kind_ = Kind::kTokens;
   AugmentConfig augment_;
   // [1, C, 1, 1] on the device, made once: building them per batch would copy from the

@@ -1,15 +1,44 @@
 #include "worker/data/dataset.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <stdexcept>
 #include <string>
+#include <utility>
 
 namespace stoke::worker {
 namespace {
 
 torch::TensorOptions Host(torch::ScalarType dtype, bool pinned) {
   return torch::TensorOptions().dtype(dtype).pinned_memory(pinned);
+}
+
+torch::ScalarType TorchType(data::ArrayDtype dtype) {
+  switch (dtype) {
+    case data::ArrayDtype::kUInt8:
+      return torch::kUInt8;
+    case data::ArrayDtype::kInt32:
+      return torch::kInt32;
+    case data::ArrayDtype::kInt64:
+      return torch::kInt64;
+    case data::ArrayDtype::kFloat16:
+      return torch::kHalf;
+    case data::ArrayDtype::kBFloat16:
+      return torch::kBFloat16;
+    case data::ArrayDtype::kFloat32:
+      return torch::kFloat32;
+  }
+  return torch::kUInt8;
+}
+
+template <typename T>
+void WidenRow(const uint8_t* src, int64_t n, int64_t* dst) {
+  for (int64_t i = 0; i < n; ++i) {
+    T v;
+    std::memcpy(&v, src + i * static_cast<int64_t>(sizeof(T)), sizeof(T));
+    dst[i] = v;
+  }
 }
 
 }  // namespace
@@ -37,7 +66,8 @@ DataShape ImageDataset::Shape() const {
   return DataShape{DataShape::Kind::kImage,
                    {images_.channels, images_.height, images_.width},
                    images_.num_classes,
-                   0};
+                   0,
+                   {}};
 }
 
 torch::Tensor ImageDataset::NewInputs(int64_t n, bool pinned) const {
@@ -74,7 +104,7 @@ TokenDataset::TokenDataset(std::shared_ptr<const data::TokenFile> file, int64_t 
 }
 
 DataShape TokenDataset::Shape() const {
-  return DataShape{DataShape::Kind::kTokens, {context_}, 0, vocab_size_};
+  return DataShape{DataShape::Kind::kTokens, {context_}, 0, vocab_size_, {}};
 }
 
 torch::Tensor TokenDataset::NewInputs(int64_t n, bool pinned) const {
@@ -98,6 +128,93 @@ void TokenDataset::Fill(int64_t index, int64_t epoch, int64_t row, torch::Tensor
   for (int64_t t = 0; t < context_; ++t) {
     in[t] = src[t];
     tg[t] = src[t + 1];
+  }
+}
+
+ArrayDataset::ArrayDataset(std::shared_ptr<const data::ArrayFile> inputs,
+                           std::shared_ptr<const data::ArrayFile> targets, int64_t begin,
+                           int64_t end, DataShape shape, bool channels_last)
+    : inputs_(std::move(inputs)),
+      targets_(std::move(targets)),
+      begin_(begin),
+      end_(end),
+      shape_(std::move(shape)),
+      channels_last_(channels_last) {}
+
+torch::Tensor ArrayDataset::NewInputs(int64_t n, bool pinned) const {
+  std::vector<int64_t> dims = {n};
+  dims.insert(dims.end(), shape_.sample.begin(), shape_.sample.end());
+  return torch::empty(dims, Host(TorchType(inputs_->dtype()), pinned));
+}
+
+torch::Tensor ArrayDataset::NewTargets(int64_t n, bool pinned) const {
+  std::vector<int64_t> dims = {n};
+  if (!shape_.regression.empty()) {
+    dims.insert(dims.end(), shape_.regression.begin(), shape_.regression.end());
+    return torch::empty(dims, Host(TorchType(targets_->dtype()), pinned));
+  }
+  const std::vector<int64_t> row = targets_->row_shape();
+  dims.insert(dims.end(), row.begin(), row.end());
+  return torch::empty(dims, Host(torch::kInt64, pinned));
+}
+
+void ArrayDataset::Fill(int64_t index, int64_t /*epoch*/, int64_t row, torch::Tensor& inputs,
+                        torch::Tensor& targets) const {
+  const int64_t at = begin_ + index;
+  const int64_t in_bytes = inputs_->row_bytes();
+  uint8_t* in = static_cast<uint8_t*>(inputs.data_ptr()) + row * in_bytes;
+  if (channels_last_) {
+    // [H, W, C] stored, [C, H, W] wanted: pixels are one byte each.
+    const int64_t c = shape_.sample[0], plane = shape_.sample[1] * shape_.sample[2];
+    const uint8_t* src = inputs_->row(at);
+    for (int64_t p = 0; p < plane; ++p) {
+      for (int64_t k = 0; k < c; ++k) in[k * plane + p] = src[p * c + k];
+    }
+  } else {
+    std::memcpy(in, inputs_->row(at), static_cast<size_t>(in_bytes));
+  }
+  const int64_t target_bytes = targets_->row_bytes();
+  if (!shape_.regression.empty()) {
+    std::memcpy(static_cast<uint8_t*>(targets.data_ptr()) + row * target_bytes, targets_->row(at),
+                static_cast<size_t>(target_bytes));
+    return;
+  }
+  const int64_t n = target_bytes / data::ElementBytes(targets_->dtype());
+  int64_t* dst = targets.data_ptr<int64_t>() + row * n;
+  switch (targets_->dtype()) {
+    case data::ArrayDtype::kUInt8:
+      WidenRow<uint8_t>(targets_->row(at), n, dst);
+      break;
+    case data::ArrayDtype::kInt32:
+      WidenRow<int32_t>(targets_->row(at), n, dst);
+      break;
+    default:
+      WidenRow<int64_t>(targets_->row(at), n, dst);
+      break;
+  }
+}
+
+void ArrayDataset::ImageStatistics(int64_t samples, std::vector<double>* mean,
+                                   std::vector<double>* std) const {
+  const int64_t c = shape_.sample[0], plane = shape_.sample[1] * shape_.sample[2];
+  const int64_t count = std::min(samples, size());
+  std::vector<double> sum(static_cast<size_t>(c)), sum_sq(static_cast<size_t>(c));
+  for (int64_t i = 0; i < count; ++i) {
+    const uint8_t* p = inputs_->row(begin_ + i * size() / count);
+    for (int64_t k = 0; k < plane * c; ++k) {
+      // Channel of element k: planes stored one after another, or interleaved.
+      const size_t channel = static_cast<size_t>(channels_last_ ? k % c : k / plane);
+      sum[channel] += p[k];
+      sum_sq[channel] += static_cast<double>(p[k]) * p[k];
+    }
+  }
+  mean->clear();
+  std->clear();
+  const double n = static_cast<double>(count * plane);
+  for (int64_t k = 0; k < c; ++k) {
+    const double m = sum[static_cast<size_t>(k)] / n;
+    mean->push_back(m / 255.0);
+    std->push_back(std::sqrt(std::max(sum_sq[static_cast<size_t>(k)] / n - m * m, 1e-6)) / 255.0);
   }
 }
 

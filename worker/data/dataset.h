@@ -9,6 +9,7 @@
 #include <memory>
 #include <vector>
 
+#include "formats/array_file.h"
 #include "formats/image_set.h"
 #include "formats/token_file.h"
 #include "worker/common/data_shape.h"
@@ -71,6 +72,36 @@ class TokenDataset final : public Dataset {
   int64_t vocab_size_;
   uint64_t seed_;
   int64_t windows_;
+};
+
+// Rows of memory-mapped arrays (formats/array_set.h), read only where a batch takes them:
+// inputs in their stored dtype (image pixels as uint8 [n, C, H, W], transposed from
+// [H, W, C] where stored so), integer targets widened to int64, floating ones as stored
+// ([n, 1] for targets of shape [N]).
+class ArrayDataset final : public Dataset {
+ public:
+  // Rows [begin, end) of `inputs` and `targets`; `shape` as the set describes them.
+  ArrayDataset(std::shared_ptr<const data::ArrayFile> inputs,
+               std::shared_ptr<const data::ArrayFile> targets, int64_t begin, int64_t end,
+               DataShape shape, bool channels_last);
+  int64_t size() const override { return end_ - begin_; }
+  DataShape Shape() const override { return shape_; }
+  torch::Tensor NewInputs(int64_t n, bool pinned) const override;
+  torch::Tensor NewTargets(int64_t n, bool pinned) const override;
+  void Fill(int64_t index, int64_t epoch, int64_t row, torch::Tensor& inputs,
+            torch::Tensor& targets) const override;
+  // Image pixels' per-channel mean and standard deviation, scaled to [0, 1], from at most
+  // `samples` rows spread over the set: reading every row of a large array would bring
+  // all of it into memory.
+  void ImageStatistics(int64_t samples, std::vector<double>* mean, std::vector<double>* std) const;
+
+ private:
+  std::shared_ptr<const data::ArrayFile> inputs_;
+  std::shared_ptr<const data::ArrayFile> targets_;
+  int64_t begin_;
+  int64_t end_;
+  DataShape shape_;
+  bool channels_last_;
 };
 
 }  // namespace stoke::worker

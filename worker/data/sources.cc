@@ -6,6 +6,7 @@
 #include <stdexcept>
 #include <thread>
 
+#include "formats/array_set.h"
 #include "formats/image_set.h"
 #include "formats/token_file.h"
 #include "worker/common/status_error.h"
@@ -99,6 +100,39 @@ DataPipeline OpenTokens(const TrainTask& task, const TokenDataConfig& config, to
   return pipeline;
 }
 
+// Image statistics come from this many training samples at most.
+constexpr int64_t kImageStatisticsSamples = 4096;
+
+DataPipeline OpenArrays(const TrainTask& task, const ArrayDataConfig& config, torch::Device device,
+                        int64_t start_batch, const data::ReadOptions& options) {
+  const data::ArraySet set = ValueOrThrow(data::OpenArraySet(
+      {config.inputs, config.targets, config.val_inputs, config.val_targets, config.val_fraction},
+      options));
+  DataShape shape;
+  shape.kind =
+      set.images || set.sample.size() == 3 ? DataShape::Kind::kImage : DataShape::Kind::kVector;
+  shape.sample = set.sample;
+  shape.num_classes = set.num_classes;
+  shape.regression = set.regression;
+  auto train = std::make_shared<ArrayDataset>(set.inputs, set.targets, 0, set.train_rows, shape,
+                                              set.channels_last);
+  auto val = std::make_shared<ArrayDataset>(set.val_inputs, set.val_targets, set.val_begin,
+                                            set.val_end, shape, set.channels_last);
+  BatchPrep prep = BatchPrep::ForArrays();
+  if (set.images) {
+    // Both splits are normalized with the training split's statistics.
+    std::vector<double> mean, std;
+    train->ImageStatistics(kImageStatisticsSamples, &mean, &std);
+    prep = BatchPrep::ForImages(task.data.augment, mean, std, device);
+  }
+  DataPipeline pipeline;
+  pipeline.eval =
+      std::make_unique<DatasetEval>(val, prep, task.training.batch_size, task.eval.batches, device);
+  pipeline.train =
+      std::make_unique<BatchLoader>(train, prep, LoaderOptions(task, device, start_batch));
+  return pipeline;
+}
+
 }  // namespace
 
 DataPipeline OpenData(const TrainTask& task, torch::Device device, int64_t start_batch,
@@ -135,6 +169,9 @@ DataPipeline OpenData(const TrainTask& task, torch::Device device, int64_t start
   if (const auto* cifar = std::get_if<Cifar10DataConfig>(&source)) {
     return OpenImages(task, ValueOrThrow(data::ReadCifar10Folder(cifar->path, files)), device,
                       start_batch);
+  }
+  if (const auto* arrays = std::get_if<ArrayDataConfig>(&source)) {
+    return OpenArrays(task, *arrays, device, start_batch, files);
   }
   return OpenTokens(task, std::get<TokenDataConfig>(source), device, start_batch, files);
 }

@@ -57,15 +57,18 @@ DataShape SyntheticSource::Shape() const {
   if (!config_.input_shape.empty()) {
     return DataShape{
         config_.input_shape.size() == 3 ? DataShape::Kind::kImage : DataShape::Kind::kVector,
-        config_.input_shape, config_.regression_shape ? 0 : config_.num_classes, 0};
+        config_.input_shape,
+        config_.regression_shape ? 0 : config_.num_classes,
+        0,
+        {}};
   }
   if (config_.vocab_size > 0) {
-    return DataShape{DataShape::Kind::kTokens, {config_.context}, 0, config_.vocab_size};
+    return DataShape{DataShape::Kind::kTokens, {config_.context}, 0, config_.vocab_size, {}};
   }
   if (!config_.image_shape.empty()) {
-    return DataShape{DataShape::Kind::kImage, config_.image_shape, config_.num_classes, 0};
+    return DataShape{DataShape::Kind::kImage, config_.image_shape, config_.num_classes, 0, {}};
   }
-  return DataShape{DataShape::Kind::kVector, {config_.features}, config_.num_classes, 0};
+  return DataShape{DataShape::Kind::kVector, {config_.features}, config_.num_classes, 0, {}};
 }
 
 Batch SyntheticSource::Next() { return Draw(at::Generator(), device_, images_channels_last_); }

@@ -135,6 +135,17 @@ absl::StatusOr<DataConfig> DataFrom(const v1::DataSpec& spec) {
       data.source = c;
       break;
     }
+    case v1::DataSpec::kArrays: {
+      const auto& a = spec.arrays();
+      ArrayDataConfig c;
+      c.inputs = a.inputs();
+      c.targets = a.targets();
+      c.val_inputs = a.val_inputs();
+      c.val_targets = a.val_targets();
+      if (a.has_val_fraction()) c.val_fraction = a.val_fraction();
+      data.source = c;
+      break;
+    }
     default:
       return absl::InvalidArgumentError("data: this worker knows no such data kind");
   }

@@ -68,7 +68,13 @@ torch::Tensor MlpImpl::forward(const torch::Tensor& inputs) {
     }
   }
   const auto& classifier = *layers_->ptr<torch::nn::LinearImpl>(last);
-  return AutocastLinear(x, classifier.weight, classifier.bias);
+  torch::Tensor out = AutocastLinear(x, classifier.weight, classifier.bias);
+  if (config_.regression.size() > 1) {  // shaped as one target, for the loss
+    std::vector<int64_t> shape = {out.size(0)};
+    shape.insert(shape.end(), config_.regression.begin(), config_.regression.end());
+    out = out.view(shape);
+  }
+  return out;
 }
 
 void MlpImpl::WriteExports(const std::string& dir) {

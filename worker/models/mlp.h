@@ -19,6 +19,9 @@ class MlpImpl : public Network {
   int64_t TrainingFlopsPerSample() const override;
   // Per hidden layer (Linear, activation, dropout).
   bool SupportsActivationCheckpointing() const override { return true; }
+  LossKind loss() const override {
+    return config_.regression.empty() ? LossKind::kCrossEntropy : LossKind::kMse;
+  }
   // model.torchscript.pt: the eval-mode forward with the trained weights (scripted_export.h).
   void WriteExports(const std::string& dir) override;
 

@@ -59,7 +59,13 @@ struct Builder {
     MlpConfig c = config;
     // Images are flattened: an MLP sees C*H*W features.
     if (c.input_dim == 0) c.input_dim = Product(data.sample, "model.mlp: the data's samples");
-    c.num_classes = Classes(c.num_classes, data, "model.mlp.num_classes");
+    if (!data.regression.empty()) {
+      // Floating targets: one output per target value, MSE.
+      c.regression = data.regression;
+      c.num_classes = Product(data.regression, "model.mlp: the regression targets");
+    } else {
+      c.num_classes = Classes(c.num_classes, data, "model.mlp.num_classes");
+    }
     if (c.hidden.empty()) {
       c.hidden = {Checked({defaults::kMlpHiddenPerInput, c.input_dim}, "model.mlp.hidden")};
     }

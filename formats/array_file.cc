@@ -1,0 +1,333 @@
+#include "formats/array_file.h"
+
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <limits>
+#include <nlohmann/json.hpp>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+
+namespace stoke::data {
+namespace {
+
+constexpr const char* kTrainable = "uint8, int32, int64, float16, bfloat16 or float32";
+// A safetensors header larger than this is no header: the format caps it at 100 MB.
+constexpr uint64_t kMaxSafetensorsHeader = 100u << 20;
+
+struct Layout {
+  ArrayDtype dtype = ArrayDtype::kUInt8;
+  std::vector<int64_t> shape;
+  size_t offset = 0;  // of the first element, from the start of the file
+};
+
+absl::Status Bad(const std::string& name, const std::string& problem) {
+  return absl::InvalidArgumentError(absl::StrCat(name, ": ", problem));
+}
+
+// The elements `shape` holds, or -1 when a dimension is negative or the product exceeds
+// what any file holds.
+int64_t Elements(const std::vector<int64_t>& shape) {
+  int64_t n = 1;
+  for (int64_t d : shape) {
+    if (d < 0 || __builtin_mul_overflow(n, d, &n)) return -1;
+  }
+  return n;
+}
+
+// The data after the header must be exactly the array: a shorter file was cut off; a
+// longer one is not what its header says.
+absl::Status CheckSize(const std::string& name, const Layout& layout, size_t file_bytes) {
+  const int64_t elements = Elements(layout.shape);
+  int64_t bytes = 0;
+  if (elements < 0 || __builtin_mul_overflow(elements, ElementBytes(layout.dtype), &bytes)) {
+    return Bad(name, "its shape is larger than any file");
+  }
+  const uint64_t available = file_bytes - layout.offset;
+  if (static_cast<uint64_t>(bytes) > available) {
+    return Bad(name, absl::StrCat("the header promises ", bytes, " bytes of data, the file holds ",
+                                  available, "; was it cut off?"));
+  }
+  if (layout.shape.empty()) return Bad(name, "a scalar: arrays of samples need a first dimension");
+  if (layout.shape[0] == 0) return Bad(name, "holds no samples (its first dimension is 0)");
+  return absl::OkStatus();
+}
+
+// The value of `key` in a .npy header, a Python dict literal such as
+// {'descr': '<f4', 'fortran_order': False, 'shape': (3, 4), }.
+std::string NpyValue(const std::string& header, const std::string& key) {
+  const size_t at = header.find("'" + key + "'");
+  if (at == std::string::npos) return "";
+  size_t begin = header.find(':', at);
+  if (begin == std::string::npos) return "";
+  begin = header.find_first_not_of(' ', begin + 1);
+  if (begin == std::string::npos) return "";
+  const char open = header[begin];
+  const char close = open == '(' ? ')' : open == '\'' ? '\'' : ',';
+  const size_t end = header.find(close, begin + 1);
+  if (end == std::string::npos) return "";
+  return open == '(' || open == '\'' ? header.substr(begin, end - begin + 1)
+                                     : header.substr(begin, end - begin);
+}
+
+absl::StatusOr<Layout> ParseNpy(const std::string& name, const uint8_t* p, size_t size) {
+  if (size < 10 || std::memcmp(p, "\x93NUMPY", 6) != 0) {
+    return Bad(name, "not a .npy file (it does not start with NumPy's magic bytes)");
+  }
+  const int major = p[6];
+  size_t header_bytes = 0;
+  size_t header_at = 0;
+  if (major == 1) {
+    header_bytes = p[8] | (size_t{p[9]} << 8);
+    header_at = 10;
+  } else if (major == 2 || major == 3) {
+    if (size < 12) return Bad(name, "a .npy header cut off");
+    header_bytes = p[8] | (size_t{p[9]} << 8) | (size_t{p[10]} << 16) | (size_t{p[11]} << 24);
+    header_at = 12;
+  } else {
+    return Bad(name, absl::StrCat(".npy format version ", major, " is not one Stoke reads (1-3)"));
+  }
+  if (header_bytes > size - header_at) return Bad(name, "a .npy header cut off");
+  const std::string header(reinterpret_cast<const char*>(p + header_at), header_bytes);
+  const std::string descr = NpyValue(header, "descr");
+  const std::string fortran = NpyValue(header, "fortran_order");
+  const std::string shape = NpyValue(header, "shape");
+  if (descr.size() < 3 || shape.size() < 2) {
+    return Bad(name, "a .npy header without descr and shape");
+  }
+  if (fortran.find("True") != std::string::npos) {
+    return Bad(name,
+               "saved in Fortran order; save it in C order (numpy.ascontiguousarray) to train "
+               "from it");
+  }
+  Layout layout;
+  layout.offset = header_at + header_bytes;
+  const std::string type = descr.substr(1, descr.size() - 2);
+  if (type == "|u1" || type == "<u1" || type == "u1") {
+    layout.dtype = ArrayDtype::kUInt8;
+  } else if (type == "<i4") {
+    layout.dtype = ArrayDtype::kInt32;
+  } else if (type == "<i8") {
+    layout.dtype = ArrayDtype::kInt64;
+  } else if (type == "<f2") {
+    layout.dtype = ArrayDtype::kFloat16;
+  } else if (type == "<f4") {
+    layout.dtype = ArrayDtype::kFloat32;
+  } else {
+    return Bad(name, absl::StrCat("dtype ", type, " is not one Stoke trains on (", kTrainable,
+                                  type == "<f8" ? "; save float64 as float32" : "", ")"));
+  }
+  // "(3, 4)", "(5,)", "()".
+  for (size_t i = 1; i + 1 < shape.size();) {
+    while (i + 1 < shape.size() && (shape[i] == ' ' || shape[i] == ',')) ++i;
+    if (i + 1 >= shape.size()) break;
+    char* end = nullptr;
+    const long long d = std::strtoll(shape.c_str() + i, &end, 10);
+    if (end == shape.c_str() + i) return Bad(name, "a .npy header whose shape is not numbers");
+    layout.shape.push_back(d);
+    i = static_cast<size_t>(end - shape.c_str());
+  }
+  return layout;
+}
+
+absl::StatusOr<Layout> ParseSafetensors(const std::string& name, const std::string& tensor,
+                                        const uint8_t* p, size_t size) {
+  uint64_t header_bytes = 0;
+  if (size >= 8) std::memcpy(&header_bytes, p, 8);  // little-endian, as every host is
+  if (size < 8 || header_bytes > kMaxSafetensorsHeader || header_bytes > size - 8) {
+    return Bad(name, "not a safetensors file (its first 8 bytes give no header length that fits)");
+  }
+  const auto header = nlohmann::json::parse(p + 8, p + 8 + header_bytes, nullptr,
+                                            /*allow_exceptions=*/false);
+  if (header.is_discarded() || !header.is_object()) {
+    return Bad(name, "not a safetensors file (its header is not a JSON object)");
+  }
+  std::vector<std::string> names;
+  for (const auto& [key, value] : header.items()) {
+    if (key != "__metadata__") names.push_back(key);
+  }
+  std::string chosen = tensor;
+  if (chosen.empty()) {
+    if (names.size() != 1) {
+      return Bad(name, absl::StrCat("holds ", names.size(),
+                                    " tensors; name one after a colon (FILE:NAME): ",
+                                    absl::StrJoin(names, ", ")));
+    }
+    chosen = names[0];
+  } else if (!header.contains(chosen) || chosen == "__metadata__") {
+    return Bad(
+        name, absl::StrCat("no tensor named ", chosen, "; it holds: ", absl::StrJoin(names, ", ")));
+  }
+  const auto& entry = header[chosen];
+  static const std::pair<const char*, ArrayDtype> kDtypes[] = {
+      {"U8", ArrayDtype::kUInt8},      {"I32", ArrayDtype::kInt32},
+      {"I64", ArrayDtype::kInt64},     {"F16", ArrayDtype::kFloat16},
+      {"BF16", ArrayDtype::kBFloat16}, {"F32", ArrayDtype::kFloat32}};
+  if (!entry.is_object() || !entry.contains("dtype") || !entry["dtype"].is_string() ||
+      !entry.contains("shape") || !entry["shape"].is_array() || !entry.contains("data_offsets") ||
+      !entry["data_offsets"].is_array() || entry["data_offsets"].size() != 2) {
+    return Bad(name, absl::StrCat("tensor ", chosen,
+                                  ": its header entry lacks dtype, shape or "
+                                  "data_offsets"));
+  }
+  const std::string dtype = entry["dtype"].get<std::string>();
+  const auto known = std::find_if(std::begin(kDtypes), std::end(kDtypes),
+                                  [&](const auto& d) { return dtype == d.first; });
+  if (known == std::end(kDtypes)) {
+    return Bad(name, absl::StrCat("tensor ", chosen, ": dtype ", dtype,
+                                  " is not one Stoke trains on (", kTrainable, ")"));
+  }
+  Layout layout;
+  layout.dtype = known->second;
+  for (const auto& d : entry["shape"]) {
+    if (!d.is_number_integer()) return Bad(name, absl::StrCat("tensor ", chosen, ": bad shape"));
+    layout.shape.push_back(d.get<int64_t>());
+  }
+  const auto& offsets = entry["data_offsets"];
+  if (!offsets[0].is_number_unsigned() || !offsets[1].is_number_unsigned()) {
+    return Bad(name, absl::StrCat("tensor ", chosen, ": bad data_offsets"));
+  }
+  const uint64_t begin = offsets[0].get<uint64_t>();
+  const uint64_t end = offsets[1].get<uint64_t>();
+  const uint64_t data_bytes = size - 8 - header_bytes;
+  if (begin > end || end > data_bytes) {
+    return Bad(name, absl::StrCat("tensor ", chosen, ": its data_offsets [", begin, ", ", end,
+                                  ") lie outside the file's ", data_bytes, " bytes of data"));
+  }
+  const int64_t elements = Elements(layout.shape);
+  if (elements < 0 || static_cast<uint64_t>(elements) * ElementBytes(layout.dtype) != end - begin) {
+    return Bad(name, absl::StrCat("tensor ", chosen, ": its shape and dtype take other than the ",
+                                  end - begin, " bytes its data_offsets span"));
+  }
+  layout.offset = 8 + header_bytes + begin;
+  return layout;
+}
+
+template <typename T>
+void Widen(const uint8_t* p, int64_t n, int64_t* min, int64_t* max) {
+  for (int64_t i = 0; i < n; ++i) {
+    T v;
+    std::memcpy(&v, p + i * sizeof(T), sizeof(T));
+    *min = std::min<int64_t>(*min, v);
+    *max = std::max<int64_t>(*max, v);
+  }
+}
+
+}  // namespace
+
+const char* DtypeName(ArrayDtype dtype) {
+  switch (dtype) {
+    case ArrayDtype::kUInt8:
+      return "uint8";
+    case ArrayDtype::kInt32:
+      return "int32";
+    case ArrayDtype::kInt64:
+      return "int64";
+    case ArrayDtype::kFloat16:
+      return "float16";
+    case ArrayDtype::kBFloat16:
+      return "bfloat16";
+    case ArrayDtype::kFloat32:
+      return "float32";
+  }
+  return "?";
+}
+
+int64_t ElementBytes(ArrayDtype dtype) {
+  switch (dtype) {
+    case ArrayDtype::kUInt8:
+      return 1;
+    case ArrayDtype::kFloat16:
+    case ArrayDtype::kBFloat16:
+      return 2;
+    case ArrayDtype::kInt32:
+    case ArrayDtype::kFloat32:
+      return 4;
+    case ArrayDtype::kInt64:
+      return 8;
+  }
+  return 1;
+}
+
+std::pair<std::string, std::string> SplitArrayName(const std::string& name) {
+  const std::string suffix = ".safetensors:";
+  const size_t at = name.rfind(suffix);
+  if (at == std::string::npos) return {name, ""};
+  return {name.substr(0, at + suffix.size() - 1), name.substr(at + suffix.size())};
+}
+
+absl::StatusOr<std::shared_ptr<const ArrayFile>> ArrayFile::Open(const std::string& name,
+                                                                 const ReadOptions& options) {
+  const auto [path, tensor] = SplitArrayName(name);
+  const bool safetensors = path.size() >= 12 && path.rfind(".safetensors") == path.size() - 12;
+  const bool npy = path.size() >= 4 && path.rfind(".npy") == path.size() - 4;
+  if (!safetensors && !npy) {
+    return Bad(name, "not an array file Stoke reads (.npy, or .safetensors[:TENSOR])");
+  }
+  long long size = 0;
+  auto opened = OpenDataFile(path, options, &size);
+  if (!opened.ok()) return opened.status();
+  if (size == 0) {
+    close(*opened);
+    return Bad(name, "empty");
+  }
+  void* map = mmap(nullptr, static_cast<size_t>(size), PROT_READ, MAP_PRIVATE, *opened, 0);
+  close(*opened);
+  if (map == MAP_FAILED) {
+    return absl::UnavailableError(absl::StrCat(path, ": cannot map: ", std::strerror(errno)));
+  }
+  std::shared_ptr<ArrayFile> file(new ArrayFile());
+  file->name_ = name;
+  file->map_ = map;
+  file->map_bytes_ = static_cast<size_t>(size);
+  const auto* bytes = static_cast<const uint8_t*>(map);
+  auto layout = safetensors ? ParseSafetensors(name, tensor, bytes, file->map_bytes_)
+                            : ParseNpy(name, bytes, file->map_bytes_);
+  if (!layout.ok()) return layout.status();
+  if (auto s = CheckSize(name, *layout, file->map_bytes_); !s.ok()) return s;
+  file->dtype_ = layout->dtype;
+  file->shape_ = layout->shape;
+  file->data_ = bytes + layout->offset;
+  file->row_bytes_ = ElementBytes(layout->dtype) * Elements(file->row_shape());
+  // Samples are read in random order: read-ahead would fetch what no batch wants.
+  madvise(map, file->map_bytes_, MADV_RANDOM);
+  return std::shared_ptr<const ArrayFile>(std::move(file));
+}
+
+ArrayFile::~ArrayFile() {
+  if (map_ != nullptr) munmap(map_, map_bytes_);
+}
+
+absl::Status ArrayFile::IntegerRange(int64_t begin, int64_t end, int64_t* min, int64_t* max,
+                                     const ReadOptions& options) const {
+  if (!IsInteger(dtype_)) {
+    return Bad(name_, absl::StrCat("holds ", DtypeName(dtype_), ", not integers"));
+  }
+  *min = std::numeric_limits<int64_t>::max();
+  *max = std::numeric_limits<int64_t>::min();
+  const int64_t per_row = row_bytes_ / ElementBytes(dtype_);
+  constexpr int64_t kPieceRows = int64_t{1} << 16;
+  for (int64_t first = begin; first < end; first += kPieceRows) {
+    if (options.cancelled()) return ReadCancelled(name_);
+    const int64_t n = std::min(end - first, kPieceRows) * per_row;
+    switch (dtype_) {
+      case ArrayDtype::kUInt8:
+        Widen<uint8_t>(row(first), n, min, max);
+        break;
+      case ArrayDtype::kInt32:
+        Widen<int32_t>(row(first), n, min, max);
+        break;
+      default:
+        Widen<int64_t>(row(first), n, min, max);
+        break;
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace stoke::data

@@ -261,6 +261,34 @@ std::pair<std::string, std::string> SplitArrayName(const std::string& name) {
   return {name.substr(0, at + suffix.size() - 1), name.substr(at + suffix.size())};
 }
 
+absl::StatusOr<std::vector<std::string>> ListArrays(const std::string& path,
+                                                    const ReadOptions& options) {
+  if (path.size() < 12 || path.rfind(".safetensors") != path.size() - 12) return {{path}};
+  long long size = 0;
+  auto opened = OpenDataFile(path, options, &size);
+  if (!opened.ok()) return opened.status();
+  uint64_t header_bytes = 0;
+  std::string header;
+  bool read = size >= 8 && pread(*opened, &header_bytes, 8, 0) == 8 &&
+              header_bytes <= kMaxSafetensorsHeader &&
+              header_bytes <= static_cast<uint64_t>(size) - 8;
+  if (read) {
+    header.resize(header_bytes);
+    read = pread(*opened, header.data(), header_bytes, 8) == static_cast<ssize_t>(header_bytes);
+  }
+  close(*opened);
+  const auto parsed =
+      read ? nlohmann::json::parse(header, nullptr, /*allow_exceptions=*/false) : nlohmann::json();
+  if (!read || parsed.is_discarded() || !parsed.is_object()) {
+    return Bad(path, "not a safetensors file (no JSON header that fits)");
+  }
+  std::vector<std::string> names;
+  for (const auto& [key, value] : parsed.items()) {
+    if (key != "__metadata__") names.push_back(path + ":" + key);
+  }
+  return names;
+}
+
 absl::StatusOr<std::shared_ptr<const ArrayFile>> ArrayFile::Open(const std::string& name,
                                                                  const ReadOptions& options) {
   const auto [path, tensor] = SplitArrayName(name);

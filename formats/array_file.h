@@ -62,6 +62,11 @@ class ArrayFile {
   int64_t row_bytes_ = 0;
 };
 
+// The arrays in `path`: itself for a .npy file, "path:tensor" for each tensor of a
+// safetensors file (reading its header only).
+absl::StatusOr<std::vector<std::string>> ListArrays(const std::string& path,
+                                                    const ReadOptions& options = {});
+
 // Splits "file.safetensors:tensor" into the file and the tensor's name (empty when none
 // is named); any other name is a file.
 std::pair<std::string, std::string> SplitArrayName(const std::string& name);

@@ -44,6 +44,8 @@ int ExportCommand(CliContext& cli, const std::string& id, const std::string& pat
                   const std::string& format);
 // Local: needs no coordinator.
 int TokenizeCommand(const std::string& text_path, const std::string& token_path);
+// Local: what Stoke would read from each path (data_inspect.cc); kExitUsage on a problem.
+int DataInspectCommand(const std::vector<std::string>& paths);
 // Local: prints a new token once, and the tokens-file line that grants it `role`.
 // `hosts`: a worker token's hosts (--host), whose workers alone it may register.
 int TokenCreateCommand(const std::string& name, const std::string& role,

@@ -90,6 +90,17 @@ int main(int argc, char** argv) {
   tokenize->add_option("text", text_path, "Any file")->required();
   tokenize->add_option("tokens", out_path, "The token file to write")->required();
 
+  std::vector<std::string> data_paths;
+  auto* data_cmd = app.add_subcommand("data", "Look at data files before submitting a job");
+  data_cmd->require_subcommand(1);
+  auto* data_inspect = data_cmd->add_subcommand(
+      "inspect", "What Stoke would read from each path: kind, samples, shapes, dtypes, classes");
+  data_inspect
+      ->add_option("paths", data_paths,
+                   "Array files (.npy, .safetensors[:TENSOR]), MNIST or CIFAR-10 folders, token "
+                   "files")
+      ->required();
+
   std::string token_name, token_role;
   auto* token_cmd = app.add_subcommand("token", "Manage access tokens");
   token_cmd->require_subcommand(1);
@@ -116,6 +127,7 @@ int main(int argc, char** argv) {
   }
 
   if (*tokenize) return TokenizeCommand(text_path, out_path);
+  if (*data_inspect) return DataInspectCommand(data_paths);
   if (*token_create) return TokenCreateCommand(token_name, token_role, token_hosts);
 
   // Flags, then the environment, then the config file, then the default.

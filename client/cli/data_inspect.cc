@@ -1,0 +1,113 @@
+// `stoke data inspect PATH...`: what Stoke would read from each path, with the readers the
+// worker trains from and the coordinator checks submissions with (formats/), before any
+// job is submitted: the kind of data, samples, shapes, dtypes, classes, or the problem.
+#include <sys/stat.h>
+
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "client/cli/commands.h"
+#include "formats/array_file.h"
+#include "formats/array_set.h"
+#include "formats/image_set.h"
+#include "formats/token_file.h"
+
+namespace stoke::client {
+namespace {
+
+std::string Dims(const std::vector<int64_t>& dims) {
+  return absl::StrCat("[", absl::StrJoin(dims, ", "), "]");
+}
+
+absl::StatusOr<std::string> DescribeFolder(const std::string& path) {
+  auto mnist = data::InspectMnistFolder(path);
+  auto cifar = mnist.ok() ? mnist : data::InspectCifar10Folder(path);
+  if (!cifar.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("no data folder Stoke reads: as data.mnist: ", mnist.status().message(),
+                     "; as data.cifar10: ", cifar.status().message()));
+  }
+  const data::ImageSplits& s = *cifar;
+  return absl::StrCat(mnist.ok() ? "data.mnist" : "data.cifar10", " folder: ", s.train.count,
+                      " training and ", s.test.count, " test images, uint8 ",
+                      Dims({s.train.channels, s.train.height, s.train.width}), ", ",
+                      s.train.num_classes, " classes");
+}
+
+absl::StatusOr<std::string> DescribeArrayFile(const std::string& name) {
+  auto opened = data::ArrayFile::Open(name);
+  if (!opened.ok()) return opened.status();
+  const data::ArrayFile& array = **opened;
+  std::string text =
+      absl::StrCat("array ", data::DescribeArray(array), ": ", array.rows(), " samples");
+  const std::vector<int64_t> row = array.row_shape();
+  if (array.dtype() == data::ArrayDtype::kUInt8 && (row.size() == 2 || row.size() == 3)) {
+    return absl::StrCat(text, " of ", Dims(row), ", images as inputs");
+  }
+  if (!row.empty()) absl::StrAppend(&text, " of ", Dims(row));
+  if (data::IsInteger(array.dtype())) {
+    int64_t min = 0, max = 0;
+    if (auto s = array.IntegerRange(0, array.rows(), &min, &max); !s.ok()) return s;
+    if (min >= 0 && max >= 1) {
+      absl::StrAppend(&text, "; as targets, class indices ", min, "-", max, " (", max + 1,
+                      " classes)");
+    } else {
+      absl::StrAppend(&text, "; values ", min, " to ", max, " (no class indices)");
+    }
+  } else {
+    absl::StrAppend(&text, "; as targets, regression");
+  }
+  return text;
+}
+
+absl::StatusOr<std::string> DescribeTokens(const std::string& path) {
+  auto opened = data::TokenFile::Open(path);
+  if (!opened.ok()) return opened.status();
+  int64_t largest = 0;
+  // Every id is below 65536: the first at or above largest + 1, raised until none is.
+  for (int64_t id = 0; (*opened)->FirstOutOfVocabulary(largest + 1, &id) >= 0;) largest = id;
+  return absl::StrCat("data.tokens file: ", (*opened)->size(), " uint16 token ids, the largest ",
+                      largest, " (data.tokens.vocab_size at least ", largest + 1, ")");
+}
+
+}  // namespace
+
+int DataInspectCommand(const std::vector<std::string>& paths) {
+  int exit_code = kExitOk;
+  for (const std::string& path : paths) {
+    const auto [file, tensor] = data::SplitArrayName(path);
+    struct stat st;
+    std::vector<absl::StatusOr<std::string>> lines;
+    std::vector<std::string> names = {path};
+    if (stat(file.c_str(), &st) != 0) {
+      lines.push_back(absl::NotFoundError(absl::StrCat("cannot read: no such file or folder")));
+    } else if (S_ISDIR(st.st_mode)) {
+      lines.push_back(DescribeFolder(path));
+    } else if (file.size() >= 4 && (file.rfind(".npy") == file.size() - 4 ||
+                                    file.rfind(".safetensors") == file.size() - 12)) {
+      if (tensor.empty()) {
+        auto listed = data::ListArrays(file);
+        if (listed.ok()) names = *listed;
+      }
+      for (const std::string& name : names) lines.push_back(DescribeArrayFile(name));
+    } else {
+      lines.push_back(DescribeTokens(path));
+    }
+    for (size_t i = 0; i < lines.size(); ++i) {
+      if (lines[i].ok()) {
+        std::printf("%s: %s\n", names[i].c_str(), lines[i]->c_str());
+      } else {
+        // Readers' messages name the file already.
+        const std::string message(lines[i].status().message());
+        std::printf("%s: problem: %s\n", names[i].c_str(), message.c_str());
+        exit_code = kExitUsage;
+      }
+    }
+  }
+  return exit_code;
+}
+
+}  // namespace stoke::client

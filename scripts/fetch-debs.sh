@@ -2,7 +2,7 @@
 # For a host with no package registry (a GPU machine behind a firewall): run this on a
 # connected Debian 12 machine to download the Debian packages Stoke builds with — gRPC,
 # protobuf, abseil, prometheus-cpp, yaml-cpp, SQLite, CLI11, spdlog, fmt, nlohmann-json,
-# GoogleTest — and every library they need, into DIR, with the script that installs them
+# libjpeg-turbo, libpng, GoogleTest — and every library they need, into DIR, with the script that installs them
 # (DIR/setup.sh, a copy of scripts/install-debs.sh). Carry DIR to the host with the
 # source tree (.gpu-deps/ is git-ignored) and there run, from the repository root:
 #   source .gpu-deps/setup.sh && scripts/gpu-check.sh
@@ -26,7 +26,7 @@ here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 wanted=(
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler libabsl-dev
   prometheus-cpp-dev libsqlite3-dev libpq-dev libyaml-cpp-dev nlohmann-json3-dev libcli11-dev
-  libspdlog-dev libfmt-dev libgtest-dev libgmock-dev zlib1g-dev
+  libspdlog-dev libfmt-dev libgtest-dev libgmock-dev zlib1g-dev libjpeg62-turbo-dev libpng-dev
   "$@"
 )
 host_has=(

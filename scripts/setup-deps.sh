@@ -20,7 +20,7 @@ packages=(
   build-essential cmake ninja-build pkg-config
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler libabsl-dev
   prometheus-cpp-dev libsqlite3-dev libpq-dev libyaml-cpp-dev nlohmann-json3-dev libcli11-dev
-  libspdlog-dev libfmt-dev libssl-dev
+  libspdlog-dev libfmt-dev libssl-dev libjpeg62-turbo-dev libpng-dev
 )
 # Commands the tests need, by the Debian packages that bring them. Node.js may come from
 # elsewhere (its own archive bundles npm), so the command counts, not the package.
@@ -31,6 +31,8 @@ if [ "${1:-}" != --build-only ] && [ "${STOKE_DEPS:-}" != build ]; then
   # The Python SDK and its tests; openssl makes the TLS tests' certificates.
   packages+=(python3-grpcio python3-protobuf python3-yaml python3-pytest python3-pip
     python3-setuptools openssl)
+  # The image data tests write their JPEGs and PNGs with Pillow and compare its decoding.
+  packages+=(python3-pil)
   # The PostgreSQL store's tests start a throwaway server (initdb, postgres, psql).
   packages+=(postgresql)
   packages+=(clang libclang-rt-14-dev)  # the libFuzzer targets (tests/fuzz, -DSTOKE_FUZZ=ON)

@@ -24,6 +24,12 @@ inline constexpr bool kShuffle = true;
 inline constexpr bool kNormalize = true;
 // data.arrays without validation arrays: the share of the rows held out.
 inline constexpr double kValFraction = 0.1;
+// data.images.
+inline constexpr int64_t kImageSize = 224;
+inline constexpr int kImageChannels = 3;
+inline constexpr double kMinCropArea = 0.08;
+// data.max_bad_fraction: the share of a data set's files that may be undecodable.
+inline constexpr double kMaxBadFraction = 0.001;
 
 // model.*: an MLP's one hidden layer is this many times its input width.
 inline constexpr int64_t kMlpHiddenPerInput = 4;

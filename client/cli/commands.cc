@@ -253,6 +253,10 @@ int StatusCommand(CliContext& cli, const std::string& id) {
     if (!spec.has_command()) {  // Stoke's loop measures these; a script does not
       std::printf("  step time  %.1f ms, waiting for data %.1f%%", m.step_seconds() * 1e3,
                   m.data_wait_ratio() * 100);
+      if (m.samples_skipped() > 0) {
+        std::printf(", %llu damaged samples skipped",
+                    static_cast<unsigned long long>(m.samples_skipped()));
+      }
       if (job->placement_size() > 1) {
         std::printf(", waiting for gradient all-reduce %.1f%%", m.comm_wait_ratio() * 100);
       }

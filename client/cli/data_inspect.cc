@@ -3,6 +3,7 @@
 // job is submitted: the kind of data, samples, shapes, dtypes, classes, or the problem.
 #include <sys/stat.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <string>
 #include <vector>
@@ -12,6 +13,8 @@
 #include "client/cli/commands.h"
 #include "formats/array_file.h"
 #include "formats/array_set.h"
+#include "formats/image_decode.h"
+#include "formats/image_files.h"
 #include "formats/image_set.h"
 #include "formats/token_file.h"
 
@@ -22,7 +25,40 @@ std::string Dims(const std::vector<int64_t>& dims) {
   return absl::StrCat("[", absl::StrJoin(dims, ", "), "]");
 }
 
+// Headers of this many images, spread over the list, are read.
+constexpr size_t kCheckedImages = 64;
+
+// Classes, images per split, and the sizes of a sample of them; the first that cannot be
+// read is the problem.
+absl::StatusOr<std::string> DescribeImages(const std::string& what, const data::ImageList& list) {
+  int min_side = 1 << 30, max_side = 0;
+  const size_t checked = std::min(kCheckedImages, list.files.size());
+  for (size_t i = 0; i < checked; ++i) {
+    const std::string& path = list.files[i * list.files.size() / checked].path;
+    std::string bytes;
+    std::FILE* f = std::fopen(path.c_str(), "rb");
+    if (f == nullptr) return absl::NotFoundError(absl::StrCat(path, ": cannot open"));
+    char buffer[1 << 16];
+    for (size_t n; (n = std::fread(buffer, 1, sizeof(buffer), f)) > 0;) bytes.append(buffer, n);
+    std::fclose(f);
+    auto size = data::ReadImageSize(reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size());
+    if (!size.ok())
+      return absl::InvalidArgumentError(absl::StrCat(path, ": ", size.status().message()));
+    min_side = std::min({min_side, size->width, size->height});
+    max_side = std::max({max_side, size->width, size->height});
+  }
+  return absl::StrCat(
+      what, ": ", list.files.size(), " images in ", list.classes.size(), " classes (",
+      absl::StrJoin(list.classes.begin(),
+                    list.classes.begin() + std::min<size_t>(list.classes.size(), 5), ", "),
+      list.classes.size() > 5 ? ", ..." : "", "); sides of ", checked, " of them from ", min_side,
+      " to ", max_side, " pixels");
+}
+
 absl::StatusOr<std::string> DescribeFolder(const std::string& path) {
+  if (auto images = data::ListImageFolder(path); images.ok()) {
+    return DescribeImages("data.images folder", *images);
+  }
   auto mnist = data::InspectMnistFolder(path);
   auto cifar = mnist.ok() ? mnist : data::InspectCifar10Folder(path);
   if (!cifar.ok()) {
@@ -93,6 +129,11 @@ int DataInspectCommand(const std::vector<std::string>& paths) {
         if (listed.ok()) names = *listed;
       }
       for (const std::string& name : names) lines.push_back(DescribeArrayFile(name));
+    } else if (file.size() > 4 &&
+               (file.rfind(".csv") == file.size() - 4 || file.rfind(".jsonl") == file.size() - 6)) {
+      auto manifest = data::ReadImageManifest(path);
+      lines.push_back(manifest.ok() ? DescribeImages("data.images manifest", *manifest)
+                                    : absl::StatusOr<std::string>(manifest.status()));
     } else {
       lines.push_back(DescribeTokens(path));
     }

@@ -58,6 +58,9 @@ std::string ProgressView::ProgressText(bool with_bar) const {
   if (m.comm_wait_ratio() >= 0.05) {
     absl::StrAppend(&text, absl::StrFormat("  all-reduce wait %.0f%%", 100 * m.comm_wait_ratio()));
   }
+  if (m.samples_skipped() > 0) {
+    absl::StrAppend(&text, absl::StrFormat("  %d damaged samples skipped", m.samples_skipped()));
+  }
   if (m.skipped_steps() > 0) {
     absl::StrAppend(&text, absl::StrFormat("  fp16 skipped %d steps (scale %g)", m.skipped_steps(),
                                            m.loss_scale()));

@@ -529,6 +529,13 @@ void ResolveRelativePaths(v1::JobSpec& spec, const std::string& base_dir) {
       resolve(data->mutable_tokens()->mutable_train_path());
       resolve(data->mutable_tokens()->mutable_val_path());
     }
+    if (data->has_images()) {
+      auto* i = data->mutable_images();
+      for (std::string* path : {i->mutable_path(), i->mutable_manifest(), i->mutable_val_path(),
+                                i->mutable_val_manifest()}) {
+        resolve(path);
+      }
+    }
     if (data->has_arrays()) {  // "file.safetensors:tensor" keeps its tensor's name
       auto* a = data->mutable_arrays();
       for (std::string* name : {a->mutable_inputs(), a->mutable_targets(), a->mutable_val_inputs(),

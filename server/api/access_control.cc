@@ -150,6 +150,13 @@ v1::Job RedactForNonOwner(v1::Job job) {
     data->mutable_tokens()->clear_train_path();
     data->mutable_tokens()->clear_val_path();
   }
+  if (data->has_images()) {
+    auto* images = data->mutable_images();
+    images->clear_path();
+    images->clear_manifest();
+    images->clear_val_path();
+    images->clear_val_manifest();
+  }
   if (data->has_arrays()) {
     auto* arrays = data->mutable_arrays();
     arrays->clear_inputs();

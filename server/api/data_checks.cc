@@ -10,6 +10,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "formats/array_set.h"
+#include "formats/image_decode.h"
+#include "formats/image_files.h"
 #include "formats/image_set.h"
 #include "formats/token_file.h"
 #include "spec/job_defaults.h"
@@ -159,6 +161,55 @@ absl::StatusOr<DataFacts> ArrayFacts(const v1::JobSpec& spec, const DataRoots& r
   return facts;
 }
 
+// Headers of this many images, spread over the training list, are read at submission.
+constexpr size_t kCheckedImages = 64;
+
+// data.images: the files listed (folders walked, manifests read) beneath the roots, and a
+// sample of them opened and their headers read as the worker will.
+absl::StatusOr<DataFacts> ImageFileFacts(const v1::ImageDataSpec& spec, const DataRoots& roots) {
+  data::ImageSplitNames names;
+  names.val_fraction = spec.has_val_fraction() ? spec.val_fraction() : defaults::kValFraction;
+  const std::pair<const char*, std::pair<const std::string*, std::string*>> fields[] = {
+      {"path", {&spec.path(), &names.path}},
+      {"manifest", {&spec.manifest(), &names.manifest}},
+      {"val_path", {&spec.val_path(), &names.val_path}},
+      {"val_manifest", {&spec.val_manifest(), &names.val_manifest}}};
+  for (const auto& [field, paths] : fields) {
+    if (paths.first->empty()) continue;
+    auto resolved = roots.Resolve(absl::StrCat("data.images.", field), *paths.first);
+    if (!resolved.ok()) return resolved.status();
+    *paths.second = *resolved;
+  }
+  auto split = data::ListImageSplit(names, Rooted(roots));
+  if (!split.ok()) return absl::InvalidArgumentError(split.status().message());
+  const std::vector<data::ImageFile>& files = split->train.files;
+  const size_t checked = std::min(kCheckedImages, files.size());
+  std::string bytes;
+  for (size_t i = 0; i < checked; ++i) {
+    const std::string& path = files[i * files.size() / checked].path;
+    long long size = 0;
+    auto fd = data::OpenDataFile(path, Rooted(roots), &size);
+    if (!fd.ok()) return FromReader("data.images", fd.status());
+    bytes.resize(static_cast<size_t>(std::min<long long>(size, 1 << 20)));
+    const ssize_t n = pread(*fd, bytes.data(), bytes.size(), 0);
+    close(*fd);
+    auto header = data::ReadImageSize(reinterpret_cast<const uint8_t*>(bytes.data()),
+                                      n > 0 ? static_cast<size_t>(n) : 0);
+    if (!header.ok()) {
+      return Invalid("data.images", absl::StrCat(path, ": ", header.status().message()));
+    }
+  }
+  DataFacts facts;
+  facts.kind = DataFacts::Kind::kImage;
+  facts.source = Source(spec.path().empty() ? "data.images.manifest" : "data.images.path",
+                        spec.path().empty() ? spec.manifest() : spec.path());
+  const int64_t side = spec.size() ? spec.size() : defaults::kImageSize;
+  facts.sample = {spec.channels() ? spec.channels() : defaults::kImageChannels, side, side};
+  facts.num_classes = split->num_classes;
+  facts.train_samples = static_cast<int64_t>(files.size());
+  return facts;
+}
+
 }  // namespace
 
 DataRoots::DataRoots(const std::vector<std::string>& roots) {
@@ -261,8 +312,11 @@ absl::StatusOr<DataFacts> InspectData(const v1::JobSpec& spec, const DataRoots& 
     }
     case v1::DataSpec::kArrays:
       return ArrayFacts(spec, roots);
+    case v1::DataSpec::kImages:
+      return ImageFileFacts(data.images(), roots);
     default:
-      return Invalid("data", "required: set one of synthetic, mnist, cifar10, tokens, arrays");
+      return Invalid("data",
+                     "required: set one of synthetic, mnist, cifar10, tokens, arrays, images");
   }
 }
 

@@ -90,6 +90,20 @@ absl::Status ValidateData(const v1::DataSpec& data) {
     case v1::DataSpec::kCifar10:
     case v1::DataSpec::kArrays:
       break;  // paths: data_checks.cc
+    case v1::DataSpec::kImages: {
+      const auto& images = data.images();
+      if (images.size() != 0 && (images.size() < 8 || images.size() > 4096)) {
+        return Invalid("data.images.size", "from 8 to 4096 pixels");
+      }
+      if (images.channels() != 0 && images.channels() != 1 && images.channels() != 3) {
+        return Invalid("data.images.channels", "1 (grey) or 3 (RGB)");
+      }
+      if (images.has_min_crop_area() &&
+          !(images.min_crop_area() > 0 && images.min_crop_area() <= 1)) {
+        return Invalid("data.images.min_crop_area", "more than 0, at most 1");
+      }
+      break;  // paths: data_checks.cc
+    }
     case v1::DataSpec::kTokens:
       if (data.tokens().vocab_size() > kMaxVocab) {
         return Invalid("data.tokens.vocab_size",
@@ -99,7 +113,12 @@ absl::Status ValidateData(const v1::DataSpec& data) {
         return Invalid("data.tokens.context", "at most 65536");
       break;
     default:
-      return Invalid("data", "required: set one of synthetic, mnist, cifar10, tokens, arrays");
+      return Invalid("data",
+                     "required: set one of synthetic, mnist, cifar10, tokens, arrays, images");
+  }
+  if (data.has_max_bad_fraction() &&
+      !(data.max_bad_fraction() >= 0 && data.max_bad_fraction() < 1)) {
+    return Invalid("data.max_bad_fraction", "at least 0, below 1");
   }
   if (data.loader().threads() > 256) return Invalid("data.loader.threads", "at most 256");
   if (data.loader().prefetch() > 64) return Invalid("data.loader.prefetch", "at most 64");

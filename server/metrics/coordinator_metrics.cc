@@ -191,6 +191,12 @@ CoordinatorMetrics::CoordinatorMetrics(const Options& options,
   job_reported_ = &Gauge("stoke_job_reported",
                          "Script jobs: the latest value of each scalar the program reports "
                          "(stoke.report), by name; at most 32 names a job");
+  job_samples_skipped_ = &prometheus::BuildCounter()
+                              .Name("stoke_job_samples_skipped_total")
+                              .Help(
+                                  "Training samples skipped because their file could not be "
+                                  "read or decoded (a damaged image), all attempts")
+                              .Register(*registry_);
   for (const DeviceGaugeDef& def : kDeviceGauges) {
     device_families_[def.name] = &Gauge(def.name, def.help);
   }
@@ -359,6 +365,17 @@ void CoordinatorMetrics::SetJob(JobSeries& series, const v1::Job& job, bool fini
       it = series.stragglers.erase(it);
     }
   }
+  // The worker counts per attempt; the counter sums the attempts (a smaller count than the
+  // last one seen is a new attempt's).
+  const uint64_t skipped = job.latest_metrics().samples_skipped();
+  if (skipped < series.samples_skipped_seen) series.samples_skipped_seen = 0;
+  if (skipped > series.samples_skipped_seen) {
+    if (series.samples_skipped == nullptr) {
+      series.samples_skipped = &job_samples_skipped_->Add({{"job", job.id()}});
+    }
+    series.samples_skipped->Increment(static_cast<double>(skipped - series.samples_skipped_seen));
+    series.samples_skipped_seen = skipped;
+  }
   // A name once reported keeps its series (the worker sends every name's latest value);
   // the worker admits at most kMaxReportedScalars names, and so does this.
   for (const auto& [name, value] : job.latest_metrics().scalars()) {
@@ -380,6 +397,7 @@ void CoordinatorMetrics::RemoveJob(JobSeries& series) {
   for (auto& [worker, gauge] : series.placements) job_device_->Remove(gauge);
   for (auto& [labels, gauge] : series.stragglers) job_straggler_->Remove(gauge);
   for (auto& [name, gauge] : series.reported) job_reported_->Remove(gauge);
+  if (series.samples_skipped != nullptr) job_samples_skipped_->Remove(series.samples_skipped);
 }
 
 void CoordinatorMetrics::RefreshJobs(const std::vector<v1::Job>& active, absl::Time now) {

@@ -79,6 +79,8 @@ class CoordinatorMetrics final : public RpcObserver {
     std::map<std::string, prometheus::Gauge*> placements;  // by worker id
     std::map<prometheus::Labels, prometheus::Gauge*> stragglers;  // while each straggles
     std::map<std::string, prometheus::Gauge*> reported;           // script jobs' scalars, by name
+    prometheus::Counter* samples_skipped = nullptr;
+    uint64_t samples_skipped_seen = 0;  // the attempt's count last added to the counter
     v1::Job last;
     std::optional<absl::Time> finished_at;
     uint32_t startup_observed_attempt = 0;  // its start-up is in the histogram
@@ -114,6 +116,7 @@ class CoordinatorMetrics final : public RpcObserver {
   GaugeFamily* job_device_ = nullptr;
   GaugeFamily* job_straggler_ = nullptr;
   GaugeFamily* job_reported_ = nullptr;
+  prometheus::Family<prometheus::Counter>* job_samples_skipped_ = nullptr;
   prometheus::Histogram* job_startup_ = nullptr;
   // Devices: by name (stoke_device_*).
   std::map<std::string, GaugeFamily*> device_families_;

@@ -170,6 +170,17 @@ struct ArrayDataConfig {
   double val_fraction = defaults::kValFraction;
 };
 
+struct ImageDataConfig {
+  std::string path;  // class folders, or
+  std::string manifest;
+  std::string val_path;  // held-out class folders, or a manifest; neither: every k-th image
+  std::string val_manifest;
+  double val_fraction = defaults::kValFraction;
+  int64_t size = defaults::kImageSize;
+  int channels = defaults::kImageChannels;
+  double min_crop_area = defaults::kMinCropArea;
+};
+
 struct LoaderConfig {
   int threads = 0;  // 0: one per core, at most 8
   int prefetch = defaults::kLoaderPrefetch;
@@ -185,8 +196,9 @@ struct AugmentConfig {
 
 struct DataConfig {
   std::variant<SyntheticDataConfig, MnistDataConfig, Cifar10DataConfig, TokenDataConfig,
-               ArrayDataConfig>
+               ArrayDataConfig, ImageDataConfig>
       source;
+  double max_bad_fraction = defaults::kMaxBadFraction;
   LoaderConfig loader;
   AugmentConfig augment;
 };
@@ -333,8 +345,9 @@ struct MetricSample {
   uint64_t memory_reserved_bytes = 0;
   uint64_t memory_peak_bytes = 0;
   uint64_t allocator_retries = 0;
-  uint64_t skipped_steps = 0;  // fp16: steps skipped for overflowing gradients, so far
-  double loss_scale = 0;       // fp16: the loss scale now
+  uint64_t skipped_steps = 0;    // fp16: steps skipped for overflowing gradients, so far
+  double loss_scale = 0;         // fp16: the loss scale now
+  uint64_t samples_skipped = 0;  // damaged files skipped by this attempt so far
   std::optional<EvalResult> eval;
   // Script jobs: the latest value of every other scalar the program has reported.
   std::map<std::string, double> scalars;

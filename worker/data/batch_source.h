@@ -26,6 +26,8 @@ class BatchSource {
   // Seconds the caller spent blocked in Next() since the last call: the time training
   // waited for data.
   virtual double TakeWaitSeconds() { return 0; }
+  // Samples skipped so far because their file could not be read (Dataset::SkippedSamples).
+  virtual int64_t SkippedSamples() const { return 0; }
   // The model takes its images channels-last: a source that prepares image batches on
   // the device writes them in NHWC memory from here on (a data set's values are the same;
   // synthetic noise is drawn in that memory order, by the same rule). Called before the

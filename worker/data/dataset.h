@@ -28,6 +28,8 @@ class Dataset {
   // several loader threads at once, on different rows.
   virtual void Fill(int64_t index, int64_t epoch, int64_t row, torch::Tensor& inputs,
                     torch::Tensor& targets) const = 0;
+  // Samples skipped so far because their file could not be read (a damaged image).
+  virtual int64_t SkippedSamples() const { return 0; }
 };
 
 // Labelled images: uint8 [n, C, H, W] inputs, int64 [n] class targets.

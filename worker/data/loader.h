@@ -44,6 +44,7 @@ class BatchLoader final : public BatchSource {
   int64_t BatchesPerEpoch() const override { return sampler_.batches_per_epoch(); }
   DataShape Shape() const override { return dataset_->Shape(); }
   double TakeWaitSeconds() override;
+  int64_t SkippedSamples() const override { return dataset_->SkippedSamples(); }
   // Next() prepares batches on the calling thread, so this needs no lock.
   void SetImagesChannelsLast(bool on) override { prep_.set_channels_last(on); }
 

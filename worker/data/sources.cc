@@ -7,9 +7,11 @@
 #include <thread>
 
 #include "formats/array_set.h"
+#include "formats/image_files.h"
 #include "formats/image_set.h"
 #include "formats/token_file.h"
 #include "worker/common/status_error.h"
+#include "worker/data/image_file_dataset.h"
 #include "worker/data/loader.h"
 #include "worker/data/synthetic.h"
 
@@ -19,8 +21,10 @@ namespace {
 // Batches drawn for evaluation on synthetic data when the spec does not say.
 constexpr int64_t kSyntheticEvalBatches = 10;
 
-BatchLoader::Options LoaderOptions(const TrainTask& task, torch::Device device,
-                                   int64_t start_batch) {
+// `decodes`: the loader threads decode images, work that scales with every core a GPU
+// host has; otherwise they copy bytes, for which eight are plenty.
+BatchLoader::Options LoaderOptions(const TrainTask& task, torch::Device device, int64_t start_batch,
+                                   bool decodes = false) {
   BatchLoader::Options o;
   o.batch_size = task.training.batch_size;
   // By default one loader thread per core, at most 8; a CPU worker's loaders compete with
@@ -28,7 +32,8 @@ BatchLoader::Options LoaderOptions(const TrainTask& task, torch::Device device,
   const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   const int budget =
       device.is_cuda() ? cores : std::max(1, static_cast<int>(torch::get_num_threads()));
-  o.threads = task.data.loader.threads > 0 ? task.data.loader.threads : std::min(budget, 8);
+  o.threads = task.data.loader.threads > 0 ? task.data.loader.threads
+                                           : (decodes ? budget : std::min(budget, 8));
   o.prefetch = std::max(1, task.data.loader.prefetch);
   o.pin_memory = task.data.loader.pin_memory;
   o.shuffle = task.data.loader.shuffle;
@@ -133,6 +138,37 @@ DataPipeline OpenArrays(const TrainTask& task, const ArrayDataConfig& config, to
   return pipeline;
 }
 
+// Images whose statistics (for normalization) are measured: this many, spread over the set.
+constexpr int64_t kImageFileStatisticsSamples = 256;
+
+DataPipeline OpenImageFiles(const TrainTask& task, const ImageDataConfig& config,
+                            torch::Device device, int64_t start_batch,
+                            const data::ReadOptions& options) {
+  data::ImageSplit split = ValueOrThrow(data::ListImageSplit(
+      {config.path, config.manifest, config.val_path, config.val_manifest, config.val_fraction},
+      options));
+  ImageFileDataset::Options o;
+  o.size = config.size;
+  o.channels = config.channels;
+  o.min_crop_area = config.min_crop_area;
+  o.seed = task.training.seed;
+  o.max_bad_fraction = task.data.max_bad_fraction;
+  o.files = options;
+  auto train =
+      std::make_shared<ImageFileDataset>(std::move(split.train.files), split.num_classes, o);
+  o.train = false;
+  auto val = std::make_shared<ImageFileDataset>(std::move(split.val.files), split.num_classes, o);
+  std::vector<double> mean, std;
+  train->Statistics(kImageFileStatisticsSamples, &mean, &std);
+  BatchPrep prep = BatchPrep::ForImages(task.data.augment, mean, std, device);
+  DataPipeline pipeline;
+  pipeline.eval =
+      std::make_unique<DatasetEval>(val, prep, task.training.batch_size, task.eval.batches, device);
+  pipeline.train = std::make_unique<BatchLoader>(
+      train, prep, LoaderOptions(task, device, start_batch, /*decodes=*/true));
+  return pipeline;
+}
+
 }  // namespace
 
 DataPipeline OpenData(const TrainTask& task, torch::Device device, int64_t start_batch,
@@ -169,6 +205,9 @@ DataPipeline OpenData(const TrainTask& task, torch::Device device, int64_t start
   if (const auto* cifar = std::get_if<Cifar10DataConfig>(&source)) {
     return OpenImages(task, ValueOrThrow(data::ReadCifar10Folder(cifar->path, files)), device,
                       start_batch);
+  }
+  if (const auto* images = std::get_if<ImageDataConfig>(&source)) {
+    return OpenImageFiles(task, *images, device, start_batch, files);
   }
   if (const auto* arrays = std::get_if<ArrayDataConfig>(&source)) {
     return OpenArrays(task, *arrays, device, start_batch, files);

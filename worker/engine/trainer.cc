@@ -177,6 +177,7 @@ TrainOutcome Loop(TrainingRun& run, TrainingObserver& observer, const std::atomi
 
   StepTrace trace(task.job_id, task.rank, [&](const std::string& line) { observer.OnLog(line); });
   FirstStepWatch first_step(run, observer);
+  uint64_t skipped_logged = 0;  // said in the log at 1, 2, 4, 8, ... skipped samples
   for (step = run.first_step; step <= run.total_steps; ++step) {
     if (cancel.load(std::memory_order_relaxed)) {
       return {TrainOutcome::Kind::kCancelled, "cancelled at step " + std::to_string(step - 1)};
@@ -199,6 +200,12 @@ TrainOutcome Loop(TrainingRun& run, TrainingObserver& observer, const std::atomi
                         run.reducer ? run.reducer->TakeExposedSeconds() : 0.0);
     }
     while (auto sample = metrics.Poll()) {
+      sample->samples_skipped = static_cast<uint64_t>(run.data.train->SkippedSamples());
+      if (sample->samples_skipped >= std::max<uint64_t>(1, 2 * skipped_logged)) {
+        observer.OnLog("data: " + std::to_string(sample->samples_skipped) +
+                       " samples skipped so far: their files cannot be read or decoded");
+        skipped_logged = sample->samples_skipped;
+      }
       if (auto diverged = Report(*sample, observer)) return *diverged;
     }
     if ((eval_interval > 0 && step % eval_interval == 0) || step == run.total_steps) {

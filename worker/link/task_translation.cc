@@ -146,6 +146,20 @@ absl::StatusOr<DataConfig> DataFrom(const v1::DataSpec& spec) {
       data.source = c;
       break;
     }
+    case v1::DataSpec::kImages: {
+      const auto& i = spec.images();
+      ImageDataConfig c;
+      c.path = i.path();
+      c.manifest = i.manifest();
+      c.val_path = i.val_path();
+      c.val_manifest = i.val_manifest();
+      if (i.has_val_fraction()) c.val_fraction = i.val_fraction();
+      if (i.size() > 0) c.size = i.size();
+      if (i.channels() > 0) c.channels = static_cast<int>(i.channels());
+      if (i.has_min_crop_area()) c.min_crop_area = i.min_crop_area();
+      data.source = c;
+      break;
+    }
     default:
       return absl::InvalidArgumentError("data: this worker knows no such data kind");
   }
@@ -157,6 +171,7 @@ absl::StatusOr<DataConfig> DataFrom(const v1::DataSpec& spec) {
   data.augment.crop_padding = spec.augment().crop_padding();
   data.augment.horizontal_flip = spec.augment().horizontal_flip();
   if (spec.augment().has_normalize()) data.augment.normalize = spec.augment().normalize();
+  if (spec.has_max_bad_fraction()) data.max_bad_fraction = spec.max_bad_fraction();
   return data;
 }
 
@@ -329,6 +344,7 @@ v1::MetricSample ToProto(const MetricSample& s) {
   out.set_memory_peak_bytes(s.memory_peak_bytes);
   out.set_allocator_retries(s.allocator_retries);
   out.set_skipped_steps(s.skipped_steps);
+  out.set_samples_skipped(s.samples_skipped);
   out.set_loss_scale(s.loss_scale);
   out.mutable_scalars()->insert(s.scalars.begin(), s.scalars.end());
   if (s.eval) {
@@ -361,6 +377,7 @@ MetricSample FromProto(const v1::MetricSample& s) {
   out.memory_peak_bytes = s.memory_peak_bytes();
   out.allocator_retries = s.allocator_retries();
   out.skipped_steps = s.skipped_steps();
+  out.samples_skipped = s.samples_skipped();
   out.loss_scale = s.loss_scale();
   out.scalars.insert(s.scalars().begin(), s.scalars().end());
   if (s.has_eval()) {

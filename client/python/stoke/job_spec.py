@@ -333,6 +333,9 @@ def resolve_relative_paths(spec: job_spec_pb2.JobSpec, base_dir: Union[str, "os.
     elif kind == "tokens":
         data.tokens.train_path = resolve(data.tokens.train_path)
         data.tokens.val_path = resolve(data.tokens.val_path)
+    elif kind == "images":
+        for field in ("path", "manifest", "val_path", "val_manifest"):
+            setattr(data.images, field, resolve(getattr(data.images, field)))
     elif kind == "arrays":  # "file.safetensors:tensor" keeps its tensor's name
         for field in ("inputs", "targets", "val_inputs", "val_targets"):
             setattr(data.arrays, field, resolve(getattr(data.arrays, field)))

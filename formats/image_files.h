@@ -1,0 +1,64 @@
+// The image files of data.images and their labels: a folder with one subfolder per class
+// (torchvision's ImageFolder layout), or a manifest of path and label lines (CSV or
+// JSONL). Only listed here; each file is opened when a batch takes it. Torch-free.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "formats/read_options.h"
+
+namespace stoke::data {
+
+struct ImageFile {
+  std::string path;
+  int64_t label = 0;
+};
+
+struct ImageList {
+  std::vector<ImageFile> files;
+  // Class names by label: the subfolders' names, or a manifest's label names (its
+  // integers as text when it gives integers).
+  std::vector<std::string> classes;
+};
+
+// `folder`/<class>/**/*.{jpg,jpeg,png} (any case), classes in sorted order, files in sorted
+// order within each; hidden entries skipped. INVALID_ARGUMENT naming the folder when it
+// holds no class folder or no image.
+absl::StatusOr<ImageList> ListImageFolder(const std::string& folder,
+                                          const ReadOptions& options = {});
+
+// A manifest: "path,label" lines (CSV, a first line "path,label" skipped) or JSON lines
+// {"path": ..., "label": ...} (a .jsonl file). Paths relative to the manifest's folder;
+// labels integers (class indices) or names (numbered in sorted order). Errors name the
+// manifest and the line.
+absl::StatusOr<ImageList> ReadImageManifest(const std::string& manifest,
+                                            const ReadOptions& options = {});
+
+struct ImageSplitNames {
+  std::string path;          // class folders, or
+  std::string manifest;      // a manifest
+  std::string val_path;      // held-out class folders, or
+  std::string val_manifest;  // a held-out manifest; neither: every k-th training image
+  double val_fraction = 0.1;
+};
+
+struct ImageSplit {
+  ImageList train;
+  ImageList val;
+  int64_t num_classes = 0;
+};
+
+// data.images' files: the training list, the held-out list (given, or every
+// round(1 / val_fraction)-th training image, so that every class is held out alike), and
+// the classes. Errors name the field (data.images.path, ...). Held-out class folders must
+// be the training ones.
+absl::StatusOr<ImageSplit> ListImageSplit(const ImageSplitNames& names,
+                                          const ReadOptions& options = {});
+
+// Whether `name` ends in .jpg, .jpeg or .png, in any case.
+bool IsImageFileName(const std::string& name);
+
+}  // namespace stoke::data

@@ -1,0 +1,155 @@
+#include "worker/data/image_file_dataset.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <cmath>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "worker/common/status_error.h"
+#include "worker/data/image_transform.h"
+
+namespace stoke::worker {
+namespace {
+
+// Files a bad sample's row tries instead before giving up on the batch.
+constexpr int kReplacementTries = 16;
+// Bad files named in the error that fails the job.
+constexpr size_t kNamedBadFiles = 3;
+
+absl::Status ReadWhole(const std::string& path, const data::ReadOptions& files,
+                       std::vector<uint8_t>* bytes) {
+  long long size = 0;
+  auto opened = data::OpenDataFile(path, files, &size);
+  if (!opened.ok()) return opened.status();
+  bytes->resize(static_cast<size_t>(size));
+  size_t done = 0;
+  while (done < bytes->size()) {
+    const ssize_t n =
+        pread(*opened, bytes->data() + done, bytes->size() - done, static_cast<off_t>(done));
+    if (n <= 0) break;
+    done += static_cast<size_t>(n);
+  }
+  close(*opened);
+  if (done != bytes->size()) return absl::DataLossError(absl::StrCat(path, ": short read"));
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+ImageFileDataset::ImageFileDataset(std::vector<data::ImageFile> files, int64_t num_classes,
+                                   Options options)
+    : files_(std::move(files)), num_classes_(num_classes), options_(std::move(options)) {}
+
+DataShape ImageFileDataset::Shape() const {
+  return DataShape{DataShape::Kind::kImage,
+                   {options_.channels, options_.size, options_.size},
+                   num_classes_,
+                   0,
+                   {}};
+}
+
+torch::Tensor ImageFileDataset::NewInputs(int64_t n, bool pinned) const {
+  return torch::empty({n, options_.channels, options_.size, options_.size},
+                      torch::TensorOptions().dtype(torch::kUInt8).pinned_memory(pinned));
+}
+
+torch::Tensor ImageFileDataset::NewTargets(int64_t n, bool pinned) const {
+  return torch::empty({n}, torch::TensorOptions().dtype(torch::kInt64).pinned_memory(pinned));
+}
+
+bool ImageFileDataset::Load(int64_t index, int64_t epoch, bool train, uint8_t* out) const {
+  const data::ImageFile& file = files_[static_cast<size_t>(index)];
+  // Buffers per loader thread, reused from image to image.
+  thread_local std::vector<uint8_t> bytes;
+  absl::Status status = ReadWhole(file.path, options_.files, &bytes);
+  if (status.ok()) {
+    auto size = data::ReadImageSize(bytes.data(), bytes.size());
+    if (size.ok()) {
+      const data::ImageRegion region =
+          train ? RandomResizedCrop(size->width, size->height, options_.min_crop_area,
+                                    MixSeed(options_.seed, static_cast<uint64_t>(epoch),
+                                            static_cast<uint64_t>(index)))
+                : CentreCrop(size->width, size->height);
+      auto decoded = data::DecodeImageRegion(bytes.data(), bytes.size(), options_.channels, region,
+                                             static_cast<int>(options_.size));
+      if (decoded.ok()) {
+        ResizeToChw(*decoded, static_cast<int>(options_.size), out);
+        return true;
+      }
+      status = decoded.status();
+    } else {
+      status = size.status();
+    }
+  }
+  skipped_.fetch_add(1);
+  std::lock_guard<std::mutex> lock(bad_mutex_);
+  if (std::find(bad_files_.begin(), bad_files_.end(), index) == bad_files_.end()) {
+    bad_files_.push_back(index);
+    bad_reasons_.push_back(absl::StrCat(file.path, ": ", status.message()));
+  }
+  // At least one bad file is forgiven in any set; more than the share is not.
+  const double allowed =
+      std::max(1.0, std::floor(options_.max_bad_fraction * static_cast<double>(size())));
+  if (static_cast<double>(bad_files_.size()) > allowed) {
+    std::string named;
+    for (size_t i = 0; i < std::min(kNamedBadFiles, bad_reasons_.size()); ++i) {
+      absl::StrAppend(&named, i ? "; " : "", bad_reasons_[i]);
+    }
+    ThrowIfError(absl::DataLossError(
+        absl::StrCat(bad_files_.size(), " of the ", size(),
+                     " images cannot be read, more than data.max_bad_fraction allows (",
+                     options_.max_bad_fraction, "): ", named)));
+  }
+  return false;
+}
+
+void ImageFileDataset::Fill(int64_t index, int64_t epoch, int64_t row, torch::Tensor& inputs,
+                            torch::Tensor& targets) const {
+  const int64_t pixels = options_.channels * options_.size * options_.size;
+  uint8_t* out = inputs.data_ptr<uint8_t>() + row * pixels;
+  // A bad file's row takes the image (and label) of another, drawn from the sample's seed.
+  int64_t chosen = index;
+  for (int attempt = 0; !Load(chosen, epoch, options_.train, out); ++attempt) {
+    if (attempt == kReplacementTries) {
+      ThrowIfError(absl::DataLossError(absl::StrCat(
+          "data.images: ", kReplacementTries + 1, " images in a row could not be read; the first: ",
+          files_[static_cast<size_t>(index)].path)));
+    }
+    chosen = static_cast<int64_t>(
+        MixSeed(options_.seed, static_cast<uint64_t>(index), static_cast<uint64_t>(attempt)) %
+        static_cast<uint64_t>(size()));
+  }
+  targets.data_ptr<int64_t>()[row] = files_[static_cast<size_t>(chosen)].label;
+}
+
+void ImageFileDataset::Statistics(int64_t samples, std::vector<double>* mean,
+                                  std::vector<double>* std) const {
+  const int64_t c = options_.channels, plane = options_.size * options_.size;
+  const int64_t count = std::min(samples, size());
+  std::vector<double> sum(static_cast<size_t>(c)), sum_sq(static_cast<size_t>(c));
+  std::vector<uint8_t> image(static_cast<size_t>(c * plane));
+  int64_t seen = 0;
+  for (int64_t i = 0; i < count; ++i) {
+    if (!Load(i * size() / count, 0, /*train=*/false, image.data())) continue;
+    ++seen;
+    for (int64_t k = 0; k < c; ++k) {
+      for (int64_t p = 0; p < plane; ++p) {
+        const double v = image[static_cast<size_t>(k * plane + p)];
+        sum[static_cast<size_t>(k)] += v;
+        sum_sq[static_cast<size_t>(k)] += v * v;
+      }
+    }
+  }
+  mean->clear();
+  std->clear();
+  const double n = static_cast<double>(std::max<int64_t>(seen, 1) * plane);
+  for (int64_t k = 0; k < c; ++k) {
+    const double m = sum[static_cast<size_t>(k)] / n;
+    mean->push_back(m / 255.0);
+    std->push_back(std::sqrt(std::max(sum_sq[static_cast<size_t>(k)] / n - m * m, 1e-6)) / 255.0);
+  }
+}
+
+}  // namespace stoke::worker

@@ -11,7 +11,8 @@
 # ablation on the real data pipeline unless ABLATION_MODEL=none; RUNS, PY_MODES and
 # PY_ONCE_MODES pass through; py-vit, py-convmixer, py-mixer, py-gpt are Python models),
 # stoke-<case> (the same, Stoke alone), pytests (the Python models' GPU tests),
-# scripttests (the script jobs' GPU tests),
+# scripttests (the script jobs' GPU tests), images (bench/images.sh: ResNet-50 from a
+# JPEG folder, and the loader's images/s),
 # py-startup (bench/python-startup.sh: submit -> first step of a Python model), profile
 # (bench/profile.sh, PROFILE_MODELS, PROFILE_PY_MODES), telemetry
 # (bench/telemetry-overhead.sh, TELEMETRY_MODES, TELEMETRY_STEPS, TELEMETRY_RUNS),
@@ -38,6 +39,7 @@ targets="stoke-bench stoke-coordinator stoke-worker stoke"
 [[ " ${ALL:-} ${LANE0:-} ${LANE1:-} " == *" tests "* ]] && targets="$targets gpu_tests"
 [[ " ${ALL:-} ${LANE0:-} ${LANE1:-} " == *" pytests "* ]] && targets="$targets python_model_gpu_tests"
 [[ " ${ALL:-} ${LANE0:-} ${LANE1:-} " == *" scripttests "* ]] && targets="$targets script_job_gpu_tests"
+[[ " ${ALL:-} ${LANE0:-} ${LANE1:-} " == *" images "* ]] && targets="$targets stoke-make-jpegs"
 start=$(date +%s)
 cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DSTOKE_WERROR=OFF \
   > "$out/build.log" 2>&1 && ninja -C build-gpu $targets >> "$out/build.log" 2>&1 ||
@@ -57,6 +59,7 @@ part() {  # name -> runs it with its output in $out/<name>/
                "$dir/gpu-tests.log" > "$dir/tests.md" ;;
     scripttests) build-gpu/bin/script_job_gpu_tests > "$dir/gpu-tests.log" 2>&1
                  grep -E "^\[  (PASSED|FAILED|SKIPPED) |^\[  FAILED|Failure" "$dir/gpu-tests.log" > "$dir/tests.md" ;;
+    images) OUT="$dir" STOKE_BIN=build-gpu/bin bench/images.sh > "$dir/run.log" 2>&1 ;;
     py-startup) OUT="$dir" STOKE_BIN=build-gpu/bin bench/python-startup.sh > "$dir/run.log" 2>&1 ;;
     speed-fmnist-cnn) OUT="$dir" MODELS=fmnist-cnn FMNIST_DIR=$fmnist ABLATION_MODEL=${ABLATION_MODEL:-fmnist-cnn} \
                         bench/speed.sh > "$dir/run.log" 2>&1 ;;

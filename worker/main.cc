@@ -104,6 +104,14 @@ int main(int argc, char** argv) {
                  "cpu, cpu:N or cuda:N (default: cuda:0 if present, else cpu)");
   app.add_option("--id", worker_id, "Worker id, unique in the cluster (default: HOST/DEVICE)");
   app.add_flag("--local", local, "Launched by the coordinator on its own host");
+  // A coordinator that was killed leaves its local workers behind; without a limit they
+  // would wait, holding their devices, forever.
+  double orphan_timeout = -1;
+  app.add_option("--orphan-timeout", orphan_timeout,
+                 "Seconds without any coordinator answering after which the worker exits, once "
+                 "its running task (if any) has ended; 0: never (default: 900 for --local "
+                 "workers, 0 for others, which their service manager restarts)")
+      ->check(CLI::NonNegativeNumber);
   double sample_seconds = 1.0;
   app.add_option("--device-sampling", sample_seconds,
                  "Seconds between device readings (NVML or /proc); 0 turns them off")
@@ -180,6 +188,8 @@ int main(int argc, char** argv) {
     options.device = DescribeDevice(device);
     options.worker_id = worker_id.empty() ? options.host + "/" + device.Label() : worker_id;
     options.local = local;
+    if (orphan_timeout < 0) orphan_timeout = local ? 900 : 0;
+    options.orphan_timeout = std::chrono::milliseconds(static_cast<int64_t>(orphan_timeout * 1000));
     options.advertise_address = advertise_address;
     options.tls_ca = tls_ca;
     options.tls_cert = tls_cert;

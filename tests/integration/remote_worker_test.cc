@@ -4,6 +4,12 @@
 #include <gtest/gtest.h>
 #include <signal.h>
 
+#include <cstdlib>
+#include <fstream>
+#include <iterator>
+#include <string>
+#include <thread>
+
 #include "tests/support/coordinator_process.h"
 #include "tests/support/temp_dir.h"
 #include "tests/support/wait.h"
@@ -84,6 +90,37 @@ TEST(RemoteWorker, AttachesRunsJobsAndOutlivesACoordinatorCrash) {
   EXPECT_EQ(job->restarts(), 0u);
   EXPECT_EQ(job->attempt(), 1u) << "no attempt may start on a worker that is leaving";
   EXPECT_NE(job->message().find("remote-a is shutting down"), std::string::npos) << job->message();
+}
+
+// A worker whose coordinator never comes back trains its task to the end, then exits once
+// no coordinator has answered for --orphan-timeout, and says so in its log.
+TEST(RemoteWorker, AnOrphanFinishesItsTaskThenExitsAfterTheOrphanTimeout) {
+  TempDir dir;
+  CoordinatorProcess::Options options;
+  options.data_dir = dir.path();
+  options.address = "127.0.0.1:" + std::to_string(FreePort());
+  options.local_workers = "0";
+  auto coordinator = CoordinatorProcess::Start(options);
+  ASSERT_NE(coordinator, nullptr);
+  setenv("STOKE_FAULT_SLOW_STEP_MS", "50", 1);  // 200 steps: about 10 s of training
+  WorkerProcess worker(options.address, "orphan", dir.File("worker.log"), -1,
+                       {"--orphan-timeout", "2"});
+  unsetenv("STOKE_FAULT_SLOW_STEP_MS");
+  ASSERT_TRUE(WaitFor([&] { return HasWorker(coordinator->client(), "orphan"); }, seconds(30)));
+  auto job = coordinator->client().SubmitJob(Job(200));
+  ASSERT_TRUE(job.ok());
+  ASSERT_TRUE(WaitFor(
+      [&] { return coordinator->client().GetJob(job->id())->latest_metrics().step() >= 20; },
+      seconds(30)));
+  coordinator->Kill();
+  // Past the timeout, but the task still trains: the worker stays.
+  std::this_thread::sleep_for(std::chrono::seconds(4));
+  EXPECT_TRUE(ProcessAlive(worker.pid())) << "an orphan left before its task ended";
+  EXPECT_TRUE(WaitFor([&] { return !ProcessAlive(worker.pid()); }, seconds(40)))
+      << "an orphan with no task kept waiting";
+  std::ifstream in(dir.File("worker.log"));
+  const std::string log((std::istreambuf_iterator<char>(in)), {});
+  EXPECT_NE(log.find("(--orphan-timeout 2 s) and no task runs: exiting"), std::string::npos) << log;
 }
 
 }  // namespace

@@ -244,6 +244,9 @@ absl::Status WorkerAgent::Run() {
   std::string stub_address;
   std::unique_ptr<v1::WorkerLink::Stub> stub;
   auto backoff = std::chrono::milliseconds(250);
+  // When a coordinator last answered: starting counts, so that one that never comes up
+  // ends an orphan too.
+  auto last_answered = std::chrono::steady_clock::now();
   while (!stopping_) {
     if (!options_.coordinator_address_file.empty()) {
       // A restarted coordinator may listen elsewhere (port 0); it writes where.
@@ -271,8 +274,22 @@ absl::Status WorkerAgent::Run() {
     // A channel that failed to connect waits out gRPC's own backoff before it tries
     // again; a fresh one tries at once, so a restarted coordinator is found within our
     // backoff rather than gRPC's.
-    if (!Serve(*stub, address)) stub.reset();
+    if (Serve(*stub, address)) {
+      last_answered = std::chrono::steady_clock::now();
+    } else {
+      stub.reset();
+    }
     if (stopping_) break;
+    const auto silent = std::chrono::steady_clock::now() - last_answered;
+    if (options_.orphan_timeout.count() > 0 && silent >= options_.orphan_timeout &&
+        !task_running_) {
+      spdlog::warn(
+          "no coordinator has answered at {} for {} s (--orphan-timeout {} s) and no task runs: "
+          "exiting",
+          address, std::chrono::duration_cast<std::chrono::seconds>(silent).count(),
+          std::chrono::duration_cast<std::chrono::seconds>(options_.orphan_timeout).count());
+      break;
+    }
     // A connection that lasted resets the backoff; quick failures back off further.
     if (std::chrono::steady_clock::now() - began > std::chrono::seconds(10)) {
       backoff = std::chrono::milliseconds(250);

@@ -52,6 +52,10 @@ class WorkerAgent {
     // older ones are dropped beyond these.
     size_t max_queued_samples = 10'000;
     size_t max_queued_logs = 10'000;
+    // > 0: once no coordinator has answered for this long and no task is running (a task
+    // trains to its end first), Run() returns, so that a worker whose coordinator never
+    // comes back does not wait, or hold its device, forever.
+    std::chrono::milliseconds orphan_timeout{0};
     // Longest wait between attach attempts.
     std::chrono::milliseconds max_reconnect_backoff{2'000};
     // Reports and outcomes sent this recently are sent again after a reattachment: a

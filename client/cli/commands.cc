@@ -101,8 +101,11 @@ int SubmitCommand(CliContext& cli, const std::string& file, bool watch) {
     std::cout << ToJson(*job) << std::endl;
   } else {
     std::fprintf(stderr, "submitted job %s (%s)\n", job->id().c_str(), job->spec().name().c_str());
-    std::printf("%s\n", job->id().c_str());
-    std::fflush(stdout);
+    // The bare id is for scripts (id=$(stoke submit job.yaml)); a terminal has the line above.
+    if (!isatty(STDOUT_FILENO)) {
+      std::printf("%s\n", job->id().c_str());
+      std::fflush(stdout);
+    }
   }
   if (!watch) return kExitOk;
   return WatchCommand(cli, job->id(), 1);

@@ -4,6 +4,7 @@
 #include <map>
 #include <string>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "client/cli/format.h"
@@ -156,6 +157,8 @@ void ProgressView::OnEvent(const v1::JobEvent& event) {
       }
       break;
     case v1::JobEvent::kLog:
+      // The worker logs each evaluation too; its metrics event is printed already, above.
+      if (absl::StartsWith(event.log().text(), "eval at step")) break;
       PrintAbove(absl::StrCat("  [rank ", event.log().rank(), "] ", Printable(event.log().text())));
       break;
     default:

@@ -71,6 +71,22 @@ TEST_F(CliTest, SubmitPrintsTheIdAndWatchFollowsToSuccess) {
   EXPECT_NE(watch.out.find("samples/s  ETA "), std::string::npos) << watch.out;
   EXPECT_NE(watch.out.find("job " + id + " SUCCEEDED"), std::string::npos) << watch.out;
   EXPECT_EQ(watch.out.find('\r'), std::string::npos) << "no terminal control codes in a pipe";
+  // Each evaluation once: the worker's own log line of it is not printed again.
+  const std::string eval = "eval at step 40:";
+  const size_t first = watch.out.find(eval);
+  EXPECT_NE(first, std::string::npos) << watch.out;
+  EXPECT_EQ(watch.out.find(eval, first + 1), std::string::npos) << watch.out;
+
+  // On a terminal (script(1) gives it one), the "submitted job" line alone, no bare id.
+  const CommandResult terminal =
+      RunCommand({"/usr/bin/script", "-qec",
+                  std::string(STOKE_CLI_BINARY) + " --address " + coordinator_->address() +
+                      " submit " + TinyJobFile(10),
+                  "/dev/null"});
+  EXPECT_EQ(terminal.exit_code, 0) << terminal.out << terminal.err;
+  EXPECT_NE(terminal.out.find("submitted job"), std::string::npos) << terminal.out;
+  EXPECT_EQ(terminal.out.find("\n" + std::to_string(std::stoi(id) + 1) + "\r"), std::string::npos)
+      << terminal.out;
 }
 
 TEST_F(CliTest, SubmitWithJsonOutputPrintsTheJobObject) {

@@ -16,8 +16,13 @@ bin="${STOKE_BIN:-build-gpu/bin}"
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 photos="$work/photos"
-"$bin/stoke-make-jpegs" "$photos" "${IMAGES:-20000}" "${WIDTH:-500}" "${HEIGHT:-375}" |
-  tee "$out/run.log"
+"$bin/stoke-make-jpegs" "$photos" "${IMAGES:-20000}" "${WIDTH:-500}" "${HEIGHT:-375}" \
+  > "$out/run.log" 2>&1 || {
+  cat "$out/run.log"
+  echo "stoke-make-jpegs failed" >&2
+  exit 1
+}
+cat "$out/run.log"
 echo "$(du -sh "$photos" | cut -f1) of JPEGs, in the page cache" | tee -a "$out/run.log"
 
 # run NAME STEPS... -- stoke-bench ARGS: one JSON line in $OUT/images/NAME.json.

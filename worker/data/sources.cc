@@ -3,6 +3,7 @@
 #include <torch/torch.h>
 
 #include <algorithm>
+#include <random>
 #include <stdexcept>
 #include <thread>
 
@@ -147,6 +148,9 @@ DataPipeline OpenImageFiles(const TrainTask& task, const ImageDataConfig& config
   data::ImageSplit split = ValueOrThrow(data::ListImageSplit(
       {config.path, config.manifest, config.val_path, config.val_manifest, config.val_fraction},
       options));
+  // Held-out images in a fixed random order: a partial evaluation (eval.batches) of a list
+  // sorted by class would see the first classes only.
+  std::shuffle(split.val.files.begin(), split.val.files.end(), std::mt19937_64(task.training.seed));
   ImageFileDataset::Options o;
   o.size = config.size;
   o.channels = config.channels;

@@ -149,7 +149,8 @@ int main(int argc, char** argv) {
   auto client = Client::Connect(options);
   if (!client.ok()) {
     std::fprintf(stderr, "stoke: %s\n", std::string(client.status().message()).c_str());
-    return kExitUsage;
+    return client.status().code() == absl::StatusCode::kUnauthenticated ? kExitUnauthenticated
+                                                                        : kExitUsage;
   }
   CliContext cli{**client, address, output == "json"};
   if (*submit) return SubmitCommand(cli, file, watch);

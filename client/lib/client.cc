@@ -12,6 +12,7 @@
 #include <random>
 #include <thread>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "proto/stoke/v1/limits.h"
 #include "security/coordinator_target.h"
@@ -24,7 +25,20 @@ absl::Status FromGrpcStatus(const grpc::Status& status) {
   return absl::Status(static_cast<absl::StatusCode>(status.error_code()), status.error_message());
 }
 
-absl::StatusOr<std::unique_ptr<Client>> Client::Connect(const ClientOptions& options) {
+absl::StatusOr<std::unique_ptr<Client>> Client::Connect(const ClientOptions& given) {
+  ClientOptions options = given;
+  // A token pasted with its line end is meant without it. Anything else outside printable
+  // ASCII cannot be sent as gRPC metadata (gRPC would abort the process): refused here.
+  options.token = std::string(absl::StripAsciiWhitespace(options.token));
+  for (size_t i = 0; i < options.token.size(); ++i) {
+    const unsigned char c = static_cast<unsigned char>(options.token[i]);
+    if (c < 0x21 || c > 0x7e) {
+      return absl::UnauthenticatedError(absl::StrCat(
+          "the token (STOKE_TOKEN, or token: in the config file) holds a space, line break or "
+          "other unprintable byte at position ",
+          i, "; a token is one word of printable ASCII, as `stoke token create` prints it"));
+    }
+  }
   auto credentials =
       security::MakeChannelCredentials({options.tls_ca, options.tls_cert, options.tls_key});
   if (!credentials.ok()) return credentials.status();

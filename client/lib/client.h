@@ -40,8 +40,9 @@ struct WatchOptions {
 class Client {
  public:
   // Does not contact the coordinator; the first call does. Fails only when the TLS files
-  // cannot be read.
-  static absl::StatusOr<std::unique_ptr<Client>> Connect(const ClientOptions& options);
+  // cannot be read, and (UNAUTHENTICATED) for a token that cannot be sent: a line break or
+  // space within it (whitespace around it is dropped).
+  static absl::StatusOr<std::unique_ptr<Client>> Connect(const ClientOptions& given);
 
   // Safe to retry: every submission carries a request id (a random one unless given), and
   // a call that fails as UNAVAILABLE or DEADLINE_EXCEEDED (the answer may have been lost)

@@ -5,6 +5,7 @@
 // by the test with the openssl CLI.
 #include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 
 #include <fstream>
 
@@ -338,6 +339,14 @@ TEST_F(SecurityTest, TheCliSpeaksTlsAndHasAnExitCodePerRefusal) {
   CommandResult anonymous = Stoke({"list"}, "");
   EXPECT_EQ(anonymous.exit_code, 6) << anonymous.err;
   EXPECT_NE(anonymous.err.find("STOKE_TOKEN"), std::string::npos) << anonymous.err;
+  // A token pasted with its line end works; one with a line break inside is refused with
+  // the unauthenticated exit code (gRPC would abort the process on such metadata).
+  EXPECT_EQ(Stoke({"whoami"}, Token("alice") + "\n").exit_code, 0);
+  CommandResult broken = Stoke({"whoami"}, "stk_abc\ndef");
+  EXPECT_EQ(broken.exit_code, 6) << broken.err;
+  EXPECT_NE(broken.err.find("holds a space, line break or other unprintable byte at position 7"),
+            std::string::npos)
+      << broken.err;
   std::ofstream(Path("job.yaml")) << "model: {mlp: {hidden: [8]}}\n"
                                      "data: {synthetic: {features: 4, num_classes: 2}}\n"
                                      "training: {steps: 5, batch_size: 8}\n";
@@ -361,6 +370,34 @@ TEST(CoordinatorStartTest, RefusesPlaintextBeyondLoopbackAndBadSecurityFiles) {
                                   "--metrics-address", "", "--auth-tokens", dir.File("tokens")});
   EXPECT_NE(bad.exit_code, 0);
   EXPECT_NE((bad.out + bad.err).find("tokens:1: hash"), std::string::npos) << bad.out << bad.err;
+}
+
+// The local workers' token is reused across restarts only when it is this user's own
+// private file: a planted one is replaced, not trusted. The store is private too.
+TEST(CoordinatorStartTest, APlantedLocalWorkerTokenIsReplacedAndTheStoreIsPrivate) {
+  TempDir dir;
+  std::ofstream(dir.File("tokens")) << "root admin " << security::HashToken("stk_root") << "\n";
+  const std::string data = dir.File("data");
+  ASSERT_EQ(mkdir(data.c_str(), 0700), 0);
+  const std::string planted = data + "/local-worker.token";
+  std::ofstream(planted) << "stk_planted_by_someone_else\n";
+  ASSERT_EQ(chmod(planted.c_str(), 0644), 0);
+  CoordinatorProcess::Options options{data};
+  options.local_workers = "cpu:1";
+  options.extra_args.insert(options.extra_args.end(), {"--auth-tokens", dir.File("tokens")});
+  options.client_token = "stk_root";
+  auto coordinator = CoordinatorProcess::Start(options);
+  ASSERT_NE(coordinator, nullptr);  // its local worker attached, with the new token
+  std::ifstream in(planted);
+  std::string token;
+  std::getline(in, token);
+  EXPECT_NE(token, "stk_planted_by_someone_else");
+  struct stat st;
+  ASSERT_EQ(stat(planted.c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0600u);
+  ASSERT_EQ(stat((data + "/stoke.db").c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0600u);
+  EXPECT_NE(coordinator->Log().find("making a new token"), std::string::npos) << coordinator->Log();
 }
 
 // TLS alone does not make an exposed coordinator safe: without tokens every caller would be

@@ -6,6 +6,7 @@
 #include <spdlog/fmt/ranges.h>
 #include <spdlog/spdlog.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
@@ -391,7 +392,21 @@ int main(int argc, char** argv) {
   std::string local_join_token_path;
   if (!access_options.tokens.empty() && local_workers != "0") {
     local_join_token_path = data_dir + "/local-worker.token";
-    auto token = security::ReadTokenFromFile(local_join_token_path, "local worker token");
+    // Reused only if it is this user's own file that no one else may read: a token planted
+    // by another user, or readable by others, would let them attach as a worker.
+    struct stat st;
+    const bool exists = lstat(local_join_token_path.c_str(), &st) == 0;
+    const bool private_file =
+        exists && S_ISREG(st.st_mode) && st.st_uid == geteuid() && (st.st_mode & 077) == 0;
+    if (exists && !private_file) {
+      spdlog::warn(
+          "{}: not a file of this user's that only it can read (mode {:o}, owner uid {}); "
+          "making a new token (local workers still holding the old one must be restarted)",
+          local_join_token_path, st.st_mode & 07777, st.st_uid);
+    }
+    auto token = private_file
+                     ? security::ReadTokenFromFile(local_join_token_path, "local worker token")
+                     : absl::StatusOr<std::string>(absl::NotFoundError("none"));
     if (!token.ok()) {
       token = security::NewToken();
       if (!token.ok()) return Fail(token.status());

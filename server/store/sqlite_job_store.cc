@@ -1,8 +1,10 @@
 #include "server/store/sqlite_job_store.h"
 
 #include <dirent.h>
+#include <fcntl.h>
 #include <sqlite3.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cstdint>
@@ -74,6 +76,12 @@ class Transaction {
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<SqliteJobStore>> SqliteJobStore::Open(const Options& options) {
+  // A new store is its user's alone: it holds every job's spec, paths and commands.
+  // SQLite gives its journal files (-wal, -shm) the database file's mode.
+  if (const int fd = open(options.path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+      fd >= 0) {
+    close(fd);
+  }
   sqlite3* db = nullptr;
   int rc =
       sqlite3_open_v2(options.path.c_str(), &db,

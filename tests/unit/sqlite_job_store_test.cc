@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 #include <sqlite3.h>
+#include <sys/stat.h>
 
 #include <filesystem>
 #include <fstream>
@@ -48,6 +49,19 @@ TEST(SqliteJobStore, FullStoreRefusesWritesAndKeepsWhatItHad) {
   JobQuery all;
   all.limit = 10000;
   EXPECT_EQ(store->ListJobs(all)->jobs.size(), static_cast<size_t>(stored));
+}
+
+// Every job's spec, paths and commands: readable by the coordinator's user alone, the
+// write-ahead log too.
+TEST(SqliteJobStore, ANewStoreIsItsUsersAlone) {
+  TempDir dir;
+  auto store = *SqliteJobStore::Open({dir.File("stoke.db")});
+  ASSERT_TRUE(store->CreateJob(NewJob("private"), {StateEvent(1, v1::JOB_STATE_PENDING)}).ok());
+  for (const char* name : {"stoke.db", "stoke.db-wal"}) {
+    struct stat st;
+    ASSERT_EQ(stat(dir.File(name).c_str(), &st), 0) << name;
+    EXPECT_EQ(st.st_mode & 0777, 0600u) << name;
+  }
 }
 
 TEST(SqliteJobStore, RefusesAFileFromANewerSchema) {

@@ -9,6 +9,7 @@
 #include <yaml-cpp/eventhandler.h>
 #include <yaml-cpp/yaml.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cmath>
 #include <cstdlib>
@@ -409,22 +410,61 @@ class SpecReader {
   const std::string source_;
 };
 
-// Where each document of a YAML stream starts; builds nothing.
-class DocumentStarts final : public YAML::EventHandler {
+// Values a job file may hold once its aliases are expanded. A real one holds hundreds; a
+// "billion laughs" file of 1 KB, nine levels of nine aliases, holds 9^9, and reading it
+// would take minutes.
+constexpr uint64_t kMaxExpandedValues = 100'000;
+
+// Where each document of a YAML stream starts, and how many values the first one holds
+// with every alias expanded (counted, never built).
+class DocumentShape final : public YAML::EventHandler {
  public:
   std::vector<YAML::Mark> marks;
+  uint64_t expanded = 0;  // values of the documents read, aliases expanded; saturates
+
   void OnDocumentStart(const YAML::Mark& mark) override { marks.push_back(mark); }
   void OnDocumentEnd() override {}
-  void OnNull(const YAML::Mark&, YAML::anchor_t) override {}
-  void OnAlias(const YAML::Mark&, YAML::anchor_t) override {}
-  void OnScalar(const YAML::Mark&, const std::string&, YAML::anchor_t,
-                const std::string&) override {}
-  void OnSequenceStart(const YAML::Mark&, const std::string&, YAML::anchor_t,
-                       YAML::EmitterStyle::value) override {}
-  void OnSequenceEnd() override {}
-  void OnMapStart(const YAML::Mark&, const std::string&, YAML::anchor_t,
-                  YAML::EmitterStyle::value) override {}
-  void OnMapEnd() override {}
+  void OnNull(const YAML::Mark&, YAML::anchor_t anchor) override { Value(anchor, 1); }
+  void OnAlias(const YAML::Mark&, YAML::anchor_t anchor) override {
+    const auto it = sizes_.find(anchor);
+    Add(it == sizes_.end() ? 1 : it->second);
+  }
+  void OnScalar(const YAML::Mark&, const std::string&, YAML::anchor_t anchor,
+                const std::string&) override {
+    Value(anchor, 1);
+  }
+  void OnSequenceStart(const YAML::Mark&, const std::string&, YAML::anchor_t anchor,
+                       YAML::EmitterStyle::value) override {
+    open_.push_back({anchor, 1});
+  }
+  void OnSequenceEnd() override { Close(); }
+  void OnMapStart(const YAML::Mark&, const std::string&, YAML::anchor_t anchor,
+                  YAML::EmitterStyle::value) override {
+    open_.push_back({anchor, 1});
+  }
+  void OnMapEnd() override { Close(); }
+
+ private:
+  struct Open {
+    YAML::anchor_t anchor;
+    uint64_t values;
+  };
+  // Counts saturate just past the limit, so that no sum overflows.
+  void Add(uint64_t n) {
+    uint64_t& to = open_.empty() ? expanded : open_.back().values;
+    to = std::min(to + std::min(n, kMaxExpandedValues + 1), kMaxExpandedValues + 1);
+  }
+  void Value(YAML::anchor_t anchor, uint64_t n) {
+    if (anchor != YAML::NullAnchor) sizes_[anchor] = n;
+    Add(n);
+  }
+  void Close() {
+    const Open done = open_.back();
+    open_.pop_back();
+    Value(done.anchor, done.values);
+  }
+  std::vector<Open> open_;
+  std::map<YAML::anchor_t, uint64_t> sizes_;
 };
 
 // What yaml-cpp accepts but a job file must not hold, found before any field is read:
@@ -484,13 +524,18 @@ absl::StatusOr<v1::JobSpec> ParseJobSpec(const std::string& text, const std::str
     // found by tests/fuzz/job_file_fuzz).
     std::istringstream stream(text);
     YAML::Parser parser(stream);
-    DocumentStarts starts;
-    for (int i = 0; i < 2 && parser.HandleNextDocument(starts); ++i) {
+    DocumentShape shape;
+    for (int i = 0; i < 2 && parser.HandleNextDocument(shape); ++i) {
     }
-    if (starts.marks.size() > 1) {
+    if (shape.marks.size() > 1) {
       return absl::InvalidArgumentError(
-          absl::StrCat(source, ":", starts.marks[1].line + 1,
+          absl::StrCat(source, ":", shape.marks[1].line + 1,
                        ": a second YAML document (after ---); a job file holds one job"));
+    }
+    if (shape.expanded > kMaxExpandedValues) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(source, ": its aliases (*name) expand it to more than ", kMaxExpandedValues,
+                       " values; a job file is far smaller: write the repeated parts out"));
     }
   } catch (const YAML::Exception& e) {
     return absl::InvalidArgumentError(absl::StrCat(

@@ -3,8 +3,10 @@
 #include "client/lib/job_spec_file.h"
 
 #include <gtest/gtest.h>
+
 #include <sys/stat.h>
 #include <unistd.h>
+#include <chrono>
 
 #include <filesystem>
 #include <fstream>
@@ -59,6 +61,37 @@ max_restarts: 0
   EXPECT_EQ(spec->resources().device(), v1::DEVICE_KIND_CPU);
   EXPECT_TRUE(spec->has_max_restarts());
   EXPECT_EQ(spec->max_restarts(), 0u);
+}
+
+// "Billion laughs": nine levels of nine aliases in under 1 KB expand to 9^9 values.
+// Refused at once; a modest use of anchors and aliases still reads.
+TEST(JobSpecFile, AnAliasBombIsRefusedQuicklyAndModestAliasesWork) {
+  std::string bomb = "a: &a [x, x, x, x, x, x, x, x, x]\n";
+  for (char level = 'b'; level <= 'i'; ++level) {
+    const char below = static_cast<char>(level - 1);
+    bomb += std::string(1, level) + ": &" + level + " [";
+    for (int i = 0; i < 9; ++i) bomb += std::string(i ? ", *" : "*") + below;
+    bomb += "]\n";
+  }
+  bomb += "name: *i\n";
+  ASSERT_LT(bomb.size(), 1024u);
+  const auto began = std::chrono::steady_clock::now();
+  const std::string error = ErrorOf(bomb);
+  EXPECT_LT(std::chrono::steady_clock::now() - began, std::chrono::seconds(1));
+  EXPECT_NE(error.find("job.yaml: its aliases (*name) expand it to more than 100000 values"),
+            std::string::npos)
+      << error;
+
+  auto spec = ParseJobSpec(R"(
+model: {mlp: {hidden: [64, 32]}}
+data: {synthetic: {features: 8}}
+training: {steps: 10}
+eval: {interval_steps: &every 5}
+checkpoint: {interval_steps: *every}
+)",
+                           "job.yaml");
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_EQ(spec->checkpoint().interval_steps(), 5u);
 }
 
 TEST(JobSpecFile, SpeedSwitchesAndAnAutomaticBatchSize) {

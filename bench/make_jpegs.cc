@@ -38,7 +38,8 @@ bool Write(const std::string& path, const std::vector<uint8_t>& rgb, int width, 
   jpeg_set_quality(&cinfo, 90, TRUE);
   jpeg_start_compress(&cinfo, TRUE);
   while (cinfo.next_scanline < cinfo.image_height) {
-    JSAMPROW row = const_cast<uint8_t*>(rgb.data()) + cinfo.next_scanline * width * 3;
+    JSAMPROW row = const_cast<uint8_t*>(rgb.data()) +
+                   static_cast<size_t>(cinfo.next_scanline) * static_cast<size_t>(width) * 3;
     jpeg_write_scanlines(&cinfo, &row, 1);
   }
   jpeg_finish_compress(&cinfo);
@@ -96,6 +97,7 @@ int main(int argc, char** argv) {
   for (int c = 0; c < classes; ++c) mkdir((dir + "/class" + std::to_string(c)).c_str(), 0755);
   const int threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   std::vector<std::thread> workers;
+  workers.reserve(static_cast<size_t>(threads));
   std::vector<int> failed(static_cast<size_t>(threads));
   for (int t = 0; t < threads; ++t) {
     workers.emplace_back([&, t] {

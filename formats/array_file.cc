@@ -127,7 +127,7 @@ absl::StatusOr<Layout> ParseNpy(const std::string& name, const uint8_t* p, size_
     while (i + 1 < shape.size() && (shape[i] == ' ' || shape[i] == ',')) ++i;
     if (i + 1 >= shape.size()) break;
     char* end = nullptr;
-    const long long d = std::strtoll(shape.c_str() + i, &end, 10);
+    const int64_t d = std::strtoll(shape.c_str() + i, &end, 10);
     if (end == shape.c_str() + i) return Bad(name, "a .npy header whose shape is not numbers");
     layout.shape.push_back(d);
     i = static_cast<size_t>(end - shape.c_str());
@@ -264,7 +264,7 @@ std::pair<std::string, std::string> SplitArrayName(const std::string& name) {
 absl::StatusOr<std::vector<std::string>> ListArrays(const std::string& path,
                                                     const ReadOptions& options) {
   if (path.size() < 12 || path.rfind(".safetensors") != path.size() - 12) return {{path}};
-  long long size = 0;
+  long long size = 0;  // NOLINT(google-runtime-int): OpenDataFile's type
   auto opened = OpenDataFile(path, options, &size);
   if (!opened.ok()) return opened.status();
   uint64_t header_bytes = 0;
@@ -284,7 +284,7 @@ absl::StatusOr<std::vector<std::string>> ListArrays(const std::string& path,
   }
   std::vector<std::string> names;
   for (const auto& [key, value] : parsed.items()) {
-    if (key != "__metadata__") names.push_back(path + ":" + key);
+    if (key != "__metadata__") names.push_back(absl::StrCat(path, ":", key));
   }
   return names;
 }
@@ -297,7 +297,7 @@ absl::StatusOr<std::shared_ptr<const ArrayFile>> ArrayFile::Open(const std::stri
   if (!safetensors && !npy) {
     return Bad(name, "not an array file Stoke reads (.npy, or .safetensors[:TENSOR])");
   }
-  long long size = 0;
+  long long size = 0;  // NOLINT(google-runtime-int): OpenDataFile's type
   auto opened = OpenDataFile(path, options, &size);
   if (!opened.ok()) return opened.status();
   if (size == 0) {

@@ -80,7 +80,7 @@ absl::Status Jpeg(const uint8_t* data, size_t size, int channels, const ImageReg
     return absl::DataLossError(absl::StrCat("damaged JPEG: ", errors.message));
   }
   jpeg_create_decompress(&cinfo);
-  jpeg_mem_src(&cinfo, data, static_cast<unsigned long>(size));
+  jpeg_mem_src(&cinfo, data, size);
   jpeg_read_header(&cinfo, TRUE);
   const int width = static_cast<int>(cinfo.image_width);
   const int height = static_cast<int>(cinfo.image_height);

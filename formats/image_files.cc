@@ -22,10 +22,15 @@ namespace {
 // Class folders nest their images at most this deep (class/a/b/c/img.jpg).
 constexpr int kMaxDepth = 8;
 // A manifest larger than this is no manifest (a billion short lines at most).
-constexpr long long kMaxManifestBytes = 1LL << 34;
+constexpr int64_t kMaxManifestBytes = int64_t{1} << 34;
 
 absl::Status Bad(const std::string& what, const std::string& problem) {
   return absl::InvalidArgumentError(absl::StrCat(what, ": ", problem));
+}
+
+std::string Stripped(absl::string_view text) {
+  text = absl::StripAsciiWhitespace(text);
+  return {text.data(), text.size()};
 }
 
 // Appends the images beneath `dir`, sorted, descending into subfolders.
@@ -34,7 +39,7 @@ void CollectImages(const std::string& dir, int depth, std::vector<std::string>* 
   std::sort(names.begin(), names.end());
   for (const std::string& name : names) {
     if (name.empty() || name[0] == '.') continue;
-    const std::string path = dir + "/" + name;
+    const std::string path = absl::StrCat(dir, "/", name);
     if (IsImageFileName(name)) {
       out->push_back(path);
     } else if (depth < kMaxDepth && files::IsDirectory(path)) {
@@ -95,10 +100,11 @@ absl::StatusOr<ImageList> ListImageFolder(const std::string& folder, const ReadO
   std::sort(names.begin(), names.end());
   ImageList list;
   for (const std::string& name : names) {
-    if (name.empty() || name[0] == '.' || !files::IsDirectory(folder + "/" + name)) continue;
+    const std::string class_folder = absl::StrCat(folder, "/", name);
+    if (name.empty() || name[0] == '.' || !files::IsDirectory(class_folder)) continue;
     if (options.cancelled()) return ReadCancelled(folder);
     std::vector<std::string> images;
-    CollectImages(folder + "/" + name, 0, &images);
+    CollectImages(class_folder, 0, &images);
     const int64_t label = static_cast<int64_t>(list.classes.size());
     list.classes.push_back(name);
     for (std::string& path : images) list.files.push_back({std::move(path), label});
@@ -114,7 +120,7 @@ absl::StatusOr<ImageList> ListImageFolder(const std::string& folder, const ReadO
 
 absl::StatusOr<ImageList> ReadImageManifest(const std::string& manifest,
                                             const ReadOptions& options) {
-  long long size = 0;
+  long long size = 0;  // NOLINT(google-runtime-int): OpenDataFile's type
   auto opened = OpenDataFile(manifest, options, &size);
   if (!opened.ok()) return opened.status();
   if (size > kMaxManifestBytes) {
@@ -154,8 +160,8 @@ absl::StatusOr<ImageList> ReadImageManifest(const std::string& manifest,
     } else {
       const size_t comma = line.rfind(',');
       if (comma == absl::string_view::npos) return Bad(where, "not a \"path,label\" line");
-      path = std::string(absl::StripAsciiWhitespace(line.substr(0, comma)));
-      label = std::string(absl::StripAsciiWhitespace(line.substr(comma + 1)));
+      path = Stripped(line.substr(0, comma));
+      label = Stripped(line.substr(comma + 1));
       if (line_number == 1 && path == "path" && label == "label") continue;  // a header
     }
     if (path.empty() || label.empty()) return Bad(where, "a path and a label, both non-empty");
@@ -182,8 +188,9 @@ absl::StatusOr<ImageSplit> ListImageSplit(const ImageSplitNames& names,
     }
     auto listed =
         folder.empty() ? ReadImageManifest(manifest, options) : ListImageFolder(folder, options);
-    if (!listed.ok())
+    if (!listed.ok()) {
       return in_field(folder.empty() ? manifest_field : folder_field, listed.status());
+    }
     return listed;
   };
   if (names.path.empty() && names.manifest.empty()) {

@@ -42,8 +42,9 @@ absl::StatusOr<std::string> DescribeImages(const std::string& what, const data::
     for (size_t n; (n = std::fread(buffer, 1, sizeof(buffer), f)) > 0;) bytes.append(buffer, n);
     std::fclose(f);
     auto size = data::ReadImageSize(reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size());
-    if (!size.ok())
+    if (!size.ok()) {
       return absl::InvalidArgumentError(absl::StrCat(path, ": ", size.status().message()));
+    }
     min_side = std::min({min_side, size->width, size->height});
     max_side = std::max({max_side, size->width, size->height});
   }

@@ -57,7 +57,7 @@ class ArrayJobsTest : public ::testing::Test {
     std::string job = std::regex_replace(
         text.str(), std::regex(R"(\.\./\.\./\.stoke/datasets/arrays)"), *arrays_);
     job = std::regex_replace(job, std::regex(R"((epochs|steps): \d+)"), "steps: " + steps);
-    const std::string path = files_.File(name);
+    std::string path = files_.File(name);
     std::ofstream(path) << job;
     return path;
   }

@@ -49,7 +49,7 @@ class ImageJobsTest : public ::testing::Test {
   }
 
   std::string Job(const std::string& images, int steps) {
-    const std::string path = files_.File("job.yaml");
+    std::string path = files_.File("job.yaml");
     std::ofstream(path) << "name: images\nmodel: {cnn: {channels: [16, 32], hidden: 64}}\n"
                         << "data:\n  images: {" << images
                         << ", size: 32, channels: 1, min_crop_area: 0.5}\n"

@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "formats/array_file.h"
 #include "formats/array_set.h"
 #include "tests/support/subprocess.h"
@@ -43,16 +44,16 @@ void WriteNpy(const std::string& path, const std::string& descr, const std::vect
   out << header << bytes;
 }
 
-struct Tensor {
+struct StoredTensor {
   std::string name, dtype;
   std::vector<int64_t> shape;
   std::string bytes;
 };
 
-void WriteSafetensors(const std::string& path, const std::vector<Tensor>& tensors) {
+void WriteSafetensors(const std::string& path, const std::vector<StoredTensor>& tensors) {
   std::string header = "{\"__metadata__\": {\"format\": \"pt\"}";
   size_t offset = 0;
-  for (const Tensor& t : tensors) {
+  for (const StoredTensor& t : tensors) {
     std::string dims;
     for (int64_t d : t.shape) dims += (dims.empty() ? "" : ",") + std::to_string(d);
     header += ", \"" + t.name + "\": {\"dtype\": \"" + t.dtype + "\", \"shape\": [" + dims +
@@ -65,7 +66,7 @@ void WriteSafetensors(const std::string& path, const std::vector<Tensor>& tensor
   const uint64_t length = header.size();
   out.write(reinterpret_cast<const char*>(&length), 8);
   out << header;
-  for (const Tensor& t : tensors) out << t.bytes;
+  for (const StoredTensor& t : tensors) out << t.bytes;
 }
 
 template <typename T>
@@ -75,7 +76,7 @@ std::string Bytes(const std::vector<T>& values) {
 
 std::string Problem(const std::string& name) {
   auto opened = data::ArrayFile::Open(name);
-  return opened.ok() ? "" : std::string(opened.status().message());
+  return opened.ok() ? "" : absl::StrCat(opened.status().message());
 }
 
 TEST(ArrayFile, ReadsWhatNumPyWritesInEveryTrainableDtype) {
@@ -118,7 +119,7 @@ TEST(ArrayFile, ReadsWhatNumPyWritesInEveryTrainableDtype) {
   }
   auto f32 = data::ArrayFile::Open(dir.File("f32.npy"));
   float value = 0;
-  std::memcpy(&value, (*f32)->row(3) + 2 * 4, 4);
+  std::memcpy(&value, (*f32)->row(3) + 8, 4);  // the row's third float
   EXPECT_EQ(value, 14.0f / 8);
 
   EXPECT_NE(Problem(dir.File("f64.npy")).find("f64.npy: dtype <f8 is not one Stoke trains on"),
@@ -149,7 +150,7 @@ TEST(ArrayFile, CutOffOrForeignFilesAreRefusedNamingThem) {
 TEST(ArrayFile, SafetensorsFilesNameTheirTensor) {
   TempDir dir;
   const std::string path = dir.File("set.safetensors");
-  std::vector<uint16_t> bf16(6 * 2);
+  std::vector<uint16_t> bf16(12);  // [6, 2]
   for (size_t i = 0; i < bf16.size(); ++i) bf16[i] = static_cast<uint16_t>(0x3F80 + i);
   WriteSafetensors(path, {{"x", "BF16", {6, 2}, Bytes(bf16)},
                           {"y", "I64", {6}, Bytes(std::vector<int64_t>{0, 1, 2, 0, 1, 2})}});
@@ -181,7 +182,7 @@ TEST(ArrayFile, SafetensorsFilesNameTheirTensor) {
 
 // Eight grey 2x3 images with labels 0..3, as arrays.
 void WriteImages(const TempDir& dir) {
-  std::vector<uint8_t> pixels(8 * 6);
+  std::vector<uint8_t> pixels(48);  // [8, 2, 3]
   std::iota(pixels.begin(), pixels.end(), 0);
   WriteNpy(dir.File("x.npy"), "|u1", {8, 2, 3}, Bytes(pixels));
   WriteNpy(dir.File("y.npy"), "<i8", {8}, Bytes(std::vector<int64_t>{0, 1, 2, 3, 0, 1, 2, 3}));
@@ -191,7 +192,7 @@ std::string SetProblem(const std::string& inputs, const std::string& targets,
                        const std::string& val_inputs = "", const std::string& val_targets = "",
                        double val_fraction = 0.1) {
   auto set = data::OpenArraySet({inputs, targets, val_inputs, val_targets, val_fraction});
-  return set.ok() ? "" : std::string(set.status().message());
+  return set.ok() ? "" : absl::StrCat(set.status().message());
 }
 
 TEST(ArraySet, HoldsOutTheLastRowsCountsClassesAndTakesGreyImages) {
@@ -257,8 +258,9 @@ TEST(OpenData, ImagesStoredChannelsLastComeOutChannelsFirstAndNormalized) {
   for (int n = 0; n < 10; ++n) {
     for (int h = 0; h < 2; ++h) {
       for (int w = 0; w < 2; ++w) {
-        for (int c = 0; c < 3; ++c)
+        for (int c = 0; c < 3; ++c) {
           pixels.push_back(static_cast<uint8_t>(100 * c + 10 * h + w + n));
+        }
       }
     }
   }
@@ -290,7 +292,7 @@ TEST(OpenData, ImagesStoredChannelsLastComeOutChannelsFirstAndNormalized) {
 
 TEST(OpenData, FloatingTargetsAreRegressionTargetsFromSafetensors) {
   TempDir dir;
-  std::vector<uint16_t> features(12 * 3, 0x3C00);  // float16 ones
+  std::vector<uint16_t> features(36, 0x3C00);  // [12, 3] float16 ones
   std::vector<float> targets(12);
   std::iota(targets.begin(), targets.end(), 0.5f);
   WriteSafetensors(dir.File("d.safetensors"), {{"features", "F16", {12, 3}, Bytes(features)},
@@ -311,10 +313,10 @@ TEST(OpenData, FloatingTargetsAreRegressionTargetsFromSafetensors) {
   EXPECT_EQ(pipeline.train->BatchesPerEpoch(), 3);  // 9 training rows
 }
 
-long ResidentKiB() {
+int64_t ResidentKiB() {
   std::ifstream status("/proc/self/status");
   for (std::string line; std::getline(status, line);) {
-    if (line.rfind("VmRSS:", 0) == 0) return std::stol(line.substr(6));
+    if (line.rfind("VmRSS:", 0) == 0) return std::stoll(line.substr(6));
   }
   return -1;
 }
@@ -323,7 +325,7 @@ long ResidentKiB() {
 // Training draws batches from anywhere in it while the process stays small.
 TEST(OpenData, ATenGiBArrayTrainsWithResidentMemoryFarBelowItsSize) {
   TempDir dir;
-  constexpr int64_t kRows = 5 * 1024 * 1024, kFeatures = 1024;  // 2 KiB a row
+  constexpr int64_t kRows = int64_t{5} << 20, kFeatures = 1024;  // 2 KiB a row
   // Headers alone, then each file extended to its data's size.
   auto header_bytes = [](const std::string& path) {
     return static_cast<int64_t>(std::ifstream(path, std::ios::ate | std::ios::binary).tellg());
@@ -337,10 +339,10 @@ TEST(OpenData, ATenGiBArrayTrainsWithResidentMemoryFarBelowItsSize) {
   {
     const int fd = open(dir.File("y.npy").c_str(), O_WRONLY);
     const int64_t label = 1;
-    ASSERT_EQ(pwrite(fd, &label, 8, y_data + 12345 * 8), 8);  // two classes
+    ASSERT_EQ(pwrite(fd, &label, 8, y_data + int64_t{12345} * 8), 8);  // two classes
     close(fd);
   }
-  const long before = ResidentKiB();
+  const int64_t before = ResidentKiB();
   ArrayDataConfig arrays{dir.File("x.npy"), dir.File("y.npy"), "", "", 0.01};
   TrainTask task = ArrayTask(arrays, 64);
   task.data.loader.shuffle = true;
@@ -350,7 +352,7 @@ TEST(OpenData, ATenGiBArrayTrainsWithResidentMemoryFarBelowItsSize) {
     const Batch batch = pipeline.train->Next();
     ASSERT_EQ(batch.inputs.sizes().vec(), (std::vector<int64_t>{64, kFeatures}));
   }
-  const long grown = ResidentKiB() - before;
+  const int64_t grown = ResidentKiB() - before;
   // The labels (40 MiB, read once for the class count) and the batches' rows, not 10 GiB.
   EXPECT_LT(grown, 256 * 1024) << "resident memory grew by " << grown << " KiB";
 }

@@ -113,8 +113,9 @@ TEST(ImageDecode, ARegionDecodesAsThatPartOfTheWholeAndLargeOnesScaleInTheDctDom
   ASSERT_EQ(part.height, 71);
   std::vector<uint8_t> expected;
   for (int y = 0; y < region.height; ++y) {
-    const uint8_t* row = whole.pixels.data() + ((region.y + y) * 800 + region.x) * 3;
-    expected.insert(expected.end(), row, row + region.width * 3);
+    const uint8_t* row =
+        whole.pixels.data() + (static_cast<size_t>(region.y + y) * 800 + region.x) * 3;
+    expected.insert(expected.end(), row, row + static_cast<size_t>(region.width) * 3);
   }
   EXPECT_LE(LargestDifference(part.pixels, expected), 1);
 
@@ -184,10 +185,11 @@ TEST(ImageTransform, RandomResizedCropsFitDependOnTheirSeedAndCoverTheAreaRange)
 }
 
 TEST(ImageTransform, ResizeKeepsFlatColoursAndAveragesNeighbours) {
-  data::DecodedImage flat{10, 6, 3, std::vector<uint8_t>(10 * 6 * 3)};
-  for (size_t i = 0; i < flat.pixels.size(); ++i)
+  data::DecodedImage flat{10, 6, 3, std::vector<uint8_t>(180)};  // [6, 10, 3]
+  for (size_t i = 0; i < flat.pixels.size(); ++i) {
     flat.pixels[i] = static_cast<uint8_t>(50 * (i % 3));
-  std::vector<uint8_t> out(3 * 4 * 4);
+  }
+  std::vector<uint8_t> out(48);  // [3, 4, 4]
   ResizeToChw(flat, 4, out.data());
   for (int c = 0; c < 3; ++c) {
     for (int p = 0; p < 16; ++p) EXPECT_EQ(out[c * 16 + p], 50 * c);

@@ -20,7 +20,7 @@ constexpr size_t kNamedBadFiles = 3;
 
 absl::Status ReadWhole(const std::string& path, const data::ReadOptions& files,
                        std::vector<uint8_t>* bytes) {
-  long long size = 0;
+  long long size = 0;  // NOLINT(google-runtime-int): OpenDataFile's type
   auto opened = data::OpenDataFile(path, files, &size);
   if (!opened.ok()) return opened.status();
   bytes->resize(static_cast<size_t>(size));

@@ -17,6 +17,8 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <optional>
+#include <thread>
 
 #include "absl/strings/str_cat.h"
 #include "security/auth_tokens.h"
@@ -36,6 +38,7 @@
 #include "server/standby.h"
 #include "server/store/open_store.h"
 #include "server/store/sqlite_job_store.h"
+#include "server/store/store_marker.h"
 
 namespace fs = std::filesystem;
 using namespace stoke::server;
@@ -311,6 +314,14 @@ int main(int argc, char** argv) {
   auto opened = OpenJobStore(store_url, data_dir);
   if (!opened.ok()) return Fail(opened.status());
   std::unique_ptr<JobStore> store = std::move(opened->store);
+  // SQLite's file can be emptied behind the coordinator's back; the marker notices. (A
+  // PostgreSQL store is shared by several coordinators and kept by its own server.)
+  std::optional<StoreMarker> marker;
+  if (opened->shared == nullptr) {
+    marker.emplace(data_dir + "/store.marker", data_dir + "/stoke.db");
+    if (auto s = marker->Check(*store); !s.ok()) return Fail(s);
+    if (auto s = marker->Update(*store); !s.ok()) return Fail(s);
+  }
   // Before the gRPC server, which reports every call to it, and before waiting as a
   // standby, so that Prometheus sees a standby up (stoke_coordinator_leader 0). Until the
   // core serves, snapshots are empty.
@@ -477,6 +488,18 @@ int main(int argc, char** argv) {
     if (auto s = supervisor->Start(); !s.ok()) return Fail(s);
   }
 
+  // The marker follows the newest job every few seconds, and once more at the end.
+  std::atomic<bool> marking{marker.has_value()};
+  std::thread marker_updates([&] {
+    while (marking.load()) {
+      for (int i = 0; i < 20 && marking.load(); ++i) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(100));
+      }
+      if (auto s = marker->Update(*store); marking.load() && !s.ok()) {
+        spdlog::warn("store marker: {}", s.ToString());
+      }
+    }
+  });
   int sig = 0;
   sigwait(&stop_signals, &sig);
   if (restart) {
@@ -500,6 +523,11 @@ int main(int argc, char** argv) {
   metrics.reset();
   executor.Stop();
   read_executor.Stop();
+  marking = false;
+  marker_updates.join();
+  if (marker) {
+    if (auto s = marker->Update(*store); !s.ok()) spdlog::warn("store marker: {}", s.ToString());
+  }
   (*core)->Stop();
   fs::remove(data_dir + "/coordinator.address", ec);
   fs::remove(data_dir + "/metrics.address", ec);

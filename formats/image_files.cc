@@ -14,6 +14,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "formats/image_decode.h"
 #include "worker/common/files.h"
 
 namespace stoke::data {
@@ -22,7 +23,7 @@ namespace {
 // Class folders nest their images at most this deep (class/a/b/c/img.jpg).
 constexpr int kMaxDepth = 8;
 // A manifest larger than this is no manifest (a billion short lines at most).
-constexpr int64_t kMaxManifestBytes = int64_t{1} << 34;
+constexpr size_t kMaxManifestBytes = size_t{1} << 34;
 
 absl::Status Bad(const std::string& what, const std::string& problem) {
   return absl::InvalidArgumentError(absl::StrCat(what, ": ", problem));
@@ -85,6 +86,23 @@ absl::Status NumberLabels(const std::string& manifest, const std::vector<std::st
 
 }  // namespace
 
+absl::StatusOr<SampledSides> CheckImageHeaders(const std::vector<ImageFile>& files, size_t count,
+                                               const ReadOptions& options) {
+  SampledSides sides;
+  sides.images = std::min(count, files.size());
+  sides.min_side = 1 << 30;
+  std::string bytes;
+  for (size_t i = 0; i < sides.images; ++i) {
+    const std::string& path = files[i * files.size() / sides.images].path;
+    if (auto s = ReadDataFileHead(path, options, size_t{1} << 20, &bytes); !s.ok()) return s;
+    auto size = ReadImageSize(reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size());
+    if (!size.ok()) return Bad(path, absl::StrCat(size.status().message()));
+    sides.min_side = std::min({sides.min_side, size->width, size->height});
+    sides.max_side = std::max({sides.max_side, size->width, size->height});
+  }
+  return sides;
+}
+
 bool IsImageFileName(const std::string& name) {
   const std::string lower = absl::AsciiStrToLower(name);
   for (const char* suffix : {".jpg", ".jpeg", ".png"}) {
@@ -120,23 +138,8 @@ absl::StatusOr<ImageList> ListImageFolder(const std::string& folder, const ReadO
 
 absl::StatusOr<ImageList> ReadImageManifest(const std::string& manifest,
                                             const ReadOptions& options) {
-  long long size = 0;  // NOLINT(google-runtime-int): OpenDataFile's type
-  auto opened = OpenDataFile(manifest, options, &size);
-  if (!opened.ok()) return opened.status();
-  if (size > kMaxManifestBytes) {
-    close(*opened);
-    return Bad(manifest, "larger than any manifest (16 GiB)");
-  }
-  std::string text(static_cast<size_t>(size), '\0');
-  size_t done = 0;
-  while (done < text.size()) {
-    const ssize_t n =
-        pread(*opened, text.data() + done, text.size() - done, static_cast<off_t>(done));
-    if (n <= 0) break;
-    done += static_cast<size_t>(n);
-  }
-  close(*opened);
-  text.resize(done);
+  std::string text;
+  if (auto s = ReadDataFile(manifest, options, kMaxManifestBytes, &text); !s.ok()) return s;
   const std::string base = manifest.substr(0, manifest.rfind('/') + 1);
   const bool jsonl = manifest.size() > 6 && manifest.compare(manifest.size() - 6, 6, ".jsonl") == 0;
   ImageList list;

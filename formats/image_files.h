@@ -58,6 +58,19 @@ struct ImageSplit {
 absl::StatusOr<ImageSplit> ListImageSplit(const ImageSplitNames& names,
                                           const ReadOptions& options = {});
 
+// The sides of a sample of images, read from their headers.
+struct SampledSides {
+  size_t images = 0;
+  int min_side = 0;
+  int max_side = 0;
+};
+
+// Reads the headers (the first MiB, enough for any JPEG or PNG header) of up to `count`
+// images spread over `files`, as a check before training: INVALID_ARGUMENT naming the
+// first that is no image Stoke decodes; an open failure's status naming the file.
+absl::StatusOr<SampledSides> CheckImageHeaders(const std::vector<ImageFile>& files, size_t count,
+                                               const ReadOptions& options = {});
+
 // Whether `name` ends in .jpg, .jpeg or .png, in any case.
 bool IsImageFileName(const std::string& name);
 

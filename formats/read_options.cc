@@ -1,5 +1,9 @@
 #include "formats/read_options.h"
 
+#include <unistd.h>
+
+#include <algorithm>
+
 #include "absl/strings/str_cat.h"
 #include "formats/open_failure.h"
 #include "worker/common/files.h"
@@ -22,6 +26,48 @@ absl::StatusOr<int> OpenDataFile(const std::string& path, const ReadOptions& opt
   const std::string message = absl::StrCat(path, ": cannot open: ", error);
   if (why == files::OpenRefusal::kOutsideRoots) return absl::PermissionDeniedError(message);
   return OpenFailure(why == files::OpenRefusal::kNotRegular, message);
+}
+
+namespace {
+
+// Reads at most `limit` bytes; `refuse_larger`: a larger file is refused unread.
+absl::Status Read(const std::string& path, const ReadOptions& options, size_t limit,
+                  bool refuse_larger, std::string* bytes) {
+  long long size = 0;  // NOLINT(google-runtime-int): OpenDataFile's type
+  auto opened = OpenDataFile(path, options, &size);
+  if (!opened.ok()) return opened.status();
+  if (refuse_larger && static_cast<size_t>(size) > limit) {
+    close(*opened);
+    return absl::InvalidArgumentError(
+        absl::StrCat(path, ": ", size, " bytes, more than the ", limit, " such a file may hold"));
+  }
+  bytes->resize(std::min(static_cast<size_t>(size), limit));
+  size_t done = 0;
+  while (done < bytes->size()) {
+    const ssize_t n =
+        pread(*opened, bytes->data() + done, bytes->size() - done, static_cast<off_t>(done));
+    if (n <= 0) break;
+    done += static_cast<size_t>(n);
+  }
+  close(*opened);
+  if (done != bytes->size()) {
+    bytes->resize(done);
+    return absl::DataLossError(
+        absl::StrCat(path, ": ended after ", done, " bytes, short of its ", size));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status ReadDataFile(const std::string& path, const ReadOptions& options, size_t max_size,
+                          std::string* bytes) {
+  return Read(path, options, max_size, /*refuse_larger=*/true, bytes);
+}
+
+absl::Status ReadDataFileHead(const std::string& path, const ReadOptions& options, size_t limit,
+                              std::string* bytes) {
+  return Read(path, options, limit, /*refuse_larger=*/false, bytes);
 }
 
 absl::Status ReadCancelled(const std::string& path) {

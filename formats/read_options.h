@@ -6,6 +6,7 @@
 #pragma once
 
 #include <atomic>
+#include <cstddef>
 #include <string>
 #include <vector>
 
@@ -29,6 +30,15 @@ struct ReadOptions {
 // it is no regular file, PERMISSION_DENIED when it leads outside the roots.
 absl::StatusOr<int> OpenDataFile(const std::string& path, const ReadOptions& options,
                                  long long* size);
+
+// The regular file `path`, opened as OpenDataFile opens it, read whole into `bytes`;
+// INVALID_ARGUMENT, before reading, when it is larger than `max_size`. DATA_LOSS when it
+// ends before its size said.
+absl::Status ReadDataFile(const std::string& path, const ReadOptions& options, size_t max_size,
+                          std::string* bytes);
+// The same for its first `limit` bytes only (all of it when smaller): a header.
+absl::Status ReadDataFileHead(const std::string& path, const ReadOptions& options, size_t limit,
+                              std::string* bytes);
 
 // CANCELLED, naming the file, for a reader that stopped because its job was cancelled.
 absl::Status ReadCancelled(const std::string& path);

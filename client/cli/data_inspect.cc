@@ -13,7 +13,6 @@
 #include "client/cli/commands.h"
 #include "formats/array_file.h"
 #include "formats/array_set.h"
-#include "formats/image_decode.h"
 #include "formats/image_files.h"
 #include "formats/image_set.h"
 #include "formats/token_file.h"
@@ -31,29 +30,14 @@ constexpr size_t kCheckedImages = 64;
 // Classes, images per split, and the sizes of a sample of them; the first that cannot be
 // read is the problem.
 absl::StatusOr<std::string> DescribeImages(const std::string& what, const data::ImageList& list) {
-  int min_side = 1 << 30, max_side = 0;
-  const size_t checked = std::min(kCheckedImages, list.files.size());
-  for (size_t i = 0; i < checked; ++i) {
-    const std::string& path = list.files[i * list.files.size() / checked].path;
-    std::string bytes;
-    std::FILE* f = std::fopen(path.c_str(), "rb");
-    if (f == nullptr) return absl::NotFoundError(absl::StrCat(path, ": cannot open"));
-    char buffer[1 << 16];
-    for (size_t n; (n = std::fread(buffer, 1, sizeof(buffer), f)) > 0;) bytes.append(buffer, n);
-    std::fclose(f);
-    auto size = data::ReadImageSize(reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size());
-    if (!size.ok()) {
-      return absl::InvalidArgumentError(absl::StrCat(path, ": ", size.status().message()));
-    }
-    min_side = std::min({min_side, size->width, size->height});
-    max_side = std::max({max_side, size->width, size->height});
-  }
+  auto sides = data::CheckImageHeaders(list.files, kCheckedImages);
+  if (!sides.ok()) return sides.status();
   return absl::StrCat(
       what, ": ", list.files.size(), " images in ", list.classes.size(), " classes (",
       absl::StrJoin(list.classes.begin(),
                     list.classes.begin() + std::min<size_t>(list.classes.size(), 5), ", "),
-      list.classes.size() > 5 ? ", ..." : "", "); sides of ", checked, " of them from ", min_side,
-      " to ", max_side, " pixels");
+      list.classes.size() > 5 ? ", ..." : "", "); sides of ", sides->images, " of them from ",
+      sides->min_side, " to ", sides->max_side, " pixels");
 }
 
 absl::StatusOr<std::string> DescribeFolder(const std::string& path) {

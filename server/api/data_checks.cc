@@ -10,7 +10,6 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "formats/array_set.h"
-#include "formats/image_decode.h"
 #include "formats/image_files.h"
 #include "formats/image_set.h"
 #include "formats/token_file.h"
@@ -183,21 +182,8 @@ absl::StatusOr<DataFacts> ImageFileFacts(const v1::ImageDataSpec& spec, const Da
   auto split = data::ListImageSplit(names, Rooted(roots));
   if (!split.ok()) return absl::InvalidArgumentError(split.status().message());
   const std::vector<data::ImageFile>& files = split->train.files;
-  const size_t checked = std::min(kCheckedImages, files.size());
-  std::string bytes;
-  for (size_t i = 0; i < checked; ++i) {
-    const std::string& path = files[i * files.size() / checked].path;
-    long long size = 0;
-    auto fd = data::OpenDataFile(path, Rooted(roots), &size);
-    if (!fd.ok()) return FromReader("data.images", fd.status());
-    bytes.resize(static_cast<size_t>(std::min<long long>(size, 1 << 20)));
-    const ssize_t n = pread(*fd, bytes.data(), bytes.size(), 0);
-    close(*fd);
-    auto header = data::ReadImageSize(reinterpret_cast<const uint8_t*>(bytes.data()),
-                                      n > 0 ? static_cast<size_t>(n) : 0);
-    if (!header.ok()) {
-      return Invalid("data.images", absl::StrCat(path, ": ", header.status().message()));
-    }
+  if (auto sides = data::CheckImageHeaders(files, kCheckedImages, Rooted(roots)); !sides.ok()) {
+    return FromReader("data.images", sides.status());
   }
   DataFacts facts;
   facts.kind = DataFacts::Kind::kImage;

@@ -1,9 +1,8 @@
 #include "worker/data/image_file_dataset.h"
 
-#include <unistd.h>
-
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -17,24 +16,6 @@ namespace {
 constexpr int kReplacementTries = 16;
 // Bad files named in the error that fails the job.
 constexpr size_t kNamedBadFiles = 3;
-
-absl::Status ReadWhole(const std::string& path, const data::ReadOptions& files,
-                       std::vector<uint8_t>* bytes) {
-  long long size = 0;  // NOLINT(google-runtime-int): OpenDataFile's type
-  auto opened = data::OpenDataFile(path, files, &size);
-  if (!opened.ok()) return opened.status();
-  bytes->resize(static_cast<size_t>(size));
-  size_t done = 0;
-  while (done < bytes->size()) {
-    const ssize_t n =
-        pread(*opened, bytes->data() + done, bytes->size() - done, static_cast<off_t>(done));
-    if (n <= 0) break;
-    done += static_cast<size_t>(n);
-  }
-  close(*opened);
-  if (done != bytes->size()) return absl::DataLossError(absl::StrCat(path, ": short read"));
-  return absl::OkStatus();
-}
 
 }  // namespace
 
@@ -62,17 +43,19 @@ torch::Tensor ImageFileDataset::NewTargets(int64_t n, bool pinned) const {
 bool ImageFileDataset::Load(int64_t index, int64_t epoch, bool train, uint8_t* out) const {
   const data::ImageFile& file = files_[static_cast<size_t>(index)];
   // Buffers per loader thread, reused from image to image.
-  thread_local std::vector<uint8_t> bytes;
-  absl::Status status = ReadWhole(file.path, options_.files, &bytes);
+  thread_local std::string bytes;
+  absl::Status status =
+      data::ReadDataFile(file.path, options_.files, std::numeric_limits<size_t>::max(), &bytes);
+  const auto* encoded = reinterpret_cast<const uint8_t*>(bytes.data());
   if (status.ok()) {
-    auto size = data::ReadImageSize(bytes.data(), bytes.size());
+    auto size = data::ReadImageSize(encoded, bytes.size());
     if (size.ok()) {
       const data::ImageRegion region =
           train ? RandomResizedCrop(size->width, size->height, options_.min_crop_area,
                                     MixSeed(options_.seed, static_cast<uint64_t>(epoch),
                                             static_cast<uint64_t>(index)))
                 : CentreCrop(size->width, size->height);
-      auto decoded = data::DecodeImageRegion(bytes.data(), bytes.size(), options_.channels, region,
+      auto decoded = data::DecodeImageRegion(encoded, bytes.size(), options_.channels, region,
                                              static_cast<int>(options_.size));
       if (decoded.ok()) {
         ResizeToChw(*decoded, static_cast<int>(options_.size), out);

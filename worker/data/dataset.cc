@@ -43,23 +43,46 @@ void WidenRow(const uint8_t* src, int64_t n, int64_t* dst) {
 
 }  // namespace
 
+PixelStatistics::PixelStatistics(int64_t channels)
+    : sums_(static_cast<size_t>(channels)), squares_(static_cast<size_t>(channels)) {}
+
+void PixelStatistics::Add(const uint8_t* pixels, int64_t plane, bool interleaved) {
+  const int64_t c = static_cast<int64_t>(sums_.size());
+  for (int64_t k = 0; k < plane * c; ++k) {
+    const size_t channel = static_cast<size_t>(interleaved ? k % c : k / plane);
+    sums_[channel] += pixels[k];
+    squares_[channel] += static_cast<double>(pixels[k]) * pixels[k];
+  }
+  pixels_ += plane;
+}
+
+std::vector<double> PixelStatistics::Mean() const {
+  std::vector<double> mean;
+  const double n = static_cast<double>(std::max<int64_t>(pixels_, 1));
+  for (double sum : sums_) mean.push_back(sum / n / 255.0);
+  return mean;
+}
+
+std::vector<double> PixelStatistics::Std() const {
+  std::vector<double> std;
+  const double n = static_cast<double>(std::max<int64_t>(pixels_, 1));
+  for (size_t k = 0; k < sums_.size(); ++k) {
+    const double m = sums_[k] / n;
+    std.push_back(std::sqrt(std::max(squares_[k] / n - m * m, 1e-6)) / 255.0);
+  }
+  return std;
+}
+
 ImageDataset::ImageDataset(data::ImageSet images) : images_(std::move(images)) {
   // Statistics for normalization, from the data itself rather than a table of known sets.
+  PixelStatistics statistics(images_.channels);
   const int64_t plane = images_.height * images_.width;
-  for (int64_t c = 0; c < images_.channels; ++c) {
-    double sum = 0, sum_sq = 0;
-    for (int64_t i = 0; i < images_.count; ++i) {
-      const uint8_t* p = images_.pixels.data() + (i * images_.channels + c) * plane;
-      for (int64_t k = 0; k < plane; ++k) {
-        sum += p[k];
-        sum_sq += static_cast<double>(p[k]) * p[k];
-      }
-    }
-    const double n = static_cast<double>(images_.count * plane);
-    const double mean = sum / n;
-    mean_.push_back(mean / 255.0);
-    std_.push_back(std::sqrt(std::max(sum_sq / n - mean * mean, 1e-6)) / 255.0);
+  for (int64_t i = 0; i < images_.count; ++i) {
+    statistics.Add(images_.pixels.data() + i * images_.sample_bytes(), plane,
+                   /*interleaved=*/false);
   }
+  mean_ = statistics.Mean();
+  std_ = statistics.Std();
 }
 
 DataShape ImageDataset::Shape() const {
@@ -196,26 +219,14 @@ void ArrayDataset::Fill(int64_t index, int64_t /*epoch*/, int64_t row, torch::Te
 
 void ArrayDataset::ImageStatistics(int64_t samples, std::vector<double>* mean,
                                    std::vector<double>* std) const {
-  const int64_t c = shape_.sample[0], plane = shape_.sample[1] * shape_.sample[2];
+  PixelStatistics statistics(shape_.sample[0]);
   const int64_t count = std::min(samples, size());
-  std::vector<double> sum(static_cast<size_t>(c)), sum_sq(static_cast<size_t>(c));
   for (int64_t i = 0; i < count; ++i) {
-    const uint8_t* p = inputs_->row(begin_ + i * size() / count);
-    for (int64_t k = 0; k < plane * c; ++k) {
-      // Channel of element k: planes stored one after another, or interleaved.
-      const size_t channel = static_cast<size_t>(channels_last_ ? k % c : k / plane);
-      sum[channel] += p[k];
-      sum_sq[channel] += static_cast<double>(p[k]) * p[k];
-    }
+    statistics.Add(inputs_->row(begin_ + i * size() / count), shape_.sample[1] * shape_.sample[2],
+                   channels_last_);
   }
-  mean->clear();
-  std->clear();
-  const double n = static_cast<double>(count * plane);
-  for (int64_t k = 0; k < c; ++k) {
-    const double m = sum[static_cast<size_t>(k)] / n;
-    mean->push_back(m / 255.0);
-    std->push_back(std::sqrt(std::max(sum_sq[static_cast<size_t>(k)] / n - m * m, 1e-6)) / 255.0);
-  }
+  *mean = statistics.Mean();
+  *std = statistics.Std();
 }
 
 }  // namespace stoke::worker

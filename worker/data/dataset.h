@@ -16,6 +16,23 @@
 
 namespace stoke::worker {
 
+// Per-channel mean and standard deviation of uint8 pixels, scaled to [0, 1], for the
+// normalization of image batches; images are added one at a time.
+class PixelStatistics {
+ public:
+  explicit PixelStatistics(int64_t channels);
+  // One image of `plane` pixels a channel: channels first ([C, H, W]), or interleaved
+  // ([H, W, C]).
+  void Add(const uint8_t* pixels, int64_t plane, bool interleaved);
+  std::vector<double> Mean() const;
+  std::vector<double> Std() const;
+
+ private:
+  std::vector<double> sums_;
+  std::vector<double> squares_;
+  int64_t pixels_ = 0;  // per channel
+};
+
 class Dataset {
  public:
   virtual ~Dataset() = default;

@@ -109,30 +109,17 @@ void ImageFileDataset::Fill(int64_t index, int64_t epoch, int64_t row, torch::Te
 
 void ImageFileDataset::Statistics(int64_t samples, std::vector<double>* mean,
                                   std::vector<double>* std) const {
-  const int64_t c = options_.channels, plane = options_.size * options_.size;
+  const int64_t plane = options_.size * options_.size;
+  PixelStatistics statistics(options_.channels);
+  std::vector<uint8_t> image(static_cast<size_t>(options_.channels * plane));
   const int64_t count = std::min(samples, size());
-  std::vector<double> sum(static_cast<size_t>(c)), sum_sq(static_cast<size_t>(c));
-  std::vector<uint8_t> image(static_cast<size_t>(c * plane));
-  int64_t seen = 0;
   for (int64_t i = 0; i < count; ++i) {
-    if (!Load(i * size() / count, 0, /*train=*/false, image.data())) continue;
-    ++seen;
-    for (int64_t k = 0; k < c; ++k) {
-      for (int64_t p = 0; p < plane; ++p) {
-        const double v = image[static_cast<size_t>(k * plane + p)];
-        sum[static_cast<size_t>(k)] += v;
-        sum_sq[static_cast<size_t>(k)] += v * v;
-      }
+    if (Load(i * size() / count, 0, /*train=*/false, image.data())) {
+      statistics.Add(image.data(), plane, /*interleaved=*/false);
     }
   }
-  mean->clear();
-  std->clear();
-  const double n = static_cast<double>(std::max<int64_t>(seen, 1) * plane);
-  for (int64_t k = 0; k < c; ++k) {
-    const double m = sum[static_cast<size_t>(k)] / n;
-    mean->push_back(m / 255.0);
-    std->push_back(std::sqrt(std::max(sum_sq[static_cast<size_t>(k)] / n - m * m, 1e-6)) / 255.0);
-  }
+  *mean = statistics.Mean();
+  *std = statistics.Std();
 }
 
 }  // namespace stoke::worker

@@ -1,9 +1,13 @@
 #!/usr/bin/env bash
-# data.images at GPU speed: ResNet-50 at 224 px reading a folder of photograph-sized JPEGs
-# (data.images: each decoded, cropped and resized on the loader threads), against the same
+# data.images and data.shards at GPU speed: ResNet-50 at 224 px reading a folder of
+# photograph-sized JPEGs (data.images: each decoded, cropped and resized on the loader
+# threads), then the same JPEGs packed into tar shards (data.shards), against the same
 # model on synthetic batches made on the device (what the GPU does when data costs
 # nothing); then the loader alone (a model too small to take time), on one thread and on
-# one per core, in images/s. Writes $OUT/images/{summary.md, *.json, *.log}.
+# one per core, in images/s, from the page cache and from the disk (each file's cached
+# pages dropped first with posix_fadvise, which needs no privilege; fewer batches than
+# an epoch, so every image is read from the disk). Writes $OUT/images/{summary.md, *.json,
+# *.log}.
 # From the repository root on the GPU machine, after building build-gpu/ (bench/all.sh
 # does: its part "images"):
 #   bench/images.sh
@@ -39,6 +43,34 @@ run decode-1-thread 4 3 4 bench/specs/decode-only.yaml --set "data.images.path=$
   --set data.loader.threads=1
 run decode-all-threads 20 6 10 bench/specs/decode-only.yaml --set "data.images.path=$photos"
 
+shards="$work/shards"
+pattern=$(python3 examples/shards/make_shards.py "$photos" "$shards/train" --per-shard 1000)
+echo "$(du -sh "$shards" | cut -f1) of shards: $pattern" | tee -a "$out/run.log"
+run shards 40 6 20 bench/specs/resnet50-shards.yaml --set "data.shards.urls=$pattern"
+run shards-decode-all-threads 20 6 10 bench/specs/decode-only-shards.yaml \
+  --set "data.shards.urls=$pattern"
+
+# evict FOLDER: drops the cached pages of every file beneath it.
+evict() {
+  python3 - "$1" << 'PY'
+import os, sys
+for root, _, names in os.walk(sys.argv[1]):
+    for name in names:
+        fd = os.open(os.path.join(root, name), os.O_RDONLY)
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+        os.close(fd)
+PY
+}
+evict "$shards"
+t0=$(date +%s%N)
+"$bin/stoke" data inspect "$pattern" >> "$out/run.log" 2>&1
+echo "indexing the shards from the disk (stoke data inspect): $((($(date +%s%N) - t0) / 1000000)) ms" |
+  tee -a "$out/run.log"
+evict "$photos"
+run cold-folder-decode 2 3 20 bench/specs/decode-only.yaml --set "data.images.path=$photos"
+evict "$shards"
+run cold-shards-decode 2 3 20 bench/specs/decode-only-shards.yaml --set "data.shards.urls=$pattern"
+
 python3 - "$out" "$(nproc)" << 'PY' | tee "$out/summary.md"
 import json, sys
 out, cores = sys.argv[1], int(sys.argv[2])
@@ -50,8 +82,12 @@ def read(name):
         return {"error": str(e)}
 rows = [("ResNet-50, synthetic batches on the device", read("synthetic")),
         ("ResNet-50, JPEG folder (data.images)", read("images")),
-        ("loader alone, 1 thread", read("decode-1-thread")),
-        (f"loader alone, {cores} threads (one per core)", read("decode-all-threads"))]
+        ("ResNet-50, the JPEGs in tar shards (data.shards)", read("shards")),
+        ("loader alone, folder, 1 thread", read("decode-1-thread")),
+        (f"loader alone, folder, {cores} threads (one per core)", read("decode-all-threads")),
+        (f"loader alone, shards, {cores} threads", read("shards-decode-all-threads")),
+        (f"loader alone, folder, {cores} threads, from the disk", read("cold-folder-decode")),
+        (f"loader alone, shards, {cores} threads, from the disk", read("cold-shards-decode"))]
 print("| run | images/s | data wait | step ms |")
 print("|---|---|---|---|")
 for name, r in rows:

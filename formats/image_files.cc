@@ -93,14 +93,45 @@ absl::StatusOr<SampledSides> CheckImageHeaders(const std::vector<ImageFile>& fil
   sides.min_side = 1 << 30;
   std::string bytes;
   for (size_t i = 0; i < sides.images; ++i) {
-    const std::string& path = files[i * files.size() / sides.images].path;
-    if (auto s = ReadDataFileHead(path, options, size_t{1} << 20, &bytes); !s.ok()) return s;
+    const ImageFile& file = files[i * files.size() / sides.images];
+    if (auto s = ReadImageHead(file, options, size_t{1} << 20, &bytes); !s.ok()) return s;
     auto size = ReadImageSize(reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size());
-    if (!size.ok()) return Bad(path, absl::StrCat(size.status().message()));
+    if (!size.ok()) {
+      return Bad(DescribeImageFile(file, options), absl::StrCat(size.status().message()));
+    }
     sides.min_side = std::min({sides.min_side, size->width, size->height});
     sides.max_side = std::max({sides.max_side, size->width, size->height});
   }
   return sides;
+}
+
+absl::Status ReadImageBytes(const ImageFile& file, const ReadOptions& options, size_t max_size,
+                            std::string* bytes) {
+  if (file.offset < 0) return ReadDataFile(file.path, options, max_size, bytes);
+  return ReadDataFileRange(file.path, options, file.offset, file.length, bytes);
+}
+
+absl::Status ReadImageHead(const ImageFile& file, const ReadOptions& options, size_t limit,
+                           std::string* bytes) {
+  if (file.offset < 0) return ReadDataFileHead(file.path, options, limit, bytes);
+  return ReadDataFileRange(file.path, options, file.offset,
+                           std::min(file.length, static_cast<int64_t>(limit)), bytes);
+}
+
+std::string DescribeImageFile(const ImageFile& file, const ReadOptions& options) {
+  if (file.offset < 0) return file.path;
+  // The member's ustar header is the block before its contents; its name field ends at
+  // the first NUL (a long name's header says "././@LongLink" and is not used).
+  constexpr int64_t kBlock = 512;
+  std::string header;
+  if (file.offset >= kBlock &&
+      ReadDataFileRange(file.path, options, file.offset - kBlock, kBlock, &header).ok()) {
+    const std::string name = header.substr(0, std::min(header.find('\0'), size_t{100}));
+    if (!name.empty() && name.find("@LongLink") == std::string::npos) {
+      return absl::StrCat(file.path, ":", name);
+    }
+  }
+  return absl::StrCat(file.path, " at byte ", file.offset);
 }
 
 bool IsImageFileName(const std::string& name) {

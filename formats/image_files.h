@@ -15,7 +15,21 @@ namespace stoke::data {
 struct ImageFile {
   std::string path;
   int64_t label = 0;
+  // A member of a tar shard (data.shards): its bytes at `offset` within `path`, `length`
+  // of them. -1: the whole file.
+  int64_t offset = -1;
+  int64_t length = 0;
 };
+
+// The encoded bytes of `file` (the whole file, or its member of a shard), at most
+// `limit` of them (a header); INVALID_ARGUMENT for a whole file larger than `max_size`.
+absl::Status ReadImageBytes(const ImageFile& file, const ReadOptions& options, size_t max_size,
+                            std::string* bytes);
+absl::Status ReadImageHead(const ImageFile& file, const ReadOptions& options, size_t limit,
+                           std::string* bytes);
+// The file, for messages: its path, or for a member of a shard "SHARD:MEMBER" (the
+// member's name read back from its tar header), or "SHARD at byte N" when that fails.
+std::string DescribeImageFile(const ImageFile& file, const ReadOptions& options);
 
 struct ImageList {
   std::vector<ImageFile> files;

@@ -70,6 +70,28 @@ absl::Status ReadDataFileHead(const std::string& path, const ReadOptions& option
   return Read(path, options, limit, /*refuse_larger=*/false, bytes);
 }
 
+absl::Status ReadDataFileRange(const std::string& path, const ReadOptions& options, int64_t offset,
+                               int64_t length, std::string* bytes) {
+  long long size = 0;  // NOLINT(google-runtime-int): OpenDataFile's type
+  auto opened = OpenDataFile(path, options, &size);
+  if (!opened.ok()) return opened.status();
+  bytes->resize(static_cast<size_t>(length));
+  int64_t done = 0;
+  while (done < length) {
+    const ssize_t n = pread(*opened, bytes->data() + done, static_cast<size_t>(length - done),
+                            static_cast<off_t>(offset + done));
+    if (n <= 0) break;
+    done += n;
+  }
+  close(*opened);
+  if (done != length) {
+    bytes->resize(static_cast<size_t>(done));
+    return absl::DataLossError(
+        absl::StrCat(path, ": ended before byte ", offset + length, " (", size, " bytes)"));
+  }
+  return absl::OkStatus();
+}
+
 absl::Status ReadCancelled(const std::string& path) {
   return absl::CancelledError(absl::StrCat(path, ": reading stopped: the job was cancelled"));
 }

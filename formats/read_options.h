@@ -7,6 +7,7 @@
 
 #include <atomic>
 #include <cstddef>
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -39,6 +40,11 @@ absl::Status ReadDataFile(const std::string& path, const ReadOptions& options, s
 // The same for its first `limit` bytes only (all of it when smaller): a header.
 absl::Status ReadDataFileHead(const std::string& path, const ReadOptions& options, size_t limit,
                               std::string* bytes);
+
+// `length` bytes at `offset` of the file (a member of a tar shard); DATA_LOSS when the
+// file ends first.
+absl::Status ReadDataFileRange(const std::string& path, const ReadOptions& options, int64_t offset,
+                               int64_t length, std::string* bytes);
 
 // CANCELLED, naming the file, for a reader that stopped because its job was cancelled.
 absl::Status ReadCancelled(const std::string& path);

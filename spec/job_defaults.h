@@ -27,6 +27,8 @@ inline constexpr double kValFraction = 0.1;
 // data.images.
 inline constexpr int64_t kImageSize = 224;
 inline constexpr int kImageChannels = 3;
+// data.shards: samples each rank's stream is shuffled through.
+inline constexpr int64_t kShuffleBuffer = 10000;
 inline constexpr double kMinCropArea = 0.08;
 // data.max_bad_fraction: the share of a data set's files that may be undecodable.
 inline constexpr double kMaxBadFraction = 0.001;

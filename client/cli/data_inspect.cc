@@ -15,6 +15,7 @@
 #include "formats/array_set.h"
 #include "formats/image_files.h"
 #include "formats/image_set.h"
+#include "formats/shard_files.h"
 #include "formats/token_file.h"
 
 namespace stoke::client {
@@ -38,6 +39,21 @@ absl::StatusOr<std::string> DescribeImages(const std::string& what, const data::
                     list.classes.begin() + std::min<size_t>(list.classes.size(), 5), ", "),
       list.classes.size() > 5 ? ", ..." : "", "); sides of ", sides->images, " of them from ",
       sides->min_side, " to ", sides->max_side, " pixels");
+}
+
+// Shards named by a file or a brace pattern: samples, classes, and image sides.
+absl::StatusOr<std::string> DescribeShards(const std::string& pattern) {
+  data::ShardSplitNames names;
+  names.urls = pattern;
+  auto split = data::ListShardSplit(names);
+  if (!split.ok()) return split.status();
+  auto sides = data::CheckImageHeaders(split->train, kCheckedImages);
+  if (!sides.ok()) return sides.status();
+  return absl::StrCat("data.shards: ", split->shards.size(), " tar shard(s), ",
+                      split->train.size() + split->val.size(), " samples in ", split->num_classes,
+                      " classes (labels 0 to ", split->num_classes - 1, "); sides of ",
+                      sides->images, " images from ", sides->min_side, " to ", sides->max_side,
+                      " pixels");
 }
 
 absl::StatusOr<std::string> DescribeFolder(const std::string& path) {
@@ -103,10 +119,15 @@ int DataInspectCommand(const std::vector<std::string>& paths) {
     struct stat st;
     std::vector<absl::StatusOr<std::string>> lines;
     std::vector<std::string> names = {path};
-    if (stat(file.c_str(), &st) != 0) {
+    const bool tar = file.size() > 4 && file.rfind(".tar") == file.size() - 4;
+    if (tar && path.find('{') != std::string::npos) {
+      lines.push_back(DescribeShards(path));
+    } else if (stat(file.c_str(), &st) != 0) {
       lines.push_back(absl::NotFoundError(absl::StrCat("cannot read: no such file or folder")));
     } else if (S_ISDIR(st.st_mode)) {
       lines.push_back(DescribeFolder(path));
+    } else if (tar) {
+      lines.push_back(DescribeShards(path));
     } else if (file.size() >= 4 && (file.rfind(".npy") == file.size() - 4 ||
                                     file.rfind(".safetensors") == file.size() - 12)) {
       if (tensor.empty()) {

@@ -581,6 +581,10 @@ void ResolveRelativePaths(v1::JobSpec& spec, const std::string& base_dir) {
         resolve(path);
       }
     }
+    if (data->has_shards()) {  // braces are kept: the pattern is expanded where it is read
+      resolve(data->mutable_shards()->mutable_urls());
+      resolve(data->mutable_shards()->mutable_val_urls());
+    }
     if (data->has_arrays()) {  // "file.safetensors:tensor" keeps its tensor's name
       auto* a = data->mutable_arrays();
       for (std::string* name : {a->mutable_inputs(), a->mutable_targets(), a->mutable_val_inputs(),

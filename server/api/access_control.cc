@@ -157,6 +157,10 @@ v1::Job RedactForNonOwner(v1::Job job) {
     images->clear_val_path();
     images->clear_val_manifest();
   }
+  if (data->has_shards()) {
+    data->mutable_shards()->clear_urls();
+    data->mutable_shards()->clear_val_urls();
+  }
   if (data->has_arrays()) {
     auto* arrays = data->mutable_arrays();
     arrays->clear_inputs();

@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 
@@ -12,6 +13,7 @@
 #include "formats/array_set.h"
 #include "formats/image_files.h"
 #include "formats/image_set.h"
+#include "formats/shard_files.h"
 #include "formats/token_file.h"
 #include "spec/job_defaults.h"
 
@@ -196,6 +198,47 @@ absl::StatusOr<DataFacts> ImageFileFacts(const v1::ImageDataSpec& spec, const Da
   return facts;
 }
 
+// data.shards: every shard named resolved beneath the roots and indexed (headers and
+// labels, as the worker will), and a sample of images' headers read.
+absl::StatusOr<DataFacts> ShardFacts(const v1::JobSpec& spec, const DataRoots& roots) {
+  const v1::ShardDataSpec& shards = spec.data().shards();
+  data::ShardSplitNames names;
+  names.urls = shards.urls();
+  names.val_urls = shards.val_urls();
+  names.val_fraction = shards.has_val_fraction() ? shards.val_fraction() : defaults::kValFraction;
+  for (const auto& [field, pattern] : {std::pair{"data.shards.urls", &names.urls},
+                                       std::pair{"data.shards.val_urls", &names.val_urls}}) {
+    if (pattern->empty()) continue;
+    auto expanded = data::ExpandBracePattern(*pattern);
+    if (!expanded.ok()) return FromReader(field, expanded.status());
+    for (const std::string& shard : *expanded) {
+      if (auto resolved = roots.Resolve(field, shard); !resolved.ok()) return resolved.status();
+    }
+  }
+  auto split = data::ListShardSplit(names, Rooted(roots));
+  if (!split.ok()) return absl::InvalidArgumentError(split.status().message());
+  if (auto sides = data::CheckImageHeaders(split->train, kCheckedImages, Rooted(roots));
+      !sides.ok()) {
+    return FromReader("data.shards.urls", sides.status());
+  }
+  const uint32_t ranks = std::max<uint32_t>(1, spec.resources().gpus());
+  const int64_t per_rank = data::SamplesPerRank(split->train_per_shard, static_cast<int>(ranks));
+  if (per_rank == 0) {
+    return Invalid("data.shards.urls",
+                   absl::StrCat(split->shards.size(), " shard(s) for ", ranks,
+                                " ranks (resources.gpus); each rank reads shards of its own"));
+  }
+  DataFacts facts;
+  facts.kind = DataFacts::Kind::kImage;
+  facts.source = Source("data.shards.urls", shards.urls());
+  const int64_t side = shards.size() ? shards.size() : defaults::kImageSize;
+  facts.sample = {shards.channels() ? shards.channels() : defaults::kImageChannels, side, side};
+  facts.num_classes = split->num_classes;
+  // What the ranks read together: each as many samples as the one with fewest.
+  facts.train_samples = per_rank * ranks;
+  return facts;
+}
+
 }  // namespace
 
 DataRoots::DataRoots(const std::vector<std::string>& roots) {
@@ -300,9 +343,11 @@ absl::StatusOr<DataFacts> InspectData(const v1::JobSpec& spec, const DataRoots& 
       return ArrayFacts(spec, roots);
     case v1::DataSpec::kImages:
       return ImageFileFacts(data.images(), roots);
+    case v1::DataSpec::kShards:
+      return ShardFacts(spec, roots);
     default:
-      return Invalid("data",
-                     "required: set one of synthetic, mnist, cifar10, tokens, arrays, images");
+      return Invalid(
+          "data", "required: set one of synthetic, mnist, cifar10, tokens, arrays, images, shards");
   }
 }
 

@@ -26,6 +26,8 @@ constexpr uint32_t kMaxCollectiveTimeoutSeconds = 3600;
 constexpr uint32_t kMaxBucketMb = 1024;
 constexpr uint32_t kMaxLayerWidth = 1u << 20;
 constexpr uint32_t kMaxVocab = 1u << 16;  // token files hold uint16 ids
+// A shuffle buffer holds sample ids only, yet a larger one stops being a stream.
+constexpr uint32_t kMaxShuffleBuffer = 10000000;
 constexpr size_t kMaxNameLength = 200;
 // command.grace_seconds: an hour to checkpoint is already more than any preemption waits.
 constexpr uint32_t kMaxGraceSeconds = 3600;
@@ -52,6 +54,21 @@ absl::Status Invalid(absl::string_view field, absl::string_view problem) {
 absl::Status InRange(absl::string_view field, double value, double max) {
   if (!(value >= 0 && value <= max)) {
     return Invalid(field, absl::StrCat(value, " is out of range: from 0 to ", max));
+  }
+  return absl::OkStatus();
+}
+
+// The image fields data.images and data.shards share, under `prefix`.
+absl::Status CheckImageFields(const std::string& prefix, uint32_t size, uint32_t channels,
+                              bool has_min_crop_area, double min_crop_area) {
+  if (size != 0 && (size < 8 || size > 4096)) {
+    return Invalid(absl::StrCat(prefix, ".size"), "from 8 to 4096 pixels");
+  }
+  if (channels != 0 && channels != 1 && channels != 3) {
+    return Invalid(absl::StrCat(prefix, ".channels"), "1 (grey) or 3 (RGB)");
+  }
+  if (has_min_crop_area && !(min_crop_area > 0 && min_crop_area <= 1)) {
+    return Invalid(absl::StrCat(prefix, ".min_crop_area"), "more than 0, at most 1");
   }
   return absl::OkStatus();
 }
@@ -91,18 +108,26 @@ absl::Status ValidateData(const v1::DataSpec& data) {
     case v1::DataSpec::kArrays:
       break;  // paths: data_checks.cc
     case v1::DataSpec::kImages: {
-      const auto& images = data.images();
-      if (images.size() != 0 && (images.size() < 8 || images.size() > 4096)) {
-        return Invalid("data.images.size", "from 8 to 4096 pixels");
-      }
-      if (images.channels() != 0 && images.channels() != 1 && images.channels() != 3) {
-        return Invalid("data.images.channels", "1 (grey) or 3 (RGB)");
-      }
-      if (images.has_min_crop_area() &&
-          !(images.min_crop_area() > 0 && images.min_crop_area() <= 1)) {
-        return Invalid("data.images.min_crop_area", "more than 0, at most 1");
+      const auto& i = data.images();
+      if (auto s = CheckImageFields("data.images", i.size(), i.channels(), i.has_min_crop_area(),
+                                    i.min_crop_area());
+          !s.ok()) {
+        return s;
       }
       break;  // paths: data_checks.cc
+    }
+    case v1::DataSpec::kShards: {
+      const auto& shards = data.shards();
+      if (shards.urls().empty()) return Invalid("data.shards.urls", "required: a shard pattern");
+      if (auto s = CheckImageFields("data.shards", shards.size(), shards.channels(),
+                                    shards.has_min_crop_area(), shards.min_crop_area());
+          !s.ok()) {
+        return s;
+      }
+      if (shards.shuffle_buffer() > kMaxShuffleBuffer) {
+        return Invalid("data.shards.shuffle_buffer", absl::StrCat("at most ", kMaxShuffleBuffer));
+      }
+      break;  // patterns and files: data_checks.cc
     }
     case v1::DataSpec::kTokens:
       if (data.tokens().vocab_size() > kMaxVocab) {
@@ -113,8 +138,8 @@ absl::Status ValidateData(const v1::DataSpec& data) {
         return Invalid("data.tokens.context", "at most 65536");
       break;
     default:
-      return Invalid("data",
-                     "required: set one of synthetic, mnist, cifar10, tokens, arrays, images");
+      return Invalid(
+          "data", "required: set one of synthetic, mnist, cifar10, tokens, arrays, images, shards");
   }
   if (data.has_max_bad_fraction() &&
       !(data.max_bad_fraction() >= 0 && data.max_bad_fraction() < 1)) {

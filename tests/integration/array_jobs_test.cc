@@ -116,7 +116,7 @@ TEST_F(ArrayJobsTest, RegressionFromASafetensorsFileLearnsItsTarget) {
 }
 
 TEST_F(ArrayJobsTest, ArraysStokeCannotTrainOnAreRefusedNamingFieldAndFile) {
-  const std::string before = Stoke({"list"}).out;
+  const std::string before = Stoke({"list", "--output", "json"}).out;
   const auto submit = [&](const std::string& model, const std::string& inputs,
                           const std::string& targets) {
     const std::string path = files_.File("bad.yaml");
@@ -145,7 +145,7 @@ TEST_F(ArrayJobsTest, ArraysStokeCannotTrainOnAreRefusedNamingFieldAndFile) {
   EXPECT_NE(submit("resnet", "regression.safetensors:features", "regression.safetensors:target")
                 .find("model.resnet: needs images"),
             std::string::npos);
-  EXPECT_EQ(Stoke({"list"}).out, before) << "a refused job was stored";
+  EXPECT_EQ(Stoke({"list", "--output", "json"}).out, before) << "a refused job was stored";
 }
 
 // Before submitting: what Stoke would read from each file, and the problem with a bad one.

@@ -107,7 +107,7 @@ TEST_F(ImageJobsTest, ManifestsInCsvAndJsonLinesTrainWithAShareHeldOut) {
 }
 
 TEST_F(ImageJobsTest, FoldersStokeCannotTakeAreRefusedAtSubmissionNamingTheField) {
-  const std::string before = Stoke({"list"}).out;
+  const std::string before = Stoke({"list", "--output", "json"}).out;
   const CommandResult one_class = Stoke({"submit", Job("path: " + *images_ + "/train/bag", 10)});
   EXPECT_EQ(one_class.exit_code, 2);
   EXPECT_NE(one_class.err.find("data.images.path: " + *images_ + "/train/bag: holds 0 class"),
@@ -126,7 +126,7 @@ TEST_F(ImageJobsTest, FoldersStokeCannotTakeAreRefusedAtSubmissionNamingTheField
                               ".jpg or .png file"),
             std::string::npos)
       << manifest.err;
-  EXPECT_EQ(Stoke({"list"}).out, before) << "a refused job was stored";
+  EXPECT_EQ(Stoke({"list", "--output", "json"}).out, before) << "a refused job was stored";
 }
 
 }  // namespace

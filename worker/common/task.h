@@ -181,6 +181,16 @@ struct ImageDataConfig {
   double min_crop_area = defaults::kMinCropArea;
 };
 
+struct ShardDataConfig {
+  std::string urls;      // a brace pattern of tar shards
+  std::string val_urls;  // held-out shards; empty: every k-th sample
+  double val_fraction = defaults::kValFraction;
+  int64_t shuffle_buffer = defaults::kShuffleBuffer;
+  int64_t size = defaults::kImageSize;
+  int channels = defaults::kImageChannels;
+  double min_crop_area = defaults::kMinCropArea;
+};
+
 struct LoaderConfig {
   int threads = 0;  // 0: one per core, at most 8
   int prefetch = defaults::kLoaderPrefetch;
@@ -196,7 +206,7 @@ struct AugmentConfig {
 
 struct DataConfig {
   std::variant<SyntheticDataConfig, MnistDataConfig, Cifar10DataConfig, TokenDataConfig,
-               ArrayDataConfig, ImageDataConfig>
+               ArrayDataConfig, ImageDataConfig, ShardDataConfig>
       source;
   double max_bad_fraction = defaults::kMaxBadFraction;
   LoaderConfig loader;

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <vector>
@@ -14,8 +15,14 @@ namespace stoke::worker {
 
 class EpochSampler {
  public:
+  // This rank's samples in one epoch, in the order it takes them.
+  using RankOrder = std::function<std::vector<int64_t>(int64_t epoch)>;
+
   EpochSampler(int64_t dataset_size, int64_t batch_size, uint64_t seed, int rank, int world_size,
                bool shuffle);
+  // An order of the caller's (shards streamed through a shuffle buffer, shard_order.h):
+  // `per_rank` samples an epoch, at least, from `order`.
+  EpochSampler(int64_t per_rank, int64_t batch_size, RankOrder order);
 
   // Whole batches per epoch on this rank.
   int64_t batches_per_epoch() const { return batches_per_epoch_; }
@@ -24,18 +31,13 @@ class EpochSampler {
   std::vector<int64_t> Batch(int64_t batch) const;
 
  private:
-  std::vector<int64_t> EpochOrder(int64_t epoch) const;
   // The epoch's order, computed once for all the loader threads that ask.
   std::shared_ptr<const std::vector<int64_t>> OrderOf(int64_t epoch) const;
 
-  int64_t size_;
   int64_t batch_size_;
-  uint64_t seed_;
-  int rank_;
-  int world_size_;
-  bool shuffle_;
   int64_t per_rank_;
   int64_t batches_per_epoch_;
+  RankOrder rank_order_;
   // The two most recent epochs' orders: loader threads a batch apart may straddle an
   // epoch's end, and each must not recompute the permutation per batch.
   mutable std::mutex orders_mutex_;

@@ -5,6 +5,7 @@
 #include <limits>
 #include <utility>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "worker/common/status_error.h"
 #include "worker/data/image_transform.h"
@@ -45,7 +46,7 @@ bool ImageFileDataset::Load(int64_t index, int64_t epoch, bool train, uint8_t* o
   // Buffers per loader thread, reused from image to image.
   thread_local std::string bytes;
   absl::Status status =
-      data::ReadDataFile(file.path, options_.files, std::numeric_limits<size_t>::max(), &bytes);
+      data::ReadImageBytes(file, options_.files, std::numeric_limits<size_t>::max(), &bytes);
   const auto* encoded = reinterpret_cast<const uint8_t*>(bytes.data());
   if (status.ok()) {
     auto size = data::ReadImageSize(encoded, bytes.size());
@@ -70,7 +71,11 @@ bool ImageFileDataset::Load(int64_t index, int64_t epoch, bool train, uint8_t* o
   std::lock_guard<std::mutex> lock(bad_mutex_);
   if (std::find(bad_files_.begin(), bad_files_.end(), index) == bad_files_.end()) {
     bad_files_.push_back(index);
-    bad_reasons_.push_back(absl::StrCat(file.path, ": ", status.message()));
+    // A read's error names the file already; a decoder's does not.
+    const std::string name = data::DescribeImageFile(file, options_.files);
+    bad_reasons_.push_back(absl::StartsWith(status.message(), file.path)
+                               ? std::string(status.message())
+                               : absl::StrCat(name, ": ", status.message()));
   }
   // At least one bad file is forgiven in any set; more than the share is not.
   const double allowed =
@@ -97,8 +102,8 @@ void ImageFileDataset::Fill(int64_t index, int64_t epoch, int64_t row, torch::Te
   for (int attempt = 0; !Load(chosen, epoch, options_.train, out); ++attempt) {
     if (attempt == kReplacementTries) {
       ThrowIfError(absl::DataLossError(absl::StrCat(
-          "data.images: ", kReplacementTries + 1, " images in a row could not be read; the first: ",
-          files_[static_cast<size_t>(index)].path)));
+          kReplacementTries + 1, " images in a row could not be read; the first: ",
+          data::DescribeImageFile(files_[static_cast<size_t>(index)], options_.files))));
     }
     chosen = static_cast<int64_t>(
         MixSeed(options_.seed, static_cast<uint64_t>(index), static_cast<uint64_t>(attempt)) %

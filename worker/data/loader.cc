@@ -9,8 +9,10 @@ BatchLoader::BatchLoader(std::shared_ptr<const Dataset> dataset, BatchPrep prep,
     : dataset_(std::move(dataset)),
       prep_(std::move(prep)),
       options_(options),
-      sampler_(dataset_->size(), options.batch_size, options.seed, options.rank, options.world_size,
-               options.shuffle),
+      sampler_(options.order
+                   ? EpochSampler(options.order_per_rank, options.batch_size, options.order)
+                   : EpochSampler(dataset_->size(), options.batch_size, options.seed, options.rank,
+                                  options.world_size, options.shuffle)),
       copier_(DeviceCopier::Create(options.device)),
       num_threads_(std::max(1, options.threads)),
       next_(options.start_batch),

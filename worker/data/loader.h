@@ -34,6 +34,10 @@ class BatchLoader final : public BatchSource {
     // The first global batch to produce (a resumed job continues where it stopped).
     int64_t start_batch = 0;
     torch::Device device = torch::kCPU;
+    // The samples' order, when not a permutation of the whole set (data.shards' streams,
+    // shard_order.h): this rank's order of an epoch, `order_per_rank` samples long.
+    EpochSampler::RankOrder order;
+    int64_t order_per_rank = 0;
   };
 
   // Throws std::invalid_argument when a batch does not fit in the data set.

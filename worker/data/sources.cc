@@ -10,10 +10,12 @@
 #include "formats/array_set.h"
 #include "formats/image_files.h"
 #include "formats/image_set.h"
+#include "formats/shard_files.h"
 #include "formats/token_file.h"
 #include "worker/common/status_error.h"
 #include "worker/data/image_file_dataset.h"
 #include "worker/data/loader.h"
+#include "worker/data/shard_order.h"
 #include "worker/data/synthetic.h"
 
 namespace stoke::worker {
@@ -142,35 +144,72 @@ DataPipeline OpenArrays(const TrainTask& task, const ArrayDataConfig& config, to
 // Images whose statistics (for normalization) are measured: this many, spread over the set.
 constexpr int64_t kImageFileStatisticsSamples = 256;
 
-DataPipeline OpenImageFiles(const TrainTask& task, const ImageDataConfig& config,
-                            torch::Device device, int64_t start_batch,
-                            const data::ReadOptions& options) {
-  data::ImageSplit split = ValueOrThrow(data::ListImageSplit(
-      {config.path, config.manifest, config.val_path, config.val_manifest, config.val_fraction},
-      options));
+// How image files are cropped and sized (data.images' and data.shards' fields).
+struct ImageFileShape {
+  int64_t size;
+  int channels;
+  double min_crop_area;
+};
+
+// Training and held-out images read from their files (whole, or members of shards), with
+// the loader's order given.
+DataPipeline OpenImageFileSets(const TrainTask& task, std::vector<data::ImageFile> train_files,
+                               std::vector<data::ImageFile> val_files, int64_t num_classes,
+                               const ImageFileShape& shape, torch::Device device,
+                               const BatchLoader::Options& loader,
+                               const data::ReadOptions& options) {
   // Held-out images in a fixed random order: a partial evaluation (eval.batches) of a list
   // sorted by class would see the first classes only.
-  std::shuffle(split.val.files.begin(), split.val.files.end(), std::mt19937_64(task.training.seed));
+  std::shuffle(val_files.begin(), val_files.end(), std::mt19937_64(task.training.seed));
   ImageFileDataset::Options o;
-  o.size = config.size;
-  o.channels = config.channels;
-  o.min_crop_area = config.min_crop_area;
+  o.size = shape.size;
+  o.channels = shape.channels;
+  o.min_crop_area = shape.min_crop_area;
   o.seed = task.training.seed;
   o.max_bad_fraction = task.data.max_bad_fraction;
   o.files = options;
-  auto train =
-      std::make_shared<ImageFileDataset>(std::move(split.train.files), split.num_classes, o);
+  auto train = std::make_shared<ImageFileDataset>(std::move(train_files), num_classes, o);
   o.train = false;
-  auto val = std::make_shared<ImageFileDataset>(std::move(split.val.files), split.num_classes, o);
+  auto val = std::make_shared<ImageFileDataset>(std::move(val_files), num_classes, o);
   std::vector<double> mean, std;
   train->Statistics(kImageFileStatisticsSamples, &mean, &std);
   BatchPrep prep = BatchPrep::ForImages(task.data.augment, mean, std, device);
   DataPipeline pipeline;
   pipeline.eval =
       std::make_unique<DatasetEval>(val, prep, task.training.batch_size, task.eval.batches, device);
-  pipeline.train = std::make_unique<BatchLoader>(
-      train, prep, LoaderOptions(task, device, start_batch, /*decodes=*/true));
+  pipeline.train = std::make_unique<BatchLoader>(train, prep, loader);
   return pipeline;
+}
+
+DataPipeline OpenImageFiles(const TrainTask& task, const ImageDataConfig& config,
+                            torch::Device device, int64_t start_batch,
+                            const data::ReadOptions& options) {
+  data::ImageSplit split = ValueOrThrow(data::ListImageSplit(
+      {config.path, config.manifest, config.val_path, config.val_manifest, config.val_fraction},
+      options));
+  return OpenImageFileSets(task, std::move(split.train.files), std::move(split.val.files),
+                           split.num_classes, {config.size, config.channels, config.min_crop_area},
+                           device, LoaderOptions(task, device, start_batch, /*decodes=*/true),
+                           options);
+}
+
+DataPipeline OpenShards(const TrainTask& task, const ShardDataConfig& config, torch::Device device,
+                        int64_t start_batch, const data::ReadOptions& options) {
+  BatchLoader::Options loader = LoaderOptions(task, device, start_batch, /*decodes=*/true);
+  data::ShardSplit split = ValueOrThrow(data::ListShardSplit(
+      {config.urls, config.val_urls, config.val_fraction}, options, loader.threads));
+  ShardStream stream;
+  stream.shard_sizes = split.train_per_shard;
+  stream.rank = task.rank;
+  stream.world_size = task.world_size;
+  stream.seed = task.training.seed;
+  stream.shuffle_buffer = config.shuffle_buffer;
+  stream.shuffle = task.data.loader.shuffle;
+  loader.order_per_rank = ShardSamplesPerRank(stream);
+  loader.order = ShardRankOrder(std::move(stream));
+  return OpenImageFileSets(task, std::move(split.train), std::move(split.val), split.num_classes,
+                           {config.size, config.channels, config.min_crop_area}, device, loader,
+                           options);
 }
 
 }  // namespace
@@ -212,6 +251,9 @@ DataPipeline OpenData(const TrainTask& task, torch::Device device, int64_t start
   }
   if (const auto* images = std::get_if<ImageDataConfig>(&source)) {
     return OpenImageFiles(task, *images, device, start_batch, files);
+  }
+  if (const auto* shards = std::get_if<ShardDataConfig>(&source)) {
+    return OpenShards(task, *shards, device, start_batch, files);
   }
   if (const auto* arrays = std::get_if<ArrayDataConfig>(&source)) {
     return OpenArrays(task, *arrays, device, start_batch, files);

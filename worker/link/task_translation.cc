@@ -160,6 +160,19 @@ absl::StatusOr<DataConfig> DataFrom(const v1::DataSpec& spec) {
       data.source = c;
       break;
     }
+    case v1::DataSpec::kShards: {
+      const auto& s = spec.shards();
+      ShardDataConfig c;
+      c.urls = s.urls();
+      c.val_urls = s.val_urls();
+      if (s.has_val_fraction()) c.val_fraction = s.val_fraction();
+      if (s.shuffle_buffer() > 0) c.shuffle_buffer = s.shuffle_buffer();
+      if (s.size() > 0) c.size = s.size();
+      if (s.channels() > 0) c.channels = static_cast<int>(s.channels());
+      if (s.has_min_crop_area()) c.min_crop_area = s.min_crop_area();
+      data.source = c;
+      break;
+    }
     default:
       return absl::InvalidArgumentError("data: this worker knows no such data kind");
   }

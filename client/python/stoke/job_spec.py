@@ -336,6 +336,9 @@ def resolve_relative_paths(spec: job_spec_pb2.JobSpec, base_dir: Union[str, "os.
     elif kind == "images":
         for field in ("path", "manifest", "val_path", "val_manifest"):
             setattr(data.images, field, resolve(getattr(data.images, field)))
+    elif kind == "shards":  # braces are kept: the pattern is expanded where it is read
+        for field in ("urls", "val_urls"):
+            setattr(data.shards, field, resolve(getattr(data.shards, field)))
     elif kind == "arrays":  # "file.safetensors:tensor" keeps its tensor's name
         for field in ("inputs", "targets", "val_inputs", "val_targets"):
             setattr(data.arrays, field, resolve(getattr(data.arrays, field)))

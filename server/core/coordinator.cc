@@ -38,7 +38,8 @@ Coordinator::Coordinator(Options options, JobStore& store, EventHub& hub, Clock&
       clock_(clock),
       scheduler_(options_.scheduler),
       telemetry_(*TelemetryWriter::Create(options_.telemetry, store, hub)),
-      jobs_(store, hub, clock, telemetry_.get()) {}
+      jobs_(store, hub, clock, telemetry_.get()),
+      last_tick_(clock.Now()) {}
 
 Coordinator::~Coordinator() { Stop(); }
 
@@ -735,11 +736,31 @@ void Coordinator::StopGang(const std::string& job_id, const std::string& reason)
   }
 }
 
+void Coordinator::GraceAfterStall(absl::Time now) {
+  const absl::Duration threshold = options_.stall_threshold > absl::ZeroDuration()
+                                       ? options_.stall_threshold
+                                       : options_.heartbeat_timeout / 2;
+  const absl::Duration gap = now - last_tick_;
+  last_tick_ = now;
+  if (gap <= threshold) return;
+  spdlog::warn(
+      "the coordinator stood still for {} (stopped, paused or starved); its workers get {} "
+      "from now to be heard from before any is presumed dead",
+      absl::FormatDuration(gap), absl::FormatDuration(options_.heartbeat_timeout));
+  workers_.ForgiveSilence(now);
+  for (auto& [job_id, deadline] : reattach_deadline_) deadline += gap;
+  for (auto& [job_id, scheduled] : scheduled_at_) scheduled.second += gap;
+}
+
 void Coordinator::Tick() {
   std::lock_guard<std::mutex> lock(mu_);
+  // One reading of the clock for the whole pass: a stall that falls within it (the
+  // store's writes take time) is noticed by the next pass, not blamed on the workers.
+  const absl::Time now = clock_.Now();
+  GraceAfterStall(now);
   RetryUnsavedTransitions();
   SettleRecoveredJobs();
-  for (const auto& worker_id : workers_.Silent(clock_.Now(), options_.heartbeat_timeout)) {
+  for (const auto& worker_id : workers_.Silent(now, options_.heartbeat_timeout)) {
     WorkerEntry* worker = workers_.Find(worker_id);
     const WorkerConnection* connection = worker->connection.get();
     worker->connection->Close("no heartbeat");

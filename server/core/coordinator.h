@@ -54,6 +54,11 @@ class Coordinator {
     // Period of the background pass over timeouts and the queue; zero runs no
     // background thread (tests call Tick themselves).
     absl::Duration tick_interval = absl::Seconds(1);
+    // A gap between two ticks longer than this means the coordinator itself stood still
+    // (SIGSTOP, a paused VM, a machine swapping): its workers' silence over the gap is not
+    // theirs, so each gets a whole heartbeat_timeout from the wake before it may be
+    // presumed dead, and deadlines move by the gap. Zero: half the heartbeat timeout.
+    absl::Duration stall_threshold = absl::ZeroDuration();
     // Ports handed out, in turn, for the rendezvous of jobs of several ranks (served by
     // rank 0's worker). A port that turns out taken there fails that attempt only.
     uint16_t first_rendezvous_port = 29400;
@@ -182,6 +187,8 @@ class Coordinator {
   // and those in `taken`.
   std::string RendezvousAddress(const std::string& host, std::set<std::string> taken);
   void TickLoop();
+  // Tick: after a gap past stall_threshold, forgives the silence and moves deadlines.
+  void GraceAfterStall(absl::Time now);
 
   const Options options_;
   JobStore& store_;
@@ -209,6 +216,7 @@ class Coordinator {
   // Jobs found scheduled or running at start, waiting for their workers to reattach, and
   // until when.
   std::map<std::string, absl::Time> reattach_deadline_;
+  absl::Time last_tick_;  // the clock's reading at the last Tick, or at construction
   // Why each queued job is still waiting (from the last scheduling pass); replaced whole
   // under waiting_mu_, so that readers without mu_ share it without copying.
   mutable std::mutex waiting_mu_;

@@ -82,6 +82,10 @@ DeviceCapacity WorkerRegistry::Capacity() const {
   return capacity;
 }
 
+void WorkerRegistry::ForgiveSilence(absl::Time now) {
+  for (auto& [id, w] : workers_) w.last_seen = now;
+}
+
 std::vector<std::string> WorkerRegistry::Silent(absl::Time now, absl::Duration timeout) const {
   std::vector<std::string> silent;
   for (const auto& [id, w] : workers_) {

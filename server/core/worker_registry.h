@@ -43,6 +43,8 @@ class WorkerRegistry {
 
   std::vector<FreeDevice> FreeDevices() const;
   DeviceCapacity Capacity() const;
+  // Counts every worker as heard from at `now` (after the coordinator itself stood still).
+  void ForgiveSilence(absl::Time now);
   // Workers not heard from for longer than `timeout`.
   std::vector<std::string> Silent(absl::Time now, absl::Duration timeout) const;
   // Workers holding (running or draining) this job.

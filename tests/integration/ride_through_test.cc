@@ -3,7 +3,8 @@
 // and started again on the same data dir and address. The job must carry on where it
 // was, with no attempt lost and its metrics continuing from the step reached, and a
 // watcher must resume without a gap. A job whose worker dies while no coordinator runs
-// goes back to the queue once the heartbeat timeout has passed.
+// goes back to the queue once the heartbeat timeout has passed. A coordinator frozen past
+// the heartbeat timeout does not blame its workers for its own silence.
 #include <gtest/gtest.h>
 #include <signal.h>
 
@@ -206,6 +207,31 @@ TEST_F(RideThroughTest, JobTrainsOnThroughACoordinatorStoppedWithSigterm) {
 
 TEST_F(RideThroughTest, JobTrainsOnThroughACoordinatorKilledWithSigkill) {
   TrainThroughRestart(SIGKILL);
+}
+
+TEST_F(RideThroughTest, ACoordinatorStoppedLongerThanTheHeartbeatTimeoutBlamesNoWorker) {
+  Start();
+  auto submitted = client().SubmitJob(SmallJob(1'000'000'000));
+  ASSERT_TRUE(submitted.ok()) << submitted.status();
+  const std::string id = submitted->id();
+  ASSERT_TRUE(WaitFor([&] { return Job(id).latest_metrics().step() > 0; }, seconds(60)))
+      << coordinator_->Log();
+  // Frozen (as a paused VM or SIGSTOP leaves it) for twice the heartbeat timeout, while
+  // its worker trains on.
+  ASSERT_EQ(kill(coordinator_->pid(), SIGSTOP), 0);
+  std::this_thread::sleep_for(seconds(2 * kHeartbeatTimeoutSeconds));
+  ASSERT_EQ(kill(coordinator_->pid(), SIGCONT), 0);
+  const uint64_t step_at_wake = Job(id).latest_metrics().step();
+  // A whole timeout after the wake, the worker is still the job's, on its first attempt.
+  std::this_thread::sleep_for(seconds(kHeartbeatTimeoutSeconds + 2));
+  const v1::Job job = Job(id);
+  EXPECT_EQ(job.state(), v1::JOB_STATE_RUNNING) << job.message() << coordinator_->Log();
+  EXPECT_EQ(job.attempt(), 1u);
+  EXPECT_EQ(job.restarts(), 0u) << job.message();
+  EXPECT_GT(job.latest_metrics().step(), step_at_wake);
+  EXPECT_NE(coordinator_->Log().find("the coordinator stood still for"), std::string::npos)
+      << coordinator_->Log();
+  client().CancelJob(id).IgnoreError();
 }
 
 TEST_F(RideThroughTest, JobWhoseWorkerDiesWhileNoCoordinatorRunsIsRequeuedAfterTheTimeout) {

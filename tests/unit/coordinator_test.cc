@@ -101,6 +101,9 @@ class CoordinatorTest : public ::testing::Test {
     options.heartbeat_timeout = absl::Seconds(10);
     options.heartbeat_interval = absl::Seconds(2);
     options.tick_interval = absl::ZeroDuration();  // the test calls Tick
+    // The tests move the clock by seconds between ticks, which a running coordinator
+    // would take for a stall of its own; stall_threshold_ is set where that is the point.
+    options.stall_threshold = stall_threshold_;
     options.start_timeout = start_timeout_;
     options.jobs_dir = dir_.File("jobs");
     core_ = *Coordinator::Create(options, *store_, *hub_, clock_);
@@ -164,6 +167,7 @@ class CoordinatorTest : public ::testing::Test {
   stoke::testing::TempDir dir_;
   FakeClock clock_;
   absl::Duration start_timeout_ = absl::Minutes(10);
+  absl::Duration stall_threshold_ = absl::InfiniteDuration();
   std::unique_ptr<FillableStore> store_;
   std::unique_ptr<EventHub> hub_;
   std::unique_ptr<Coordinator> core_;
@@ -354,6 +358,41 @@ TEST_F(CoordinatorTest, FailedRankStopsTheWholeGangAndTheNextAttemptMeetsElsewhe
   EXPECT_EQ(w1->Assignments()[1].attempt(), 2u);
   EXPECT_NE(GetJob(gang).rendezvous_address(), first_rendezvous);
   EXPECT_EQ(GetJob(gang).restarts(), 1u);
+}
+
+TEST_F(CoordinatorTest, ACoordinatorThatStoodStillGivesItsWorkersGraceBeforeJudgingThem) {
+  stall_threshold_ = absl::Seconds(3);
+  Open();
+  auto w1 = Attach("w1");
+  std::string id = Submit();
+  Started("w1", id, 1);
+  // The coordinator stands still for 20 s (SIGSTOP, a paused VM), twice the heartbeat
+  // timeout, and ticks again.
+  core_->Tick();
+  clock_.Advance(absl::Seconds(20));
+  core_->Tick();
+  EXPECT_EQ(GetJob(id).state(), v1::JOB_STATE_RUNNING) << "the worker was blamed for the stall";
+  EXPECT_EQ(GetJob(id).restarts(), 0u);
+  // From the wake, the worker has the whole timeout: a heartbeat keeps it alive...
+  for (int s = 0; s < 9; ++s) {
+    clock_.Advance(absl::Seconds(1));
+    core_->Tick();
+  }
+  v1::WorkerMessage beat;
+  beat.mutable_heartbeat();
+  core_->HandleWorkerMessage("w1", beat);
+  for (int s = 0; s < 9; ++s) {
+    clock_.Advance(absl::Seconds(1));
+    core_->Tick();
+  }
+  EXPECT_EQ(GetJob(id).state(), v1::JOB_STATE_RUNNING);
+  // ...and real silence, ticked through, is still judged.
+  for (int s = 0; s < 3; ++s) {
+    clock_.Advance(absl::Seconds(1));
+    core_->Tick();
+  }
+  EXPECT_EQ(GetJob(id).state(), v1::JOB_STATE_RESTARTING);
+  EXPECT_EQ(w1->closed_because, "no heartbeat");
 }
 
 TEST_F(CoordinatorTest, SilentWorkerIsPresumedDeadAndItsJobRequeued) {

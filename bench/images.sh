@@ -41,13 +41,15 @@ run synthetic 40 6 20 bench/specs/resnet50.yaml
 run images 40 6 20 bench/specs/resnet50-images.yaml --set "data.images.path=$photos"
 run decode-1-thread 4 3 4 bench/specs/decode-only.yaml --set "data.images.path=$photos" \
   --set data.loader.threads=1
-run decode-all-threads 20 6 10 bench/specs/decode-only.yaml --set "data.images.path=$photos"
+# Windows of 60 batches, three times the loader's ring (16 threads + 4 ahead): shorter ones
+# are served from batches decoded before the window began.
+run decode-all-threads 20 3 60 bench/specs/decode-only.yaml --set "data.images.path=$photos"
 
 shards="$work/shards"
 pattern=$(python3 examples/shards/make_shards.py "$photos" "$shards/train" --per-shard 1000)
 echo "$(du -sh "$shards" | cut -f1) of shards: $pattern" | tee -a "$out/run.log"
 run shards 40 6 20 bench/specs/resnet50-shards.yaml --set "data.shards.urls=$pattern"
-run shards-decode-all-threads 20 6 10 bench/specs/decode-only-shards.yaml \
+run shards-decode-all-threads 20 3 60 bench/specs/decode-only-shards.yaml \
   --set "data.shards.urls=$pattern"
 
 # evict FOLDER: drops the cached pages of every file beneath it.

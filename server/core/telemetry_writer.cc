@@ -115,15 +115,34 @@ void TelemetryWriter::Loop() {
     }
     lock.unlock();
     const absl::Status s = store_.CommitBatch(batch);
-    if (!s.ok()) {
-      // Watchers still get them below; only the stored history has the hole.
-      spdlog::error("{} metric and log events not stored: {}", events, s.ToString());
-    }
-    for (const auto& update : batch) {
-      hub_.Publish(update.job.id(), update.events, /*terminal=*/false);
+    if (s.ok()) {
+      if (failing_) spdlog::info("the store takes metric and log events again");
+      failing_ = false;
+      for (const auto& update : batch) {
+        hub_.Publish(update.job.id(), update.events, /*terminal=*/false);
+      }
     }
     lock.lock();
-    if (!s.ok()) dropped_ += events;
+    if (!s.ok() && !stopping_) {
+      // Back at the head of the queue, in order, to be tried again; meanwhile new reports
+      // fill the queue and, once it is full, are dropped before they are numbered.
+      if (!failing_) {
+        spdlog::error("{} metric and log events not stored: {}; trying again every {}", events,
+                      s.ToString(), absl::FormatDuration(options_.retry_interval));
+      }
+      failing_ = true;
+      for (auto it = batch.rbegin(); it != batch.rend(); ++it) queue_.push_front(std::move(*it));
+      writing_.clear();
+      done_cv_.notify_all();
+      work_cv_.wait_for(lock, absl::ToChronoMilliseconds(options_.retry_interval),
+                        [this] { return stopping_; });
+      continue;
+    }
+    if (!s.ok()) {
+      // Stopping with a store that refuses them: lost, and never shown to a watcher.
+      spdlog::error("{} metric and log events not stored: {}", events, s.ToString());
+      dropped_ += events;
+    }
     queued_events_ -= events;
     writing_.clear();
     done_cv_.notify_all();

@@ -1,6 +1,9 @@
 // Writes jobs' metric samples and log lines to the store off the scheduling path: callers
 // queue them (never waiting on the disk) and one thread commits whatever has gathered in
-// one transaction (group commit), then hands the events to watchers. The queue is
+// one transaction (group commit), then hands the events to watchers. Watchers get only
+// what the store has taken: a batch the store refuses (a full or read-only disk) stays at
+// the queue's head and is tried again, so no watcher sees an event under a number the
+// store may later give another. The queue is
 // bounded: what does not fit is dropped and counted, never waited for. State transitions
 // do not come here; a job's transition takes that job's queued telemetry (Take) and
 // commits it with its state change in one transaction, so the store and watchers see
@@ -32,6 +35,8 @@ class TelemetryWriter {
     size_t max_queued_events = 200'000;
     // Events per transaction, at most.
     size_t max_batch_events = 20'000;
+    // Wait before trying again a batch the store refused.
+    absl::Duration retry_interval = absl::Seconds(1);
   };
 
   static absl::StatusOr<std::unique_ptr<TelemetryWriter>> Create(Options options, JobStore& store,
@@ -82,6 +87,7 @@ class TelemetryWriter {
   std::set<std::string> writing_;
   uint64_t dropped_ = 0;
   bool stopping_ = false;
+  bool failing_ = false;  // the store refused the last batch
   std::thread thread_;
 };
 

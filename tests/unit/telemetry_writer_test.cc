@@ -55,6 +55,15 @@ class StallingStore final : public testing::ForwardingJobStore {
     std::lock_guard<std::mutex> lock(mu_);
     return batches_;
   }
+  // While on, every telemetry batch is refused (a read-only or full disk).
+  void RefuseTelemetry(bool on) {
+    std::lock_guard<std::mutex> lock(mu_);
+    refuse_telemetry_ = on;
+  }
+  int refused() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return refused_;
+  }
   void FailNextStateChangeBatch() {
     std::lock_guard<std::mutex> lock(mu_);
     fail_state_change_batch_ = true;
@@ -83,6 +92,10 @@ class StallingStore final : public testing::ForwardingJobStore {
     }
     {
       std::unique_lock<std::mutex> lock(mu_);
+      if (refuse_telemetry_) {
+        ++refused_;
+        return absl::InternalError("attempt to write a readonly database");
+      }
       ++batches_;
       ++waiting_;
       cv_.notify_all();
@@ -100,6 +113,8 @@ class StallingStore final : public testing::ForwardingJobStore {
   int waiting_ = 0;
   int batches_ = 0;
   bool fail_state_change_batch_ = false;
+  bool refuse_telemetry_ = false;
+  int refused_ = 0;
   std::vector<std::vector<v1::JobEvent>> state_change_batches_;
   std::chrono::milliseconds latency_{0};
 };
@@ -119,6 +134,7 @@ class TelemetryWriterTest : public ::testing::Test {
     options.tick_interval = absl::ZeroDuration();
     options.jobs_dir = dir_.File("jobs");
     options.telemetry.max_queued_events = max_queued_events_;
+    options.telemetry.retry_interval = absl::Milliseconds(20);
     core_ = *Coordinator::Create(options, *store_, *hub_, clock_);
     ASSERT_TRUE(core_->Start().ok());
   }
@@ -345,6 +361,34 @@ TEST_F(TelemetryWriterTest, AStateChangeTheStoreRefusesLeavesItsReportsToBeWritt
   for (size_t i = 0; i < stored->size(); ++i) EXPECT_EQ((*stored)[i].seq(), i + 1);
   EXPECT_EQ(stored->back().state_change().state(), v1::JOB_STATE_SUCCEEDED);
   ExpectSameEvents(Watched(*hub_, id), *stored);
+  EXPECT_EQ(core_->GetCluster().telemetry_events_dropped(), 0u);
+}
+
+TEST_F(TelemetryWriterTest, WatchersSeeOnlyWhatTheStoreTookAndARefusedBatchIsTriedAgain) {
+  Attach("w1");
+  const std::string id = Running("w1");
+  const size_t before = Watched(*hub_, id).size();  // submitted, scheduled, running
+  store_->RefuseTelemetry(true);
+  Report("w1", id, 1, 10);
+  const auto deadline = std::chrono::steady_clock::now() + seconds(10);
+  while (store_->refused() < 3 && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  ASSERT_GE(store_->refused(), 3) << "the refused batch was not tried again";
+  // Nothing the store refused has reached a watcher.
+  EXPECT_EQ(Watched(*hub_, id).size(), before);
+  store_->RefuseTelemetry(false);
+  core_->FlushTelemetry();
+  auto stored = store_->ReadEvents(id, 1, 1000);
+  ASSERT_TRUE(stored.ok());
+  ASSERT_EQ(stored->size(), before + 11u);
+  for (size_t i = 0; i < stored->size(); ++i) EXPECT_EQ((*stored)[i].seq(), i + 1);
+  ExpectSameEvents(Watched(*hub_, id), *stored);
+  // The job's own moves follow, numbered after them.
+  Finish("w1", id);
+  stored = store_->ReadEvents(id, 1, 1000);
+  ASSERT_TRUE(stored.ok());
+  EXPECT_EQ(stored->back().seq(), before + 12u);
   EXPECT_EQ(core_->GetCluster().telemetry_events_dropped(), 0u);
 }
 

@@ -126,7 +126,7 @@ int main(int argc, char** argv) {
   double heartbeat_timeout_s = 15;
   double start_timeout_s = 600;
   double backfill_window_s = 120;
-  size_t max_jobs_per_owner = 10000;
+  size_t max_jobs_per_owner = 500;
   std::string log_level = "info";
   std::vector<std::string> data_roots;
   app.add_option("--address", address, "gRPC listen address (port 0 picks a free port)")

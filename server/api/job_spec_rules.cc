@@ -26,6 +26,8 @@ constexpr uint32_t kMaxCollectiveTimeoutSeconds = 3600;
 constexpr uint32_t kMaxBucketMb = 1024;
 constexpr uint32_t kMaxLayerWidth = 1u << 20;
 constexpr uint32_t kMaxVocab = 1u << 16;  // token files hold uint16 ids
+// Checkpoints one job may keep: more fills a shared disk for no resume anyone needs.
+constexpr uint32_t kMaxCheckpointsKept = 100;
 // A shuffle buffer holds sample ids only, yet a larger one stops being a stream.
 constexpr uint32_t kMaxShuffleBuffer = 10000000;
 constexpr size_t kMaxNameLength = 200;
@@ -544,6 +546,12 @@ absl::Status ValidateJobSpec(const v1::JobSpec& spec) {
   if (auto s = ValidateModel(spec.model()); !s.ok()) return s;
   if (auto s = ValidateOptimizer(spec.optimizer()); !s.ok()) return s;
   if (auto s = ValidateTraining(spec.training()); !s.ok()) return s;
+  if (spec.checkpoint().keep() > kMaxCheckpointsKept) {
+    return Invalid("checkpoint.keep",
+                   absl::StrCat("at most ", kMaxCheckpointsKept,
+                                " (each is a copy of the model and its optimizer state, on "
+                                "storage every job shares)"));
+  }
   const v1::Compile compile = spec.training().compile();
   if ((compile == v1::COMPILE_ON || compile == v1::COMPILE_MAX_AUTOTUNE) &&
       !spec.model().has_python()) {

@@ -67,7 +67,7 @@ class Coordinator {
     // it is refused (RESOURCE_EXHAUSTED), so no one caller can grow the queue, the store
     // and every ListJobs without bound. Without --auth-tokens every job has the same
     // owner (""), and the cap is the coordinator's.
-    size_t max_unfinished_jobs_per_owner = 10000;
+    size_t max_unfinished_jobs_per_owner = 500;
     // Metric samples and log lines are written by a writer of their own (group commit).
     TelemetryWriter::Options telemetry;
   };

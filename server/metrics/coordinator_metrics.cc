@@ -403,8 +403,13 @@ void CoordinatorMetrics::RemoveJob(JobSeries& series) {
 void CoordinatorMetrics::RefreshJobs(const std::vector<v1::Job>& active, absl::Time now) {
   std::set<std::string> live;
   for (const auto& job : active) {
-    live.insert(job.id());
     auto it = job_series_.find(job.id());
+    // A job that has never been placed has nothing to report: thousands queued would
+    // each add a series per family (the queue is counted by stoke_jobs{state="pending"}).
+    if (it == job_series_.end() && job.state() == v1::JOB_STATE_PENDING && job.attempt() == 0) {
+      continue;
+    }
+    live.insert(job.id());
     if (it == job_series_.end()) {
       JobSeries series;
       const prometheus::Labels labels{{"job", job.id()}};

@@ -35,7 +35,7 @@ class InProcessCoordinator {
     int executor_threads = 4;
     absl::Duration heartbeat_timeout = absl::Seconds(15);
     absl::Duration tick_interval = absl::Milliseconds(50);
-    size_t max_unfinished_jobs_per_owner = 10000;
+    size_t max_unfinished_jobs_per_owner = 500;
   };
 
   InProcessCoordinator() : InProcessCoordinator(Options{}) {}

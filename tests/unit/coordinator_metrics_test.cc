@@ -141,9 +141,36 @@ TEST(CoordinatorMetrics, ExpositionOfAKnownState) {
        }) {
     EXPECT_TRUE(Has(text, line)) << "missing: " << line << "\n" << text;
   }
-  // The queued job has series but no throughput; the CPU worker reports no power.
-  EXPECT_TRUE(Has(text, "stoke_job_samples_per_second{job=\"8\"} 0")) << text;
+  // The queued job, never placed, has no series of its own (a loss of 0, say); the CPU
+  // worker reports no power.
+  EXPECT_EQ(Lines(text, "stoke_job_samples_per_second{job=\"8\"}").size(), 0u) << text;
+  EXPECT_EQ(text.find("job=\"8\""), std::string::npos) << text;
   EXPECT_EQ(Lines(text, "stoke_device_power_watts{gpu=\"cpu:0\"").size(), 0u) << text;
+}
+
+// A queue of thousands costs a scrape nothing per job: stoke_jobs counts them.
+TEST(CoordinatorMetrics, QueuedJobsAddNothingToTheScrapeUntilPlaced) {
+  auto metrics = Metrics();
+  MetricsSnapshot snapshot;
+  snapshot.active_jobs.push_back(RunningJob("7"));
+  metrics->Refresh(snapshot, kT0);
+  const size_t one_job = metrics->Exposition().size();
+  for (int i = 0; i < 5000; ++i) {
+    v1::Job queued;
+    queued.set_id(std::to_string(100 + i));
+    queued.set_state(v1::JOB_STATE_PENDING);
+    snapshot.active_jobs.push_back(queued);
+  }
+  metrics->Refresh(snapshot, kT0 + absl::Seconds(1));
+  const std::string text = metrics->Exposition();
+  EXPECT_TRUE(Has(text, "stoke_jobs{state=\"pending\"} 5000")) << text.substr(0, 2000);
+  EXPECT_LT(text.size(), one_job + 200) << "the scrape grew by " << text.size() - one_job;
+  // Placed once, a job keeps its series while it waits again (a restart).
+  snapshot.active_jobs[1].set_attempt(1);
+  metrics->Refresh(snapshot, kT0 + absl::Seconds(2));
+  snapshot.active_jobs[1].set_state(v1::JOB_STATE_RESTARTING);
+  metrics->Refresh(snapshot, kT0 + absl::Seconds(3));
+  EXPECT_TRUE(Has(metrics->Exposition(), "stoke_job_restarts{job=\"100\"} 0"));
 }
 
 // Each attempt's start-up lands in the histogram once, however many refreshes see it.

@@ -55,6 +55,18 @@ TEST(JobSpecRules, EachBadFieldIsNamed) {
          s.mutable_data()->mutable_synthetic()->set_context(16);
        }},
       {"model.torchscript.path", [](v1::JobSpec& s) { s.mutable_model()->mutable_torchscript(); }},
+      {"checkpoint.keep", [](v1::JobSpec& s) { s.mutable_checkpoint()->set_keep(4294967295u); }},
+      {"data.shards.urls", [](v1::JobSpec& s) { s.mutable_data()->mutable_shards(); }},
+      {"data.shards.size",
+       [](v1::JobSpec& s) {
+         s.mutable_data()->mutable_shards()->set_urls("/d/s-{0..3}.tar");
+         s.mutable_data()->mutable_shards()->set_size(5000);
+       }},
+      {"data.shards.shuffle_buffer",
+       [](v1::JobSpec& s) {
+         s.mutable_data()->mutable_shards()->set_urls("/d/s-{0..3}.tar");
+         s.mutable_data()->mutable_shards()->set_shuffle_buffer(100000000);
+       }},
       {"data.synthetic.image_shape",
        [](v1::JobSpec& s) { s.mutable_data()->mutable_synthetic()->add_image_shape(28); }},
       {"data.synthetic.context",

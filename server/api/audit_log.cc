@@ -21,14 +21,68 @@ std::string Truncated(std::string text, size_t max_bytes) {
   return text;
 }
 
+void Append(JobStore& store, const v1::AuditEntry& entry) {
+  if (auto s = store.AppendAudit(entry); !s.ok()) {
+    spdlog::error("audit entry not stored ({} {} by {}): {}", entry.action(), entry.target(),
+                  entry.who(), s.ToString());
+  }
+}
+
+// "ipv4:10.0.0.7:51234" -> "10.0.0.7"; "ipv6:[fe80::1]:51234" -> "fe80::1"; others whole.
+std::string HostOf(const std::string& peer) {
+  if (peer.rfind("ipv4:", 0) == 0) return peer.substr(5, peer.rfind(':') - 5);
+  if (peer.rfind("ipv6:[", 0) == 0) {
+    const auto close = peer.find(']');
+    if (close != std::string::npos) return peer.substr(6, close - 6);
+  }
+  return peer;
+}
+
 }  // namespace
 
-void AuditLog::Record(const Caller& caller, const std::string& action, const std::string& target,
+bool AuditLog::Record(const Caller& caller, const std::string& action, const std::string& target,
                       const absl::Status& result) {
   const v1::AuditEntry entry = Entry(caller, action, target, result);
-  if (auto s = store_.AppendAudit(entry); !s.ok()) {
-    spdlog::error("audit entry not stored ({} {} by {}): {}", action, target, caller.name,
-                  s.ToString());
+  if (!result.ok()) {
+    std::lock_guard<std::mutex> lock(mu_);
+    FlushLocked(/*all=*/false);
+    Refusals& r = refusals_[{HostOf(caller.peer), action}];
+    if (r.recorded == 0 && r.counted == 0) r.window_start = clock_.Now();
+    if (r.recorded >= kRefusalsPerMinute) {
+      ++r.counted;
+      r.last = entry;
+      return false;
+    }
+    ++r.recorded;
+  }
+  Append(store_, entry);
+  return true;
+}
+
+void AuditLog::Flush(bool all) {
+  std::lock_guard<std::mutex> lock(mu_);
+  FlushLocked(all);
+}
+
+void AuditLog::FlushLocked(bool all) {
+  const absl::Time now = clock_.Now();
+  for (auto it = refusals_.begin(); it != refusals_.end();) {
+    Refusals& r = it->second;
+    if (!all && now - r.window_start < absl::Minutes(1)) {
+      ++it;
+      continue;
+    }
+    if (r.counted > 0) {
+      v1::AuditEntry summary = r.last;
+      summary.set_result(
+          Truncated(absl::StrCat(r.counted, " more refused ", it->first.second, " calls from ",
+                                 it->first.first, " in the minute from ",
+                                 absl::FormatTime(r.window_start), "; the last: ", r.last.result()),
+                    kMaxResultBytes));
+      spdlog::warn("{}", summary.result());
+      Append(store_, summary);
+    }
+    it = refusals_.erase(it);
   }
 }
 

@@ -142,9 +142,11 @@ class WorkerStream final
         peer_(std::move(peer)),
         connection_(std::make_shared<StreamConnection>(this)) {
     if (!caller.ok()) {
-      spdlog::warn("worker link from {} refused: {}", peer_, caller.status().ToString());
       Post([this, status = caller.status()] {  // the store is not written on gRPC's thread
-        audit_.Record(Caller{"?", security::Role::kWorker, peer_}, "Attach", "", status);
+        // A refusal only counted (one of many from that host) gets no line of its own.
+        if (audit_.Record(Caller{"?", security::Role::kWorker, peer_}, "Attach", "", status)) {
+          spdlog::warn("worker link from {} refused: {}", peer_, status.ToString());
+        }
       });
       connection_->Finish(ToGrpcStatus(caller.status()));
       return;
@@ -221,9 +223,9 @@ class WorkerStream final
       if (s.ok()) {
         s = core_.AttachWorker(message.register_(), PeerHost(peer_), connection_, credential);
       }
-      audit_.Record(caller_, "Attach", message.register_().worker_id(), s);
+      const bool recorded = audit_.Record(caller_, "Attach", message.register_().worker_id(), s);
       if (!s.ok()) {
-        spdlog::warn("worker registration from {} refused: {}", peer_, s.ToString());
+        if (recorded) spdlog::warn("worker registration from {} refused: {}", peer_, s.ToString());
         connection_->Finish(ToGrpcStatus(s));
         return false;
       }

@@ -127,6 +127,7 @@ int main(int argc, char** argv) {
   double start_timeout_s = 600;
   double backfill_window_s = 120;
   size_t max_jobs_per_owner = 500;
+  uint64_t audit_max_entries = 1'000'000;
   std::string log_level = "info";
   std::vector<std::string> data_roots;
   app.add_option("--address", address, "gRPC listen address (port 0 picks a free port)")
@@ -161,6 +162,9 @@ int main(int argc, char** argv) {
   app.add_option("--start-timeout", start_timeout_s,
                  "Seconds a worker has to start a job assigned to it; after that the job goes "
                  "back to the queue (no restart counted) and the worker is evicted (0: no limit)")
+      ->capture_default_str();
+  app.add_option("--audit-max-entries", audit_max_entries,
+                 "Audit entries the store keeps, the newest (pruned every 1000 written; 0: all)")
       ->capture_default_str();
   app.add_option("--max-jobs-per-owner", max_jobs_per_owner,
                  "Unfinished jobs one token's owner may have at once (one cap for all "
@@ -435,7 +439,7 @@ int main(int argc, char** argv) {
         {"local-workers", security::Role::kWorker, security::HashToken(*token)});
   }
   const AccessControl access(std::move(access_options));
-  AuditLog audit(*store, clock);
+  AuditLog audit(*store, clock, audit_max_entries);
   CoordinatorService coordinator_service(**core, hub, executor, read_executor, std::move(roots),
                                          access, audit);
   WorkerLinkService worker_link_service(**core, executor, access, audit);

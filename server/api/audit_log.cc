@@ -21,13 +21,6 @@ std::string Truncated(std::string text, size_t max_bytes) {
   return text;
 }
 
-void Append(JobStore& store, const v1::AuditEntry& entry) {
-  if (auto s = store.AppendAudit(entry); !s.ok()) {
-    spdlog::error("audit entry not stored ({} {} by {}): {}", entry.action(), entry.target(),
-                  entry.who(), s.ToString());
-  }
-}
-
 // "ipv4:10.0.0.7:51234" -> "10.0.0.7"; "ipv6:[fe80::1]:51234" -> "fe80::1"; others whole.
 std::string HostOf(const std::string& peer) {
   if (peer.rfind("ipv4:", 0) == 0) return peer.substr(5, peer.rfind(':') - 5);
@@ -55,8 +48,22 @@ bool AuditLog::Record(const Caller& caller, const std::string& action, const std
     }
     ++r.recorded;
   }
-  Append(store_, entry);
+  Append(entry);
   return true;
+}
+
+void AuditLog::Append(const v1::AuditEntry& entry) {
+  if (auto s = store_.AppendAudit(entry); !s.ok()) {
+    spdlog::error("audit entry not stored ({} {} by {}): {}", entry.action(), entry.target(),
+                  entry.who(), s.ToString());
+    return;
+  }
+  const uint64_t appended = ++appended_;
+  if (max_entries_ > 0 && appended % kPruneEvery == 0) {
+    if (auto s = store_.PruneAudit(max_entries_); !s.ok()) {
+      spdlog::error("audit log not pruned to {} entries: {}", max_entries_, s.ToString());
+    }
+  }
 }
 
 void AuditLog::Flush(bool all) {
@@ -80,7 +87,7 @@ void AuditLog::FlushLocked(bool all) {
                                  absl::FormatTime(r.window_start), "; the last: ", r.last.result()),
                     kMaxResultBytes));
       spdlog::warn("{}", summary.result());
-      Append(store_, summary);
+      Append(summary);
     }
     it = refusals_.erase(it);
   }

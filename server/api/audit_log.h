@@ -7,6 +7,7 @@
 // 10.0.0.7 in the minute; the last: ...").
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <map>
 #include <mutex>
@@ -25,8 +26,12 @@ class AuditLog {
  public:
   // Refused calls of one action from one peer host written one by one in a minute.
   static constexpr int kRefusalsPerMinute = 10;
+  static constexpr uint64_t kPruneEvery = 1000;
 
-  AuditLog(JobStore& store, Clock& clock) : store_(store), clock_(clock) {}
+  // `max_entries`: the store keeps the newest this many (0: all), pruned every
+  // kPruneEvery entries written.
+  AuditLog(JobStore& store, Clock& clock, uint64_t max_entries = 0)
+      : store_(store), clock_(clock), max_entries_(max_entries) {}
   ~AuditLog() { Flush(); }
 
   // Never fails the call it records: an entry the store refuses (a full disk) is logged.
@@ -53,10 +58,13 @@ class AuditLog {
     v1::AuditEntry last;   // the newest counted one
   };
   void FlushLocked(bool all);
+  void Append(const v1::AuditEntry& entry);
 
   JobStore& store_;
   Clock& clock_;
+  const uint64_t max_entries_;
   std::mutex mu_;
+  std::atomic<uint64_t> appended_{0};  // entries written, for pruning
   // By (peer host, action).
   std::map<std::pair<std::string, std::string>, Refusals> refusals_;
 };

@@ -89,6 +89,8 @@ class JobStore {
   virtual absl::Status AppendAudit(const v1::AuditEntry& entry) = 0;
   // Newest first, only entries with an id below before_id (0: from the newest).
   virtual absl::StatusOr<AuditPage> ListAudit(uint64_t before_id, uint32_t limit) = 0;
+  // Deletes all but the newest `keep` entries.
+  virtual absl::Status PruneAudit(uint64_t keep) = 0;
 
   // Binds a worker id to the credential that registers it first, and returns the
   // credential it is bound to (this one, or the one that came first).

@@ -259,6 +259,15 @@ absl::Status PostgresJobStore::InsertAudit(const v1::AuditEntry& entry) {
       .status();
 }
 
+absl::Status PostgresJobStore::PruneAudit(uint64_t keep) {
+  std::lock_guard<std::mutex> lock(mu_);
+  // Ids only grow: everything at or below the newest id minus `keep` goes.
+  return db_
+      ->Exec("DELETE FROM audit WHERE id <= (SELECT coalesce(max(id), 0) FROM audit) - $1",
+             PgParams().Int(static_cast<int64_t>(std::min<uint64_t>(keep, INT64_MAX))))
+      .status();
+}
+
 absl::StatusOr<AuditPage> PostgresJobStore::ListAudit(uint64_t before_id, uint32_t limit) {
   std::lock_guard<std::mutex> lock(mu_);
   auto rows = db_->Exec(

@@ -51,6 +51,7 @@ class PostgresJobStore final : public JobStore {
                                                        uint32_t limit) override;
   absl::Status AppendAudit(const v1::AuditEntry& entry) override;
   absl::StatusOr<AuditPage> ListAudit(uint64_t before_id, uint32_t limit) override;
+  absl::Status PruneAudit(uint64_t keep) override;
   absl::StatusOr<std::string> BindWorkerCredential(const std::string& worker_id,
                                                    const std::string& credential) override;
   absl::Status PutCode(const std::string& sha256, const std::string& bundle) override;

@@ -514,6 +514,16 @@ absl::Status SqliteJobStore::InsertAudit(const v1::AuditEntry& entry) {
   return absl::OkStatus();
 }
 
+absl::Status SqliteJobStore::PruneAudit(uint64_t keep) {
+  std::lock_guard<std::mutex> lock(mu_);
+  // Ids only grow: everything at or below the newest id minus `keep` goes.
+  Statement stmt(db_, "DELETE FROM audit WHERE id <= (SELECT coalesce(max(id), 0) FROM audit) - ?");
+  stmt.Bind(1, static_cast<int64_t>(std::min<uint64_t>(keep, INT64_MAX)));
+  const int rc = stmt.Step();
+  if (rc != SQLITE_DONE) return Error(rc, sqlite3_errmsg(db_));
+  return absl::OkStatus();
+}
+
 absl::StatusOr<AuditPage> SqliteJobStore::ListAudit(uint64_t before_id, uint32_t limit) {
   std::lock_guard<std::mutex> lock(mu_);
   Statement stmt(db_, "SELECT id, entry FROM audit WHERE id < ? ORDER BY id DESC LIMIT ?");

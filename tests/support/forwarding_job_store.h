@@ -43,6 +43,7 @@ class ForwardingJobStore : public server::JobStore {
   absl::Status AppendAudit(const v1::AuditEntry& entry) override {
     return inner_->AppendAudit(entry);
   }
+  absl::Status PruneAudit(uint64_t keep) override { return inner_->PruneAudit(keep); }
   absl::StatusOr<server::AuditPage> ListAudit(uint64_t before_id, uint32_t limit) override {
     return inner_->ListAudit(before_id, limit);
   }

@@ -73,5 +73,16 @@ TEST_F(AuditLogTest, ACountStillOpenIsWrittenWhenTheLogCloses) {
       << entries.front().result();
 }
 
+TEST_F(AuditLogTest, TheStoreKeepsTheNewestEntriesItIsAllowed) {
+  AuditLog audit(*store_, clock_, /*max_entries=*/1500);
+  for (uint64_t i = 0; i < 3 * AuditLog::kPruneEvery; ++i) {
+    audit.Record({"alice", security::Role::kSubmitter, "ipv4:10.0.0.1:1"}, "SubmitJob",
+                 std::to_string(i), absl::OkStatus());
+  }
+  const std::vector<v1::AuditEntry> entries = Entries();
+  ASSERT_EQ(entries.size(), 1500u);
+  EXPECT_EQ(entries.front().target(), std::to_string(3 * AuditLog::kPruneEvery - 1));
+}
+
 }  // namespace
 }  // namespace stoke::server

@@ -288,6 +288,29 @@ TEST_P(JobStoreTest, AuditEntriesAndWorkerBindingsSurviveAReopen) {
   EXPECT_EQ(*store.BindWorkerCredential("host/cuda:1", "host-b"), "host-b");
 }
 
+TEST_P(JobStoreTest, PruningTheAuditLogKeepsTheNewestEntries) {
+  for (int i = 0; i < 30; ++i) {
+    v1::AuditEntry entry;
+    entry.set_who("user-" + std::to_string(i));
+    ASSERT_TRUE(store_->AppendAudit(entry).ok());
+  }
+  ASSERT_TRUE(store_->PruneAudit(10).ok());
+  auto page = store_->ListAudit(0, 100);
+  ASSERT_TRUE(page.ok()) << page.status();
+  ASSERT_EQ(page->entries.size(), 10u);
+  EXPECT_EQ(page->entries.front().who(), "user-29");
+  EXPECT_EQ(page->entries.back().who(), "user-20");
+  // New entries go on numbering after the pruned ones; keeping more than there are
+  // removes nothing.
+  v1::AuditEntry next;
+  next.set_who("next");
+  ASSERT_TRUE(store_->AppendAudit(next).ok());
+  ASSERT_TRUE(store_->PruneAudit(1000).ok());
+  page = store_->ListAudit(0, 100);
+  ASSERT_EQ(page->entries.size(), 11u);
+  EXPECT_EQ(page->entries.front().id(), 31u);
+}
+
 TEST_P(JobStoreTest, ARequestIdLeadsBackToItsJobAfterReopening) {
   v1::Job job = NewJob("retried");
   job.set_request_id("req-1");

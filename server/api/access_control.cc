@@ -141,6 +141,30 @@ absl::Status AccessControl::RequireOwner(const Caller& caller, const v1::Job& jo
       what, " of job ", job.id(), " is for its owner or an admin; ", caller.name, " is neither"));
 }
 
+std::string RedactPaths(const std::string& text) {
+  std::string out;
+  out.reserve(text.size());
+  for (size_t i = 0; i < text.size();) {
+    const bool starts = text[i] == '/' && (i == 0 || text[i - 1] == ' ' || text[i - 1] == '"' ||
+                                           text[i - 1] == '\'' || text[i - 1] == ':' ||
+                                           text[i - 1] == '(' || text[i - 1] == '=');
+    if (!starts) {
+      out.push_back(text[i++]);
+      continue;
+    }
+    size_t end = i;
+    while (end < text.size() && text[end] != ' ' && text[end] != '"' && text[end] != '\'' &&
+           text[end] != ',' && text[end] != ')' && text[end] != ';') {
+      ++end;
+    }
+    // "path: problem" keeps its colon.
+    if (end > i + 1 && text[end - 1] == ':') --end;
+    out += "<path>";
+    i = end;
+  }
+  return out;
+}
+
 v1::Job RedactForNonOwner(v1::Job job) {
   v1::JobSpec* spec = job.mutable_spec();
   v1::DataSpec* data = spec->mutable_data();
@@ -170,6 +194,8 @@ v1::Job RedactForNonOwner(v1::Job job) {
   }
   if (spec->model().has_torchscript()) spec->mutable_model()->mutable_torchscript()->clear_path();
   if (spec->model().has_python()) spec->mutable_model()->mutable_python()->clear_file();
+  job.set_message(RedactPaths(job.message()));
+  job.clear_request_id();  // the owner's handle for retries, not a viewer's
   // A command's arguments and environment may hold what is its owner's alone.
   if (spec->has_command()) {
     spec->mutable_command()->clear_argv();

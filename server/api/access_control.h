@@ -80,5 +80,9 @@ class AccessControl {
 // A job as a caller who does not own it may see it: states, progress and metrics, but not
 // where its data and model files are.
 v1::Job RedactForNonOwner(v1::Job job);
+// `text` with every absolute path in it (a run of characters from a '/' after a space, a
+// quote, a colon or the start, to the next space, quote or comma) replaced by "<path>":
+// a failed job's message names its files, which are its owner's business.
+std::string RedactPaths(const std::string& text);
 
 }  // namespace stoke::server

@@ -1,5 +1,6 @@
 #include "server/api/watch_reactor.h"
 
+#include "server/api/access_control.h"
 #include "server/api/grpc_status.h"
 
 namespace stoke::server {
@@ -84,7 +85,12 @@ void WatchReactor::Fill() {
       // The next read starts after this batch, whether or not its events are sent.
       if (!read->events.empty()) next_seq_ = read->events.back().seq() + 1;
       for (auto& event : read->events) {
+        // A non-owner's view: no log lines, and no paths in the messages of state changes.
         if (!include_logs_ && event.has_log()) continue;
+        if (!include_logs_ && event.has_state_change()) {
+          auto* change = event.mutable_state_change();
+          change->set_message(RedactPaths(change->message()));
+        }
         buffer_.push_back(std::move(event));
       }
       end_of_stream_ = read->end_of_stream;

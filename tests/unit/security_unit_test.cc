@@ -112,6 +112,22 @@ TEST(AccessControl, NonOwnersSeeNoPaths) {
   EXPECT_EQ(seen.owner(), "t");
 }
 
+TEST(AccessControl, NonOwnersSeeAFailedJobsMessageWithoutItsPathsOrRequestId) {
+  v1::Job job = JobOf("t");
+  job.set_request_id("t-retry-7");
+  job.set_message(
+      "data.images: /srv/data/team-x/secret-faces/train/007.jpg: damaged JPEG; 3 of the "
+      "100 images cannot be read (\"/srv/data/b.png\", at /tmp/y) :/rel");
+  const v1::Job seen = server::RedactForNonOwner(job);
+  EXPECT_EQ(seen.message(),
+            "data.images: <path>: damaged JPEG; 3 of the 100 images cannot be read "
+            "(\"<path>\", at <path>) :<path>");
+  EXPECT_TRUE(seen.request_id().empty());
+  EXPECT_EQ(server::RedactPaths("step 10/100, loss 0.5 and/or 1e-3"),
+            "step 10/100, loss 0.5 and/or 1e-3")
+      << "a slash inside a word is no path";
+}
+
 TEST(WorkerText, ControlCharactersAndEscapeSequencesAreDefused) {
   EXPECT_EQ(server::StripControlCharacters("ok\x1b[2Jred\x07\x7f\tz"), "ok?[2Jred??\tz");
   EXPECT_EQ(server::StripControlCharacters("a\nb"), "a?b");

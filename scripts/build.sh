@@ -17,9 +17,23 @@ fi
 jobs=$(( $(nproc) ))
 mem_gib=$(( $(awk '/MemAvailable/ {print $2}' /proc/meminfo) / 1048576 ))
 [ "$mem_gib" -lt $(( jobs * 2 )) ] && jobs=$(( mem_gib / 2 > 0 ? mem_gib / 2 : 1 ))
-# Progress lines are noise; compiler output and a failed build are not.
+# ninja's "[N/M] ..." lines as progress: one line rewritten on a terminal, else a line at
+# each tenth of the build. Nothing when there is nothing to build.
+progress() {
+  if [ -t 1 ]; then
+    awk '/^\[[0-9]+\/[0-9]+\]/ { split(substr($1, 2), a, "/");
+           printf "\r==> building Stoke: step %d of %d", a[1], a[2]; fflush(); shown = 1 }
+         END { if (shown) printf "\n" }'
+  else
+    awk '/^\[[0-9]+\/[0-9]+\]/ { split(substr($1, 2), a, "/"); tenth = int(10 * a[1] / a[2]);
+           if (tenth > last) { printf "==> building Stoke: step %d of %d\n", a[1], a[2]; fflush();
+                               last = tenth } }'
+  fi
+}
+# Compiler output and a failed build are shown whole; the rest is in the log.
 # shellcheck disable=SC2086  # the targets are a list
-if ! ninja -C build -j "$jobs" ${STOKE_BUILD_TARGETS:-} > build/last-build.log 2>&1; then
+if ! ninja -C build -j "$jobs" ${STOKE_BUILD_TARGETS:-} 2>&1 | tee build/last-build.log |
+  progress; then
   grep -v '^\[' build/last-build.log >&2
   echo "build failed (full log: build/last-build.log)" >&2
   exit 1

@@ -3,6 +3,7 @@
 #include <sys/stat.h>
 
 #include <fstream>
+#include <map>
 #include <set>
 #include <sstream>
 
@@ -69,6 +70,7 @@ absl::StatusOr<std::vector<TokenEntry>> ParseTokenFile(const std::string& text,
                                                        const std::string& path) {
   std::vector<TokenEntry> entries;
   std::set<std::string> names;
+  std::map<std::string, std::string> hashes;  // hash -> the name it was first given
   int line_number = 0;
   for (absl::string_view raw : absl::StrSplit(text, '\n')) {
     ++line_number;
@@ -94,6 +96,12 @@ absl::StatusOr<std::vector<TokenEntry>> ParseTokenFile(const std::string& text,
     if (!IsHashText(entry.hash)) {
       return at(
           "hash: expected sha256: and 64 lowercase hex digits (a token itself never goes here)");
+    }
+    // One token under two names would be whichever the lookup finds first: its holder's
+    // role and audit name would depend on the file's order.
+    if (auto [it, fresh] = hashes.emplace(entry.hash, entry.name); !fresh) {
+      return at("hash: the same as " + it->second +
+                "'s; each credential needs a token of its own (stoke token create)");
     }
     if (fields.size() == 4) {
       constexpr absl::string_view kHosts = "hosts=";

@@ -24,8 +24,10 @@ TEST(TokenHash, IsSha256InHexAndTokensAreFreshEachTime) {
 
 TEST(TokenFile, ParsesEntriesAndNamesTheLineOfEachMistake) {
   const std::string hash = security::HashToken("t");
-  auto entries = security::ParseTokenFile(
-      "# people\n\nalice submitter " + hash + "\n  host-7 worker " + hash + "  \n", "tokens");
+  auto entries =
+      security::ParseTokenFile("# people\n\nalice submitter " + hash + "\n  host-7 worker " +
+                                   security::HashToken("u") + "  \n",
+                               "tokens");
   ASSERT_TRUE(entries.ok()) << entries.status();
   ASSERT_EQ(entries->size(), 2u);
   EXPECT_EQ((*entries)[0].name, "alice");
@@ -41,6 +43,10 @@ TEST(TokenFile, ParsesEntriesAndNamesTheLineOfEachMistake) {
   EXPECT_NE(error("\nalice admin stk_the_token_itself").find("tokens:2: hash"), std::string::npos);
   EXPECT_NE(error("a viewer " + hash + "\na admin " + hash).find("tokens:2: name a appears twice"),
             std::string::npos);
+  // One token under two names: which name and role it has would depend on the order.
+  EXPECT_EQ(error("a viewer " + hash + "\nb admin " + hash),
+            "tokens:2: hash: the same as a's; each credential needs a token of its own "
+            "(stoke token create)");
   EXPECT_NE(error("al\x1bice viewer " + hash).find("tokens:1: name"), std::string::npos);
   EXPECT_NE(error("alice viewer").find("expected NAME ROLE"), std::string::npos);
 }

@@ -119,15 +119,12 @@ int DataInspectCommand(const std::vector<std::string>& paths) {
     struct stat st;
     std::vector<absl::StatusOr<std::string>> lines;
     std::vector<std::string> names = {path};
-    const bool tar = file.size() > 4 && file.rfind(".tar") == file.size() - 4;
-    if (tar && path.find('{') != std::string::npos) {
+    if (file.size() > 4 && file.rfind(".tar") == file.size() - 4) {  // a shard or a pattern
       lines.push_back(DescribeShards(path));
     } else if (stat(file.c_str(), &st) != 0) {
       lines.push_back(absl::NotFoundError(absl::StrCat("cannot read: no such file or folder")));
     } else if (S_ISDIR(st.st_mode)) {
       lines.push_back(DescribeFolder(path));
-    } else if (tar) {
-      lines.push_back(DescribeShards(path));
     } else if (file.size() >= 4 && (file.rfind(".npy") == file.size() - 4 ||
                                     file.rfind(".safetensors") == file.size() - 12)) {
       if (tensor.empty()) {

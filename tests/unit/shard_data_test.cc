@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include <algorithm>
 #include <fstream>
 #include <set>
 #include <string>
@@ -251,24 +252,19 @@ TEST(ShardEpochOrder, ASampleLeavesTheBufferWithinItsSizeOfBeingReadAndEpochsDif
   EXPECT_NE(ShardEpochOrder(stream, 1), first);
   // Shards are read whole, one after another, in the order their first samples come
   // out; the i-th sample out must be among the first i + 8 (the buffer) read.
-  std::vector<int> shard_order;
+  std::vector<int> shards_read;
   for (int64_t id : first) {
-    if (shard_order.empty() || shard_order.back() != ShardOf(id))
-      shard_order.push_back(ShardOf(id));
-  }
-  std::vector<int64_t> stream_position(52);
-  {
-    std::vector<int> seen_shards;
-    for (int k : shard_order) {
-      if (std::find(seen_shards.begin(), seen_shards.end(), k) == seen_shards.end()) {
-        seen_shards.push_back(k);
-      }
+    if (std::find(shards_read.begin(), shards_read.end(), ShardOf(id)) == shards_read.end()) {
+      shards_read.push_back(ShardOf(id));
     }
-    ASSERT_EQ(seen_shards.size(), 5u);
-    const int64_t firsts[] = {0, 10, 22, 31, 42, 52};
-    int64_t p = 0;
-    for (int k : seen_shards) {
-      for (int64_t id = firsts[k]; id < firsts[k + 1]; ++id) stream_position[id] = p++;
+  }
+  ASSERT_EQ(shards_read.size(), 5u);
+  const int64_t firsts[] = {0, 10, 22, 31, 42, 52};
+  std::vector<int64_t> stream_position(52);
+  int64_t read = 0;
+  for (int k : shards_read) {
+    for (int64_t id = firsts[k]; id < firsts[k + 1]; ++id) {
+      stream_position[static_cast<size_t>(id)] = read++;
     }
   }
   for (size_t i = 0; i < first.size(); ++i) {
@@ -306,8 +302,8 @@ TEST(OpenData, AResumedShardStreamReadsTheSamplesARunWithoutARestartReadsThere) 
   // 180 training samples (every tenth held out): 11 batches of 16 an epoch.
   ASSERT_EQ(straight.train->BatchesPerEpoch(), 11);
   EXPECT_EQ(straight.train->Shape().num_classes, 10);
-  std::vector<Batch> batches;
-  for (int b = 0; b < 30; ++b) batches.push_back(straight.train->Next());
+  std::vector<Batch> batches(30);
+  for (Batch& batch : batches) batch = straight.train->Next();
   // A restart after 17 batches (into the second epoch), and one at an epoch's start.
   for (int64_t resume : {17, 22}) {
     SCOPED_TRACE(::testing::Message() << "resumed at batch " << resume);

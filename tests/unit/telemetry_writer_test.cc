@@ -60,7 +60,7 @@ class StallingStore final : public testing::ForwardingJobStore {
     std::lock_guard<std::mutex> lock(mu_);
     refuse_telemetry_ = on;
   }
-  int refused() {
+  int Refusals() {
     std::lock_guard<std::mutex> lock(mu_);
     return refused_;
   }
@@ -371,10 +371,10 @@ TEST_F(TelemetryWriterTest, WatchersSeeOnlyWhatTheStoreTookAndARefusedBatchIsTri
   store_->RefuseTelemetry(true);
   Report("w1", id, 1, 10);
   const auto deadline = std::chrono::steady_clock::now() + seconds(10);
-  while (store_->refused() < 3 && std::chrono::steady_clock::now() < deadline) {
+  while (store_->Refusals() < 3 && std::chrono::steady_clock::now() < deadline) {
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
   }
-  ASSERT_GE(store_->refused(), 3) << "the refused batch was not tried again";
+  ASSERT_GE(store_->Refusals(), 3) << "the refused batch was not tried again";
   // Nothing the store refused has reached a watcher.
   EXPECT_EQ(Watched(*hub_, id).size(), before);
   store_->RefuseTelemetry(false);

@@ -74,7 +74,7 @@ bool ImageFileDataset::Load(int64_t index, int64_t epoch, bool train, uint8_t* o
     // A read's error names the file already; a decoder's does not.
     const std::string name = data::DescribeImageFile(file, options_.files);
     bad_reasons_.push_back(absl::StartsWith(status.message(), file.path)
-                               ? std::string(status.message())
+                               ? absl::StrCat(status.message())
                                : absl::StrCat(name, ": ", status.message()));
   }
   // At least one bad file is forgiven in any set; more than the share is not.

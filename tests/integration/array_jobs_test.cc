@@ -9,44 +9,28 @@
 #include <regex>
 #include <sstream>
 #include <string>
+#include <utility>
 #include <vector>
 
-#include "tests/support/coordinator_process.h"
-#include "tests/support/subprocess.h"
-#include "tests/support/temp_dir.h"
+#include "tests/support/cli_job_suite.h"
 
 namespace stoke::testing {
 namespace {
 
 const std::string kExamples = std::string(STOKE_SOURCE_DIR) + "/examples/arrays";
 
-class ArrayJobsTest : public ::testing::Test {
+class ArrayJobsTest : public CliJobSuite {
  protected:
+  static std::string Arrays() { return DataDir() + "/datasets/arrays"; }
+
   static void SetUpTestSuite() {
-    dir_ = new TempDir();
-    arrays_ = new std::string(dir_->path() + "/datasets/arrays");
-    made_ = new CommandResult(
-        RunCommand({"/usr/bin/python3", kExamples + "/make_arrays.py", *arrays_}));
-    if (made_->exit_code == 0) {  // and an array in a dtype Stoke does not train on
-      *made_ = RunCommand({"/usr/bin/python3", "-c",
-                           "import numpy as np, sys; np.save(sys.argv[1], np.zeros((100, 4)))",
-                           *arrays_ + "/f64.npy"});
+    CommandResult made = RunCommand({"/usr/bin/python3", kExamples + "/make_arrays.py", Arrays()});
+    if (made.exit_code == 0) {  // and an array in a dtype Stoke does not train on
+      made = RunCommand({"/usr/bin/python3", "-c",
+                         "import numpy as np, sys; np.save(sys.argv[1], np.zeros((100, 4)))",
+                         Arrays() + "/f64.npy"});
     }
-  }
-  static void TearDownTestSuite() {
-    delete coordinator_;
-    delete made_;
-    delete arrays_;
-    delete dir_;
-  }
-  void SetUp() override {
-    ASSERT_EQ(made_->exit_code, 0) << made_->out << made_->err;
-    if (!coordinator_) {
-      CoordinatorProcess::Options options{dir_->path()};  // data root: <data dir>/datasets
-      options.local_workers = "cpu:1";
-      coordinator_ = CoordinatorProcess::Start(options).release();
-    }
-    ASSERT_NE(coordinator_, nullptr);
+    DataMade(std::move(made));
   }
 
   // The example job file `name`, reading the arrays made for this test, with `steps`.
@@ -55,16 +39,11 @@ class ArrayJobsTest : public ::testing::Test {
     std::stringstream text;
     text << in.rdbuf();
     std::string job = std::regex_replace(
-        text.str(), std::regex(R"(\.\./\.\./\.stoke/datasets/arrays)"), *arrays_);
+        text.str(), std::regex(R"(\.\./\.\./\.stoke/datasets/arrays)"), Arrays());
     job = std::regex_replace(job, std::regex(R"((epochs|steps): \d+)"), "steps: " + steps);
     std::string path = files_.File(name);
     std::ofstream(path) << job;
     return path;
-  }
-
-  CommandResult Stoke(std::vector<std::string> args) {
-    args.insert(args.begin(), {STOKE_CLI_BINARY, "--address", coordinator_->address()});
-    return RunCommand(args);
   }
 
   // The last "job J eval at step N: loss L[, accuracy A%]" line `stoke submit --watch` printed.
@@ -78,25 +57,14 @@ class ArrayJobsTest : public ::testing::Test {
     }
     return last;
   }
-
-  static TempDir* dir_;
-  static std::string* arrays_;
-  static CommandResult* made_;
-  static CoordinatorProcess* coordinator_;
-  TempDir files_;
 };
-
-TempDir* ArrayJobsTest::dir_ = nullptr;
-std::string* ArrayJobsTest::arrays_ = nullptr;
-CommandResult* ArrayJobsTest::made_ = nullptr;
-CoordinatorProcess* ArrayJobsTest::coordinator_ = nullptr;
 
 // Images stored [N, 28, 28, 1] uint8, labels uint8: the CNN learns the real data from them
 // as it does from the idx files (about 87% after 300 steps).
 TEST_F(ArrayJobsTest, FashionMnistFromNumPyArraysTrainsToItsUsualAccuracy) {
   const CommandResult run =
       Stoke({"submit", Example("fashion-mnist-arrays.yaml", "300"), "--watch"});
-  ASSERT_EQ(run.exit_code, 0) << run.out << run.err << coordinator_->Log();
+  ASSERT_EQ(run.exit_code, 0) << run.out << run.err << coordinator().Log();
   EXPECT_NE(run.out.find("SUCCEEDED"), std::string::npos) << run.out;
   const std::smatch eval = LastEval(run.out);
   ASSERT_FALSE(eval.empty()) << run.out;
@@ -108,7 +76,7 @@ TEST_F(ArrayJobsTest, FashionMnistFromNumPyArraysTrainsToItsUsualAccuracy) {
 // with a tenth of the rows held out. The target's variance is about 0.9; the noise's 0.0025.
 TEST_F(ArrayJobsTest, RegressionFromASafetensorsFileLearnsItsTarget) {
   const CommandResult run = Stoke({"submit", Example("regression.yaml", "600"), "--watch"});
-  ASSERT_EQ(run.exit_code, 0) << run.out << run.err << coordinator_->Log();
+  ASSERT_EQ(run.exit_code, 0) << run.out << run.err << coordinator().Log();
   const std::smatch eval = LastEval(run.out);
   ASSERT_FALSE(eval.empty()) << run.out;
   EXPECT_LT(std::stod(eval[1]), 0.05) << eval[0];
@@ -116,24 +84,24 @@ TEST_F(ArrayJobsTest, RegressionFromASafetensorsFileLearnsItsTarget) {
 }
 
 TEST_F(ArrayJobsTest, ArraysStokeCannotTrainOnAreRefusedNamingFieldAndFile) {
-  const std::string before = Stoke({"list", "--output", "json"}).out;
+  const std::string before = StoredJobs();
   const auto submit = [&](const std::string& model, const std::string& inputs,
                           const std::string& targets) {
     const std::string path = files_.File("bad.yaml");
     std::ofstream(path) << "model: {" << model
-                        << ": {}}\ndata:\n  arrays:\n    inputs: " << *arrays_ << "/" << inputs
-                        << "\n    targets: " << *arrays_ << "/" << targets
+                        << ": {}}\ndata:\n  arrays:\n    inputs: " << Arrays() << "/" << inputs
+                        << "\n    targets: " << Arrays() << "/" << targets
                         << "\ntraining: {steps: 10}\n";
     const CommandResult r = Stoke({"submit", path});
     EXPECT_NE(r.exit_code, 0) << r.out;
     return r.err;
   };
   EXPECT_NE(submit("mlp", "f64.npy", "fashion-mnist-test-labels.npy")
-                .find("data.arrays.inputs: " + *arrays_ +
+                .find("data.arrays.inputs: " + Arrays() +
                       "/f64.npy: dtype <f8 is not one Stoke trains on"),
             std::string::npos);
   EXPECT_NE(submit("mlp", "fashion-mnist-train-images.npy", "fashion-mnist-test-labels.npy")
-                .find("data.arrays.targets: " + *arrays_ +
+                .find("data.arrays.targets: " + Arrays() +
                       "/fashion-mnist-test-labels.npy has 10000 rows and data.arrays.inputs"),
             std::string::npos);
   EXPECT_NE(submit("mlp", "regression.safetensors", "regression.safetensors:target")
@@ -145,12 +113,12 @@ TEST_F(ArrayJobsTest, ArraysStokeCannotTrainOnAreRefusedNamingFieldAndFile) {
   EXPECT_NE(submit("resnet", "regression.safetensors:features", "regression.safetensors:target")
                 .find("model.resnet: needs images"),
             std::string::npos);
-  EXPECT_EQ(Stoke({"list", "--output", "json"}).out, before) << "a refused job was stored";
+  EXPECT_EQ(StoredJobs(), before) << "a refused job was stored";
 }
 
 // Before submitting: what Stoke would read from each file, and the problem with a bad one.
 TEST_F(ArrayJobsTest, DataInspectSaysWhatStokeWouldReadAndWhatIsWrong) {
-  const std::string& a = *arrays_;
+  const std::string& a = Arrays();
   const CommandResult good =
       RunCommand({STOKE_CLI_BINARY, "data", "inspect", a + "/fashion-mnist-train-images.npy",
                   a + "/fashion-mnist-train-labels.npy", a + "/regression.safetensors"});

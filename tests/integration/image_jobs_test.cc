@@ -10,42 +10,20 @@
 #include <string>
 #include <vector>
 
-#include "tests/support/coordinator_process.h"
+#include "tests/support/cli_job_suite.h"
 #include "tests/support/http_get.h"
-#include "tests/support/subprocess.h"
-#include "tests/support/temp_dir.h"
 
 namespace stoke::testing {
 namespace {
 
-class ImageJobsTest : public ::testing::Test {
+class ImageJobsTest : public CliJobSuite {
  protected:
-  static void SetUpTestSuite() {
-    dir_ = new TempDir();
-    images_ = new std::string(dir_->path() + "/datasets/images");
-    made_ = new CommandResult(RunCommand(
-        {"/usr/bin/python3", std::string(STOKE_SOURCE_DIR) + "/examples/images/make_images.py",
-         "folder", *images_, "200", "--size", "40", "--png-every", "7", "--damaged", "1"}));
-  }
-  static void TearDownTestSuite() {
-    delete coordinator_;
-    delete made_;
-    delete images_;
-    delete dir_;
-  }
-  void SetUp() override {
-    ASSERT_EQ(made_->exit_code, 0) << made_->out << made_->err;
-    if (!coordinator_) {
-      CoordinatorProcess::Options options{dir_->path()};  // data root: <data dir>/datasets
-      options.local_workers = "cpu:1";
-      coordinator_ = CoordinatorProcess::Start(options).release();
-    }
-    ASSERT_NE(coordinator_, nullptr);
-  }
+  static std::string Images() { return DataDir() + "/datasets/images"; }
 
-  CommandResult Stoke(std::vector<std::string> args) {
-    args.insert(args.begin(), {STOKE_CLI_BINARY, "--address", coordinator_->address()});
-    return RunCommand(args);
+  static void SetUpTestSuite() {
+    DataMade(RunCommand(
+        {"/usr/bin/python3", std::string(STOKE_SOURCE_DIR) + "/examples/images/make_images.py",
+         "folder", Images(), "200", "--size", "40", "--png-every", "7", "--damaged", "1"}));
   }
 
   std::string Job(const std::string& images, int steps) {
@@ -59,24 +37,13 @@ class ImageJobsTest : public ::testing::Test {
                         << "metrics: {interval_steps: 25}\n";
     return path;
   }
-
-  static TempDir* dir_;
-  static std::string* images_;
-  static CommandResult* made_;
-  static CoordinatorProcess* coordinator_;
-  TempDir files_;
 };
-
-TempDir* ImageJobsTest::dir_ = nullptr;
-std::string* ImageJobsTest::images_ = nullptr;
-CommandResult* ImageJobsTest::made_ = nullptr;
-CoordinatorProcess* ImageJobsTest::coordinator_ = nullptr;
 
 TEST_F(ImageJobsTest, AFolderOfJpegsAndPngsTrainsAndItsDamagedFileIsSkippedAndCounted) {
   const CommandResult run =
-      Stoke({"submit", Job("path: " + *images_ + "/train, val_path: " + *images_ + "/val", 300),
+      Stoke({"submit", Job("path: " + Images() + "/train, val_path: " + Images() + "/val", 300),
              "--watch"});
-  ASSERT_EQ(run.exit_code, 0) << run.out << run.err << coordinator_->Log();
+  ASSERT_EQ(run.exit_code, 0) << run.out << run.err << coordinator().Log();
   std::smatch eval;
   ASSERT_TRUE(std::regex_search(
       run.out, eval,
@@ -91,7 +58,7 @@ TEST_F(ImageJobsTest, AFolderOfJpegsAndPngsTrainsAndItsDamagedFileIsSkippedAndCo
   EXPECT_NE(status.out.find("damaged samples skipped"), std::string::npos) << status.out;
   EXPECT_NE(Stoke({"logs", id}).out.find("samples skipped so far"), std::string::npos);
   std::string metrics_address;
-  std::ifstream(dir_->File("metrics.address")) >> metrics_address;
+  std::ifstream(DataDir() + "/metrics.address") >> metrics_address;
   const std::string text = HttpGet(metrics_address, "/metrics");
   EXPECT_GE(SampleValue(text, "stoke_job_samples_skipped_total{job=\"" + id + "\"}"), 1) << text;
 }
@@ -99,7 +66,7 @@ TEST_F(ImageJobsTest, AFolderOfJpegsAndPngsTrainsAndItsDamagedFileIsSkippedAndCo
 TEST_F(ImageJobsTest, ManifestsInCsvAndJsonLinesTrainWithAShareHeldOut) {
   for (const char* manifest : {"train.csv", "train.jsonl"}) {
     const CommandResult run =
-        Stoke({"submit", Job("manifest: " + *images_ + "/" + manifest, 40), "--watch"});
+        Stoke({"submit", Job("manifest: " + Images() + "/" + manifest, 40), "--watch"});
     ASSERT_EQ(run.exit_code, 0) << manifest << run.out << run.err;
     // Every tenth of the 2,000 images held out.
     EXPECT_NE(run.out.find("on 200 held-out samples"), std::string::npos) << manifest << run.out;
@@ -107,10 +74,10 @@ TEST_F(ImageJobsTest, ManifestsInCsvAndJsonLinesTrainWithAShareHeldOut) {
 }
 
 TEST_F(ImageJobsTest, FoldersStokeCannotTakeAreRefusedAtSubmissionNamingTheField) {
-  const std::string before = Stoke({"list", "--output", "json"}).out;
-  const CommandResult one_class = Stoke({"submit", Job("path: " + *images_ + "/train/bag", 10)});
+  const std::string before = StoredJobs();
+  const CommandResult one_class = Stoke({"submit", Job("path: " + Images() + "/train/bag", 10)});
   EXPECT_EQ(one_class.exit_code, 2);
-  EXPECT_NE(one_class.err.find("data.images.path: " + *images_ + "/train/bag: holds 0 class"),
+  EXPECT_NE(one_class.err.find("data.images.path: " + Images() + "/train/bag: holds 0 class"),
             std::string::npos)
       << one_class.err;
   const CommandResult outside = Stoke({"submit", Job("path: /usr/share", 10)});
@@ -119,14 +86,14 @@ TEST_F(ImageJobsTest, FoldersStokeCannotTakeAreRefusedAtSubmissionNamingTheField
       outside.err.find("data.images.path: /usr/share is outside the coordinator's data roots"),
       std::string::npos)
       << outside.err;
-  std::ofstream(*images_ + "/bad.csv") << "path,label\ntrain/x.txt,1\n";
-  const CommandResult manifest = Stoke({"submit", Job("manifest: " + *images_ + "/bad.csv", 10)});
-  EXPECT_NE(manifest.err.find("data.images.manifest: " + *images_ +
+  std::ofstream(Images() + "/bad.csv") << "path,label\ntrain/x.txt,1\n";
+  const CommandResult manifest = Stoke({"submit", Job("manifest: " + Images() + "/bad.csv", 10)});
+  EXPECT_NE(manifest.err.find("data.images.manifest: " + Images() +
                               "/bad.csv:2: train/x.txt: not a "
                               ".jpg or .png file"),
             std::string::npos)
       << manifest.err;
-  EXPECT_EQ(Stoke({"list", "--output", "json"}).out, before) << "a refused job was stored";
+  EXPECT_EQ(StoredJobs(), before) << "a refused job was stored";
 }
 
 }  // namespace

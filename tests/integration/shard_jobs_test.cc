@@ -8,52 +8,30 @@
 #include <fstream>
 #include <regex>
 #include <string>
+#include <utility>
 #include <vector>
 
-#include "tests/support/coordinator_process.h"
-#include "tests/support/subprocess.h"
-#include "tests/support/temp_dir.h"
+#include "tests/support/cli_job_suite.h"
 
 namespace stoke::testing {
 namespace {
 
 const std::string kExamples = std::string(STOKE_SOURCE_DIR) + "/examples";
 
-class ShardJobsTest : public ::testing::Test {
+class ShardJobsTest : public CliJobSuite {
  protected:
-  static void SetUpTestSuite() {
-    dir_ = new TempDir();
-    data_ = new std::string(dir_->path() + "/datasets");
-    const std::string images = *data_ + "/images";
-    made_ =
-        new CommandResult(RunCommand({"/usr/bin/python3", kExamples + "/images/make_images.py",
-                                      "folder", images, "200", "--size", "40", "--damaged", "1"}));
-    for (const char* split : {"train", "val"}) {
-      if (made_->exit_code != 0) break;
-      *made_ =
-          RunCommand({"/usr/bin/python3", kExamples + "/shards/make_shards.py",
-                      images + "/" + split, *data_ + "/shards/" + split, "--per-shard", "500"});
-    }
-  }
-  static void TearDownTestSuite() {
-    delete coordinator_;
-    delete made_;
-    delete data_;
-    delete dir_;
-  }
-  void SetUp() override {
-    ASSERT_EQ(made_->exit_code, 0) << made_->out << made_->err;
-    if (!coordinator_) {
-      CoordinatorProcess::Options options{dir_->path()};  // data root: <data dir>/datasets
-      options.local_workers = "cpu:1";
-      coordinator_ = CoordinatorProcess::Start(options).release();
-    }
-    ASSERT_NE(coordinator_, nullptr);
-  }
+  static std::string Data() { return DataDir() + "/datasets"; }
 
-  CommandResult Stoke(std::vector<std::string> args) {
-    args.insert(args.begin(), {STOKE_CLI_BINARY, "--address", coordinator_->address()});
-    return RunCommand(args);
+  static void SetUpTestSuite() {
+    const std::string images = Data() + "/images";
+    CommandResult made = RunCommand({"/usr/bin/python3", kExamples + "/images/make_images.py",
+                                     "folder", images, "200", "--size", "40", "--damaged", "1"});
+    for (const char* split : {"train", "val"}) {
+      if (made.exit_code != 0) break;
+      made = RunCommand({"/usr/bin/python3", kExamples + "/shards/make_shards.py",
+                         images + "/" + split, Data() + "/shards/" + split, "--per-shard", "500"});
+    }
+    DataMade(std::move(made));
   }
 
   std::string Job(const std::string& shards, int steps) {
@@ -67,26 +45,15 @@ class ShardJobsTest : public ::testing::Test {
                         << "metrics: {interval_steps: 25}\n";
     return path;
   }
-
-  static TempDir* dir_;
-  static std::string* data_;
-  static CommandResult* made_;
-  static CoordinatorProcess* coordinator_;
-  TempDir files_;
 };
-
-TempDir* ShardJobsTest::dir_ = nullptr;
-std::string* ShardJobsTest::data_ = nullptr;
-CommandResult* ShardJobsTest::made_ = nullptr;
-CoordinatorProcess* ShardJobsTest::coordinator_ = nullptr;
 
 TEST_F(ShardJobsTest, StreamedShardsTrainAndTheirDamagedImageIsSkippedAndCounted) {
   const CommandResult run = Stoke({"submit",
-                                   Job("urls: '" + *data_ + "/shards/train-{0000..0003}.tar', " +
-                                           "val_urls: " + *data_ + "/shards/val-0000.tar",
+                                   Job("urls: '" + Data() + "/shards/train-{0000..0003}.tar', " +
+                                           "val_urls: " + Data() + "/shards/val-0000.tar",
                                        300),
                                    "--watch"});
-  ASSERT_EQ(run.exit_code, 0) << run.out << run.err << coordinator_->Log();
+  ASSERT_EQ(run.exit_code, 0) << run.out << run.err << coordinator().Log();
   std::smatch eval;
   ASSERT_TRUE(std::regex_search(
       run.out, eval,
@@ -100,8 +67,8 @@ TEST_F(ShardJobsTest, StreamedShardsTrainAndTheirDamagedImageIsSkippedAndCounted
 }
 
 TEST_F(ShardJobsTest, MissingDamagedAndForeignShardsAreRefusedAtSubmissionNamingThem) {
-  const std::string before = Stoke({"list", "--output", "json"}).out;
-  const std::string shards = *data_ + "/shards";
+  const std::string before = StoredJobs();
+  const std::string shards = Data() + "/shards";
   const CommandResult missing =
       Stoke({"submit", Job("urls: '" + shards + "/train-{0..9}.tar'", 10)});
   EXPECT_EQ(missing.exit_code, 2);
@@ -127,7 +94,7 @@ TEST_F(ShardJobsTest, MissingDamagedAndForeignShardsAreRefusedAtSubmissionNaming
   const CommandResult outside = Stoke({"submit", Job("urls: '/usr/share/x-{0..1}.tar'", 10)});
   EXPECT_NE(outside.err.find("data.shards.urls: /usr/share/x-0.tar"), std::string::npos)
       << outside.err;
-  EXPECT_EQ(Stoke({"list", "--output", "json"}).out, before) << "a refused job was stored";
+  EXPECT_EQ(StoredJobs(), before) << "a refused job was stored";
 }
 
 }  // namespace

@@ -2,6 +2,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "security/credential_file.h"
+#include "security/key_pair.h"
 
 namespace stoke::security {
 
@@ -20,6 +21,10 @@ absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> MakeServerCredentials(
   if (!cert.ok()) return cert.status();
   auto key = ReadCredentialFile(options.key_path, "--tls-key");
   if (!key.ok()) return key.status();
+  if (auto s = CheckKeyMatchesCertificate(*cert, options.cert_path, *key, options.key_path);
+      !s.ok()) {
+    return s;
+  }
   grpc::SslServerCredentialsOptions ssl;
   ssl.pem_key_cert_pairs.push_back({*key, *cert});
   ssl.client_certificate_request = GRPC_SSL_DONT_REQUEST_CLIENT_CERTIFICATE;
@@ -52,6 +57,10 @@ absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> MakeChannelCredentials
     if (!cert.ok()) return cert.status();
     auto key = ReadCredentialFile(options.key_path, "--tls-key");
     if (!key.ok()) return key.status();
+    if (auto s = CheckKeyMatchesCertificate(*cert, options.cert_path, *key, options.key_path);
+        !s.ok()) {
+      return s;
+    }
     ssl.pem_cert_chain = *cert;
     ssl.pem_private_key = *key;
   }

@@ -370,6 +370,25 @@ TEST(CoordinatorStartTest, RefusesPlaintextBeyondLoopbackAndBadSecurityFiles) {
                                   "--metrics-address", "", "--auth-tokens", dir.File("tokens")});
   EXPECT_NE(bad.exit_code, 0);
   EXPECT_NE((bad.out + bad.err).find("tokens:1: hash"), std::string::npos) << bad.out << bad.err;
+  // A key that is not the certificate's: named at start, not "cannot listen".
+  for (const char* name : {"a", "b"}) {
+    ASSERT_EQ(
+        RunCommand({"/usr/bin/openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days",
+                    "2", "-subj", "/CN=localhost", "-keyout", dir.File(std::string(name) + ".key"),
+                    "-out", dir.File(std::string(name) + ".pem")})
+            .exit_code,
+        0);
+  }
+  CommandResult mismatched =
+      RunCommand({STOKE_COORDINATOR_BINARY, "--address", "127.0.0.1:0", "--data-dir",
+                  dir.File("d3"), "--local-workers", "0", "--metrics-address", "", "--tls-cert",
+                  dir.File("a.pem"), "--tls-key", dir.File("b.key")});
+  EXPECT_NE(mismatched.exit_code, 0);
+  EXPECT_NE((mismatched.out + mismatched.err)
+                .find("--tls-key " + dir.File("b.key") + " is not the key of --tls-cert " +
+                      dir.File("a.pem") + ": their public keys differ"),
+            std::string::npos)
+      << mismatched.out << mismatched.err;
 }
 
 // The local workers' token is reused across restarts only when it is this user's own

@@ -68,10 +68,12 @@ absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> MakeChannelCredentials
 }
 
 bool IsLoopbackAddress(const std::string& address) {
+  // A unix socket ("unix:/run/stoke.sock", "unix:relative") is on this host, whatever
+  // follows its own colon.
+  if (address.rfind("unix:", 0) == 0) return true;
   const auto colon = address.rfind(':');
   const std::string host = colon == std::string::npos ? address : address.substr(0, colon);
-  return host == "localhost" || host == "[::1]" || host == "::1" || host.rfind("127.", 0) == 0 ||
-         host.rfind("unix:", 0) == 0;
+  return host == "localhost" || host == "[::1]" || host == "::1" || host.rfind("127.", 0) == 0;
 }
 
 }  // namespace stoke::security

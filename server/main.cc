@@ -20,6 +20,7 @@
 #include <optional>
 #include <thread>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "security/auth_tokens.h"
 #include "security/credential_file.h"
@@ -452,14 +453,20 @@ int main(int argc, char** argv) {
   // A listener that stops accepting (see listener_watch.h) is recovered by starting this
   // coordinator again on the same address: workers ride through a restart.
   std::atomic<bool> restart{false};
-  ListenerWatch::Options watch_options;
-  watch_options.address = (*server)->address();
-  auto watch = ListenerWatch::Create(watch_options, [&restart] {
-    restart = true;
-    kill(getpid(), kRestartSignal);
-  });
-  if (!watch.ok()) return Fail(watch.status());
-  (*watch)->Start();
+  // The watch probes TCP listeners. A unix socket only its owner's processes may connect to
+  // (its mode is the umask's), so only they could exhaust its descriptors.
+  std::unique_ptr<ListenerWatch> watch;
+  if (!absl::StartsWith((*server)->address(), "unix:")) {
+    ListenerWatch::Options watch_options;
+    watch_options.address = (*server)->address();
+    auto created = ListenerWatch::Create(watch_options, [&restart] {
+      restart = true;
+      kill(getpid(), kRestartSignal);
+    });
+    if (!created.ok()) return Fail(created.status());
+    watch = *std::move(created);
+    watch->Start();
+  }
   spdlog::info("stoke-coordinator {} listening on {} ({}, {}), data in {}", STOKE_VERSION,
                (*server)->address(), tls.cert_path.empty() ? "plaintext" : "TLS",
                access.enabled() ? "tokens required" : "no authentication", data_dir);
@@ -511,7 +518,7 @@ int main(int argc, char** argv) {
   } else {
     spdlog::info("{} received; shutting down", strsignal(sig));
   }
-  (*watch)->Stop();
+  if (watch) watch->Stop();
   (*core)->BeginShutdown();
   (*server)->Shutdown(std::chrono::seconds(2));
   if (supervisor && stop_workers_on_exit && !restart) {

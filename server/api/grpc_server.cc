@@ -10,10 +10,11 @@ namespace stoke::server {
 
 absl::StatusOr<std::unique_ptr<GrpcServer>> GrpcServer::Start(
     const Options& options, const std::vector<grpc::Service*>& services) {
+  const bool unix_socket = options.address.rfind("unix:", 0) == 0;
   auto colon = options.address.rfind(':');
-  if (colon == std::string::npos) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("--address ", options.address, ": expected host:port"));
+  if (colon == std::string::npos || (unix_socket && options.address.size() == 5)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--address ", options.address, ": expected host:port, or unix:PATH for a socket"));
   }
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
@@ -45,7 +46,9 @@ absl::StatusOr<std::unique_ptr<GrpcServer>> GrpcServer::Start(
     return absl::UnavailableError(absl::StrCat("cannot listen on ", options.address,
                                                " (in use, or not an address of this host?)"));
   }
-  std::string address = absl::StrCat(options.address.substr(0, colon), ":", port);
+  // A unix socket is its own address; a TCP one gets the port chosen for ":0".
+  std::string address =
+      unix_socket ? options.address : absl::StrCat(options.address.substr(0, colon), ":", port);
   return std::unique_ptr<GrpcServer>(new GrpcServer(std::move(server), std::move(address)));
 }
 

@@ -273,5 +273,24 @@ TEST(CliUsage, UnknownCommandsAndFlagsAreUsageErrors) {
   EXPECT_EQ(RunCommand({STOKE_CLI_BINARY, "--help"}).exit_code, 0);
 }
 
+// A local deployment on a unix socket: the coordinator listens on it, says so in its
+// address file, its local worker attaches through it, and the CLI trains a job over it.
+TEST(UnixSocketTest, ACoordinatorOnAUnixSocketServesTheCliAndItsLocalWorker) {
+  TempDir dir;
+  CoordinatorProcess::Options options{dir.File("data")};
+  options.address = "unix:" + dir.File("stoke.sock");
+  options.local_workers = "cpu:1";
+  auto coordinator = CoordinatorProcess::Start(options);
+  ASSERT_NE(coordinator, nullptr);
+  EXPECT_EQ(coordinator->address(), options.address);
+  std::ofstream(dir.File("job.yaml")) << "name: over-a-socket\nmodel: {mlp: {hidden: [16]}}\n"
+                                      << "data: {synthetic: {features: 8}}\n"
+                                      << "training: {steps: 40, batch_size: 16}\n";
+  const CommandResult run = RunCommand(
+      {STOKE_CLI_BINARY, "--address", options.address, "submit", dir.File("job.yaml"), "--watch"});
+  EXPECT_EQ(run.exit_code, 0) << run.out << run.err << coordinator->Log();
+  EXPECT_NE(run.out.find("SUCCEEDED"), std::string::npos) << run.out;
+}
+
 }  // namespace
 }  // namespace stoke::testing

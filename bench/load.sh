@@ -61,7 +61,8 @@ run() {
   mkdir -p "$data"
   "$bin/stoke-coordinator" --address 127.0.0.1:0 --metrics-address 127.0.0.1:0 \
     --data-dir "$data" --local-workers 0 --log-level warn \
-    --max-jobs-per-owner 1000000 "$@" > "$data/coordinator.log" 2>&1 &  # one owner submits it all
+    --max-jobs-per-owner 1000000 --max-watch-streams 1000000 \
+    "$@" > "$data/coordinator.log" 2>&1 &  # one caller submits and watches it all
   coordinator_pid=$!
   for _ in $(seq 600); do
     [ -s "$data/coordinator.address" ] && break

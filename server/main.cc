@@ -129,6 +129,7 @@ int main(int argc, char** argv) {
   double backfill_window_s = 120;
   size_t max_jobs_per_owner = 500;
   uint64_t audit_max_entries = 1'000'000;
+  size_t max_watch_streams = CoordinatorService::kDefaultWatchStreamsPerCaller;
   std::string log_level = "info";
   std::vector<std::string> data_roots;
   app.add_option("--address", address, "gRPC listen address (port 0 picks a free port)")
@@ -164,6 +165,10 @@ int main(int argc, char** argv) {
                  "Seconds a worker has to start a job assigned to it; after that the job goes "
                  "back to the queue (no restart counted) and the worker is evicted (0: no limit)")
       ->capture_default_str();
+  app.add_option("--max-watch-streams", max_watch_streams,
+                 "WatchJob streams one caller (token name) may hold open at once")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
   app.add_option("--audit-max-entries", audit_max_entries,
                  "Audit entries the store keeps, the newest (pruned every 1000 written; 0: all)")
       ->capture_default_str();
@@ -443,6 +448,7 @@ int main(int argc, char** argv) {
   AuditLog audit(*store, clock, audit_max_entries);
   CoordinatorService coordinator_service(**core, hub, executor, read_executor, std::move(roots),
                                          access, audit);
+  coordinator_service.LimitWatchStreams(max_watch_streams);
   WorkerLinkService worker_link_service(**core, executor, access, audit);
   GrpcServer::Options server_options;
   server_options.address = address;

@@ -285,7 +285,17 @@ grpc::ServerWriteReactor<v1::JobEvent>* CoordinatorService::WatchJob(
                                   request->id(), "'s newest event (", job->last_event_seq(),
                                   "); resume at the last seq seen + 1")));
   }
-  return WatchReactor::Start(hub_, reads_, request->id(), request->from_seq(), include_logs);
+  auto lease = watch_quota_.Acquire(caller->name);
+  if (lease == nullptr) {
+    return WatchReactor::Fail(
+        hub_, reads_,
+        grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED,
+                     absl::StrCat(caller->name, " has ", watch_quota_.per_caller(),
+                                  " watch streams open, as many as one caller may "
+                                  "(--max-watch-streams); close one first")));
+  }
+  return WatchReactor::Start(hub_, reads_, request->id(), request->from_seq(), include_logs,
+                             std::move(lease));
 }
 
 grpc::ServerUnaryReactor* CoordinatorService::GetCluster(grpc::CallbackServerContext* context,

@@ -7,6 +7,7 @@
 #include "server/api/audit_log.h"
 #include "server/api/data_checks.h"
 #include "server/api/executor.h"
+#include "server/api/stream_quota.h"
 #include "server/core/coordinator.h"
 #include "server/core/event_hub.h"
 #include "stoke/v1/coordinator.grpc.pb.h"
@@ -29,6 +30,10 @@ class CoordinatorService final : public v1::Coordinator::CallbackService {
         audit_(audit) {
     CheckRequestDecoding();
   }
+
+  // WatchJob streams one caller may hold open at once; more are RESOURCE_EXHAUSTED.
+  static constexpr size_t kDefaultWatchStreamsPerCaller = 256;
+  void LimitWatchStreams(size_t per_caller) { watch_quota_.set_per_caller(per_caller); }
 
   grpc::ServerUnaryReactor* SubmitJob(grpc::CallbackServerContext* context,
                                       const v1::SubmitJobRequest* request,
@@ -81,6 +86,7 @@ class CoordinatorService final : public v1::Coordinator::CallbackService {
   const DataRoots data_roots_;
   const AccessControl& access_;
   AuditLog& audit_;
+  StreamQuota watch_quota_{kDefaultWatchStreamsPerCaller};
 };
 
 }  // namespace stoke::server

@@ -19,8 +19,10 @@ WatchReactor* WatchReactor::Fail(EventHub& hub, Executor& executor, grpc::Status
 }
 
 WatchReactor* WatchReactor::Start(EventHub& hub, Executor& executor, std::string job_id,
-                                  uint64_t from_seq, bool include_logs) {
+                                  uint64_t from_seq, bool include_logs,
+                                  std::unique_ptr<StreamQuota::Lease> lease) {
   auto* reactor = new WatchReactor(hub, executor, std::move(job_id), from_seq, include_logs);
+  reactor->lease_ = std::move(lease);
   if (reactor->job_id_.empty()) {
     reactor->FinishOnce(grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "id: required"));
     return reactor;

@@ -7,10 +7,12 @@
 #include <grpcpp/grpcpp.h>
 
 #include <deque>
+#include <memory>
 #include <mutex>
 #include <string>
 
 #include "server/api/executor.h"
+#include "server/api/stream_quota.h"
 #include "server/core/event_hub.h"
 #include "stoke/v1/job.pb.h"
 
@@ -21,8 +23,10 @@ class WatchReactor final : public grpc::ServerWriteReactor<v1::JobEvent> {
   // The reactor owns itself and is deleted when gRPC is done with it.
   // `include_logs` false: log lines are left out (a caller who does not own the job sees
   // its state changes and metrics only).
+  // `lease`: the caller's place in the stream quota, given back when the stream is done.
   static WatchReactor* Start(EventHub& hub, Executor& executor, std::string job_id,
-                             uint64_t from_seq, bool include_logs = true);
+                             uint64_t from_seq, bool include_logs = true,
+                             std::unique_ptr<StreamQuota::Lease> lease = nullptr);
   // A stream that ends at once with `status`.
   static WatchReactor* Fail(EventHub& hub, Executor& executor, grpc::Status status);
 
@@ -48,6 +52,7 @@ class WatchReactor final : public grpc::ServerWriteReactor<v1::JobEvent> {
   const std::string job_id_;
   const bool include_logs_;
   uint64_t subscription_ = 0;
+  std::unique_ptr<StreamQuota::Lease> lease_;
 
   std::mutex mu_;
   uint64_t next_seq_;

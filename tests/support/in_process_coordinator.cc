@@ -24,6 +24,7 @@ InProcessCoordinator::InProcessCoordinator(Options options) {
   coordinator_service_ = std::make_unique<server::CoordinatorService>(
       *core_, *hub_, *executor_, *read_executor_, server::DataRoots(options.data_roots), *access_,
       *audit_);
+  coordinator_service_->LimitWatchStreams(options.max_watch_streams_per_caller);
   link_service_ =
       std::make_unique<server::WorkerLinkService>(*core_, *executor_, *access_, *audit_);
   metrics_ = *server::CoordinatorMetrics::Start({}, nullptr);

@@ -390,6 +390,62 @@ TEST(GrpcApi, InvalidUtf8IsRefusedNamingTheFieldAndTheServerStaysUp) {
   EXPECT_TRUE(coordinator.Stub()->GetCluster(&next, v1::GetClusterRequest(), &cluster).ok());
 }
 
+// One caller's watch streams are capped, others' are not, and a closed stream makes room.
+TEST(GrpcApi, ACallersOpenWatchStreamsAreCapped) {
+  InProcessCoordinator::Options options;
+  options.max_watch_streams_per_caller = 2;
+  for (const std::string name : {"alice", "bob"}) {
+    options.tokens.push_back(
+        {name, security::Role::kViewer, security::HashToken(name + "-secret")});
+  }
+  InProcessCoordinator coordinator(options);
+  const std::string id = coordinator.Submit();
+  auto stub = coordinator.Stub();
+  struct Watch {
+    grpc::ClientContext context;
+    std::unique_ptr<grpc::ClientReader<v1::JobEvent>> reader;
+    v1::JobEvent first;
+  };
+  // Opens a watch as `who` and reads its first event (the submission): true when it is open.
+  auto open = [&](const std::string& who, Watch* watch) {
+    watch->context.AddMetadata("authorization", "Bearer " + who + "-secret");
+    v1::WatchJobRequest request;
+    request.set_id(id);
+    watch->reader = stub->WatchJob(&watch->context, request);
+    return watch->reader->Read(&watch->first);
+  };
+  Watch a1, a2, a3, b1;
+  ASSERT_TRUE(open("alice", &a1));
+  ASSERT_TRUE(open("alice", &a2));
+  EXPECT_FALSE(open("alice", &a3));
+  const grpc::Status refused = a3.reader->Finish();
+  EXPECT_EQ(refused.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
+  EXPECT_NE(refused.error_message().find("alice has 2 watch streams open"), std::string::npos)
+      << refused.error_message();
+  EXPECT_TRUE(open("bob", &b1)) << "another caller was held back";
+  // Closing one gives its place back, once the server has seen it go.
+  a1.context.TryCancel();
+  a1.reader->Finish().IgnoreError();
+  bool reopened = false;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (!reopened && std::chrono::steady_clock::now() < deadline) {
+    auto again = std::make_unique<Watch>();
+    reopened = open("alice", again.get());
+    if (!reopened) {
+      again->reader->Finish().IgnoreError();
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    } else {
+      again->context.TryCancel();
+      again->reader->Finish().IgnoreError();
+    }
+  }
+  EXPECT_TRUE(reopened);
+  for (Watch* w : {&a2, &b1}) {
+    w->context.TryCancel();
+    w->reader->Finish().IgnoreError();
+  }
+}
+
 // One submitter cannot grow the queue without bound: past its cap of unfinished jobs its
 // submissions are refused, others' are not, and a finished job makes room.
 TEST(GrpcApi, AnOwnersUnfinishedJobsAreCapped) {

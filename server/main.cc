@@ -183,8 +183,10 @@ int main(int argc, char** argv) {
   app.add_option("--data-root", data_roots,
                  "A folder job files may read data from (repeatable; default: "
                  "/usr/share/datasets and DATA_DIR/datasets)");
+  // spdlog takes an unknown name for "off": a typo must not silence the log.
   app.add_option("--log-level", log_level, "trace, debug, info, warn or error")
-      ->capture_default_str();
+      ->capture_default_str()
+      ->check(CLI::IsMember({"trace", "debug", "info", "warn", "error", "critical", "off"}));
   bool stop_workers_on_exit = false, stop_workers = false;
   app.add_flag("--stop-workers-on-exit", stop_workers_on_exit,
                "On SIGTERM or SIGINT, stop the local workers too (their jobs go back to the "

@@ -123,8 +123,10 @@ int main(int argc, char** argv) {
                  "the coordinator sees it connect from)");
   app.add_option("--threads", threads, "Intra-op CPU threads (default: all cores)");
   app.add_flag("--list-devices", list_devices, "Print the CUDA devices this process sees and exit");
+  // spdlog takes an unknown name for "off": a typo must not silence the log.
   app.add_option("--log-level", log_level, "trace, debug, info, warn or error")
-      ->capture_default_str();
+      ->capture_default_str()
+      ->check(CLI::IsMember({"trace", "debug", "info", "warn", "error", "critical", "off"}));
   const char* env_ca = std::getenv("STOKE_TLS_CA");
   std::string tls_ca = env_ca ? env_ca : "", tls_cert, tls_key, join_token_file;
   app.add_option("--tls-ca", tls_ca, "PEM CA to verify the coordinator with: TLS ($STOKE_TLS_CA)");

@@ -292,5 +292,22 @@ TEST(UnixSocketTest, ACoordinatorOnAUnixSocketServesTheCliAndItsLocalWorker) {
   EXPECT_NE(run.out.find("SUCCEEDED"), std::string::npos) << run.out;
 }
 
+// A misspelt log level is refused, naming it: spdlog would read it as "off" and the
+// coordinator or worker would run on with no log at all.
+TEST(StartFlagsTest, AnUnknownLogLevelIsRefusedNotTakenForOff) {
+  TempDir dir;
+  for (const std::vector<std::string>& command :
+       {std::vector<std::string>{STOKE_COORDINATOR_BINARY, "--data-dir", dir.File("d"), "--address",
+                                 "127.0.0.1:0", "--local-workers", "0", "--metrics-address", "",
+                                 "--log-level", "bogus"},
+        std::vector<std::string>{STOKE_WORKER_BINARY, "--coordinator", "127.0.0.1:1", "--log-level",
+                                 "bogus"}}) {
+    const CommandResult run = RunCommand(command);
+    EXPECT_NE(run.exit_code, 0) << command[0];
+    EXPECT_NE((run.out + run.err).find("--log-level: bogus not in"), std::string::npos)
+        << command[0] << ": " << run.out << run.err;
+  }
+}
+
 }  // namespace
 }  // namespace stoke::testing

@@ -2,7 +2,9 @@
 // (seeded by the job's seed and the epoch, so runs repeat and resumes continue exactly),
 // split across ranks without overlap (PyTorch's DistributedSampler with set_epoch), cut
 // into whole batches (drop_last: shapes stay constant). Its own shuffle, not torch's, so
-// the order is the same on every LibTorch version.
+// the order is the same on every LibTorch version. A data set read as streams (tar
+// shards) gives its own order per rank and epoch instead (RankOrder); the batching, the
+// caching of orders and the exact resume are the same.
 #pragma once
 
 #include <cstdint>

@@ -15,6 +15,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "formats/image_decode.h"
+#include "formats/tar_index.h"
 #include "worker/common/files.h"
 
 namespace stoke::data {
@@ -120,17 +121,8 @@ absl::Status ReadImageHead(const ImageFile& file, const ReadOptions& options, si
 
 std::string DescribeImageFile(const ImageFile& file, const ReadOptions& options) {
   if (file.offset < 0) return file.path;
-  // The member's ustar header is the block before its contents; its name field ends at
-  // the first NUL (a long name's header says "././@LongLink" and is not used).
-  constexpr int64_t kBlock = 512;
-  std::string header;
-  if (file.offset >= kBlock &&
-      ReadDataFileRange(file.path, options, file.offset - kBlock, kBlock, &header).ok()) {
-    const std::string name = header.substr(0, std::min(header.find('\0'), size_t{100}));
-    if (!name.empty() && name.find("@LongLink") == std::string::npos) {
-      return absl::StrCat(file.path, ":", name);
-    }
-  }
+  const std::string member = ReadTarMemberName(file.path, file.offset, options);
+  if (!member.empty()) return absl::StrCat(file.path, ":", member);
   return absl::StrCat(file.path, " at byte ", file.offset);
 }
 

@@ -42,13 +42,8 @@ absl::Status Read(const std::string& path, const ReadOptions& options, size_t li
         absl::StrCat(path, ": ", size, " bytes, more than the ", limit, " such a file may hold"));
   }
   bytes->resize(std::min(static_cast<size_t>(size), limit));
-  size_t done = 0;
-  while (done < bytes->size()) {
-    const ssize_t n =
-        pread(*opened, bytes->data() + done, bytes->size() - done, static_cast<off_t>(done));
-    if (n <= 0) break;
-    done += static_cast<size_t>(n);
-  }
+  const auto done = static_cast<size_t>(
+      ReadFully(*opened, 0, static_cast<int64_t>(bytes->size()), bytes->data()));
   close(*opened);
   if (done != bytes->size()) {
     bytes->resize(done);
@@ -76,13 +71,7 @@ absl::Status ReadDataFileRange(const std::string& path, const ReadOptions& optio
   auto opened = OpenDataFile(path, options, &size);
   if (!opened.ok()) return opened.status();
   bytes->resize(static_cast<size_t>(length));
-  int64_t done = 0;
-  while (done < length) {
-    const ssize_t n = pread(*opened, bytes->data() + done, static_cast<size_t>(length - done),
-                            static_cast<off_t>(offset + done));
-    if (n <= 0) break;
-    done += n;
-  }
+  const int64_t done = ReadFully(*opened, offset, length, bytes->data());
   close(*opened);
   if (done != length) {
     bytes->resize(static_cast<size_t>(done));
@@ -90,6 +79,17 @@ absl::Status ReadDataFileRange(const std::string& path, const ReadOptions& optio
         absl::StrCat(path, ": ended before byte ", offset + length, " (", size, " bytes)"));
   }
   return absl::OkStatus();
+}
+
+int64_t ReadFully(int fd, int64_t offset, int64_t size, void* out) {
+  int64_t done = 0;
+  while (done < size) {
+    const ssize_t n = pread(fd, static_cast<char*>(out) + done, static_cast<size_t>(size - done),
+                            static_cast<off_t>(offset + done));
+    if (n <= 0) break;
+    done += n;
+  }
+  return done;
 }
 
 absl::Status ReadCancelled(const std::string& path) {

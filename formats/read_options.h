@@ -46,6 +46,10 @@ absl::Status ReadDataFileHead(const std::string& path, const ReadOptions& option
 absl::Status ReadDataFileRange(const std::string& path, const ReadOptions& options, int64_t offset,
                                int64_t length, std::string* bytes);
 
+// Reads `size` bytes at `offset` of the open file `fd`, going on after short reads; the
+// bytes read, fewer only where the file ends (or a read fails).
+int64_t ReadFully(int fd, int64_t offset, int64_t size, void* out);
+
 // CANCELLED, naming the file, for a reader that stopped because its job was cancelled.
 absl::Status ReadCancelled(const std::string& path);
 

@@ -183,12 +183,14 @@ int64_t SamplesPerRank(const std::vector<int64_t>& per_shard, int world_size) {
 
 absl::StatusOr<ShardSplit> ListShardSplit(const ShardSplitNames& names, const ReadOptions& options,
                                           int threads) {
-  // Every shard of one pattern, indexed in parallel; its samples in pattern order.
-  auto index =
-      [&](const std::string& field,
-          const std::string& pattern) -> absl::StatusOr<std::vector<std::vector<ImageFile>>> {
+  // Every shard of one pattern, indexed in parallel; its samples in pattern order, and the
+  // shards' names in `expanded` when given.
+  auto index = [&](const std::string& field, const std::string& pattern,
+                   std::vector<std::string>* expanded =
+                       nullptr) -> absl::StatusOr<std::vector<std::vector<ImageFile>>> {
     auto shards = ExpandBracePattern(pattern);
     if (!shards.ok()) return InField(field, shards.status());
+    if (expanded != nullptr) *expanded = *shards;
     std::vector<absl::StatusOr<std::vector<ImageFile>>> listed(shards->size());
     std::atomic<size_t> next{0};
     auto work = [&] {
@@ -209,10 +211,9 @@ absl::StatusOr<ShardSplit> ListShardSplit(const ShardSplitNames& names, const Re
     return out;
   };
   if (names.urls.empty()) return absl::InvalidArgumentError("data.shards.urls: required");
-  auto train = index("data.shards.urls", names.urls);
-  if (!train.ok()) return train.status();
   ShardSplit split;
-  split.shards = *ExpandBracePattern(names.urls);
+  auto train = index("data.shards.urls", names.urls, &split.shards);
+  if (!train.ok()) return train.status();
   if (!names.val_urls.empty()) {
     auto val = index("data.shards.val_urls", names.val_urls);
     if (!val.ok()) return val.status();

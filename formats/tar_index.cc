@@ -91,14 +91,7 @@ int64_t Padded(int64_t size) { return (size + kBlock - 1) / kBlock * kBlock; }
 
 // Reads exactly `size` bytes at `offset`; false when the file ends first.
 bool ReadAt(int fd, int64_t offset, int64_t size, void* out) {
-  int64_t done = 0;
-  while (done < size) {
-    const ssize_t n = pread(fd, static_cast<char*>(out) + done, static_cast<size_t>(size - done),
-                            static_cast<off_t>(offset + done));
-    if (n <= 0) return false;
-    done += n;
-  }
-  return true;
+  return ReadFully(fd, offset, size, out) == size;
 }
 
 }  // namespace
@@ -181,6 +174,23 @@ absl::StatusOr<std::vector<TarMember>> ReadTarIndex(
   }
   close(fd);
   return members;
+}
+
+std::string ReadTarMemberName(const std::string& path, int64_t offset, const ReadOptions& options) {
+  std::string block;
+  if (offset < kBlock || !ReadDataFileRange(path, options, offset - kBlock, kBlock, &block).ok()) {
+    return "";
+  }
+  Header h;
+  std::copy(block.begin(), block.end(), h.begin());
+  const std::string name = Field(h, kNameAt, kNameSize);
+  const char type = static_cast<char>(h[kTypeAt]);
+  // A long name is in the 'L' or pax header before this one; this one's is a stand-in.
+  if (!ChecksumMatches(h) || name.find("@LongLink") != std::string::npos ||
+      !(type == '0' || type == '\0' || type == '7')) {
+    return "";
+  }
+  return name;
 }
 
 }  // namespace stoke::data

@@ -30,4 +30,9 @@ absl::StatusOr<std::vector<TarMember>> ReadTarIndex(
     const std::function<bool(const std::string&)>& keep_content = {},
     int64_t content_limit = 64 * 1024);
 
+// The name in the ustar header of the member whose contents start at `offset` (the block
+// before them); empty when it cannot be read or the member has a long name (its header
+// holds a placeholder).
+std::string ReadTarMemberName(const std::string& path, int64_t offset, const ReadOptions& options);
+
 }  // namespace stoke::data

@@ -141,6 +141,15 @@ absl::Status AccessControl::RequireOwner(const Caller& caller, const v1::Job& jo
       what, " of job ", job.id(), " is for its owner or an admin; ", caller.name, " is neither"));
 }
 
+std::string PeerHost(const std::string& peer) {
+  if (peer.rfind("ipv4:", 0) == 0) return peer.substr(5, peer.rfind(':') - 5);
+  if (peer.rfind("ipv6:[", 0) == 0) {
+    const auto close = peer.find(']');
+    if (close != std::string::npos) return peer.substr(6, close - 6);
+  }
+  return "127.0.0.1";
+}
+
 std::string RedactPaths(const std::string& text) {
   std::string out;
   out.reserve(text.size());

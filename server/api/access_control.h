@@ -77,6 +77,10 @@ class AccessControl {
   std::optional<security::Role> python_models_;
 };
 
+// The host of a gRPC peer: "ipv4:10.0.0.7:51234" -> "10.0.0.7", "ipv6:[fe80::1]:51234" ->
+// "fe80::1"; any other kind of peer (a unix socket) is on this host, "127.0.0.1".
+std::string PeerHost(const std::string& peer);
+
 // A job as a caller who does not own it may see it: states, progress and metrics, but not
 // where its data and model files are.
 v1::Job RedactForNonOwner(v1::Job job);

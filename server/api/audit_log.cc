@@ -21,16 +21,6 @@ std::string Truncated(std::string text, size_t max_bytes) {
   return text;
 }
 
-// "ipv4:10.0.0.7:51234" -> "10.0.0.7"; "ipv6:[fe80::1]:51234" -> "fe80::1"; others whole.
-std::string HostOf(const std::string& peer) {
-  if (peer.rfind("ipv4:", 0) == 0) return peer.substr(5, peer.rfind(':') - 5);
-  if (peer.rfind("ipv6:[", 0) == 0) {
-    const auto close = peer.find(']');
-    if (close != std::string::npos) return peer.substr(6, close - 6);
-  }
-  return peer;
-}
-
 }  // namespace
 
 bool AuditLog::Record(const Caller& caller, const std::string& action, const std::string& target,
@@ -39,7 +29,7 @@ bool AuditLog::Record(const Caller& caller, const std::string& action, const std
   if (!result.ok()) {
     std::lock_guard<std::mutex> lock(mu_);
     FlushLocked(/*all=*/false);
-    Refusals& r = refusals_[{HostOf(caller.peer), action}];
+    Refusals& r = refusals_[{PeerHost(caller.peer), action}];
     if (r.recorded == 0 && r.counted == 0) r.window_start = clock_.Now();
     if (r.recorded >= kRefusalsPerMinute) {
       ++r.counted;

@@ -19,17 +19,6 @@ namespace {
 
 class WorkerStream;
 
-// "ipv4:10.0.0.7:51234" -> "10.0.0.7"; "ipv6:[fe80::1]:51234" -> "fe80::1". Other kinds
-// of peer (unix sockets) are on this host.
-std::string PeerHost(const std::string& peer) {
-  if (peer.rfind("ipv4:", 0) == 0) return peer.substr(5, peer.rfind(':') - 5);
-  if (peer.rfind("ipv6:[", 0) == 0) {
-    const auto close = peer.find(']');
-    if (close != std::string::npos) return peer.substr(6, close - 6);
-  }
-  return "127.0.0.1";
-}
-
 // `bytes` decoded as a WorkerMessage; INVALID_ARGUMENT naming the field (a string that
 // is not UTF-8) when they are none. Consumes `bytes`.
 absl::Status Decode(grpc::ByteBuffer& bytes, v1::WorkerMessage& message) {

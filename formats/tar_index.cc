@@ -183,7 +183,7 @@ std::string ReadTarMemberName(const std::string& path, int64_t offset, const Rea
   }
   Header h;
   std::copy(block.begin(), block.end(), h.begin());
-  const std::string name = Field(h, kNameAt, kNameSize);
+  std::string name = Field(h, kNameAt, kNameSize);
   const char type = static_cast<char>(h[kTypeAt]);
   // A long name is in the 'L' or pax header before this one; this one's is a stand-in.
   if (!ChecksumMatches(h) || name.find("@LongLink") != std::string::npos ||

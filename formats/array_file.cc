@@ -254,6 +254,26 @@ int64_t ElementBytes(ArrayDtype dtype) {
   return 1;
 }
 
+absl::StatusOr<NpyHeader> ReadNpyHeader(const std::string& name, const uint8_t* bytes,
+                                        size_t size) {
+  auto layout = ParseNpy(name, bytes, size);
+  if (!layout.ok()) return layout.status();
+  NpyHeader header;
+  header.dtype = layout->dtype;
+  header.shape = layout->shape;
+  header.data_offset = layout->offset;
+  const int64_t elements = Elements(layout->shape);
+  if (elements < 0 ||
+      __builtin_mul_overflow(elements, ElementBytes(layout->dtype), &header.data_bytes)) {
+    return Bad(name, "its shape is larger than any file");
+  }
+  if (static_cast<uint64_t>(header.data_bytes) > size - layout->offset) {
+    return Bad(name, absl::StrCat("the header promises ", header.data_bytes, " bytes of data, ",
+                                  size - layout->offset, " follow; was it cut off?"));
+  }
+  return header;
+}
+
 std::pair<std::string, std::string> SplitArrayName(const std::string& name) {
   const std::string suffix = ".safetensors:";
   const size_t at = name.rfind(suffix);

@@ -67,6 +67,18 @@ class ArrayFile {
 absl::StatusOr<std::vector<std::string>> ListArrays(const std::string& path,
                                                     const ReadOptions& options = {});
 
+// The header of one .npy file held in memory (a member of a tar shard, one sample): the
+// elements' dtype, the array's shape (no rows dimension implied) and where its data begins.
+// INVALID_ARGUMENT naming `name` for what ArrayFile::Open refuses, or data shorter than the
+// header promises.
+struct NpyHeader {
+  ArrayDtype dtype = ArrayDtype::kUInt8;
+  std::vector<int64_t> shape;
+  size_t data_offset = 0;
+  int64_t data_bytes = 0;
+};
+absl::StatusOr<NpyHeader> ReadNpyHeader(const std::string& name, const uint8_t* bytes, size_t size);
+
 // Splits "file.safetensors:tensor" into the file and the tensor's name (empty when none
 // is named); any other name is a file.
 std::pair<std::string, std::string> SplitArrayName(const std::string& name);

@@ -45,6 +45,20 @@ std::string DescribeArray(const ArrayFile& array) {
   return absl::StrCat(DtypeName(array.dtype()), " [", absl::StrJoin(array.shape(), ", "), "]");
 }
 
+SampleLayout LayoutOfSample(ArrayDtype dtype, const std::vector<int64_t>& row) {
+  SampleLayout layout;
+  layout.sample = row;
+  if (dtype != ArrayDtype::kUInt8 || (row.size() != 2 && row.size() != 3)) return layout;
+  layout.images = true;
+  if (row.size() == 2) {
+    layout.sample = {1, row[0], row[1]};
+  } else if (!IsChannelCount(row[0]) && IsChannelCount(row[2])) {
+    layout.channels_last = true;
+    layout.sample = {row[2], row[0], row[1]};
+  }
+  return layout;
+}
+
 absl::StatusOr<ArraySet> OpenArraySet(const ArrayNames& names, const ReadOptions& options) {
   ArraySet set;
   auto inputs = OpenField("inputs", names.inputs, options);
@@ -104,19 +118,10 @@ absl::StatusOr<ArraySet> OpenArraySet(const ArrayNames& names, const ReadOptions
     return Invalid("inputs", absl::StrCat(set.inputs->name(), " is ", DescribeArray(*set.inputs),
                                           ": each sample needs at least one feature"));
   }
-  if (set.inputs->dtype() == ArrayDtype::kUInt8 && (row.size() == 2 || row.size() == 3)) {
-    set.images = true;
-    if (row.size() == 2) {
-      set.sample = {1, row[0], row[1]};
-    } else if (!IsChannelCount(row[0]) && IsChannelCount(row[2])) {
-      set.channels_last = true;
-      set.sample = {row[2], row[0], row[1]};
-    } else {
-      set.sample = row;
-    }
-  } else {
-    set.sample = row;
-  }
+  const SampleLayout layout = LayoutOfSample(set.inputs->dtype(), row);
+  set.images = layout.images;
+  set.channels_last = layout.channels_last;
+  set.sample = layout.sample;
 
   // What the targets are.
   if (IsInteger(set.targets->dtype())) {

@@ -42,6 +42,16 @@ struct ArraySet {
   std::vector<int64_t> regression;
 };
 
+// How a sample of `dtype` and shape `row` (one row, or one .npy member of a shard) reaches
+// a model: uint8 of [C, H, W], [H, W] or [H, W, C] (C of 1, 3 or 4 last) is an image, any
+// other a vector or tensor as stored.
+struct SampleLayout {
+  bool images = false;
+  bool channels_last = false;   // stored [H, W, C]: transposed when read
+  std::vector<int64_t> sample;  // as models see it: [C, H, W] for images
+};
+SampleLayout LayoutOfSample(ArrayDtype dtype, const std::vector<int64_t>& row);
+
 // Opens and checks the arrays: matching rows, matching validation arrays, labels that are
 // class indices (counted, in pieces that look at options.cancel). Errors name the field
 // (data.arrays.inputs, ...) and the file.

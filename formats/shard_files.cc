@@ -5,6 +5,7 @@
 #include <cmath>
 #include <map>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <thread>
 
 #include "absl/strings/ascii.h"
@@ -58,9 +59,12 @@ absl::StatusOr<std::vector<std::string>> Alternatives(const std::string& pattern
   return std::vector<std::string>(absl::StrSplit(group, ','));
 }
 
-// Whether a member's name is an image; its label's kind otherwise ("cls", "json" or "").
-bool IsImage(const std::string& extension) {
-  return extension == "jpg" || extension == "jpeg" || extension == "png";
+// What a member's extension makes it: one of the inputs, or a label.
+std::optional<ShardInput> InputOf(const std::string& extension) {
+  if (extension == "jpg" || extension == "jpeg" || extension == "png") return ShardInput::kImage;
+  if (extension == "npy") return ShardInput::kArray;
+  if (extension == "txt") return ShardInput::kText;
+  return std::nullopt;
 }
 
 bool IsLabel(const std::string& extension) { return extension == "cls" || extension == "json"; }
@@ -132,17 +136,33 @@ absl::StatusOr<std::vector<std::string>> ExpandBracePattern(const std::string& p
   return names;
 }
 
+const char* ShardInputName(ShardInput input) {
+  switch (input) {
+    case ShardInput::kImage:
+      return "images (.jpg, .jpeg, .png)";
+    case ShardInput::kArray:
+      return "arrays (.npy)";
+    case ShardInput::kText:
+      return "texts (.txt)";
+  }
+  return "";
+}
+
 absl::StatusOr<std::vector<ImageFile>> ListShardSamples(const std::string& shard,
-                                                        const ReadOptions& options) {
+                                                        const ReadOptions& options,
+                                                        ShardInput* input) {
   auto members = ReadTarIndex(shard, options,
                               [](const std::string& name) { return IsLabel(LastExtension(name)); });
   if (!members.ok()) return members.status();
   std::vector<ImageFile> samples;
+  std::optional<ShardInput> kind;  // the first sample's
   // Members of one sample are consecutive in the archive, as WebDataset writes them.
   size_t i = 0;
   while (i < members->size()) {
     std::string key, extension;
     SplitKey((*members)[i].name, &key, &extension);
+    // Each kind of input's first member in the sample.
+    const TarMember* inputs[3] = {nullptr, nullptr, nullptr};
     ImageFile sample;
     sample.path = shard;
     bool labelled = false;
@@ -151,9 +171,9 @@ absl::StatusOr<std::vector<ImageFile>> ListShardSamples(const std::string& shard
       std::string member_key;
       SplitKey(m.name, &member_key, &extension);
       if (member_key != key) break;
-      if (IsImage(extension) && sample.offset < 0) {
-        sample.offset = m.offset;
-        sample.length = m.size;
+      if (const auto found = InputOf(extension)) {
+        const TarMember*& first = inputs[static_cast<int>(*found)];
+        if (first == nullptr) first = &m;
       } else if (IsLabel(extension) && !labelled) {
         const std::string where = absl::StrCat(shard, ":", m.name);
         if (m.content.size() != static_cast<size_t>(m.size)) return Bad(where, "a label too large");
@@ -163,15 +183,39 @@ absl::StatusOr<std::vector<ImageFile>> ListShardSamples(const std::string& shard
         labelled = true;
       }
     }
-    if (sample.offset < 0 || !labelled) {
-      return Bad(
-          absl::StrCat(shard, ": sample \"", key, "\""),
-          sample.offset < 0 ? "has no .jpg, .jpeg or .png image" : "has no label (.cls or .json)");
+    if (!kind) {
+      for (ShardInput k : {ShardInput::kImage, ShardInput::kArray, ShardInput::kText}) {
+        if (inputs[static_cast<int>(k)] != nullptr) {
+          kind = k;
+          break;
+        }
+      }
     }
+    const TarMember* chosen = kind ? inputs[static_cast<int>(*kind)] : nullptr;
+    if (chosen == nullptr || !labelled) {
+      const std::string what = absl::StrCat(shard, ": sample \"", key, "\"");
+      if (!labelled) return Bad(what, "has no label (.cls or .json)");
+      if (!kind) {
+        return Bad(what, "has no input: an image (.jpg, .png), array (.npy) or text (.txt)");
+      }
+      return Bad(what, absl::StrCat("has no input of the kind the shard's first sample holds: ",
+                                    ShardInputName(*kind)));
+    }
+    sample.offset = chosen->offset;
+    sample.length = chosen->size;
     samples.push_back(std::move(sample));
   }
   if (samples.empty()) return Bad(shard, "holds no sample");
+  if (input != nullptr) *input = *kind;
   return samples;
+}
+
+absl::StatusOr<NpyHeader> ReadShardArrayHeader(const ImageFile& sample, const ReadOptions& options,
+                                               size_t max_bytes) {
+  std::string bytes;
+  if (auto s = ReadImageBytes(sample, options, max_bytes, &bytes); !s.ok()) return s;
+  return ReadNpyHeader(DescribeImageFile(sample, options),
+                       reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size());
 }
 
 int64_t SamplesPerRank(const std::vector<int64_t>& per_shard, int world_size) {
@@ -184,7 +228,8 @@ int64_t SamplesPerRank(const std::vector<int64_t>& per_shard, int world_size) {
 absl::StatusOr<ShardSplit> ListShardSplit(const ShardSplitNames& names, const ReadOptions& options,
                                           int threads) {
   // Every shard of one pattern, indexed in parallel; its samples in pattern order, and the
-  // shards' names in `expanded` when given.
+  // shards' names in `expanded` when given. Every shard's input must be the first one's.
+  std::optional<ShardInput> input;
   auto index = [&](const std::string& field, const std::string& pattern,
                    std::vector<std::string>* expanded =
                        nullptr) -> absl::StatusOr<std::vector<std::vector<ImageFile>>> {
@@ -192,10 +237,11 @@ absl::StatusOr<ShardSplit> ListShardSplit(const ShardSplitNames& names, const Re
     if (!shards.ok()) return InField(field, shards.status());
     if (expanded != nullptr) *expanded = *shards;
     std::vector<absl::StatusOr<std::vector<ImageFile>>> listed(shards->size());
+    std::vector<ShardInput> inputs(shards->size());
     std::atomic<size_t> next{0};
     auto work = [&] {
       for (size_t k = next++; k < shards->size(); k = next++) {
-        listed[k] = ListShardSamples((*shards)[k], options);
+        listed[k] = ListShardSamples((*shards)[k], options, &inputs[k]);
       }
     };
     std::vector<std::thread> pool;
@@ -204,9 +250,15 @@ absl::StatusOr<ShardSplit> ListShardSplit(const ShardSplitNames& names, const Re
     work();
     for (auto& t : pool) t.join();
     std::vector<std::vector<ImageFile>> out;
-    for (auto& l : listed) {
-      if (!l.ok()) return InField(field, l.status());
-      out.push_back(*std::move(l));
+    for (size_t k = 0; k < listed.size(); ++k) {
+      if (!listed[k].ok()) return InField(field, listed[k].status());
+      if (!input) input = inputs[k];
+      if (inputs[k] != *input) {
+        return Bad(field,
+                   absl::StrCat((*shards)[k], ": its samples hold ", ShardInputName(inputs[k]),
+                                ", the first shard's ", ShardInputName(*input)));
+      }
+      out.push_back(*std::move(listed[k]));
     }
     return out;
   };
@@ -246,6 +298,7 @@ absl::StatusOr<ShardSplit> ListShardSplit(const ShardSplitNames& names, const Re
                  absl::StrCat("too few samples (", position, ") to hold out one of every ", every));
     }
   }
+  split.input = *input;
   for (const auto* list : {&split.train, &split.val}) {
     for (const ImageFile& f : *list) split.num_classes = std::max(split.num_classes, f.label + 1);
   }

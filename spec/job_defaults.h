@@ -30,6 +30,8 @@ inline constexpr int kImageChannels = 3;
 // data.shards: samples each rank's stream is shuffled through.
 inline constexpr int64_t kShuffleBuffer = 10000;
 inline constexpr double kMinCropArea = 0.08;
+// Bytes of a text sample (a .txt member of a shard) a model sees.
+inline constexpr int64_t kTextLength = 256;
 // data.max_bad_fraction: the share of a data set's files that may be undecodable.
 inline constexpr double kMaxBadFraction = 0.001;
 

@@ -41,19 +41,30 @@ absl::StatusOr<std::string> DescribeImages(const std::string& what, const data::
       sides->min_side, " to ", sides->max_side, " pixels");
 }
 
-// Shards named by a file or a brace pattern: samples, classes, and image sides.
+// Shards named by a file or a brace pattern: samples, classes, and what the inputs are
+// (image sides, an array's dtype and shape, texts).
 absl::StatusOr<std::string> DescribeShards(const std::string& pattern) {
   data::ShardSplitNames names;
   names.urls = pattern;
   auto split = data::ListShardSplit(names);
   if (!split.ok()) return split.status();
-  auto sides = data::CheckImageHeaders(split->train, kCheckedImages);
-  if (!sides.ok()) return sides.status();
+  std::string inputs;
+  if (split->input == data::ShardInput::kImage) {
+    auto sides = data::CheckImageHeaders(split->train, kCheckedImages);
+    if (!sides.ok()) return sides.status();
+    inputs = absl::StrCat("images; sides of ", sides->images, " from ", sides->min_side, " to ",
+                          sides->max_side, " pixels");
+  } else if (split->input == data::ShardInput::kArray) {
+    auto header = data::ReadShardArrayHeader(split->train[0]);
+    if (!header.ok()) return header.status();
+    inputs = absl::StrCat(".npy arrays; the first ", data::DtypeName(header->dtype), " ",
+                          Dims(header->shape));
+  } else {
+    inputs = ".txt texts, fed as byte ids";
+  }
   return absl::StrCat("data.shards: ", split->shards.size(), " tar shard(s), ",
                       split->train.size() + split->val.size(), " samples in ", split->num_classes,
-                      " classes (labels 0 to ", split->num_classes - 1, "); sides of ",
-                      sides->images, " images from ", sides->min_side, " to ", sides->max_side,
-                      " pixels");
+                      " classes (labels 0 to ", split->num_classes - 1, "); inputs: ", inputs);
 }
 
 absl::StatusOr<std::string> DescribeFolder(const std::string& path) {

@@ -128,8 +128,9 @@ absl::StatusOr<DataFacts> ArrayFacts(const v1::JobSpec& spec, const DataRoots& r
                                                          {"val_targets", &names.val_targets}};
   const std::string given[] = {a.inputs(), a.targets(), a.val_inputs(), a.val_targets()};
   for (size_t i = 0; i < 4; ++i) {
-    if (i < 2 && given[i].empty())
+    if (i < 2 && given[i].empty()) {
       return Invalid(absl::StrCat("data.arrays.", fields[i].first), "required");
+    }
     auto resolved = resolve(fields[i].first, given[i]);
     if (!resolved.ok()) return resolved.status();
     *fields[i].second = *resolved;
@@ -200,6 +201,72 @@ absl::StatusOr<DataFacts> ImageFileFacts(const v1::ImageDataSpec& spec, const Da
 
 // data.shards: every shard named resolved beneath the roots and indexed (headers and
 // labels, as the worker will), and a sample of images' headers read.
+// What the shards' samples feed a model (facts' kind and sample), checked on a sample of
+// them as the worker reads them: image headers; array headers, each the first's dtype and
+// shape; texts (integer ids) are for a model.python.
+absl::Status ShardInputFacts(const v1::JobSpec& spec, const data::ShardSplit& split,
+                             const DataRoots& roots, DataFacts* facts) {
+  const v1::ShardDataSpec& shards = spec.data().shards();
+  const v1::ModelSpec& model = spec.model();
+  const bool built_in = model.has_mlp() || model.has_cnn() || model.has_resnet();
+  switch (split.input) {
+    case data::ShardInput::kImage: {
+      if (auto sides = data::CheckImageHeaders(split.train, kCheckedImages, Rooted(roots));
+          !sides.ok()) {
+        return FromReader("data.shards.urls", sides.status());
+      }
+      const int64_t side = shards.size() ? shards.size() : defaults::kImageSize;
+      facts->kind = DataFacts::Kind::kImage;
+      facts->sample = {shards.channels() ? shards.channels() : defaults::kImageChannels, side,
+                       side};
+      return absl::OkStatus();
+    }
+    case data::ShardInput::kText:
+      if (built_in) {
+        return Invalid("data.shards.urls",
+                       "its samples are texts (.txt), fed as byte ids: Stoke's own models take "
+                       "floating inputs or pixels (embed ids in a model.python)");
+      }
+      facts->kind = DataFacts::Kind::kVector;
+      facts->sample = {shards.text_length() ? shards.text_length() : defaults::kTextLength};
+      return absl::OkStatus();
+    case data::ShardInput::kArray:
+      break;
+  }
+  auto first = data::ReadShardArrayHeader(split.train[0], Rooted(roots));
+  if (!first.ok()) return FromReader("data.shards.urls", first.status());
+  const size_t count = std::min(kCheckedImages, split.train.size());
+  for (size_t i = 1; i < count; ++i) {
+    const data::ImageFile& sample = split.train[i * split.train.size() / count];
+    auto header = data::ReadShardArrayHeader(sample, Rooted(roots));
+    if (!header.ok()) return FromReader("data.shards.urls", header.status());
+    if (header->dtype != first->dtype || header->shape != first->shape) {
+      return Invalid(
+          "data.shards.urls",
+          absl::StrCat(data::DescribeImageFile(sample, Rooted(roots)), " holds ",
+                       data::DtypeName(header->dtype), " [", absl::StrJoin(header->shape, ", "),
+                       "], the first sample ", data::DtypeName(first->dtype), " [",
+                       absl::StrJoin(first->shape, ", "), "]"));
+    }
+  }
+  if (first->shape.empty()) {
+    return Invalid("data.shards.urls",
+                   absl::StrCat(data::DescribeImageFile(split.train[0], Rooted(roots)),
+                                " is a scalar: a sample needs a feature"));
+  }
+  if (built_in && data::IsInteger(first->dtype) && first->dtype != data::ArrayDtype::kUInt8) {
+    return Invalid("data.shards.urls",
+                   absl::StrCat("its samples are ", data::DtypeName(first->dtype),
+                                " arrays: Stoke's own models take floating inputs or uint8 "
+                                "pixels (integer ids need model.python)"));
+  }
+  const data::SampleLayout layout = data::LayoutOfSample(first->dtype, first->shape);
+  facts->kind = layout.images || layout.sample.size() == 3 ? DataFacts::Kind::kImage
+                                                           : DataFacts::Kind::kVector;
+  facts->sample = layout.sample;
+  return absl::OkStatus();
+}
+
 absl::StatusOr<DataFacts> ShardFacts(const v1::JobSpec& spec, const DataRoots& roots) {
   const v1::ShardDataSpec& shards = spec.data().shards();
   data::ShardSplitNames names;
@@ -217,10 +284,8 @@ absl::StatusOr<DataFacts> ShardFacts(const v1::JobSpec& spec, const DataRoots& r
   }
   auto split = data::ListShardSplit(names, Rooted(roots));
   if (!split.ok()) return absl::InvalidArgumentError(split.status().message());
-  if (auto sides = data::CheckImageHeaders(split->train, kCheckedImages, Rooted(roots));
-      !sides.ok()) {
-    return FromReader("data.shards.urls", sides.status());
-  }
+  DataFacts facts;
+  if (auto s = ShardInputFacts(spec, *split, roots, &facts); !s.ok()) return s;
   const uint32_t ranks = std::max<uint32_t>(1, spec.resources().gpus());
   const int64_t per_rank = data::SamplesPerRank(split->train_per_shard, static_cast<int>(ranks));
   if (per_rank == 0) {
@@ -228,11 +293,7 @@ absl::StatusOr<DataFacts> ShardFacts(const v1::JobSpec& spec, const DataRoots& r
                    absl::StrCat(split->shards.size(), " shard(s) for ", ranks,
                                 " ranks (resources.gpus); each rank reads shards of its own"));
   }
-  DataFacts facts;
-  facts.kind = DataFacts::Kind::kImage;
   facts.source = Source("data.shards.urls", shards.urls());
-  const int64_t side = shards.size() ? shards.size() : defaults::kImageSize;
-  facts.sample = {shards.channels() ? shards.channels() : defaults::kImageChannels, side, side};
   facts.num_classes = split->num_classes;
   // What the ranks read together: each as many samples as the one with fewest.
   facts.train_samples = per_rank * ranks;

@@ -30,6 +30,8 @@ constexpr uint32_t kMaxVocab = 1u << 16;  // token files hold uint16 ids
 constexpr uint32_t kMaxCheckpointsKept = 100;
 // A shuffle buffer holds sample ids only, yet a larger one stops being a stream.
 constexpr uint32_t kMaxShuffleBuffer = 10000000;
+// A text sample's ids: a model's sequence, not a document.
+constexpr uint32_t kMaxTextLength = 1u << 20;
 constexpr size_t kMaxNameLength = 200;
 // command.grace_seconds: an hour to checkpoint is already more than any preemption waits.
 constexpr uint32_t kMaxGraceSeconds = 3600;
@@ -128,6 +130,9 @@ absl::Status ValidateData(const v1::DataSpec& data) {
       }
       if (shards.shuffle_buffer() > kMaxShuffleBuffer) {
         return Invalid("data.shards.shuffle_buffer", absl::StrCat("at most ", kMaxShuffleBuffer));
+      }
+      if (shards.text_length() > kMaxTextLength) {
+        return Invalid("data.shards.text_length", absl::StrCat("at most ", kMaxTextLength));
       }
       break;  // patterns and files: data_checks.cc
     }

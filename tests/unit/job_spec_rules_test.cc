@@ -67,6 +67,11 @@ TEST(JobSpecRules, EachBadFieldIsNamed) {
          s.mutable_data()->mutable_shards()->set_urls("/d/s-{0..3}.tar");
          s.mutable_data()->mutable_shards()->set_shuffle_buffer(100000000);
        }},
+      {"data.shards.text_length",
+       [](v1::JobSpec& s) {
+         s.mutable_data()->mutable_shards()->set_urls("/d/s-{0..3}.tar");
+         s.mutable_data()->mutable_shards()->set_text_length(1u << 30);
+       }},
       {"data.synthetic.image_shape",
        [](v1::JobSpec& s) { s.mutable_data()->mutable_synthetic()->add_image_shape(28); }},
       {"data.synthetic.context",

@@ -1,11 +1,13 @@
 // data.shards on CPU: the tar index against Python's tarfile (ustar, GNU long names, pax,
 // links and folders passed over, damaged archives), brace patterns, samples grouped by
-// key with .cls and .json labels, the order each rank streams its shards in, and OpenData
-// resuming at the exact sample a run without a restart reads there.
+// key with .cls and .json labels, .npy and .txt samples read as stored, the order each rank
+// streams its shards in, and OpenData resuming at the exact sample a run without a restart
+// reads there.
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <fstream>
 #include <set>
 #include <string>
@@ -191,8 +193,10 @@ with tarfile.open(d + "/nolabel.tar", "w") as t:
     add(t, "a.jpg", b"x"); add(t, "a.cls", b"1"); add(t, "b.jpg", b"x")
 with tarfile.open(d + "/badlabel.tar", "w") as t:
     add(t, "a.png", b"x"); add(t, "a.json", b'{"label": "cat"}')
-with tarfile.open(d + "/noimage.tar", "w") as t:
-    add(t, "a.txt", b"hello"); add(t, "a.cls", b"1")
+with tarfile.open(d + "/noinput.tar", "w") as t:
+    add(t, "a.cls", b"1")
+with tarfile.open(d + "/mixed.tar", "w") as t:
+    add(t, "a.jpg", b"x"); add(t, "a.cls", b"1"); add(t, "b.txt", b"text"); add(t, "b.cls", b"0")
 )");
   const auto no_label = data::ListShardSamples(dir.File("nolabel.tar"));
   EXPECT_PRED2(Contains, std::string(no_label.status().message()),
@@ -200,9 +204,12 @@ with tarfile.open(d + "/noimage.tar", "w") as t:
   const auto bad_label = data::ListShardSamples(dir.File("badlabel.tar"));
   EXPECT_PRED2(Contains, std::string(bad_label.status().message()),
                dir.File("badlabel.tar") + ":a.json: its label is no class index");
-  const auto no_image = data::ListShardSamples(dir.File("noimage.tar"));
-  EXPECT_PRED2(Contains, std::string(no_image.status().message()),
-               "sample \"a\": has no .jpg, .jpeg or .png image");
+  const auto no_input = data::ListShardSamples(dir.File("noinput.tar"));
+  EXPECT_PRED2(Contains, std::string(no_input.status().message()),
+               "sample \"a\": has no input: an image (.jpg, .png), array (.npy) or text (.txt)");
+  const auto mixed = data::ListShardSamples(dir.File("mixed.tar"));
+  EXPECT_PRED2(Contains, std::string(mixed.status().message()),
+               "sample \"b\": has no input of the kind the shard's first sample holds: images");
 }
 
 // ---------------------------------------------------------------------------------------
@@ -335,6 +342,112 @@ TEST(OpenData, AMissingShardIsNamedAndFewerShardsThanRanksAreRefused) {
   task.world_size = 3;
   task.rank = 2;
   EXPECT_THROW(OpenData(task, torch::kCPU, 0), std::invalid_argument);
+}
+
+// ---------------------------------------------------------------------------------------
+// Array and text samples
+
+// Two shards of 20 samples each: sample k's input is an array of `shape` and `dtype`
+// holding k + the element's place (as NumPy writes it), or the text "text k" followed by k
+// 'x's; its label is k % 3. `odd` (a shape) replaces sample 7's array.
+void MakeMemberShards(const TempDir& dir, const std::string& kind, const std::string& shape,
+                      const std::string& dtype, const std::string& odd = "") {
+  const CommandResult r = RunCommand({"/usr/bin/python3", "-c", R"(
+import io, sys, tarfile, numpy as np
+d, kind, shape, dtype, odd = sys.argv[1:6]
+def add(t, name, data):
+    i = tarfile.TarInfo(name); i.size = len(data); t.addfile(i, io.BytesIO(data))
+for s in range(2):
+    with tarfile.open(f"{d}/m-{s}.tar", "w") as t:
+        for j in range(20):
+            k = s * 20 + j
+            if kind == "npy":
+                dims = eval(odd) if odd and k == 7 else eval(shape)
+                a = (np.arange(int(np.prod(dims))) + k).reshape(dims).astype(dtype)
+                b = io.BytesIO(); np.save(b, a); add(t, f"{k:05d}.npy", b.getvalue())
+            else:
+                add(t, f"{k:05d}.txt", (f"text {k} " + "x" * k).encode())
+            add(t, f"{k:05d}.cls", str(k % 3).encode())
+)",
+                                      dir.path(), kind, shape, dtype, odd});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+}
+
+TEST(ListShardSplit, NpyAndTxtSamplesAreArraysAndTextsWhoseHeadersAreRead) {
+  TempDir dir;
+  MakeMemberShards(dir, "npy", "(4, 3)", "float32");
+  data::ShardSplitNames names;
+  names.urls = dir.File("m-{0..1}.tar");
+  auto split = data::ListShardSplit(names);
+  ASSERT_TRUE(split.ok()) << split.status();
+  EXPECT_EQ(split->input, data::ShardInput::kArray);
+  EXPECT_EQ(split->num_classes, 3);
+  auto header = data::ReadShardArrayHeader(split->train[0]);
+  ASSERT_TRUE(header.ok()) << header.status();
+  EXPECT_EQ(header->dtype, data::ArrayDtype::kFloat32);
+  EXPECT_EQ(header->shape, (std::vector<int64_t>{4, 3}));
+  EXPECT_EQ(header->data_bytes, 48);
+
+  TempDir text;
+  MakeMemberShards(text, "txt", "", "");
+  names.urls = text.File("m-{0..1}.tar");
+  auto texts = data::ListShardSplit(names);
+  ASSERT_TRUE(texts.ok()) << texts.status();
+  EXPECT_EQ(texts->input, data::ShardInput::kText);
+  // A set whose shards hold different inputs is refused, naming the odd shard.
+  ASSERT_EQ(std::rename(dir.File("m-1.tar").c_str(), text.File("m-1.tar").c_str()), 0);
+  const auto mixed = data::ListShardSplit(names);
+  EXPECT_PRED2(Contains, std::string(mixed.status().message()),
+               text.File("m-1.tar") + ": its samples hold arrays (.npy), the first shard's texts");
+}
+
+TEST(ShardMemberDataset, ArrayRowsAreTheStoredValuesAndAnOddShapeIsSkippedAndCounted) {
+  TempDir dir;
+  MakeMemberShards(dir, "npy", "(4, 3)", "float32", /*odd=*/"(5, 3)");
+  TrainTask task = ShardTask(dir.File("m-{0..1}.tar"));
+  task.data.loader.shuffle = false;
+  task.data.max_bad_fraction = 0.1;
+  task.training.batch_size = 36;  // the 36 training samples (every tenth held out), in order
+  DataPipeline pipeline = OpenData(task, torch::kCPU, 0);
+  EXPECT_EQ(pipeline.train->Shape().kind, DataShape::Kind::kVector);
+  EXPECT_EQ(pipeline.train->Shape().sample, (std::vector<int64_t>{4, 3}));
+  const Batch batch = pipeline.train->Next();
+  ASSERT_EQ(batch.inputs.sizes(), (std::vector<int64_t>{36, 4, 3}));
+  EXPECT_EQ(batch.inputs.scalar_type(), torch::kFloat32);
+  int checked = 0;
+  for (int64_t row = 0; row < 36; ++row) {
+    // Row r holds training sample r: sample k = r + r / 9 (every tenth held out).
+    const int64_t k = row + row / 9;
+    if (k == 7) continue;  // replaced by another sample
+    const torch::Tensor expected = torch::arange(12, torch::kFloat32).view({4, 3}) + k;
+    EXPECT_TRUE(torch::equal(batch.inputs[row], expected)) << "sample " << k;
+    EXPECT_EQ(batch.targets[row].item<int64_t>(), k % 3);
+    ++checked;
+  }
+  EXPECT_EQ(checked, 35);
+  // Counted each time it is met: the loader has read ahead into later batches too.
+  EXPECT_GE(pipeline.train->SkippedSamples(), 1);
+}
+
+TEST(ShardMemberDataset, TextRowsAreByteIdsCutOrPaddedWithZeros) {
+  TempDir dir;
+  MakeMemberShards(dir, "txt", "", "");
+  TrainTask task = ShardTask(dir.File("m-{0..1}.tar"));
+  auto& shards = std::get<ShardDataConfig>(task.data.source);
+  shards.text_length = 12;
+  task.data.loader.shuffle = false;
+  task.training.batch_size = 36;
+  DataPipeline pipeline = OpenData(task, torch::kCPU, 0);
+  EXPECT_EQ(pipeline.train->Shape().sample, (std::vector<int64_t>{12}));
+  const Batch batch = pipeline.train->Next();
+  ASSERT_EQ(batch.inputs.scalar_type(), torch::kLong) << "ids a model embeds";
+  for (int64_t row : {0, 1, 20, 35}) {
+    const int64_t k = row + row / 9;
+    std::string text = "text " + std::to_string(k) + " " + std::string(static_cast<size_t>(k), 'x');
+    text.resize(12, '\0');
+    std::vector<int64_t> ids(text.begin(), text.end());
+    EXPECT_TRUE(torch::equal(batch.inputs[row], torch::tensor(ids))) << "sample " << k;
+  }
 }
 
 }  // namespace

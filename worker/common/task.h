@@ -189,6 +189,7 @@ struct ShardDataConfig {
   int64_t size = defaults::kImageSize;
   int channels = defaults::kImageChannels;
   double min_crop_area = defaults::kMinCropArea;
+  int64_t text_length = defaults::kTextLength;  // text samples' ids
 };
 
 struct LoaderConfig {

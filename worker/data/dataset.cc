@@ -14,6 +14,17 @@ torch::TensorOptions Host(torch::ScalarType dtype, bool pinned) {
   return torch::TensorOptions().dtype(dtype).pinned_memory(pinned);
 }
 
+template <typename T>
+void WidenRow(const uint8_t* src, int64_t n, int64_t* dst) {
+  for (int64_t i = 0; i < n; ++i) {
+    T v;
+    std::memcpy(&v, src + i * static_cast<int64_t>(sizeof(T)), sizeof(T));
+    dst[i] = v;
+  }
+}
+
+}  // namespace
+
 torch::ScalarType TorchType(data::ArrayDtype dtype) {
   switch (dtype) {
     case data::ArrayDtype::kUInt8:
@@ -31,17 +42,6 @@ torch::ScalarType TorchType(data::ArrayDtype dtype) {
   }
   return torch::kUInt8;
 }
-
-template <typename T>
-void WidenRow(const uint8_t* src, int64_t n, int64_t* dst) {
-  for (int64_t i = 0; i < n; ++i) {
-    T v;
-    std::memcpy(&v, src + i * static_cast<int64_t>(sizeof(T)), sizeof(T));
-    dst[i] = v;
-  }
-}
-
-}  // namespace
 
 PixelStatistics::PixelStatistics(int64_t channels)
     : sums_(static_cast<size_t>(channels)), squares_(static_cast<size_t>(channels)) {}

@@ -33,6 +33,9 @@ class PixelStatistics {
   int64_t pixels_ = 0;  // per channel
 };
 
+// The torch dtype holding an array's elements as stored.
+torch::ScalarType TorchType(data::ArrayDtype dtype);
+
 class Dataset {
  public:
   virtual ~Dataset() = default;

@@ -6,14 +6,13 @@
 // (DATA_LOSS), naming the first bad files.
 #pragma once
 
-#include <atomic>
 #include <cstdint>
-#include <mutex>
 #include <string>
 #include <vector>
 
 #include "formats/image_files.h"
 #include "formats/read_options.h"
+#include "worker/data/bad_samples.h"
 #include "worker/data/dataset.h"
 
 namespace stoke::worker {
@@ -37,7 +36,7 @@ class ImageFileDataset final : public Dataset {
   torch::Tensor NewTargets(int64_t n, bool pinned) const override;
   void Fill(int64_t index, int64_t epoch, int64_t row, torch::Tensor& inputs,
             torch::Tensor& targets) const override;
-  int64_t SkippedSamples() const override { return skipped_.load(); }
+  int64_t SkippedSamples() const override { return bad_.skipped(); }
 
   // Per-channel mean and standard deviation of the pixels (scaled to [0, 1]) of at most
   // `samples` images spread over the set, centre-cropped.
@@ -51,10 +50,7 @@ class ImageFileDataset final : public Dataset {
   std::vector<data::ImageFile> files_;
   int64_t num_classes_;
   Options options_;
-  mutable std::atomic<int64_t> skipped_{0};
-  mutable std::mutex bad_mutex_;
-  mutable std::vector<int64_t> bad_files_;  // distinct, in the order they were met
-  mutable std::vector<std::string> bad_reasons_;
+  mutable BadSamples bad_;
 };
 
 }  // namespace stoke::worker

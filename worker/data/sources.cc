@@ -15,6 +15,7 @@
 #include "worker/common/status_error.h"
 #include "worker/data/image_file_dataset.h"
 #include "worker/data/loader.h"
+#include "worker/data/shard_member_dataset.h"
 #include "worker/data/shard_order.h"
 #include "worker/data/synthetic.h"
 
@@ -193,6 +194,38 @@ DataPipeline OpenImageFiles(const TrainTask& task, const ImageDataConfig& config
                            options);
 }
 
+// Shards whose samples are arrays or texts: read from their members as stored.
+DataPipeline OpenShardMembers(const TrainTask& task, const ShardDataConfig& config,
+                              data::ShardSplit split, torch::Device device,
+                              const BatchLoader::Options& loader,
+                              const data::ReadOptions& options) {
+  ShardMemberDataset::Options o;
+  o.input = split.input;
+  o.text_length = config.text_length;
+  o.seed = task.training.seed;
+  o.max_bad_fraction = task.data.max_bad_fraction;
+  o.files = options;
+  if (split.input == data::ShardInput::kArray) {
+    const data::NpyHeader first = ValueOrThrow(data::ReadShardArrayHeader(split.train[0], options));
+    o.dtype = first.dtype;
+    o.stored_shape = first.shape;
+  }
+  std::shuffle(split.val.begin(), split.val.end(), std::mt19937_64(task.training.seed));
+  auto train = std::make_shared<ShardMemberDataset>(std::move(split.train), split.num_classes, o);
+  auto val = std::make_shared<ShardMemberDataset>(std::move(split.val), split.num_classes, o);
+  BatchPrep prep = BatchPrep::ForArrays();
+  if (train->images()) {
+    std::vector<double> mean, std;
+    train->ImageStatistics(kImageFileStatisticsSamples, &mean, &std);
+    prep = BatchPrep::ForImages(task.data.augment, mean, std, device);
+  }
+  DataPipeline pipeline;
+  pipeline.eval =
+      std::make_unique<DatasetEval>(val, prep, task.training.batch_size, task.eval.batches, device);
+  pipeline.train = std::make_unique<BatchLoader>(train, prep, loader);
+  return pipeline;
+}
+
 DataPipeline OpenShards(const TrainTask& task, const ShardDataConfig& config, torch::Device device,
                         int64_t start_batch, const data::ReadOptions& options) {
   BatchLoader::Options loader = LoaderOptions(task, device, start_batch, /*decodes=*/true);
@@ -207,6 +240,9 @@ DataPipeline OpenShards(const TrainTask& task, const ShardDataConfig& config, to
   stream.shuffle = task.data.loader.shuffle;
   loader.order_per_rank = ShardSamplesPerRank(stream);
   loader.order = ShardRankOrder(std::move(stream));
+  if (split.input != data::ShardInput::kImage) {
+    return OpenShardMembers(task, config, std::move(split), device, loader, options);
+  }
   return OpenImageFileSets(task, std::move(split.train), std::move(split.val), split.num_classes,
                            {config.size, config.channels, config.min_crop_area}, device, loader,
                            options);

@@ -170,6 +170,7 @@ absl::StatusOr<DataConfig> DataFrom(const v1::DataSpec& spec) {
       if (s.size() > 0) c.size = s.size();
       if (s.channels() > 0) c.channels = static_cast<int>(s.channels());
       if (s.has_min_crop_area()) c.min_crop_area = s.min_crop_area();
+      if (s.text_length() > 0) c.text_length = s.text_length();
       data.source = c;
       break;
     }

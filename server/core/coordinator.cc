@@ -51,8 +51,8 @@ absl::Status Coordinator::Start() {
     const absl::Time now = clock_.Now();
     for (const v1::Job* job : jobs_.Active()) {
       if (!IsLive(job->state())) continue;
-      reattach_deadline_[job->id()] = now + options_.heartbeat_timeout;
-      if (job->state() == v1::JOB_STATE_SCHEDULED) scheduled_at_[job->id()] = {job->attempt(), now};
+      attempts_.insert_or_assign(job->id(),
+                                 Attempt::Recovered(*job, now, now + options_.heartbeat_timeout));
       spdlog::info("job {} attempt {} was {}: waiting up to {} for its workers to reattach",
                    job->id(), job->attempt(), StateName(job->state()),
                    absl::FormatDuration(options_.heartbeat_timeout));
@@ -179,8 +179,6 @@ absl::StatusOr<v1::Job> Coordinator::CancelJob(const std::string& id, const std:
   if (auto s = jobs_.Transition(id, v1::JOB_STATE_CANCELLED, message); !s.ok()) return s;
   spdlog::info("job {} {}", id, message);
   if (was_live) StopGang(id, message);
-  started_ranks_.erase(id);
-  succeeded_ranks_.erase(id);
   Schedule();  // also forgets why the job was waiting
   return jobs_.Get(id);
 }
@@ -327,23 +325,37 @@ void Coordinator::ReclaimTask(const std::string& worker_id, const v1::HeldTask& 
   }
   spdlog::info("worker {} reattached holding job {} attempt {} rank {}; it carries on", worker_id,
                held.job_id(), held.attempt(), held.rank());
-  if (held.started() && job->state() == v1::JOB_STATE_SCHEDULED) {
-    auto& ranks = started_ranks_[job->id()];
-    ranks.insert(held.rank());
-    if (ranks.size() == static_cast<size_t>(job->placement_size())) {
-      std::vector<std::string> where;
-      for (const auto& p : job->placement()) where.push_back(p.worker_id());
-      RecordTransition(job->id(), job->attempt(), v1::JOB_STATE_RUNNING,
-                       absl::StrCat("running on ", absl::StrJoin(where, ", ")));
-    }
+  Attempt* attempt = CurrentAttempt(*job);
+  if (held.started() && job->state() == v1::JOB_STATE_SCHEDULED && attempt != nullptr &&
+      attempt->RankStarted(held.rank())) {
+    Running(*job, *attempt);
   }
+}
+
+void Coordinator::Running(const v1::Job& job, Attempt& attempt) {
+  attempt.Running();
+  std::vector<std::string> where;
+  for (const auto& p : job.placement()) where.push_back(p.worker_id());
+  RecordTransition(job.id(), job.attempt(), v1::JOB_STATE_RUNNING,
+                   absl::StrCat("running on ", absl::StrJoin(where, ", ")));
+}
+
+Attempt* Coordinator::CurrentAttempt(const v1::Job& job) {
+  auto it = attempts_.find(job.id());
+  return it != attempts_.end() && it->second.number() == job.attempt() ? &it->second : nullptr;
+}
+
+void Coordinator::EndAttempt(const std::string& job_id) {
+  attempts_.erase(job_id);
+  std::lock_guard<std::mutex> lock(stragglers_mu_);
+  stragglers_.erase(job_id);
 }
 
 void Coordinator::ReleaseRecoveredPlacements(const std::string& worker_id) {
   std::vector<std::pair<std::string, uint32_t>> lost;
-  for (const auto& [job_id, deadline] : reattach_deadline_) {
+  for (const auto& [job_id, attempt] : attempts_) {
     const v1::Job* job = jobs_.FindActive(job_id);
-    if (!job || !IsLive(job->state())) continue;
+    if (!attempt.reattach_deadline() || !job || !IsLive(job->state())) continue;
     for (const auto& p : job->placement()) {
       if (p.worker_id() == worker_id) lost.emplace_back(job_id, job->attempt());
     }
@@ -352,18 +364,15 @@ void Coordinator::ReleaseRecoveredPlacements(const std::string& worker_id) {
     RequeueAttempt(job_id, attempt,
                    absl::StrCat("the coordinator restarted and worker ", worker_id,
                                 " came back without the job (its process restarted)"));
-    reattach_deadline_.erase(job_id);
   }
 }
 
 void Coordinator::SettleRecoveredJobs() {
   const absl::Time now = clock_.Now();
-  for (auto it = reattach_deadline_.begin(); it != reattach_deadline_.end();) {
-    const v1::Job* job = jobs_.FindActive(it->first);
-    if (!job || !IsLive(job->state())) {
-      it = reattach_deadline_.erase(it);
-      continue;
-    }
+  std::vector<std::pair<std::string, std::string>> lost;  // job, why
+  for (auto& [job_id, attempt] : attempts_) {
+    const v1::Job* job = jobs_.FindActive(job_id);
+    if (!attempt.reattach_deadline() || !job || !IsLive(job->state())) continue;
     std::vector<std::string> missing;
     for (const auto& p : job->placement()) {
       const WorkerEntry* worker = workers_.Find(p.worker_id());
@@ -373,22 +382,18 @@ void Coordinator::SettleRecoveredJobs() {
       }
     }
     if (missing.empty()) {
-      spdlog::info("job {}: every worker reattached; it carries on after the restart", job->id());
-      it = reattach_deadline_.erase(it);
-      continue;
+      spdlog::info("job {}: every worker reattached; it carries on after the restart", job_id);
+      attempt.Reattached();
+    } else if (now >= *attempt.reattach_deadline()) {
+      lost.emplace_back(job_id,
+                        absl::StrCat("the coordinator restarted and ",
+                                     missing.size() == 1 ? "worker " : "workers ",
+                                     absl::StrJoin(missing, ", "), " did not come back within ",
+                                     absl::FormatDuration(options_.heartbeat_timeout)));
     }
-    if (now < it->second) {
-      ++it;
-      continue;
-    }
-    const std::string job_id = job->id();
-    const uint32_t attempt = job->attempt();
-    it = reattach_deadline_.erase(it);
-    RequeueAttempt(
-        job_id, attempt,
-        absl::StrCat("the coordinator restarted and ", missing.size() == 1 ? "worker " : "workers ",
-                     absl::StrJoin(missing, ", "), " did not come back within ",
-                     absl::FormatDuration(options_.heartbeat_timeout)));
+  }
+  for (const auto& [job_id, why] : lost) {
+    RequeueAttempt(job_id, jobs_.FindActive(job_id)->attempt(), why);
   }
 }
 
@@ -457,13 +462,8 @@ void Coordinator::OnTaskStarted(const std::string& worker_id, const v1::TaskStar
     RefuseReport(worker_id, "started", started.job_id());
     return;
   }
-  auto& ranks = started_ranks_[job->id()];
-  ranks.insert(worker->info.rank());
-  if (ranks.size() < static_cast<size_t>(job->placement_size())) return;
-  std::vector<std::string> where;
-  for (const auto& p : job->placement()) where.push_back(p.worker_id());
-  RecordTransition(job->id(), job->attempt(), v1::JOB_STATE_RUNNING,
-                   absl::StrCat("running on ", absl::StrJoin(where, ", ")));
+  Attempt* attempt = CurrentAttempt(*job);
+  if (attempt != nullptr && attempt->RankStarted(worker->info.rank())) Running(*job, *attempt);
 }
 
 void Coordinator::OnTaskReport(const std::string& worker_id, const v1::TaskReport& report) {
@@ -508,24 +508,13 @@ void Coordinator::OnTaskReport(const std::string& worker_id, const v1::TaskRepor
       return;
     }
   }
-  auto& diagnostician = diagnosticians_[{report.job_id(), worker->info.rank()}];
-  const std::optional<v1::DeviceStats> device =
-      worker->info.has_device_stats() ? std::make_optional(worker->info.device_stats())
-                                      : std::nullopt;
-  StragglerWatch* stragglers = nullptr;
-  if (job->placement_size() > 1) {
-    stragglers = &straggler_watches_
-                      .try_emplace(report.job_id(), static_cast<uint32_t>(job->placement_size()))
-                      .first->second;
-  }
-  for (auto& sample : *diagnosed.mutable_metrics()) {
-    if (sample.has_eval()) continue;
-    for (v1::Diagnosis d : diagnostician.Diagnose(sample, device)) sample.add_diagnoses(d);
-    if (stragglers == nullptr) continue;
-    const StragglerWatch::Change change = stragglers->Add(worker->info.rank(), sample);
-    if (change.any()) NoteStragglers(*job, *stragglers, change, diagnosed);
-    // Every rank's step waits for the straggler: each rank's sample says the job has one.
-    if (stragglers->any()) sample.add_diagnoses(v1::DIAGNOSIS_STRAGGLER);
+  if (Attempt* attempt = CurrentAttempt(*job)) {
+    const std::optional<v1::DeviceStats> device =
+        worker->info.has_device_stats() ? std::make_optional(worker->info.device_stats())
+                                        : std::nullopt;
+    if (auto named = attempt->Diagnose(*job, worker->info.rank(), device, diagnosed)) {
+      PublishStragglers(job->id(), *std::move(named));
+    }
   }
   // Rank 0's first step is the job's: once per attempt.
   std::optional<v1::JobStartup> startup;
@@ -565,15 +554,12 @@ void Coordinator::OnTaskFinished(const std::string& worker_id, const v1::TaskFin
   const std::string job_id = job->id();
   switch (finished.outcome()) {
     case v1::TASK_OUTCOME_SUCCEEDED: {
-      auto& done = succeeded_ranks_[job_id];
-      done.insert(rank);
-      if (done.size() == static_cast<size_t>(job->placement_size())) {
+      Attempt* attempt = CurrentAttempt(*job);
+      if (attempt != nullptr && attempt->RankSucceeded(rank)) {
         spdlog::info("job {} succeeded", job_id);
         RecordTransition(job_id, finished.attempt(), v1::JOB_STATE_SUCCEEDED,
                          finished.message().empty() ? "succeeded" : finished.message());
-        started_ranks_.erase(job_id);
-        succeeded_ranks_.erase(job_id);
-        ForgetDiagnoses(job_id);
+        EndAttempt(job_id);
       }
       break;
     }
@@ -614,8 +600,6 @@ void Coordinator::RequeueAttempt(const std::string& job_id, uint32_t attempt,
   RecordTransition(job_id, attempt, v1::JOB_STATE_PENDING, message,
                    [](v1::Job& j) { j.clear_placement(); });
   StopGang(job_id, "another rank's worker is shutting down");
-  started_ranks_.erase(job_id);
-  succeeded_ranks_.erase(job_id);
 }
 
 void Coordinator::FailAttempt(const std::string& job_id, uint32_t attempt, const std::string& why,
@@ -640,8 +624,6 @@ void Coordinator::FailAttempt(const std::string& job_id, uint32_t attempt, const
     RecordTransition(job_id, attempt, v1::JOB_STATE_FAILED, message);
     StopGang(job_id, "another rank of this job failed");
   }
-  started_ranks_.erase(job_id);
-  succeeded_ranks_.erase(job_id);
 }
 
 void Coordinator::RecordTransition(const std::string& job_id, uint32_t attempt, v1::JobState state,
@@ -682,34 +664,12 @@ void Coordinator::RetryUnsavedTransitions() {
   unsaved_transitions_ = std::move(left);
 }
 
-void Coordinator::ForgetDiagnoses(const std::string& job_id) {
-  diagnosticians_.erase(diagnosticians_.lower_bound({job_id, 0}),
-                        diagnosticians_.upper_bound({job_id, UINT32_MAX}));
-  straggler_watches_.erase(job_id);
-  std::lock_guard<std::mutex> lock(stragglers_mu_);
-  stragglers_.erase(job_id);
-}
-
-void Coordinator::NoteStragglers(const v1::Job& job, const StragglerWatch& watch,
-                                 const StragglerWatch::Change& change, v1::TaskReport& report) {
-  std::vector<v1::Straggler> named = watch.Named(job);
-  for (const v1::Straggler& s : named) {
-    if (std::find(change.named.begin(), change.named.end(), s.rank()) == change.named.end()) {
-      continue;
-    }
-    spdlog::warn("job {}: {}", job.id(), s.summary());
-    report.add_logs()->set_text(s.summary());
-  }
-  for (uint32_t rank : change.cleared) {
-    const std::string text = watch.DescribeRecovery(job, rank);
-    spdlog::info("job {}: {}", job.id(), text);
-    report.add_logs()->set_text(text);
-  }
+void Coordinator::PublishStragglers(const std::string& job_id, std::vector<v1::Straggler> named) {
   std::lock_guard<std::mutex> lock(stragglers_mu_);
   if (named.empty()) {
-    stragglers_.erase(job.id());
+    stragglers_.erase(job_id);
   } else {
-    stragglers_[job.id()] = std::move(named);
+    stragglers_[job_id] = std::move(named);
   }
 }
 
@@ -722,8 +682,8 @@ v1::Job Coordinator::WithStragglers(v1::Job job) const {
 }
 
 void Coordinator::StopGang(const std::string& job_id, const std::string& reason) {
-  // A new attempt starts its histories afresh; a finished job needs them no more.
-  ForgetDiagnoses(job_id);
+  // The attempt ends here: a new one starts its histories afresh.
+  EndAttempt(job_id);
   for (const auto& worker_id : workers_.WorkersOf(job_id)) {
     WorkerEntry* worker = workers_.Find(worker_id);
     if (!worker || worker->info.state() != v1::WORKER_STATE_BUSY) continue;
@@ -748,8 +708,7 @@ void Coordinator::GraceAfterStall(absl::Time now) {
       "from now to be heard from before any is presumed dead",
       absl::FormatDuration(gap), absl::FormatDuration(options_.heartbeat_timeout));
   workers_.ForgiveSilence(now);
-  for (auto& [job_id, deadline] : reattach_deadline_) deadline += gap;
-  for (auto& [job_id, scheduled] : scheduled_at_) scheduled.second += gap;
+  for (auto& [job_id, attempt] : attempts_) attempt.Postpone(gap);
 }
 
 void Coordinator::Tick() {
@@ -775,33 +734,33 @@ void Coordinator::Tick() {
 }
 
 void Coordinator::WithdrawUnstartedAssignments() {
+  if (options_.start_timeout <= absl::ZeroDuration()) return;
   const absl::Time now = clock_.Now();
   std::vector<std::pair<std::string, uint32_t>> late;
-  for (auto it = scheduled_at_.begin(); it != scheduled_at_.end();) {
-    const v1::Job* job = jobs_.FindActive(it->first);
-    if (!job || job->state() != v1::JOB_STATE_SCHEDULED || job->attempt() != it->second.first) {
-      it = scheduled_at_.erase(it);  // started, finished or re-queued meanwhile
-      continue;
+  for (const auto& [job_id, attempt] : attempts_) {
+    const v1::Job* job = jobs_.FindActive(job_id);
+    if (!job || job->state() != v1::JOB_STATE_SCHEDULED || job->attempt() != attempt.number() ||
+        !attempt.scheduled_at()) {
+      continue;  // running, or given up on meanwhile
     }
-    if (options_.start_timeout > absl::ZeroDuration() &&
-        now - it->second.second >= options_.start_timeout) {
-      late.emplace_back(it->first, it->second.first);
+    if (now - *attempt.scheduled_at() >= options_.start_timeout) {
+      late.emplace_back(job_id, attempt.number());
     }
-    ++it;
   }
   for (const auto& [job_id, attempt] : late) {
     const v1::Job* job = jobs_.FindActive(job_id);
-    const std::set<uint32_t>& started = started_ranks_[job_id];
+    const auto it = attempts_.find(job_id);
+    if (job == nullptr || it == attempts_.end()) continue;  // ended by an earlier eviction
+    const Attempt& started = it->second;
     std::vector<std::string> idle;
     for (const auto& p : job->placement()) {
-      if (!started.count(p.rank())) idle.push_back(p.worker_id());
+      if (!started.HasStarted(p.rank())) idle.push_back(p.worker_id());
     }
     const std::string why =
         absl::StrCat(idle.size() == 1 ? "worker " : "workers ", absl::StrJoin(idle, ", "),
                      " did not start it within ", absl::FormatDuration(options_.start_timeout));
     // Not the job's fault: back to the queue with no restart counted.
     RequeueAttempt(job_id, attempt, why);
-    scheduled_at_.erase(job_id);
     for (const auto& worker_id : idle) {
       WorkerEntry* worker = workers_.Find(worker_id);
       if (!worker) continue;
@@ -888,9 +847,9 @@ JobBook::Change Coordinator::Placement(const PlannedStart& start,
 void Coordinator::StartJob(const PlannedStart& start) {
   const std::string where = absl::StrJoin(start.worker_ids, ", ");
   const v1::Job* job = jobs_.FindActive(start.job_id);
-  started_ranks_.erase(job->id());
-  succeeded_ranks_.erase(job->id());
-  scheduled_at_[job->id()] = {job->attempt(), clock_.Now()};
+  attempts_.insert_or_assign(
+      job->id(),
+      Attempt(job->attempt(), static_cast<uint32_t>(start.worker_ids.size()), clock_.Now()));
   spdlog::info("job {} attempt {} scheduled on {}", job->id(), job->attempt(), where);
   v1::CodeBundle code;
   if (const std::string digest = spec::CodeDigestOf(job->spec()); !digest.empty()) {

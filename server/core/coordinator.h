@@ -17,13 +17,12 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "server/core/attempt.h"
 #include "server/core/checkpoint_files.h"
 #include "server/core/clock.h"
-#include "server/core/diagnosis.h"
 #include "server/core/event_hub.h"
 #include "server/core/job_book.h"
 #include "server/core/scheduler.h"
-#include "server/core/straggler_watch.h"
 #include "server/core/telemetry_writer.h"
 #include "server/core/worker_connection.h"
 #include "server/core/worker_registry.h"
@@ -176,11 +175,14 @@ class Coordinator {
   // Thread-safe (no mu_ needed): adds why a queued job still waits to its message.
   v1::Job WithWaitingReason(v1::Job job) const;
   void PublishWaiting(std::map<std::string, std::string> waiting);
-  void ForgetDiagnoses(const std::string& job_id);
-  // A report's sample changed who straggles in `job`: says so in the job's log (through
-  // `report`) and publishes the ranks straggling now.
-  void NoteStragglers(const v1::Job& job, const StragglerWatch& watch,
-                      const StragglerWatch::Change& change, v1::TaskReport& report);
+  // The job's current attempt, if it is placed; nullptr otherwise.
+  Attempt* CurrentAttempt(const v1::Job& job);
+  // Every rank of `job`'s attempt has started: it runs.
+  void Running(const v1::Job& job, Attempt& attempt);
+  // The attempt is over (stopped, failed, re-queued, done): its state and findings go.
+  void EndAttempt(const std::string& job_id);
+  // The ranks of `job_id` straggling now, for readers (none: the entry goes).
+  void PublishStragglers(const std::string& job_id, std::vector<v1::Straggler> named);
   // Thread-safe (no mu_ needed): adds the ranks straggling now to a job read.
   v1::Job WithStragglers(v1::Job job) const;
   // host:port for a new attempt's rendezvous on `host`, avoiding ports live jobs hold
@@ -200,22 +202,12 @@ class Coordinator {
   std::mutex mu_;
   JobBook jobs_;
   WorkerRegistry workers_;
-  // Ranks of the current attempt that have started / succeeded, by job.
-  std::map<std::string, std::set<uint32_t>> started_ranks_;
-  std::map<std::string, std::set<uint32_t>> succeeded_ranks_;
-  // When each job's current attempt was assigned: (attempt, time).
-  std::map<std::string, std::pair<uint32_t, absl::Time>> scheduled_at_;
-  // Per (job, rank): the history its diagnoses are drawn from.
-  std::map<std::pair<std::string, uint32_t>, RankDiagnostician> diagnosticians_;
-  // Per job of several ranks (current attempt): whether a rank holds the others back.
-  std::map<std::string, StragglerWatch> straggler_watches_;
+  // The attempts placed now (scheduled or running), by job.
+  std::map<std::string, Attempt> attempts_;
   // The ranks straggling now, by job: a live finding, not stored; readers take it under
   // stragglers_mu_ without mu_, as they do the waiting reasons.
   mutable std::mutex stragglers_mu_;
   std::map<std::string, std::vector<v1::Straggler>> stragglers_;
-  // Jobs found scheduled or running at start, waiting for their workers to reattach, and
-  // until when.
-  std::map<std::string, absl::Time> reattach_deadline_;
   absl::Time last_tick_;  // the clock's reading at the last Tick, or at construction
   // Why each queued job is still waiting (from the last scheduling pass); replaced whole
   // under waiting_mu_, so that readers without mu_ share it without copying.

@@ -19,8 +19,14 @@ Attempt Attempt::Recovered(const v1::Job& job, absl::Time now, absl::Time reatta
     attempt.scheduled_at_.reset();
     for (const auto& p : job.placement()) attempt.started_.insert(p.rank());
   }
-  attempt.reattach_deadline_ = reattach_by;
+  attempt.AwaitReattach(reattach_by, Absence::kCoordinatorRestarted);
   return attempt;
+}
+
+void Attempt::AwaitReattach(absl::Time deadline, Absence why) {
+  if (reattach_deadline_) return;
+  reattach_deadline_ = deadline;
+  absence_ = why;
 }
 
 bool Attempt::RankStarted(uint32_t rank) {

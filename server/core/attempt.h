@@ -1,7 +1,8 @@
 // One job's current attempt while it is placed: from the pass that schedules it until it
 // succeeds, fails, is re-queued or cancelled. What the coordinator knows of it beyond the
 // stored job: the ranks that have started and succeeded, the deadline for all to start,
-// the deadline for its workers to reattach after a coordinator restart, and each rank's
+// the deadline for its workers to reattach (after a coordinator restart, or a worker's
+// broken link), and each rank's
 // history that its reports are diagnosed against (diagnosis.h, straggler_watch.h). A new
 // attempt starts all of it afresh. Not thread-safe: the coordinator's mutex guards it.
 #pragma once
@@ -42,8 +43,15 @@ class Attempt {
   // runs (or for a recovered running attempt).
   std::optional<absl::Time> scheduled_at() const { return scheduled_at_; }
   void Running() { scheduled_at_.reset(); }
-  // After a coordinator restart, until every worker has reattached holding it.
+  // Why workers it was placed on are awaited: the coordinator restarted (no fault of the
+  // job: back to the queue if they do not come back), or a worker's link broke (a
+  // failure, counted against the job's restarts, if it does not).
+  enum class Absence { kCoordinatorRestarted, kLinkLost };
+  // Until when every worker must have reattached holding it; nullopt when none is awaited.
   std::optional<absl::Time> reattach_deadline() const { return reattach_deadline_; }
+  Absence absence() const { return absence_; }
+  // Awaits a worker until `deadline` (an earlier wait keeps its deadline and cause).
+  void AwaitReattach(absl::Time deadline, Absence why);
   void Reattached() { reattach_deadline_.reset(); }
   // The coordinator stood still for `gap`: its deadlines move by as much.
   void Postpone(absl::Duration gap);
@@ -62,6 +70,7 @@ class Attempt {
   std::set<uint32_t> succeeded_;
   std::optional<absl::Time> scheduled_at_;
   std::optional<absl::Time> reattach_deadline_;
+  Absence absence_ = Absence::kCoordinatorRestarted;
   std::map<uint32_t, RankDiagnostician> diagnosticians_;
   // Jobs of several ranks: whether one holds the others back.
   std::optional<StragglerWatch> stragglers_;

@@ -118,8 +118,11 @@ class Coordinator {
   absl::Status AttachWorker(const v1::RegisterWorker& registration, const std::string& address,
                             std::shared_ptr<WorkerConnection> connection,
                             const std::string& credential = "");
+  // The worker's link ended. One `may_reconnect` (its stream broke, rather than it sent
+  // nonsense) that holds a task keeps it for heartbeat_timeout: back holding the task, it
+  // carries on; otherwise its attempt fails then.
   void DetachWorker(const std::string& worker_id, const WorkerConnection* connection,
-                    const std::string& reason);
+                    const std::string& reason, bool may_reconnect = true);
   void HandleWorkerMessage(const std::string& worker_id, const v1::WorkerMessage& message);
 
   // Declares silent workers dead and runs the scheduler; the background thread calls it
@@ -128,6 +131,18 @@ class Coordinator {
 
  private:
   Coordinator(Options options, JobStore& store, EventHub& hub, Clock& clock);
+
+  // AttachWorker's checks: the registration's fields and its credential (no mu_ needed),
+  // and an id still held by a live connection (under mu_).
+  absl::Status AdmitRegistration(const v1::RegisterWorker& registration,
+                                 const std::string& credential);
+  absl::Status RefuseWhileHeld(const std::string& worker_id);
+  // A new process registered a known worker's id: the old one's connection closes, and
+  // its job goes back to the queue unless the new one holds the same task.
+  void ReplaceWorkerProcess(const WorkerEntry& replaced, const v1::HeldTask* held);
+  // A CUDA worker whose report lacks the readings any GPU gives has lied about its
+  // device: its attempt fails and its connection closes (true).
+  bool ClaimsAGpuItLacks(WorkerEntry& worker, const v1::TaskReport& report);
 
   void OnTaskStarted(const std::string& worker_id, const v1::TaskStarted& started);
   void OnTaskReport(const std::string& worker_id, const v1::TaskReport& report);
@@ -157,11 +172,15 @@ class Coordinator {
   // A worker reattached holding a task: the job carries on where it is when that attempt
   // is still placed on it; otherwise the task is stale and is cancelled.
   void ReclaimTask(const std::string& worker_id, const v1::HeldTask& held);
-  // A worker reattached holding nothing: recovered jobs placed on it lost their rank.
-  void ReleaseRecoveredPlacements(const std::string& worker_id);
-  // Tick: recovered jobs whose workers have all reattached are settled; those past their
-  // deadline go back to the queue.
-  void SettleRecoveredJobs();
+  // A worker reattached holding nothing: attempts awaiting it lost their rank.
+  void ReleaseAwaitedPlacements(const std::string& worker_id);
+  // Tick: attempts whose awaited workers have all reattached carry on; those past their
+  // deadline are given up.
+  void SettleReattachments();
+  // An attempt's awaited worker is not coming back (`what` says how): after a coordinator
+  // restart back to the queue, after a broken link a failure (restarts counted).
+  void AbandonAwaitedAttempt(const std::string& job_id, uint32_t attempt, Attempt::Absence absence,
+                             const std::string& what);
   // Tick: jobs past their start deadline go back to the queue; the workers that did not
   // start them are evicted.
   void WithdrawUnstartedAssignments();

@@ -9,6 +9,10 @@ bool IsQueued(v1::JobState state) {
   return state == v1::JOB_STATE_PENDING || state == v1::JOB_STATE_RESTARTING;
 }
 
+bool IsLive(v1::JobState state) {
+  return state == v1::JOB_STATE_SCHEDULED || state == v1::JOB_STATE_RUNNING;
+}
+
 bool IsTransitionAllowed(v1::JobState from, v1::JobState to) {
   if (IsTerminal(from) || from == to) return false;
   switch (to) {

@@ -118,6 +118,8 @@ class JobBook {
 };
 
 bool IsQueued(v1::JobState state);
+// Placed on workers: scheduled or running.
+bool IsLive(v1::JobState state);
 bool IsTransitionAllowed(v1::JobState from, v1::JobState to);
 std::string StateName(v1::JobState state);
 

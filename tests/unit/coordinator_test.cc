@@ -120,6 +120,22 @@ class CoordinatorTest : public ::testing::Test {
     return connection;
   }
 
+  // Worker `id` (re)registers holding `attempt` of `job`, as one that trained on without
+  // its link does.
+  std::shared_ptr<RecordingConnection> Reattach(const std::string& id, const std::string& job,
+                                                uint32_t attempt, bool started = true) {
+    auto connection = std::make_shared<RecordingConnection>();
+    v1::RegisterWorker reg;
+    reg.set_worker_id(id);
+    reg.set_host("host");
+    reg.mutable_device()->set_type(v1::DEVICE_TYPE_CPU);
+    reg.mutable_held_task()->set_job_id(job);
+    reg.mutable_held_task()->set_attempt(attempt);
+    reg.mutable_held_task()->set_started(started);
+    EXPECT_TRUE(core_->AttachWorker(reg, "10.0.0.1", connection).ok());
+    return connection;
+  }
+
   std::string Submit(uint32_t devices = 1, std::optional<uint32_t> max_restarts = std::nullopt) {
     v1::JobSpec spec;
     spec.mutable_model()->mutable_mlp();
@@ -590,6 +606,73 @@ TEST_F(CoordinatorTest, LeavingWorkerGetsNoMoreWorkAndItsJobIsRequeuedWithoutARe
   EXPECT_EQ(w2->Assignments()[0].attempt(), 2u);
 }
 
+TEST_F(CoordinatorTest, AWorkerWhoseLinkBrokeCarriesOnItsJobWhenItReconnectsHoldingIt) {
+  auto w1 = Attach("w1");
+  const std::string id = Submit();
+  Started("w1", id, 1);
+  // The stream breaks (a network blip, a coordinator that stood still past the worker's
+  // keepalive); the worker trains on and reconnects 3 s later.
+  core_->DetachWorker("w1", w1.get(), "link closed");
+  EXPECT_EQ(GetJob(id).state(), v1::JOB_STATE_RUNNING);
+  clock_.Advance(absl::Seconds(3));
+  core_->Tick();
+  auto again = Reattach("w1", id, 1);
+  EXPECT_TRUE(again->Cancels().empty());
+  for (int i = 0; i < 5; ++i) {  // 20 s, twice the heartbeat timeout
+    clock_.Advance(absl::Seconds(4));
+    v1::WorkerMessage beat;
+    beat.mutable_heartbeat();
+    Send("w1", beat);
+    core_->Tick();
+  }
+  const v1::Job job = GetJob(id);
+  EXPECT_EQ(job.state(), v1::JOB_STATE_RUNNING) << job.message();
+  EXPECT_EQ(job.attempt(), 1u);
+  EXPECT_EQ(job.restarts(), 0u);
+  EXPECT_TRUE(again->Cancels().empty());
+}
+
+TEST_F(CoordinatorTest, AWorkerWhoseLinkBrokeAndDidNotComeBackFailsItsAttemptAfterTheTimeout) {
+  auto w1 = Attach("w1");
+  const std::string id = Submit();
+  Started("w1", id, 1);
+  core_->DetachWorker("w1", w1.get(), "link closed");
+  clock_.Advance(absl::Seconds(9));
+  core_->Tick();
+  EXPECT_EQ(GetJob(id).state(), v1::JOB_STATE_RUNNING) << "given up before the timeout";
+  clock_.Advance(absl::Seconds(1));
+  core_->Tick();
+  v1::Job job = GetJob(id);
+  EXPECT_EQ(job.state(), v1::JOB_STATE_RESTARTING);
+  EXPECT_EQ(job.restarts(), 1u) << "a worker lost is a failure of the attempt";
+  EXPECT_NE(job.message().find("its link broke and worker w1 did not come back within 10s"),
+            std::string::npos)
+      << job.message();
+}
+
+TEST_F(CoordinatorTest, AWorkerBackWithoutItsTaskOrOneThatSentNonsenseFailsItsAttemptAtOnce) {
+  // No restarts allowed: the failure's cause stays the job's message.
+  auto w1 = Attach("w1");
+  const std::string id = Submit(1, /*max_restarts=*/0);
+  Started("w1", id, 1);
+  core_->DetachWorker("w1", w1.get(), "link closed");
+  auto restarted = Attach("w1");  // its process restarted: it holds nothing
+  v1::Job job = GetJob(id);
+  EXPECT_EQ(job.state(), v1::JOB_STATE_FAILED);
+  EXPECT_NE(job.message().find("its link broke and worker w1 came back without the job"),
+            std::string::npos)
+      << job.message();
+
+  const std::string second = Submit(1, /*max_restarts=*/0);
+  ASSERT_EQ(restarted->Assignments().size(), 1u);
+  Started("w1", second, 1);
+  core_->DetachWorker("w1", restarted.get(), "bad message", /*may_reconnect=*/false);
+  job = GetJob(second);
+  EXPECT_EQ(job.state(), v1::JOB_STATE_FAILED);
+  EXPECT_NE(job.message().find("worker w1 was lost (bad message)"), std::string::npos)
+      << job.message();
+}
+
 // A coordinator restarts while w1 runs a job: the new one finds the job running and waits
 // for its worker, which trained on meanwhile, to reattach holding it.
 class CoordinatorRestartTest : public CoordinatorTest {
@@ -603,20 +686,6 @@ class CoordinatorRestartTest : public CoordinatorTest {
     core_->BeginShutdown();
     core_->DetachWorker("w1", w1_.get(), "coordinator stopping");
     Open();  // a new coordinator on the same store
-  }
-
-  std::shared_ptr<RecordingConnection> Reattach(const std::string& id, const std::string& job,
-                                                uint32_t attempt, bool started = true) {
-    auto connection = std::make_shared<RecordingConnection>();
-    v1::RegisterWorker reg;
-    reg.set_worker_id(id);
-    reg.set_host("host");
-    reg.mutable_device()->set_type(v1::DEVICE_TYPE_CPU);
-    reg.mutable_held_task()->set_job_id(job);
-    reg.mutable_held_task()->set_attempt(attempt);
-    reg.mutable_held_task()->set_started(started);
-    EXPECT_TRUE(core_->AttachWorker(reg, "10.0.0.1", connection).ok());
-    return connection;
   }
 
   std::shared_ptr<RecordingConnection> w1_;

@@ -40,6 +40,7 @@
 #include "server/store/open_store.h"
 #include "server/store/sqlite_job_store.h"
 #include "server/store/store_marker.h"
+#include "spec/flag_sources.h"
 
 namespace fs = std::filesystem;
 using namespace stoke::server;
@@ -222,7 +223,8 @@ int main(int argc, char** argv) {
                  "admin or submitter")
       ->capture_default_str()
       ->check(CLI::IsMember({"off", "admin", "submitter"}));
-  CLI11_PARSE(app, argc, argv);
+  stoke::spec::AddFlagSources(app, "STOKE_COORDINATOR_");
+  if (const auto exit = stoke::spec::ParseFlags(app, argc, argv)) return *exit;
   // Blocked in every thread, so main alone takes them (sigwait): before anything starts a
   // thread (gRPC does as soon as credentials are made), or such a thread would be killed
   // by a signal that arrives while main is busy (a standby waiting for the lease).

@@ -17,6 +17,7 @@
 
 #include "absl/strings/str_split.h"
 #include "security/credential_file.h"
+#include "spec/flag_sources.h"
 #include "worker/common/task.h"
 #include "worker/engine/trainer.h"
 #include "worker/link/script_process.h"
@@ -143,7 +144,8 @@ int main(int argc, char** argv) {
       "STOKE_TRACE_DIR, STOKE_TRACE_STEPS (Kineto traces of a few steps of every job). "
       "Test hook: STOKE_FAULT_SLOW_STEP_MS=<ms> sleeps that long in each training step, "
       "before its gradient all-reduce (a rank slowed on purpose).");
-  CLI11_PARSE(app, argc, argv);
+  stoke::spec::AddFlagSources(app, "STOKE_WORKER_");
+  if (const auto exit = stoke::spec::ParseFlags(app, argc, argv)) return *exit;
   spdlog::set_level(spdlog::level::from_str(log_level));
   // Not dumpable: a process of the same user (the user's code in a training process among
   // them) cannot read this one's memory, where the join token is, through /proc or ptrace.

@@ -309,5 +309,47 @@ TEST(StartFlagsTest, AnUnknownLogLevelIsRefusedNotTakenForOff) {
   }
 }
 
+// A deployment sets flags in a --config file (TOML) or in STOKE_COORDINATOR_* and
+// STOKE_WORKER_* variables: the command line wins over the file, the file over the
+// environment, and a key no flag has is refused, naming it.
+TEST(StartFlagsTest, FlagsComeFromAConfigFileAndTheEnvironmentInThatOrder) {
+  TempDir dir;
+  const std::string config = dir.File("coordinator.toml");
+  std::ofstream(config) << "# stoke-coordinator\ndata-dir = \"" << dir.File("from-file")
+                        << "\"\nstop-workers = true\n";
+  // --stop-workers exits at once, saying which data dir it looked in.
+  auto data_dir_of = [](const CommandResult& run) {
+    const std::string text = run.out + run.err;
+    const size_t on = text.find("left running on ");
+    return on == std::string::npos ? text : text.substr(on + 16, text.find('\n', on) - on - 16);
+  };
+  const std::string env = "STOKE_COORDINATOR_DATA_DIR=" + dir.File("from-env");
+  const CommandResult environment = RunCommand({STOKE_COORDINATOR_BINARY, "--stop-workers"}, {env});
+  EXPECT_EQ(environment.exit_code, 0) << environment.out << environment.err;
+  EXPECT_EQ(data_dir_of(environment), dir.File("from-env"));
+  const CommandResult file = RunCommand({STOKE_COORDINATOR_BINARY, "--config", config}, {env});
+  EXPECT_EQ(file.exit_code, 0) << file.out << file.err;
+  EXPECT_EQ(data_dir_of(file), dir.File("from-file"));
+  const CommandResult command_line = RunCommand(
+      {STOKE_COORDINATOR_BINARY, "--config", config, "--data-dir", dir.File("from-flag")}, {env});
+  EXPECT_EQ(data_dir_of(command_line), dir.File("from-flag"));
+
+  std::ofstream(config, std::ios::app) << "heartbeat-timout = 30\n";
+  const CommandResult typo = RunCommand({STOKE_COORDINATOR_BINARY, "--config", config});
+  EXPECT_NE(typo.exit_code, 0);
+  EXPECT_NE((typo.out + typo.err)
+                .find("--config " + config + ": heartbeat-timout is no flag of this program"),
+            std::string::npos)
+      << typo.out << typo.err;
+
+  // The worker's variables are its own: the coordinator's environment (which local
+  // workers inherit) does not set them.
+  const CommandResult worker = RunCommand({STOKE_WORKER_BINARY, "--coordinator", "127.0.0.1:1"},
+                                          {"STOKE_WORKER_LOG_LEVEL=bogus"});
+  EXPECT_NE(worker.exit_code, 0);
+  EXPECT_NE((worker.out + worker.err).find("bogus not in"), std::string::npos)
+      << worker.out << worker.err;
+}
+
 }  // namespace
 }  // namespace stoke::testing

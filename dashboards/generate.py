@@ -68,6 +68,16 @@ CLUSTER = dashboard("Stoke — cluster overview", "stoke-cluster", [], [
           "histogram_quantile(0.99, sum by (le, method) "
           "(rate(stoke_rpc_duration_seconds_bucket[1m])))", 12, 28, unit="s",
           legend="{{method}}"),
+    panel(13, "timeseries", "Jobs finished by state (per hour)",
+          "sum by (state) (increase(stoke_jobs_finished_total[1h]))", 0, 36,
+          legend="{{state}}"),
+    # Only the targets that are Stoke coordinators: those exporting stoke_build_info.
+    panel(14, "timeseries", "Coordinator resident memory",
+          "process_resident_memory_bytes and on (instance) stoke_build_info", 12, 36, 6,
+          unit="bytes", legend="{{instance}}"),
+    panel(15, "timeseries", "Coordinator CPU (cores)",
+          "rate(process_cpu_seconds_total[1m]) and on (instance) stoke_build_info", 18, 36, 6,
+          legend="{{instance}}"),
 ])
 
 J = 'job=~"$job"'

@@ -6,6 +6,7 @@
 
 #include <spdlog/spdlog.h>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "spec/code_bundle.h"
 
@@ -188,6 +189,9 @@ v1::Cluster Coordinator::GetCluster() {
   cluster.set_refused_worker_reports(refused_reports_);
   cluster.set_telemetry_events_dropped(telemetry_->dropped());
   cluster.set_telemetry_events_queued(telemetry_->queued());
+  for (const auto& [state, count] : jobs_.finished()) {
+    (*cluster.mutable_jobs_finished())[absl::AsciiStrToLower(StateName(state))] = count;
+  }
   return cluster;
 }
 

@@ -303,6 +303,7 @@ void JobBook::Install(Prepared prepared) {
   const std::string id = prepared.job.id();
   const bool terminal = IsTerminal(prepared.job.state());
   if (terminal) {
+    ++finished_[prepared.job.state()];
     active_.erase(id);
     Hide(id);
   } else {

@@ -46,6 +46,8 @@ class JobBook {
   // An unfinished job, or null.
   const v1::Job* FindActive(const std::string& id) const;
   std::vector<const v1::Job*> Active() const;
+  // Jobs that reached each final state since this book was made (for /metrics).
+  const std::map<v1::JobState, uint64_t>& finished() const { return finished_; }
   // Any job, from memory when unfinished, else from the store.
   absl::StatusOr<v1::Job> Get(const std::string& id) const;
 
@@ -112,6 +114,8 @@ class JobBook {
   Clock& clock_;
   TelemetryWriter* const telemetry_;
   std::map<std::string, v1::Job> active_;
+  // Jobs that reached each final state since this book was made.
+  std::map<v1::JobState, uint64_t> finished_;
   // active_ as readers see it: copies made after each change, shared with readers.
   mutable std::mutex view_mu_;
   std::map<std::string, std::shared_ptr<const v1::Job>> view_;

@@ -2,13 +2,16 @@
 
 #include <prometheus/text_serializer.h>
 
+#include <algorithm>
 #include <set>
+#include <utility>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "proto/stoke/v1/limits.h"
 #include "security/token_hash.h"
 #include "server/common/device_label.h"
+#include "server/metrics/process_readings.h"
 
 namespace stoke::server {
 namespace {
@@ -250,6 +253,31 @@ CoordinatorMetrics::CoordinatorMetrics(const Options& options,
         {{"state", Lower(v1::WorkerState_Name(static_cast<v1::WorkerState>(s)), "WORKER_STATE_")}});
   }
   queue_length_->Add({});
+  Gauge("stoke_build_info", "1, labelled with the coordinator's version and the commit built")
+      .Add({{"version", STOKE_VERSION}, {"commit", STOKE_COMMIT}})
+      .Set(1);
+  jobs_finished_ = &prometheus::BuildCounter()
+                        .Name("stoke_jobs_finished_total")
+                        .Help("Jobs that reached a final state since the coordinator started")
+                        .Register(*registry_);
+  for (const char* state : {"succeeded", "failed", "cancelled"}) {
+    finished_by_state_[state] = &jobs_finished_->Add({{"state", state}});
+  }
+  process_cpu_ = &prometheus::BuildCounter()
+                      .Name("process_cpu_seconds_total")
+                      .Help("User and system CPU time spent in seconds")
+                      .Register(*registry_)
+                      .Add({});
+  for (const auto& [name, help] : std::vector<std::pair<const char*, const char*>>{
+           {"process_resident_memory_bytes", "Resident memory size in bytes"},
+           {"process_virtual_memory_bytes", "Virtual memory size in bytes"},
+           {"process_open_fds", "Number of open file descriptors"},
+           {"process_max_fds", "Maximum number of open file descriptors"},
+           {"process_start_time_seconds",
+            "Start time of the process since unix epoch in seconds"}}) {
+    process_gauges_[name] = &Gauge(name, help).Add({});
+  }
+  RefreshProcess();
   if (exposer_) exposer_->RegisterCollectable(registry_);
   if (snapshot_) refresher_ = std::thread([this] { RefreshLoop(); });
 }
@@ -305,6 +333,33 @@ void CoordinatorMetrics::Refresh(const MetricsSnapshot& snapshot, absl::Time now
   for (auto& [state, gauge] : workers_by_state_) gauge->Set(worker_counts[state]);
   RefreshJobs(snapshot.active_jobs, now);
   RefreshDevices(snapshot.cluster);
+  RefreshFinished(snapshot.cluster);
+  RefreshProcess();
+}
+
+void CoordinatorMetrics::RefreshFinished(const v1::Cluster& cluster) {
+  // The core counts from its start; a counter only grows, so it takes the difference.
+  for (const auto& [state, count] : cluster.jobs_finished()) {
+    auto it = finished_by_state_.find(state);
+    if (it == finished_by_state_.end()) continue;
+    uint64_t& seen = finished_seen_[state];
+    if (count > seen) it->second->Increment(static_cast<double>(count - seen));
+    seen = std::max(seen, count);
+  }
+}
+
+void CoordinatorMetrics::RefreshProcess() {
+  const std::optional<ProcessReadings> r = ReadProcess();
+  if (!r) return;
+  if (r->cpu_seconds > process_cpu_seen_) {
+    process_cpu_->Increment(r->cpu_seconds - process_cpu_seen_);
+    process_cpu_seen_ = r->cpu_seconds;
+  }
+  process_gauges_["process_resident_memory_bytes"]->Set(r->resident_bytes);
+  process_gauges_["process_virtual_memory_bytes"]->Set(r->virtual_bytes);
+  process_gauges_["process_open_fds"]->Set(r->open_fds);
+  process_gauges_["process_max_fds"]->Set(r->max_fds);
+  process_gauges_["process_start_time_seconds"]->Set(r->start_time_seconds);
 }
 
 void CoordinatorMetrics::SetJob(JobSeries& series, const v1::Job& job, bool finished) {

@@ -95,6 +95,8 @@ class CoordinatorMetrics final : public RpcObserver {
   void RefreshLoop();
   void RefreshJobs(const std::vector<v1::Job>& active, absl::Time now);
   void RefreshDevices(const v1::Cluster& cluster);
+  void RefreshFinished(const v1::Cluster& cluster);
+  void RefreshProcess();
   void SetJob(JobSeries& series, const v1::Job& job, bool finished);
   void RemoveJob(JobSeries& series);
   GaugeFamily& Gauge(const std::string& name, const std::string& help);
@@ -127,6 +129,14 @@ class CoordinatorMetrics final : public RpcObserver {
   // Workers.
   prometheus::Counter* refused_reports_ = nullptr;
   uint64_t refused_reports_seen_ = 0;
+  // Jobs finished since the coordinator started, by final state.
+  prometheus::Family<prometheus::Counter>* jobs_finished_ = nullptr;
+  std::map<std::string, prometheus::Counter*> finished_by_state_;
+  std::map<std::string, uint64_t> finished_seen_;
+  // This process (process_*).
+  prometheus::Counter* process_cpu_ = nullptr;
+  double process_cpu_seen_ = 0;
+  std::map<std::string, prometheus::Gauge*> process_gauges_;  // by family name
   // Telemetry writer.
   prometheus::Counter* telemetry_dropped_ = nullptr;
   uint64_t telemetry_dropped_seen_ = 0;

@@ -148,6 +148,44 @@ TEST(CoordinatorMetrics, ExpositionOfAKnownState) {
   EXPECT_EQ(Lines(text, "stoke_device_power_watts{gpu=\"cpu:0\"").size(), 0u) << text;
 }
 
+// Who is serving (version and commit), how the process fares (the standard process_*
+// series), and how many jobs ended in each final state: a counter taken from the core's
+// counts, so a failure rate can be alerted on.
+TEST(CoordinatorMetrics, BuildProcessAndFinishedJobSeries) {
+  auto metrics = Metrics();
+  std::string text = metrics->Exposition();
+  EXPECT_TRUE(Has(text, std::string("stoke_build_info{commit=\"") + STOKE_COMMIT + "\",version=\"" +
+                            STOKE_VERSION + "\"} 1"))
+      << text;
+  for (const char* state : {"succeeded", "failed", "cancelled"}) {
+    EXPECT_TRUE(Has(text, std::string("stoke_jobs_finished_total{state=\"") + state + "\"} 0"))
+        << text;
+  }
+  auto value = [&](const std::string& name) {
+    const std::vector<std::string> lines = Lines(metrics->Exposition(), name + " ");
+    return lines.empty() ? -1.0 : std::stod(lines.front().substr(name.size() + 1));
+  };
+  EXPECT_GT(value("process_resident_memory_bytes"), 1e6);
+  EXPECT_GE(value("process_virtual_memory_bytes"), value("process_resident_memory_bytes"));
+  EXPECT_GE(value("process_open_fds"), 3);  // stdin, stdout, stderr at least
+  EXPECT_GE(value("process_max_fds"), value("process_open_fds"));
+  const double started = value("process_start_time_seconds");
+  const double now = absl::ToDoubleSeconds(absl::Now() - absl::UnixEpoch());
+  EXPECT_GT(started, now - 3600) << "this test process started over an hour ago?";
+  EXPECT_LE(started, now + 1);
+  EXPECT_GE(value("process_cpu_seconds_total"), 0);
+
+  MetricsSnapshot snapshot;
+  (*snapshot.cluster.mutable_jobs_finished())["succeeded"] = 3;
+  (*snapshot.cluster.mutable_jobs_finished())["failed"] = 1;
+  metrics->Refresh(snapshot, kT0);
+  (*snapshot.cluster.mutable_jobs_finished())["succeeded"] = 5;
+  metrics->Refresh(snapshot, kT0 + absl::Seconds(1));
+  text = metrics->Exposition();
+  EXPECT_TRUE(Has(text, "stoke_jobs_finished_total{state=\"succeeded\"} 5")) << text;
+  EXPECT_TRUE(Has(text, "stoke_jobs_finished_total{state=\"failed\"} 1")) << text;
+}
+
 // A queue of thousands costs a scrape nothing per job: stoke_jobs counts them.
 TEST(CoordinatorMetrics, QueuedJobsAddNothingToTheScrapeUntilPlaced) {
   auto metrics = Metrics();

@@ -59,11 +59,11 @@ CLUSTER = dashboard("Stoke — cluster overview", "stoke-cluster", [], [
     panel(8, "timeseries", "Device memory used", "stoke_device_memory_used_bytes", 12, 12,
           unit="bytes", legend="{{host}} {{gpu}}"),
     panel(9, "timeseries", "Throughput by job (samples/s)", "stoke_job_samples_per_second",
-          0, 20, legend="job {{job}}"),
+          0, 20, legend="job {{job_id}}"),
     panel(10, "timeseries", "Training loss by job", "stoke_job_loss", 12, 20,
-          legend="job {{job}}"),
+          legend="job {{job_id}}"),
     panel(11, "timeseries", "Progress by job", "stoke_job_progress_ratio", 0, 28,
-          unit="percentunit", legend="job {{job}}"),
+          unit="percentunit", legend="job {{job_id}}"),
     panel(12, "timeseries", "API latency p99 by method",
           "histogram_quantile(0.99, sum by (le, method) "
           "(rate(stoke_rpc_duration_seconds_bucket[1m])))", 12, 28, unit="s",
@@ -80,9 +80,9 @@ CLUSTER = dashboard("Stoke — cluster overview", "stoke-cluster", [], [
           legend="{{instance}}"),
 ])
 
-J = 'job=~"$job"'
+J = 'job_id=~"$job"'
 JOB = dashboard("Stoke — job", "stoke-job",
-                [query_var("job", "Job", "label_values(stoke_job_progress_ratio, job)")], [
+                [query_var("job", "Job", "label_values(stoke_job_progress_ratio, job_id)")], [
     panel(1, "stat", "Progress", f"stoke_job_progress_ratio{{{J}}}", 0, 0, 6, 4,
           unit="percentunit"),
     panel(2, "stat", "Samples/s", f"stoke_job_samples_per_second{{{J}}}", 6, 0, 6, 4),
@@ -90,38 +90,38 @@ JOB = dashboard("Stoke — job", "stoke-job",
     panel(4, "stat", "Devices", f"stoke_job_devices{{{J}}}", 18, 0, 6, 4),
     panel(5, "timeseries", "Throughput", [f"stoke_job_samples_per_second{{{J}}}",
                                           f"stoke_job_tokens_per_second{{{J}}}"], 0, 4,
-          legend=["samples/s {{job}}", "tokens/s {{job}}"]),
+          legend=["samples/s {{job_id}}", "tokens/s {{job_id}}"]),
     panel(6, "timeseries", "Loss", [f"stoke_job_loss{{{J}}}", f"stoke_job_eval_loss{{{J}}}"],
-          12, 4, legend=["train {{job}}", "eval {{job}}"]),
+          12, 4, legend=["train {{job_id}}", "eval {{job_id}}"]),
     panel(7, "timeseries", "Step time split",
           [f"stoke_job_compute_ratio{{{J}}}", f"stoke_job_data_wait_ratio{{{J}}}",
            f"stoke_job_comm_wait_ratio{{{J}}}"], 0, 12, unit="percentunit",
-          legend=["compute {{job}}", "waiting for data {{job}}",
-                  "waiting for all-reduce {{job}}"]),
+          legend=["compute {{job_id}}", "waiting for data {{job_id}}",
+                  "waiting for all-reduce {{job_id}}"]),
     panel(8, "timeseries", "Step time", f"stoke_job_step_seconds{{{J}}}", 12, 12, unit="s",
-          legend="{{job}}"),
+          legend="{{job_id}}"),
     panel(9, "timeseries", "Model FLOP/s and MFU",
           [f"stoke_job_model_flops_per_second{{{J}}}", f"stoke_job_mfu_ratio{{{J}}}"], 0, 20,
-          legend=["FLOP/s {{job}}", "MFU {{job}}"]),
+          legend=["FLOP/s {{job_id}}", "MFU {{job_id}}"]),
     panel(10, "timeseries", "Tensor memory (rank 0)",
           [f"stoke_job_memory_allocated_bytes{{{J}}}", f"stoke_job_memory_reserved_bytes{{{J}}}",
            f"stoke_job_memory_peak_bytes{{{J}}}"], 12, 20, unit="bytes",
-          legend=["allocated {{job}}", "reserved {{job}}", "peak {{job}}"]),
+          legend=["allocated {{job_id}}", "reserved {{job_id}}", "peak {{job_id}}"]),
     panel(11, "timeseries", "Learning rate", f"stoke_job_learning_rate{{{J}}}", 0, 28,
-          legend="{{job}}"),
+          legend="{{job_id}}"),
     panel(12, "timeseries", "Diagnoses", f"stoke_job_diagnosis{{{J}}}", 12, 28,
-          legend="{{job}} {{diagnosis}}"),
+          legend="{{job_id}} {{diagnosis}}"),
     panel(13, "timeseries", "Its devices' utilization",
-          f"stoke_device_utilization_ratio * on (host, gpu) group_left (job) "
+          f"stoke_device_utilization_ratio * on (host, gpu) group_left (job_id) "
           f"stoke_job_device_info{{{J}}}", 0, 36, unit="percentunit",
-          legend="{{job}} {{host}} {{gpu}}"),
+          legend="{{job_id}} {{host}} {{gpu}}"),
     panel(14, "timeseries", "Its devices' memory",
-          f"stoke_device_memory_used_bytes * on (host, gpu) group_left (job) "
+          f"stoke_device_memory_used_bytes * on (host, gpu) group_left (job_id) "
           f"stoke_job_device_info{{{J}}}", 12, 36, unit="bytes",
-          legend="{{job}} {{host}} {{gpu}}"),
+          legend="{{job_id}} {{host}} {{gpu}}"),
     # A series exists only while a rank straggles: an empty panel is a healthy job.
     panel(15, "timeseries", "Straggling ranks", f"stoke_job_straggler{{{J}}}", 0, 44,
-          legend="{{job}} rank {{rank}} on {{host}} {{device}}: {{cause}}"),
+          legend="{{job_id}} rank {{rank}} on {{host}} {{device}}: {{cause}}"),
 ])
 
 G = 'host=~"$host", gpu=~"$gpu"'

@@ -126,6 +126,13 @@ constexpr DeviceGaugeDef kDeviceGauges[] = {
      }},
 };
 
+// What trains: "script" for a script job, else the model's kind ("mlp", "python", ...).
+std::string ModelName(const v1::JobSpec& spec) {
+  if (spec.has_command()) return "script";
+  const auto* field = v1::ModelSpec::descriptor()->FindFieldByNumber(spec.model().kind_case());
+  return field != nullptr ? field->name() : "";
+}
+
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<CoordinatorMetrics>> CoordinatorMetrics::Start(
@@ -191,6 +198,9 @@ CoordinatorMetrics::CoordinatorMetrics(const Options& options,
                           "1 while a rank of a job of several ranks is slower than its peers for "
                           "5 windows in a row; cause: compute (the others wait for it) or "
                           "allreduce (it waits on its link); absent otherwise");
+  job_info_ = &Gauge("stoke_job_info",
+                     "1 for each job with series here, labelled with its name, owner and model "
+                     "(join on job_id to pick jobs by name)");
   job_reported_ = &Gauge("stoke_job_reported",
                          "Script jobs: the latest value of each scalar the program reports "
                          "(stoke.report), by name; at most 32 names a job");
@@ -378,7 +388,7 @@ void CoordinatorMetrics::SetJob(JobSeries& series, const v1::Job& job, bool fini
     for (const auto& p : job.placement()) {
       held.insert(p.worker_id());
       if (series.placements.count(p.worker_id())) continue;
-      series.placements[p.worker_id()] = &job_device_->Add({{"job", job.id()},
+      series.placements[p.worker_id()] = &job_device_->Add({{"job_id", job.id()},
                                                             {"host", p.host()},
                                                             {"gpu", DeviceLabel(p.device())},
                                                             {"uuid", p.device().uuid()},
@@ -401,7 +411,7 @@ void CoordinatorMetrics::SetJob(JobSeries& series, const v1::Job& job, bool fini
   if (live) {
     for (const auto& st : job.stragglers()) {
       prometheus::Labels labels{
-          {"job", job.id()},
+          {"job_id", job.id()},
           {"rank", std::to_string(st.rank())},
           {"host", st.host()},
           {"device", DeviceLabel(st.device())},
@@ -426,7 +436,7 @@ void CoordinatorMetrics::SetJob(JobSeries& series, const v1::Job& job, bool fini
   if (skipped < series.samples_skipped_seen) series.samples_skipped_seen = 0;
   if (skipped > series.samples_skipped_seen) {
     if (series.samples_skipped == nullptr) {
-      series.samples_skipped = &job_samples_skipped_->Add({{"job", job.id()}});
+      series.samples_skipped = &job_samples_skipped_->Add({{"job_id", job.id()}});
     }
     series.samples_skipped->Increment(static_cast<double>(skipped - series.samples_skipped_seen));
     series.samples_skipped_seen = skipped;
@@ -440,7 +450,7 @@ void CoordinatorMetrics::SetJob(JobSeries& series, const v1::Job& job, bool fini
         series.reported.erase(name);
         continue;
       }
-      gauge = &job_reported_->Add({{"job", job.id()}, {"name", name}});
+      gauge = &job_reported_->Add({{"job_id", job.id()}, {"name", name}});
     }
     gauge->Set(value);
   }
@@ -453,6 +463,7 @@ void CoordinatorMetrics::RemoveJob(JobSeries& series) {
   for (auto& [labels, gauge] : series.stragglers) job_straggler_->Remove(gauge);
   for (auto& [name, gauge] : series.reported) job_reported_->Remove(gauge);
   if (series.samples_skipped != nullptr) job_samples_skipped_->Remove(series.samples_skipped);
+  if (series.info != nullptr) job_info_->Remove(series.info);
 }
 
 void CoordinatorMetrics::RefreshJobs(const std::vector<v1::Job>& active, absl::Time now) {
@@ -467,11 +478,16 @@ void CoordinatorMetrics::RefreshJobs(const std::vector<v1::Job>& active, absl::T
     live.insert(job.id());
     if (it == job_series_.end()) {
       JobSeries series;
-      const prometheus::Labels labels{{"job", job.id()}};
+      series.info = &job_info_->Add({{"job_id", job.id()},
+                                     {"name", job.spec().name()},
+                                     {"owner", job.owner()},
+                                     {"model", ModelName(job.spec())}});
+      series.info->Set(1);
+      const prometheus::Labels labels{{"job_id", job.id()}};
       for (auto* family : job_families_) series.gauges.push_back(&family->Add(labels));
       for (v1::Diagnosis d : kDiagnoses) {
         series.diagnoses.push_back(&job_diagnosis_->Add(
-            {{"job", job.id()}, {"diagnosis", Lower(v1::Diagnosis_Name(d), "DIAGNOSIS_")}}));
+            {{"job_id", job.id()}, {"diagnosis", Lower(v1::Diagnosis_Name(d), "DIAGNOSIS_")}}));
       }
       it = job_series_.emplace(job.id(), std::move(series)).first;
     }

@@ -80,6 +80,7 @@ class CoordinatorMetrics final : public RpcObserver {
     std::map<prometheus::Labels, prometheus::Gauge*> stragglers;  // while each straggles
     std::map<std::string, prometheus::Gauge*> reported;           // script jobs' scalars, by name
     prometheus::Counter* samples_skipped = nullptr;
+    prometheus::Gauge* info = nullptr;  // stoke_job_info
     uint64_t samples_skipped_seen = 0;  // the attempt's count last added to the counter
     v1::Job last;
     std::optional<absl::Time> finished_at;
@@ -118,6 +119,7 @@ class CoordinatorMetrics final : public RpcObserver {
   GaugeFamily* job_device_ = nullptr;
   GaugeFamily* job_straggler_ = nullptr;
   GaugeFamily* job_reported_ = nullptr;
+  GaugeFamily* job_info_ = nullptr;
   prometheus::Family<prometheus::Counter>* job_samples_skipped_ = nullptr;
   prometheus::Histogram* job_startup_ = nullptr;
   // Devices: by name (stoke_device_*).

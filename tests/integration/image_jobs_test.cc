@@ -60,7 +60,7 @@ TEST_F(ImageJobsTest, AFolderOfJpegsAndPngsTrainsAndItsDamagedFileIsSkippedAndCo
   std::string metrics_address;
   std::ifstream(DataDir() + "/metrics.address") >> metrics_address;
   const std::string text = HttpGet(metrics_address, "/metrics");
-  EXPECT_GE(SampleValue(text, "stoke_job_samples_skipped_total{job=\"" + id + "\"}"), 1) << text;
+  EXPECT_GE(SampleValue(text, "stoke_job_samples_skipped_total{job_id=\"" + id + "\"}"), 1) << text;
 }
 
 TEST_F(ImageJobsTest, ManifestsInCsvAndJsonLinesTrainWithAShareHeldOut) {

@@ -36,7 +36,7 @@ TEST(Metrics, ShowTheClusterAndARunningJobThenForgetTheJob) {
   spec.mutable_metrics()->set_interval_steps(20);
   auto job = coordinator->client().SubmitJob(spec);
   ASSERT_TRUE(job.ok());
-  const std::string series = "stoke_job_samples_per_second{job=\"" + job->id() + "\"}";
+  const std::string series = "stoke_job_samples_per_second{job_id=\"" + job->id() + "\"}";
 
   std::string text;
   ASSERT_TRUE(WaitFor(
@@ -52,8 +52,8 @@ TEST(Metrics, ShowTheClusterAndARunningJobThenForgetTheJob) {
   EXPECT_EQ(SampleValue(text, "stoke_workers{state=\"idle\"}"), 1);
   EXPECT_EQ(SampleValue(text, "stoke_jobs{state=\"running\"}"), 1);
   EXPECT_EQ(SampleValue(text, "stoke_queue_length"), 0);
-  EXPECT_GT(SampleValue(text, "stoke_job_loss{job=\"" + job->id() + "\"}"), 0);
-  EXPECT_EQ(SampleValue(text, "stoke_job_devices{job=\"" + job->id() + "\"}"), 1);
+  EXPECT_GT(SampleValue(text, "stoke_job_loss{job_id=\"" + job->id() + "\"}"), 0);
+  EXPECT_EQ(SampleValue(text, "stoke_job_devices{job_id=\"" + job->id() + "\"}"), 1);
 
   // Prometheus's own linter agrees with the exposition (names, units, help texts).
   // scripts/setup-deps.sh installs it; the GPU machines have no Prometheus.
@@ -92,7 +92,7 @@ TEST(Metrics, ShowTheClusterAndARunningJobThenForgetTheJob) {
   ASSERT_TRUE(WaitFor(
       [&] {
         text = HttpGet(metrics_address, "/metrics");
-        return text.find("job=\"" + job->id() + "\"") == std::string::npos && !text.empty();
+        return text.find("job_id=\"" + job->id() + "\"") == std::string::npos && !text.empty();
       },
       std::chrono::seconds(15)))
       << "series of a finished job remain past --metrics-retention:\n"

@@ -41,7 +41,7 @@ class PrometheusServer {
     address_ = "127.0.0.1:" + std::to_string(FreePort());
     const std::string config = dir + "/prometheus.yml";
     std::ofstream(config) << "global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\n"
-                          << "scrape_configs:\n  - job_name: stoke\n    honor_labels: true\n"
+                          << "scrape_configs:\n  - job_name: stoke\n"
                           << "    static_configs:\n"
                           << "      - targets: ['" << target << "']\n";
     process_ = std::make_unique<BackgroundProcess>(

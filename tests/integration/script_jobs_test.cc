@@ -118,9 +118,9 @@ TEST_F(ScriptJobsTest, TorchrunScriptTrainsOnTwoRanksWithItsLogsAndReportedMetri
   EXPECT_TRUE(WaitFor(
       [&] {
         text = HttpGet(metrics_address, "/metrics");
-        return SampleValue(text, "stoke_job_loss{job=\"" + id + "\"}") > 0 &&
-               SampleValue(text, "stoke_job_reported{job=\"" + id + "\",name=\"train_accuracy\"}") >
-                   0;
+        return SampleValue(text, "stoke_job_loss{job_id=\"" + id + "\"}") > 0 &&
+               SampleValue(text,
+                           "stoke_job_reported{job_id=\"" + id + "\",name=\"train_accuracy\"}") > 0;
       },
       std::chrono::seconds(60)))
       << text << coordinator_->Log();

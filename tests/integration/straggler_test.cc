@@ -154,7 +154,7 @@ TEST(Straggler, ARankSlowedOnPurposeIsNamedWithItsHostDeviceAndCause) {
 
   // /metrics over HTTP: one series, for the slowed rank, cause compute.
   const std::string series = "stoke_job_straggler{cause=\"compute\",device=\"cpu:1\",host=\"" +
-                             slow_host + "\",job=\"" + id + "\",rank=\"" + rank + "\"} 1";
+                             slow_host + "\",job_id=\"" + id + "\",rank=\"" + rank + "\"} 1";
   std::string text;
   ASSERT_TRUE(WaitFor(
       [&] {

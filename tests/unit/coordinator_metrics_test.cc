@@ -17,6 +17,9 @@ v1::Job RunningJob(const std::string& id) {
   job.set_id(id);
   job.set_state(v1::JOB_STATE_RUNNING);
   job.set_restarts(1);
+  job.set_owner("alice");
+  job.mutable_spec()->set_name("resnet \"sweep\"");
+  job.mutable_spec()->mutable_model()->mutable_resnet();
   auto* p = job.add_placement();
   p->set_rank(0);
   p->set_worker_id("gpu-host/cuda:1");
@@ -117,18 +120,21 @@ TEST(CoordinatorMetrics, ExpositionOfAKnownState) {
            "stoke_queue_length 1",
            "stoke_workers{state=\"busy\"} 1",
            "stoke_workers{state=\"idle\"} 1",
-           "stoke_job_samples_per_second{job=\"7\"} 1200",
-           "stoke_job_tokens_per_second{job=\"7\"} 1228800",
-           "stoke_job_model_flops_per_second{job=\"7\"} 400000000000000",
-           "stoke_job_mfu_ratio{job=\"7\"} 0.4",
-           "stoke_job_step_seconds{job=\"7\"} 0.25",
-           "stoke_job_compute_ratio{job=\"7\"} 0.75",
-           "stoke_job_progress_ratio{job=\"7\"} 0.25",
-           "stoke_job_restarts{job=\"7\"} 1",
-           "stoke_job_eval_accuracy_ratio{job=\"7\"} 0.875",
-           "stoke_job_diagnosis{diagnosis=\"input_bound\",job=\"7\"} 1",
-           "stoke_job_diagnosis{diagnosis=\"launch_bound\",job=\"7\"} 0",
-           "stoke_job_device_info{gpu=\"cuda:1\",host=\"gpu-host\",job=\"7\",rank=\"0\","
+           "stoke_job_samples_per_second{job_id=\"7\"} 1200",
+           // The name escaped as the text format wants.
+           "stoke_job_info{job_id=\"7\",model=\"resnet\",name=\"resnet "
+           "\\\"sweep\\\"\",owner=\"alice\"} 1",
+           "stoke_job_tokens_per_second{job_id=\"7\"} 1228800",
+           "stoke_job_model_flops_per_second{job_id=\"7\"} 400000000000000",
+           "stoke_job_mfu_ratio{job_id=\"7\"} 0.4",
+           "stoke_job_step_seconds{job_id=\"7\"} 0.25",
+           "stoke_job_compute_ratio{job_id=\"7\"} 0.75",
+           "stoke_job_progress_ratio{job_id=\"7\"} 0.25",
+           "stoke_job_restarts{job_id=\"7\"} 1",
+           "stoke_job_eval_accuracy_ratio{job_id=\"7\"} 0.875",
+           "stoke_job_diagnosis{diagnosis=\"input_bound\",job_id=\"7\"} 1",
+           "stoke_job_diagnosis{diagnosis=\"launch_bound\",job_id=\"7\"} 0",
+           "stoke_job_device_info{gpu=\"cuda:1\",host=\"gpu-host\",job_id=\"7\",rank=\"0\","
            "uuid=\"GPU-1234\",worker=\"gpu-host/cuda:1\"} 1",
            "stoke_device_utilization_ratio{gpu=\"cuda:1\",host=\"gpu-host\",name=\"NVIDIA "
            "H200\",uuid=\"GPU-1234\",worker=\"gpu-host/cuda:1\"} 0.97",
@@ -143,8 +149,8 @@ TEST(CoordinatorMetrics, ExpositionOfAKnownState) {
   }
   // The queued job, never placed, has no series of its own (a loss of 0, say); the CPU
   // worker reports no power.
-  EXPECT_EQ(Lines(text, "stoke_job_samples_per_second{job=\"8\"}").size(), 0u) << text;
-  EXPECT_EQ(text.find("job=\"8\""), std::string::npos) << text;
+  EXPECT_EQ(Lines(text, "stoke_job_samples_per_second{job_id=\"8\"}").size(), 0u) << text;
+  EXPECT_EQ(text.find("job_id=\"8\""), std::string::npos) << text;
   EXPECT_EQ(Lines(text, "stoke_device_power_watts{gpu=\"cpu:0\"").size(), 0u) << text;
 }
 
@@ -208,7 +214,7 @@ TEST(CoordinatorMetrics, QueuedJobsAddNothingToTheScrapeUntilPlaced) {
   metrics->Refresh(snapshot, kT0 + absl::Seconds(2));
   snapshot.active_jobs[1].set_state(v1::JOB_STATE_RESTARTING);
   metrics->Refresh(snapshot, kT0 + absl::Seconds(3));
-  EXPECT_TRUE(Has(metrics->Exposition(), "stoke_job_restarts{job=\"100\"} 0"));
+  EXPECT_TRUE(Has(metrics->Exposition(), "stoke_job_restarts{job_id=\"100\"} 0"));
 }
 
 // Each attempt's start-up lands in the histogram once, however many refreshes see it.
@@ -257,10 +263,10 @@ TEST(CoordinatorMetrics, AStragglerHasASeriesOnlyWhileItStraggles) {
   metrics->Refresh(snapshot, kT0);
   std::string text = metrics->Exposition();
   const std::string line =
-      "stoke_job_straggler{cause=\"compute\",device=\"cuda:1\",host=\"host-b\",job=\"7\","
+      "stoke_job_straggler{cause=\"compute\",device=\"cuda:1\",host=\"host-b\",job_id=\"7\","
       "rank=\"1\"} 1";
   EXPECT_TRUE(Has(text, line)) << text;
-  EXPECT_TRUE(Has(text, "stoke_job_diagnosis{diagnosis=\"straggler\",job=\"7\"} 1")) << text;
+  EXPECT_TRUE(Has(text, "stoke_job_diagnosis{diagnosis=\"straggler\",job_id=\"7\"} 1")) << text;
 
   const v1::Straggler named = *straggler;
   job.clear_stragglers();  // recovered
@@ -277,7 +283,7 @@ TEST(CoordinatorMetrics, AStragglerHasASeriesOnlyWhileItStraggles) {
   metrics->Refresh(snapshot, kT0 + absl::Seconds(3));
   text = metrics->Exposition();
   EXPECT_TRUE(Lines(text, "stoke_job_straggler{").empty()) << text;
-  EXPECT_TRUE(Has(text, "stoke_job_restarts{job=\"7\"} 1")) << text;
+  EXPECT_TRUE(Has(text, "stoke_job_restarts{job_id=\"7\"} 1")) << text;
 }
 
 // Prometheus scrapes both coordinators of a pair: the standby answers, and says it waits.
@@ -365,9 +371,9 @@ TEST(CoordinatorMetrics, FinishedJobsStayForTheRetentionThenGo) {
   *done.cluster.add_workers() = GpuWorker();
   metrics->Refresh(done, kT0 + absl::Seconds(1));
   std::string text = metrics->Exposition();
-  EXPECT_TRUE(Has(text, "stoke_job_progress_ratio{job=\"7\"} 0.25")) << "kept: " << text;
-  EXPECT_TRUE(Has(text, "stoke_job_samples_per_second{job=\"7\"} 0")) << "not running: " << text;
-  EXPECT_TRUE(Has(text, "stoke_job_diagnosis{diagnosis=\"input_bound\",job=\"7\"} 0")) << text;
+  EXPECT_TRUE(Has(text, "stoke_job_progress_ratio{job_id=\"7\"} 0.25")) << "kept: " << text;
+  EXPECT_TRUE(Has(text, "stoke_job_samples_per_second{job_id=\"7\"} 0")) << "not running: " << text;
+  EXPECT_TRUE(Has(text, "stoke_job_diagnosis{diagnosis=\"input_bound\",job_id=\"7\"} 0")) << text;
   EXPECT_TRUE(Lines(text, "stoke_job_device_info{").empty()) << "holds no device: " << text;
   metrics->Refresh(done, kT0 + absl::Minutes(6));
   text = metrics->Exposition();
@@ -375,7 +381,7 @@ TEST(CoordinatorMetrics, FinishedJobsStayForTheRetentionThenGo) {
   for (const std::string& line : Lines(text, "stoke_job_")) {
     EXPECT_EQ(line.rfind("stoke_job_startup_seconds", 0), 0u) << line;
   }
-  EXPECT_EQ(text.find("job=\"7\""), std::string::npos) << text;
+  EXPECT_EQ(text.find("job_id=\"7\""), std::string::npos) << text;
 }
 
 TEST(CoordinatorMetrics, LabelSetsStayBoundedAfterAThousandJobs) {

@@ -319,9 +319,10 @@ int main(int argc, char** argv) {
   std::error_code ec;
   for (const char* sub : {"", "/jobs", "/logs", "/datasets", "/workers"}) {
     fs::create_directories(data_dir + sub, ec);
-    if (ec)
+    if (ec) {
       return Fail(absl::UnavailableError(absl::StrCat("--data-dir ", data_dir, ": cannot create ",
                                                       data_dir, sub, ": ", ec.message())));
+    }
   }
   data_dir = fs::canonical(data_dir).string();
 

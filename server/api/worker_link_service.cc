@@ -158,9 +158,10 @@ class WorkerStream final
       Post([this, s] {
         const std::string why(s.message());
         spdlog::warn("worker link from {} ended: {}", peer_, why);
-        if (!worker_id_.empty())
+        if (!worker_id_.empty()) {
           core_.DetachWorker(worker_id_, connection_.get(), "bad message",
                              /*may_reconnect=*/false);
+        }
         connection_->Finish(ToGrpcStatus(s));
       });
       return;

@@ -239,8 +239,7 @@ void Coordinator::Tick() {
     auto entry = workers_.Detach(worker_id, connection);
     spdlog::warn("worker {} silent for over {}; presumed dead", worker_id,
                  absl::FormatDuration(options_.heartbeat_timeout));
-    RemoveWorker(std::move(*entry),
-                 absl::StrCat("worker ", worker_id, " stopped sending heartbeats"));
+    RemoveWorker(*entry, absl::StrCat("worker ", worker_id, " stopped sending heartbeats"));
   }
   WithdrawUnstartedAssignments();
   Schedule();

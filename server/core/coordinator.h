@@ -116,7 +116,7 @@ class Coordinator {
   // `credential`: the name of what the worker authenticated with (a join token, a client
   // certificate); the id stays bound to the first one. Empty: no authentication.
   absl::Status AttachWorker(const v1::RegisterWorker& registration, const std::string& address,
-                            std::shared_ptr<WorkerConnection> connection,
+                            const std::shared_ptr<WorkerConnection>& connection,
                             const std::string& credential = "");
   // The worker's link ended. One `may_reconnect` (its stream broke, rather than it sent
   // nonsense) that holds a task keeps it for heartbeat_timeout: back holding the task, it
@@ -168,7 +168,7 @@ class Coordinator {
                         const std::string& message,
                         const std::function<void(v1::Job&)>& edit = nullptr);
   void RetryUnsavedTransitions();
-  void RemoveWorker(WorkerEntry entry, const std::string& why);
+  void RemoveWorker(const WorkerEntry& entry, const std::string& why);
   // A worker reattached holding a task: the job carries on where it is when that attempt
   // is still placed on it; otherwise the task is stale and is cancelled.
   void ReclaimTask(const std::string& worker_id, const v1::HeldTask& held);

@@ -87,7 +87,7 @@ void Coordinator::ReplaceWorkerProcess(const WorkerEntry& replaced, const v1::He
 
 absl::Status Coordinator::AttachWorker(const v1::RegisterWorker& registration,
                                        const std::string& address,
-                                       std::shared_ptr<WorkerConnection> connection,
+                                       const std::shared_ptr<WorkerConnection>& connection,
                                        const std::string& credential) {
   if (auto s = AdmitRegistration(registration, credential); !s.ok()) return s;
   std::lock_guard<std::mutex> lock(mu_);
@@ -216,11 +216,11 @@ void Coordinator::DetachWorker(const std::string& worker_id, const WorkerConnect
                  absl::FormatDuration(options_.heartbeat_timeout), worker_id);
     return;
   }
-  RemoveWorker(std::move(*entry), absl::StrCat("worker ", worker_id, " was lost (", reason, ")"));
+  RemoveWorker(*entry, absl::StrCat("worker ", worker_id, " was lost (", reason, ")"));
   Schedule();
 }
 
-void Coordinator::RemoveWorker(WorkerEntry entry, const std::string& why) {
+void Coordinator::RemoveWorker(const WorkerEntry& entry, const std::string& why) {
   if (entry.info.state() == v1::WORKER_STATE_BUSY) {
     FailAttempt(entry.info.job_id(), entry.attempt, why, /*retryable=*/true);
   }
@@ -452,7 +452,7 @@ void Coordinator::WithdrawUnstartedAssignments() {
       worker->connection->Close(absl::StrCat("did not start job ", job_id, " within ",
                                              absl::FormatDuration(options_.start_timeout)));
       auto entry = workers_.Detach(worker_id, connection);
-      if (entry) RemoveWorker(std::move(*entry), why);
+      if (entry) RemoveWorker(*entry, why);
     }
   }
 }

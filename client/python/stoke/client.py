@@ -24,7 +24,7 @@ from stoke.watch import WatchTarget, resumable_watch
 __all__ = ["Client", "Checkpoint", "Export", "DEFAULT_ADDRESS"]
 
 #: Where ``stoke-coordinator`` listens unless told otherwise (as the CLI assumes).
-DEFAULT_ADDRESS = "127.0.0.1:50051"
+from stoke.settings import DEFAULT_ADDRESS, resolve
 
 JobRef = Union[Job, str, int]
 TlsOption = Union[bool, str, "os.PathLike[str]", grpc.ChannelCredentials, None]
@@ -82,16 +82,22 @@ class Client:
             print(event)
         print(job.wait().latest_eval)
 
+    Each of ``address``, ``token`` and ``tls`` not given comes from where the ``stoke``
+    CLI finds it (:mod:`stoke.settings`): ``$STOKE_ADDRESS``, ``$STOKE_TOKEN`` and
+    ``$STOKE_TLS_CA``, then ``~/.config/stoke/config.yaml``.
+
     Args:
-        address: ``host:port`` of the coordinator; default ``$STOKE_ADDRESS``, else
-            ``127.0.0.1:50051``.
-        token: a bearer token, sent with every call as ``authorization: Bearer <token>``.
-            The coordinator does not check tokens yet; the SDK sends it so that code
-            written today keeps working when it does. Over a channel without TLS the
-            token travels in clear text.
-        tls: ``False`` (default): plain TCP. ``True``: TLS, verified against the system's
-            root certificates. A path: TLS, verified against that CA bundle (PEM). A
-            ``grpc.ChannelCredentials`` is used as given (e.g. for mutual TLS).
+        address: ``host:port`` of the coordinator (several, comma-separated: a leader and
+            its standbys); default as above, else ``127.0.0.1:50051``.
+        token: a bearer token, sent with every call as ``authorization: Bearer <token>``
+            (``stoke token create`` makes one); a coordinator started with
+            ``--auth-tokens`` refuses calls without a valid one. Over a channel without
+            TLS the token travels in clear text.
+        tls: ``None`` (default): TLS verified against ``$STOKE_TLS_CA`` or the config
+            file's ``tls_ca`` when either names one, else plain TCP. ``False``: plain
+            TCP. ``True``: TLS, verified against the system's root certificates. A path:
+            TLS, verified against that CA bundle (PEM). A ``grpc.ChannelCredentials`` is
+            used as given (e.g. for mutual TLS).
         timeout: deadline of each unary call, in seconds.
         reconnect_for: how long a watch keeps trying to reach the coordinator again
             after losing it, in seconds.
@@ -101,17 +107,20 @@ class Client:
         self,
         address: Optional[str] = None,
         token: Optional[str] = None,
-        tls: TlsOption = False,
+        tls: TlsOption = None,
         *,
         timeout: float = 10.0,
         reconnect_for: float = 60.0,
     ) -> None:
-        self.address = address or os.environ.get("STOKE_ADDRESS") or DEFAULT_ADDRESS
+        settings = resolve(address, token, None)
+        self.address = settings.address
         self.timeout = timeout
         self.reconnect_for = reconnect_for
         self._metadata: Tuple[Tuple[str, str], ...] = (
-            (("authorization", f"Bearer {token}"),) if token else ()
+            (("authorization", f"Bearer {settings.token}"),) if settings.token else ()
         )
+        if tls is None and settings.tls_ca:
+            tls = settings.tls_ca
         options = [
             ("grpc.max_receive_message_length", 16 * 1024 * 1024),
             ("grpc.keepalive_time_ms", 20_000),

@@ -124,6 +124,14 @@ class Coordinator:
         return path.read_text(errors="replace")[-6000:] if path.exists() else "(no log)"
 
 
+@pytest.fixture(autouse=True)
+def no_user_settings(monkeypatch: pytest.MonkeyPatch, tmp_path_factory: pytest.TempPathFactory) -> None:
+    """Tests see neither the STOKE_* variables nor the config file of whoever runs them."""
+    for variable in ("STOKE_ADDRESS", "STOKE_TOKEN", "STOKE_TLS_CA"):
+        monkeypatch.delenv(variable, raising=False)
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path_factory.mktemp("no-config")))
+
+
 @pytest.fixture(scope="session")
 def coordinator(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Coordinator]:
     """One coordinator with one CPU worker, shared by the tests that train."""

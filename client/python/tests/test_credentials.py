@@ -15,6 +15,7 @@ import grpc
 import pytest
 
 import stoke
+import stoke.settings
 from conftest import binary, wait_for
 from stoke.v1 import coordinator_pb2, coordinator_pb2_grpc
 
@@ -73,6 +74,45 @@ def test_a_token_travels_as_bearer_authorization(plain_server) -> None:
         client.cluster()
     assert servicer.metadata[0].get("authorization") == "Bearer s3cret"
     assert "authorization" not in servicer.metadata[1]
+
+
+def test_the_environment_and_the_config_file_fill_in_what_is_not_given(
+    plain_server, monkeypatch, tmp_path: Path
+) -> None:
+    servicer, port = plain_server
+    config = tmp_path / "stoke" / "config.yaml"
+    config.parent.mkdir()
+    config.write_text(f"address: 127.0.0.1:{port}\ntoken: from-file\n")
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path))
+    with stoke.Client() as client:
+        assert client.address == f"127.0.0.1:{port}"
+        client.cluster()
+    monkeypatch.setenv("STOKE_TOKEN", "from-env")
+    with stoke.Client() as client:
+        client.cluster()
+    with stoke.Client(token="given") as client:
+        client.cluster()
+    assert [m.get("authorization") for m in servicer.metadata] == [
+        "Bearer from-file", "Bearer from-env", "Bearer given"]
+    # The CLI's rules for the file: an unknown key is named with its line.
+    config.write_text(f"address: 127.0.0.1:{port}\nadress: typo\n")
+    with pytest.raises(stoke.settings.ConfigFileError, match=f"{config}:2: adress: unknown key"):
+        stoke.Client()
+
+
+def test_stoke_tls_ca_turns_tls_on_unless_tls_is_false(certificate, monkeypatch) -> None:
+    cert, key = certificate
+    credentials = grpc.ssl_server_credentials([(key.read_bytes(), cert.read_bytes())])
+    server, servicer, port = serve(credentials)
+    try:
+        monkeypatch.setenv("STOKE_TLS_CA", str(cert))
+        with stoke.Client(f"127.0.0.1:{port}") as client:
+            assert client.cluster().coordinator_version == "recording"
+        with stoke.Client(f"127.0.0.1:{port}", tls=False, timeout=3) as client:
+            with pytest.raises(stoke.Unavailable):
+                client.cluster()
+    finally:
+        server.stop(None)
 
 
 def test_tls_verifies_the_server_against_the_given_ca(certificate) -> None:

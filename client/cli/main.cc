@@ -1,9 +1,14 @@
 // stoke: the command-line client of a Stoke coordinator.
 #include <CLI/CLI.hpp>
+#include <algorithm>
+#include <cstdio>
 #include <cstdlib>
+#include <string>
+#include <vector>
 
 #include "client/cli/cli_config.h"
 #include "client/cli/commands.h"
+#include "client/cli/suggest.h"
 #include "client/lib/client.h"
 
 using namespace stoke::client;
@@ -11,6 +16,7 @@ using namespace stoke::client;
 int main(int argc, char** argv) {
   CLI::App app{"stoke: submit training jobs to a Stoke coordinator and watch them train"};
   app.require_subcommand(1);
+  app.set_version_flag("--version", "stoke " STOKE_VERSION " (" STOKE_COMMIT ")");
   app.fallthrough();  // --address and --output may also follow the subcommand
   std::string address, tls_ca, config_path = DefaultCliConfigPath();
   std::string output = "text";
@@ -119,6 +125,18 @@ int main(int argc, char** argv) {
 
   auto* whoami = app.add_subcommand("whoami", "Who the coordinator takes me for");
 
+  // A mistyped command: say which one was meant, not only that one is required.
+  if (argc > 1 && argv[1][0] != '-') {
+    std::vector<std::string> commands;
+    for (const CLI::App* sub : app.get_subcommands({})) commands.push_back(sub->get_name());
+    if (std::find(commands.begin(), commands.end(), argv[1]) == commands.end()) {
+      const std::string nearest = NearestName(argv[1], commands);
+      const std::string hint = nearest.empty() ? "" : " Did you mean " + nearest + "?";
+      std::fprintf(stderr, "stoke: %s is no command.%s (`stoke --help` lists them)\n", argv[1],
+                   hint.c_str());
+      return kExitUsage;
+    }
+  }
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

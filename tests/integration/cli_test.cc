@@ -351,5 +351,22 @@ TEST(StartFlagsTest, FlagsComeFromAConfigFileAndTheEnvironmentInThatOrder) {
       << worker.out << worker.err;
 }
 
+TEST(CliCommandsTest, VersionAndAMistypedCommandAreAnswered) {
+  const CommandResult version = RunCommand({STOKE_CLI_BINARY, "--version"});
+  EXPECT_EQ(version.exit_code, 0) << version.err;
+  EXPECT_EQ(version.out.rfind(std::string("stoke ") + STOKE_VERSION + " (", 0), 0u) << version.out;
+  for (const auto& [typed, meant] : std::vector<std::pair<std::string, std::string>>{
+           {"sumbit", "submit"}, {"lsit", "list"}, {"cancle", "cancel"}, {"stauts", "status"}}) {
+    const CommandResult run = RunCommand({STOKE_CLI_BINARY, typed, "1"});
+    EXPECT_EQ(run.exit_code, 2) << typed;
+    EXPECT_NE(run.err.find("stoke: " + typed + " is no command. Did you mean " + meant + "?"),
+              std::string::npos)
+        << run.err;
+  }
+  const CommandResult nothing_near = RunCommand({STOKE_CLI_BINARY, "frobnicate"});
+  EXPECT_EQ(nothing_near.exit_code, 2);
+  EXPECT_EQ(nothing_near.err, "stoke: frobnicate is no command. (`stoke --help` lists them)\n");
+}
+
 }  // namespace
 }  // namespace stoke::testing

@@ -188,6 +188,13 @@ int main(int argc, char** argv) {
   app.add_option("--log-level", log_level, "trace, debug, info, warn or error")
       ->capture_default_str()
       ->check(CLI::IsMember({"trace", "debug", "info", "warn", "error", "critical", "off"}));
+  double drain_seconds = 0;
+  app.add_option("--drain-seconds", drain_seconds,
+                 "On SIGTERM or SIGINT, answer health checks NOT_SERVING (gRPC) and 503 "
+                 "(/readyz) for this long before closing the listener, so that a load "
+                 "balancer stops sending first")
+      ->capture_default_str()
+      ->check(CLI::Range(0.0, 600.0));
   bool stop_workers_on_exit = false, stop_workers = false;
   app.add_flag("--stop-workers-on-exit", stop_workers_on_exit,
                "On SIGTERM or SIGINT, stop the local workers too (their jobs go back to the "
@@ -528,6 +535,14 @@ int main(int argc, char** argv) {
     spdlog::warn("restarting on {} to listen again", (*server)->address());
   } else {
     spdlog::info("{} received; shutting down", strsignal(sig));
+  }
+  // Probes see it go first, while it still answers: gRPC health NOT_SERVING and /readyz
+  // 503, for --drain-seconds.
+  (*server)->SetServing(false);
+  if (metrics) metrics->SetDraining();
+  if (drain_seconds > 0 && !restart) {
+    spdlog::info("draining for {} s before closing the listener", drain_seconds);
+    std::this_thread::sleep_for(std::chrono::duration<double>(drain_seconds));
   }
   if (watch) watch->Stop();
   (*core)->BeginShutdown();

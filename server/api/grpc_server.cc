@@ -54,6 +54,10 @@ absl::StatusOr<std::unique_ptr<GrpcServer>> GrpcServer::Start(
 
 GrpcServer::~GrpcServer() { Shutdown(std::chrono::milliseconds(0)); }
 
+void GrpcServer::SetServing(bool serving) {
+  if (auto* health = server_->GetHealthCheckService()) health->SetServingStatus(serving);
+}
+
 void GrpcServer::Shutdown(std::chrono::milliseconds grace) {
   if (shut_down_) return;
   shut_down_ = true;

@@ -33,6 +33,8 @@ class GrpcServer {
 
   // The address it listens on, with the port it actually bound.
   const std::string& address() const { return address_; }
+  // What the standard health service answers: SERVING, or NOT_SERVING (draining).
+  void SetServing(bool serving);
   // Stops taking calls, ends open streams after `grace`, and waits for the handlers.
   void Shutdown(std::chrono::milliseconds grace);
 

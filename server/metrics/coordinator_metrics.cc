@@ -1,6 +1,10 @@
 #include "server/metrics/coordinator_metrics.h"
 
+#include <CivetServer.h>
 #include <prometheus/text_serializer.h>
+
+#include <atomic>
+#include <cstring>
 
 #include <algorithm>
 #include <set>
@@ -126,6 +130,36 @@ constexpr DeviceGaugeDef kDeviceGauges[] = {
      }},
 };
 
+// What /readyz reports. civetweb's callbacks carry no user data, so the state is the
+// process's: one coordinator serves /metrics per process.
+std::atomic<bool> g_leader{true};
+std::atomic<bool> g_draining{false};
+
+// Probes that cannot speak TLS gRPC: /healthz (the process answers) and /readyz (it
+// serves: leads, and is not draining), answered before civetweb's own handlers and
+// without --metrics-token, since they say nothing about jobs.
+int AnswerProbe(mg_connection* connection) {
+  const mg_request_info* request = mg_get_request_info(connection);
+  const char* uri = request != nullptr ? request->local_uri : nullptr;
+  if (uri == nullptr || (std::strcmp(uri, "/healthz") != 0 && std::strcmp(uri, "/readyz") != 0)) {
+    return 0;  // /metrics and the rest: civetweb's handlers
+  }
+  int status = 200;
+  const char* body = "ok\n";
+  if (std::strcmp(uri, "/readyz") == 0 && g_draining.load()) {
+    status = 503;
+    body = "draining: the coordinator is shutting down\n";
+  } else if (std::strcmp(uri, "/readyz") == 0 && !g_leader.load()) {
+    status = 503;
+    body = "standby: waiting for the leader lease\n";
+  }
+  mg_printf(connection,
+            "HTTP/1.1 %d %s\r\nContent-Type: text/plain\r\nContent-Length: %zu\r\n"
+            "Connection: close\r\n\r\n%s",
+            status, status == 200 ? "OK" : "Service Unavailable", std::strlen(body), body);
+  return status;
+}
+
 // What trains: "script" for a script job, else the model's kind ("mlp", "python", ...).
 std::string ModelName(const v1::JobSpec& spec) {
   if (spec.has_command()) return "script";
@@ -140,7 +174,9 @@ absl::StatusOr<std::unique_ptr<CoordinatorMetrics>> CoordinatorMetrics::Start(
   std::unique_ptr<prometheus::Exposer> exposer;
   if (!options.address.empty()) {
     try {
-      exposer = std::make_unique<prometheus::Exposer>(options.address);
+      static CivetCallbacks callbacks;
+      callbacks.begin_request = AnswerProbe;
+      exposer = std::make_unique<prometheus::Exposer>(options.address, 2, &callbacks);
       if (!options.token.empty()) {
         exposer->RegisterAuth(
             [token = options.token](const std::string&, const std::string& password) {
@@ -184,6 +220,7 @@ CoordinatorMetrics::CoordinatorMetrics(const Options& options,
                    "lease of a shared (PostgreSQL) store")
                  .Add({});
   leader_->Set(options.leader ? 1 : 0);
+  g_leader = options.leader;
   jobs_ = &Gauge("stoke_jobs", "Unfinished jobs by state");
   queue_length_ = &Gauge("stoke_queue_length", "Jobs waiting for devices (pending or restarting)");
   workers_ = &Gauge("stoke_workers", "Attached workers by state");
@@ -310,7 +347,12 @@ void CoordinatorMetrics::RefreshLoop() {
   } while (!stop_cv_.wait_for(lock, std::chrono::seconds(1), [this] { return stopping_; }));
 }
 
-void CoordinatorMetrics::SetLeader(bool leader) { leader_->Set(leader ? 1 : 0); }
+void CoordinatorMetrics::SetLeader(bool leader) {
+  leader_->Set(leader ? 1 : 0);
+  g_leader = leader;
+}
+
+void CoordinatorMetrics::SetDraining() { g_draining = true; }
 
 std::string CoordinatorMetrics::Exposition() const {
   return prometheus::TextSerializer().Serialize(registry_->Collect());

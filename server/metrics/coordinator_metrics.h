@@ -1,4 +1,5 @@
-// The coordinator's Prometheus endpoint: /metrics on --metrics-address. Families are
+// The coordinator's Prometheus endpoint: /metrics on --metrics-address, beside /healthz
+// and /readyz for probes. Families are
 // built once; a background thread refreshes them each second from a snapshot of the core,
 // so scrapes and training never wait on each other. Labels stay few and bounded: `job`
 // series live while the job runs and for a retention after it finishes, device series
@@ -61,8 +62,10 @@ class CoordinatorMetrics final : public RpcObserver {
   const std::string& address() const { return address_; }
   // Applies one snapshot taken at `now` (the refresher does this every second).
   void Refresh(const MetricsSnapshot& snapshot, absl::Time now);
-  // This coordinator took the leader lease (or lost it).
+  // This coordinator took the leader lease (or lost it); /readyz follows.
   void SetLeader(bool leader);
+  // It is shutting down: /readyz answers 503 from now on (/healthz stays 200).
+  void SetDraining();
   // Everything registered, in Prometheus text format (what /metrics serves).
   std::string Exposition() const;
 

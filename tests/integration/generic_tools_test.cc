@@ -1,13 +1,21 @@
 // Generic gRPC tools (grpcurl, health probes, load balancers) work against the
 // coordinator unchanged: the standard health service answers SERVING, and server
 // reflection lists Stoke's services. Spoken here through raw gRPC calls, as those tools do.
+// Probes that cannot speak TLS gRPC get /healthz and /readyz on the metrics port, and a
+// coordinator told to stop says so to both kinds of probe before it closes its listener.
 #include <grpcpp/generic/generic_stub.h>
 #include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
 
+#include <signal.h>
+
+#include <chrono>
+#include <fstream>
 #include <future>
+#include <thread>
 
 #include "tests/support/coordinator_process.h"
+#include "tests/support/http_get.h"
 #include "tests/support/temp_dir.h"
 
 namespace stoke::testing {
@@ -83,6 +91,55 @@ TEST_F(GenericTools, ReflectionListsStokeServices) {
   cq.Shutdown();
   while (cq.Next(&tag, &ok)) {
   }
+}
+
+// The standard health service's answer for the whole server: 1 SERVING, 2 NOT_SERVING,
+// 0 when the call failed.
+int HealthStatus(const std::shared_ptr<grpc::Channel>& channel) {
+  grpc::GenericStub stub(channel);
+  grpc::ClientContext context;
+  context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(2));
+  grpc::ByteBuffer request = FromString("");
+  grpc::ByteBuffer response;
+  std::promise<grpc::Status> done;
+  stub.UnaryCall(&context, "/grpc.health.v1.Health/Check", grpc::StubOptions(), &request, &response,
+                 [&](grpc::Status s) { done.set_value(s); });
+  if (!done.get_future().get().ok()) return 0;
+  const std::string bytes = ToString(response);
+  return bytes.size() == 2 && bytes[0] == '\x08' ? bytes[1] : 0;
+}
+
+TEST(Probes, HealthzAndReadyzAnswerAndADrainingCoordinatorSaysSoFirst) {
+  TempDir dir;
+  CoordinatorProcess::Options options;
+  options.data_dir = dir.path();
+  options.local_workers = "0";
+  options.extra_args = {"--heartbeat-timeout", "6", "--drain-seconds", "4"};
+  auto coordinator = CoordinatorProcess::Start(options);
+  ASSERT_NE(coordinator, nullptr);
+  std::string metrics;
+  std::ifstream(dir.File("metrics.address")) >> metrics;
+  ASSERT_FALSE(metrics.empty());
+  auto channel = grpc::CreateChannel(coordinator->address(), grpc::InsecureChannelCredentials());
+  EXPECT_EQ(HttpRequest(metrics, "/healthz").status, 200);
+  const HttpResponse ready = HttpRequest(metrics, "/readyz");
+  EXPECT_EQ(ready.status, 200);
+  EXPECT_EQ(ready.body, "ok\n");
+  EXPECT_EQ(HealthStatus(channel), 1);
+
+  ASSERT_EQ(kill(coordinator->pid(), SIGTERM), 0);
+  // Within the drain both probes say it is going, while it still answers them.
+  bool drained = false;
+  for (int i = 0; i < 30 && !drained; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    drained = HttpRequest(metrics, "/readyz").status == 503 && HealthStatus(channel) == 2;
+  }
+  EXPECT_TRUE(drained) << coordinator->Log();
+  const HttpResponse draining = HttpRequest(metrics, "/readyz");
+  EXPECT_EQ(draining.body, "draining: the coordinator is shutting down\n");
+  EXPECT_EQ(HttpRequest(metrics, "/healthz").status, 200) << "alive while it drains";
+  EXPECT_EQ(coordinator->Stop(), 0);
+  EXPECT_NE(coordinator->Log().find("draining for 4 s"), std::string::npos) << coordinator->Log();
 }
 
 }  // namespace

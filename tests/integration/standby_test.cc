@@ -228,12 +228,19 @@ TEST(StandbyCoordinator, ServesMetricsSayingWhetherItLeads) {
       << HttpGet(standby_metrics, "/metrics");
   EXPECT_TRUE(says(leader_metrics, "stoke_coordinator_leader 1"))
       << HttpGet(leader_metrics, "/metrics");
+  // A readiness probe sends traffic to the leader only.
+  const HttpResponse waiting = HttpRequest(standby_metrics, "/readyz");
+  EXPECT_EQ(waiting.status, 503);
+  EXPECT_EQ(waiting.body, "standby: waiting for the leader lease\n");
+  EXPECT_EQ(HttpRequest(standby_metrics, "/healthz").status, 200);
+  EXPECT_EQ(HttpRequest(leader_metrics, "/readyz").status, 200);
 
   leader->Signal(SIGTERM);
   EXPECT_EQ(leader->Wait(), 0) << leader->Log();
   EXPECT_TRUE(
       WaitFor([&] { return says(standby_metrics, "stoke_coordinator_leader 1"); }, seconds(10)))
       << standby->Log() << HttpGet(standby_metrics, "/metrics");
+  EXPECT_EQ(HttpRequest(standby_metrics, "/readyz").status, 200) << "it leads now";
   standby->Signal(SIGTERM);
   EXPECT_EQ(standby->Wait(), 0) << standby->Log();
 }

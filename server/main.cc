@@ -41,6 +41,7 @@
 #include "server/store/sqlite_job_store.h"
 #include "server/store/store_marker.h"
 #include "spec/flag_sources.h"
+#include "spec/log_setup.h"
 
 namespace fs = std::filesystem;
 using namespace stoke::server;
@@ -131,7 +132,7 @@ int main(int argc, char** argv) {
   size_t max_jobs_per_owner = 500;
   uint64_t audit_max_entries = 1'000'000;
   size_t max_watch_streams = CoordinatorService::kDefaultWatchStreamsPerCaller;
-  std::string log_level = "info";
+  stoke::spec::LogFlags log_flags;
   std::vector<std::string> data_roots;
   app.add_option("--address", address, "gRPC listen address (port 0 picks a free port)")
       ->capture_default_str();
@@ -184,10 +185,7 @@ int main(int argc, char** argv) {
   app.add_option("--data-root", data_roots,
                  "A folder job files may read data from (repeatable; default: "
                  "/usr/share/datasets and DATA_DIR/datasets)");
-  // spdlog takes an unknown name for "off": a typo must not silence the log.
-  app.add_option("--log-level", log_level, "trace, debug, info, warn or error")
-      ->capture_default_str()
-      ->check(CLI::IsMember({"trace", "debug", "info", "warn", "error", "critical", "off"}));
+  stoke::spec::AddLogFlags(app, log_flags);
   double drain_seconds = 0;
   app.add_option("--drain-seconds", drain_seconds,
                  "On SIGTERM or SIGINT, answer health checks NOT_SERVING (gRPC) and 503 "
@@ -248,7 +246,7 @@ int main(int argc, char** argv) {
   }
   RaiseFileLimit();
   signal(SIGPIPE, SIG_IGN);
-  spdlog::set_level(spdlog::level::from_str(log_level));
+  stoke::spec::ApplyLogFlags(log_flags);
 
   if (!backup_path.empty()) {
     if (!store_url.empty()) {

@@ -18,6 +18,7 @@
 #include "absl/strings/str_split.h"
 #include "security/credential_file.h"
 #include "spec/flag_sources.h"
+#include "spec/log_setup.h"
 #include "worker/common/task.h"
 #include "worker/engine/trainer.h"
 #include "worker/link/script_process.h"
@@ -91,7 +92,7 @@ int main(int argc, char** argv) {
   bool local = false;
   bool list_devices = false;
   int threads = 0;
-  std::string log_level = "info";
+  stoke::spec::LogFlags log_flags;
   app.add_option("--coordinator", coordinator,
                  "Coordinator address host:port, or several separated by commas: a leader and its "
                  "standbys ($STOKE_ADDRESS)")
@@ -124,10 +125,7 @@ int main(int argc, char** argv) {
                  "the coordinator sees it connect from)");
   app.add_option("--threads", threads, "Intra-op CPU threads (default: all cores)");
   app.add_flag("--list-devices", list_devices, "Print the CUDA devices this process sees and exit");
-  // spdlog takes an unknown name for "off": a typo must not silence the log.
-  app.add_option("--log-level", log_level, "trace, debug, info, warn or error")
-      ->capture_default_str()
-      ->check(CLI::IsMember({"trace", "debug", "info", "warn", "error", "critical", "off"}));
+  stoke::spec::AddLogFlags(app, log_flags);
   const char* env_ca = std::getenv("STOKE_TLS_CA");
   std::string tls_ca = env_ca ? env_ca : "", tls_cert, tls_key, join_token_file;
   app.add_option("--tls-ca", tls_ca, "PEM CA to verify the coordinator with: TLS ($STOKE_TLS_CA)");
@@ -146,7 +144,7 @@ int main(int argc, char** argv) {
       "before its gradient all-reduce (a rank slowed on purpose).");
   stoke::spec::AddFlagSources(app, "STOKE_WORKER_");
   if (const auto exit = stoke::spec::ParseFlags(app, argc, argv)) return *exit;
-  spdlog::set_level(spdlog::level::from_str(log_level));
+  stoke::spec::ApplyLogFlags(log_flags);
   // Not dumpable: a process of the same user (the user's code in a training process among
   // them) cannot read this one's memory, where the join token is, through /proc or ptrace.
   prctl(PR_SET_DUMPABLE, 0);

@@ -2,9 +2,12 @@
 // refuses, and the exit codes scripts depend on.
 #include <gtest/gtest.h>
 
+#include <nlohmann/json.hpp>
+
 #include <unistd.h>
 
 #include <fstream>
+#include <sstream>
 
 #include "tests/support/coordinator_process.h"
 #include "tests/support/subprocess.h"
@@ -366,6 +369,31 @@ TEST(CliCommandsTest, VersionAndAMistypedCommandAreAnswered) {
   const CommandResult nothing_near = RunCommand({STOKE_CLI_BINARY, "frobnicate"});
   EXPECT_EQ(nothing_near.exit_code, 2);
   EXPECT_EQ(nothing_near.err, "stoke: frobnicate is no command. (`stoke --help` lists them)\n");
+}
+
+// --log-format json: every line one JSON object a log shipper reads as it is, however odd
+// the text it carries (a data dir with quotes and a backslash in its name).
+TEST(StartFlagsTest, JsonLogsAreOneParsableObjectALine) {
+  TempDir dir;
+  const std::string odd = dir.File("say \"hi\" \\ there");
+  const CommandResult run = RunCommand(
+      {STOKE_COORDINATOR_BINARY, "--log-format", "json", "--data-dir", odd, "--stop-workers"});
+  ASSERT_EQ(run.exit_code, 0) << run.out << run.err;
+  std::istringstream lines(run.out + run.err);
+  std::string line;
+  int parsed = 0;
+  bool found = false;
+  while (std::getline(lines, line)) {
+    const auto json = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
+    ASSERT_TRUE(json.is_object()) << line;
+    EXPECT_EQ(json["level"], "info") << line;
+    EXPECT_EQ(json["time"].get<std::string>().size(), 24u) << line;  // 2026-12-06T15:41:49.383Z
+    found = found ||
+            json["message"].get<std::string>() == "stopped 0 local workers left running on " + odd;
+    ++parsed;
+  }
+  EXPECT_GE(parsed, 1);
+  EXPECT_TRUE(found) << run.out << run.err;
 }
 
 }  // namespace

@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 
 #include "absl/strings/ascii.h"
@@ -55,6 +56,15 @@ absl::StatusOr<std::string> ReadTokenFromFile(const std::string& path, const std
   std::string token(absl::StripAsciiWhitespace(text->substr(0, text->find('\n'))));
   if (token.empty()) return absl::InvalidArgumentError(absl::StrCat(what, " ", path, ": empty"));
   return token;
+}
+
+std::string ExposedSecretWarning(const std::string& path, const std::string& what) {
+  struct stat st;
+  if (path.empty() || stat(path.c_str(), &st) != 0 || (st.st_mode & S_IROTH) == 0) return "";
+  char mode[8];
+  std::snprintf(mode, sizeof mode, "%04o", static_cast<unsigned>(st.st_mode & 07777));
+  return absl::StrCat(what, " ", path, " can be read by every user of this machine (mode ", mode,
+                      "): it holds a secret; chmod o-r it");
 }
 
 }  // namespace stoke::security

@@ -298,6 +298,12 @@ int main(int argc, char** argv) {
   if (require_worker_cert && tls.client_ca_path.empty()) {
     return Fail(absl::InvalidArgumentError("--require-worker-cert needs --client-ca"));
   }
+  for (const auto& [path, flag] :
+       {std::pair{tls.key_path, "--tls-key"}, std::pair{metrics_token_path, "--metrics-token"}}) {
+    if (const std::string warning = security::ExposedSecretWarning(path, flag); !warning.empty()) {
+      spdlog::warn("{}", warning);
+    }
+  }
   auto credentials = security::MakeServerCredentials(tls);
   if (!credentials.ok()) return Fail(credentials.status());
   AccessControl::Options access_options;

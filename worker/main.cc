@@ -196,6 +196,11 @@ int main(int argc, char** argv) {
     options.tls_ca = tls_ca;
     options.tls_cert = tls_cert;
     options.tls_key = tls_key;
+    for (const auto& [path, flag] :
+         {std::pair{tls_key, "--tls-key"}, std::pair{join_token_file, "--join-token-file"}}) {
+      const std::string warning = stoke::security::ExposedSecretWarning(path, flag);
+      if (!warning.empty()) spdlog::warn("{}", warning);
+    }
     if (!join_token_file.empty()) {
       auto token = stoke::security::ReadTokenFromFile(join_token_file, "--join-token-file");
       if (!token.ok()) {

@@ -1,15 +1,22 @@
-// Credentials and who may do what, without a network: the tokens file, hashing, roles and
-// ownership, redaction, and the cleaning of text that workers send.
+// Credentials and who may do what, without a network: the tokens file, hashing, secrets
+// left readable by everyone, roles and ownership, redaction, and the cleaning of text that
+// workers send.
 #include <gtest/gtest.h>
+#include <sys/stat.h>
+
+#include <fstream>
 
 #include "security/auth_tokens.h"
+#include "security/credential_file.h"
 #include "security/token_hash.h"
 #include "server/api/access_control.h"
 #include "server/api/worker_text.h"
+#include "tests/support/temp_dir.h"
 
 namespace stoke {
 namespace {
 
+using security::ExposedSecretWarning;
 using security::Role;
 
 TEST(TokenHash, IsSha256InHexAndTokensAreFreshEachTime) {
@@ -20,6 +27,23 @@ TEST(TokenHash, IsSha256InHexAndTokensAreFreshEachTime) {
   EXPECT_EQ(a->size(), 4u + 64u);
   EXPECT_EQ(a->rfind("stk_", 0), 0u);
   EXPECT_NE(*a, *b);
+}
+
+TEST(CredentialFile, ASecretEveryUserCanReadIsWarnedAbout) {
+  stoke::testing::TempDir dir;
+  const std::string key = dir.File("key.pem");
+  std::ofstream(key) << "-----BEGIN PRIVATE KEY-----\n";
+  ASSERT_EQ(chmod(key.c_str(), 0644), 0);
+  EXPECT_EQ(ExposedSecretWarning(key, "--tls-key"),
+            "--tls-key " + key +
+                " can be read by every user of this machine (mode 0644): it holds a secret; "
+                "chmod o-r it");
+  // The owner's, or shared with a group only: as meant.
+  for (const mode_t mode : {0600, 0640, 0400}) {
+    ASSERT_EQ(chmod(key.c_str(), mode), 0);
+    EXPECT_EQ(ExposedSecretWarning(key, "--tls-key"), "") << std::oct << mode;
+  }
+  EXPECT_EQ(ExposedSecretWarning(dir.File("missing"), "--tls-key"), "") << "reading says why";
 }
 
 TEST(TokenFile, ParsesEntriesAndNamesTheLineOfEachMistake) {

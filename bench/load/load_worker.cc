@@ -42,11 +42,6 @@ bool LoadWorker::done() const {
   return done_;
 }
 
-std::string LoadWorker::status_message() const {
-  std::lock_guard<std::mutex> lock(mu_);
-  return status_.error_message();
-}
-
 LoadWorker::Counts LoadWorker::counts() const {
   std::lock_guard<std::mutex> lock(mu_);
   return counts_;
@@ -149,10 +144,9 @@ void LoadWorker::Tick(Clock::time_point now) {
   }
 }
 
-void LoadWorker::OnDone(const grpc::Status& status) {
+void LoadWorker::OnDone(const grpc::Status& /*status*/) {
   std::lock_guard<std::mutex> lock(mu_);
   done_ = true;
-  status_ = status;
   done_cv_.notify_all();
 }
 

@@ -56,7 +56,6 @@ class LoadWorker final : public grpc::ClientBidiReactor<v1::WorkerMessage, v1::C
   bool registered() const;
   // The stream has ended (the coordinator closed it, or Detach).
   bool done() const;
-  std::string status_message() const;
   Counts counts() const;
 
   void OnReadDone(bool ok) override;
@@ -89,7 +88,6 @@ class LoadWorker final : public grpc::ClientBidiReactor<v1::WorkerMessage, v1::C
   bool started_ = false;
   bool registered_ = false;
   bool done_ = false;
-  grpc::Status status_;
   std::chrono::milliseconds heartbeat_interval_{2000};
   Clock::time_point next_heartbeat_;
   std::optional<Task> task_;  // one at a time, as a real worker

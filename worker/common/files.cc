@@ -67,15 +67,6 @@ bool Rename(const std::string& from, const std::string& to, std::string* error) 
   return false;
 }
 
-unsigned long long DirectorySize(const std::string& path) {
-  unsigned long long total = 0;
-  for (const auto& name : ListDirectory(path)) {
-    struct stat st;
-    if (stat((path + "/" + name).c_str(), &st) == 0 && S_ISREG(st.st_mode)) total += st.st_size;
-  }
-  return total;
-}
-
 FileSink::FileSink(std::string path) : path_(std::move(path)) {
   fd_ = open(path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd_ < 0) Fail("cannot create");

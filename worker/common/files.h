@@ -19,8 +19,6 @@ std::vector<std::string> ListDirectory(const std::string& path);
 bool RemoveTree(const std::string& path);
 // rename(2): atomic within one file system.
 bool Rename(const std::string& from, const std::string& to, std::string* error);
-// Bytes of the regular files directly in a directory.
-unsigned long long DirectorySize(const std::string& path);
 
 // Opens a file a user named for reading, without ever waiting: open(2) with O_NONBLOCK (a
 // FIFO would otherwise block the caller until someone writes to it), then refuses

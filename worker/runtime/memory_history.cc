@@ -16,8 +16,6 @@
 
 namespace stoke::worker {
 
-bool MemoryHistory::Available() { return STOKE_MEMORY_HISTORY != 0; }
-
 void MemoryHistory::Start(int64_t max_events) {
 #if STOKE_MEMORY_HISTORY
   torch::cuda::_record_memory_history(/*enabled=*/true, /*record_context=*/false, max_events);

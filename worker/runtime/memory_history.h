@@ -13,8 +13,6 @@ namespace stoke::worker {
 
 class MemoryHistory {
  public:
-  // Whether this build can record (a CUDA LibTorch of 2.1 or later).
-  static bool Available();
   // Starts recording (the last `max_events` allocations and frees are kept).
   static void Start(int64_t max_events);
   // Writes what was recorded to `path`, and stops recording. Throws if it cannot.

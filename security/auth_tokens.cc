@@ -80,8 +80,8 @@ absl::StatusOr<std::vector<TokenEntry>> ParseTokenFile(const std::string& text,
     auto at = [&](const std::string& what) {
       return absl::InvalidArgumentError(absl::StrCat(path, ":", line_number, ": ", what));
     };
-    if (fields.size() != 3 && fields.size() != 4) {
-      return at("expected NAME ROLE sha256:HEX [hosts=HOST,...]");
+    if (fields.size() < 3 || fields.size() > 5) {
+      return at("expected NAME ROLE sha256:HEX [hosts=HOST,...] [expires=DATE]");
     }
     TokenEntry entry;
     entry.name = fields[0];
@@ -103,15 +103,28 @@ absl::StatusOr<std::vector<TokenEntry>> ParseTokenFile(const std::string& text,
       return at("hash: the same as " + it->second +
                 "'s; each credential needs a token of its own (stoke token create)");
     }
-    if (fields.size() == 4) {
-      constexpr absl::string_view kHosts = "hosts=";
-      if (!absl::StartsWith(fields[3], kHosts)) return at("expected hosts=HOST,... after the hash");
-      if (entry.role != Role::kWorker) return at("hosts= applies to worker tokens only");
-      for (absl::string_view host : absl::StrSplit(fields[3].substr(kHosts.size()), ',')) {
-        if (!IsValidCredentialName(std::string(host))) {
-          return at("hosts: a host name is 1-64 of the characters A-Z a-z 0-9 . _ @ -");
+    constexpr absl::string_view kHosts = "hosts=";
+    constexpr absl::string_view kExpires = "expires=";
+    bool hosts_given = false;
+    for (size_t f = 3; f < fields.size(); ++f) {
+      const std::string& field = fields[f];
+      if (absl::StartsWith(field, kHosts) && !hosts_given) {
+        if (entry.role != Role::kWorker) return at("hosts= applies to worker tokens only");
+        hosts_given = true;
+        for (absl::string_view host : absl::StrSplit(field.substr(kHosts.size()), ',')) {
+          if (!IsValidCredentialName(std::string(host))) {
+            return at("hosts: a host name is 1-64 of the characters A-Z a-z 0-9 . _ @ -");
+          }
+          entry.hosts.emplace_back(host);
         }
-        entry.hosts.emplace_back(host);
+      } else if (absl::StartsWith(field, kExpires) && !entry.expires) {
+        entry.expires = ParseExpiry(field.substr(kExpires.size()));
+        if (!entry.expires) {
+          return at("expires: " + field.substr(kExpires.size()) +
+                    " is no date (2027-01-31) or RFC 3339 time (2027-01-31T12:00:00Z)");
+        }
+      } else {
+        return at("expected hosts=HOST,... or expires=DATE after the hash, each once: " + field);
       }
     }
     entries.push_back(std::move(entry));
@@ -135,9 +148,23 @@ absl::StatusOr<std::vector<TokenEntry>> ReadTokenFile(const std::string& path) {
   return ParseTokenFile(text.str(), path);
 }
 
+std::optional<absl::Time> ParseExpiry(const std::string& text) {
+  absl::Time time;
+  std::string error;
+  if (absl::ParseTime("%Y-%m-%d", text, absl::UTCTimeZone(), &time, &error) ||
+      absl::ParseTime(absl::RFC3339_full, text, &time, &error)) {
+    return time;
+  }
+  return std::nullopt;
+}
+
 std::string FormatTokenLine(const TokenEntry& entry) {
   std::string line = absl::StrCat(entry.name, " ", RoleName(entry.role), " ", entry.hash);
   if (!entry.hosts.empty()) absl::StrAppend(&line, " hosts=", absl::StrJoin(entry.hosts, ","));
+  if (entry.expires) {
+    absl::StrAppend(&line, " expires=",
+                    absl::FormatTime("%Y-%m-%dT%H:%M:%SZ", *entry.expires, absl::UTCTimeZone()));
+  }
   return line;
 }
 

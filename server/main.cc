@@ -238,6 +238,7 @@ int main(int argc, char** argv) {
   sigaddset(&stop_signals, SIGINT);
   sigaddset(&stop_signals, SIGTERM);
   sigaddset(&stop_signals, kRestartSignal);
+  sigaddset(&stop_signals, SIGHUP);  // read --auth-tokens again
   pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
   // The address a restart of this process (after its listener stalled) keeps.
   if (const char* kept = std::getenv(kRestartAddressVariable)) {
@@ -427,6 +428,7 @@ int main(int argc, char** argv) {
   // kept across restarts: workers left training by the previous coordinator reattach
   // with it.
   std::string local_join_token_path;
+  std::optional<security::TokenEntry> local_workers_token;
   if (!access_options.tokens.empty() && local_workers != "0") {
     local_join_token_path = data_dir + "/local-worker.token";
     // Reused only if it is this user's own file that no one else may read: a token planted
@@ -457,10 +459,10 @@ int main(int argc, char** argv) {
       }
       close(fd);
     }
-    access_options.tokens.push_back(
-        {"local-workers", security::Role::kWorker, security::HashToken(*token)});
+    local_workers_token = {"local-workers", security::Role::kWorker, security::HashToken(*token)};
+    access_options.tokens.push_back(*local_workers_token);
   }
-  const AccessControl access(std::move(access_options));
+  AccessControl access(std::move(access_options));
   AuditLog audit(*store, clock, audit_max_entries);
   CoordinatorService coordinator_service(**core, hub, executor, read_executor, std::move(roots),
                                          access, audit);
@@ -533,8 +535,37 @@ int main(int argc, char** argv) {
       }
     }
   });
+  // SIGHUP reads the tokens file again, as `systemctl reload` does: a file that no longer
+  // parses, or holds no token, is refused and the tokens in force stay. Either way the
+  // audit log says so.
+  auto reload_tokens = [&] {
+    if (auth_tokens_path.empty()) {
+      spdlog::info("SIGHUP: there is no --auth-tokens file to read again");
+      return;
+    }
+    auto tokens = security::ReadTokenFile(auth_tokens_path);
+    if (tokens.ok() && tokens->empty()) {
+      tokens = absl::InvalidArgumentError(absl::StrCat(auth_tokens_path, ": holds no token"));
+    }
+    absl::Status result = tokens.status();
+    if (tokens.ok()) {
+      if (local_workers_token) tokens->push_back(*local_workers_token);
+      const size_t count = tokens->size();
+      access.ReplaceTokens(*std::move(tokens));
+      spdlog::info("--auth-tokens {}: read again on SIGHUP; {} tokens in force", auth_tokens_path,
+                   count);
+    } else {
+      spdlog::error("--auth-tokens: not read again on SIGHUP, the tokens in force stay: {}",
+                    std::string(result.message()));
+    }
+    audit.Record(Caller{"coordinator", security::Role::kAdmin, "signal:SIGHUP"}, "ReloadTokens",
+                 auth_tokens_path, result);
+    audit.Flush();
+  };
   int sig = 0;
-  sigwait(&stop_signals, &sig);
+  for (sigwait(&stop_signals, &sig); sig == SIGHUP; sigwait(&stop_signals, &sig)) {
+    reload_tokens();
+  }
   if (restart) {
     spdlog::warn("restarting on {} to listen again", (*server)->address());
   } else {

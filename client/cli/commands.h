@@ -48,8 +48,12 @@ int TokenizeCommand(const std::string& text_path, const std::string& token_path)
 int DataInspectCommand(const std::vector<std::string>& paths);
 // Local: prints a new token once, and the tokens-file line that grants it `role`.
 // `hosts`: a worker token's hosts (--host), whose workers alone it may register.
+// `expires`: when it stops working (a date or an RFC 3339 time); empty: never.
 int TokenCreateCommand(const std::string& name, const std::string& role,
-                       const std::vector<std::string>& hosts);
+                       const std::vector<std::string>& hosts, const std::string& expires);
+// Local, on the coordinator's host: removes NAME's line from the tokens file (rewritten
+// whole, atomically), then says how to make the coordinator read it again (SIGHUP).
+int TokenRevokeCommand(const std::string& name, const std::string& tokens_file);
 // The audit log (admins).
 int AuditCommand(CliContext& cli, uint32_t limit, bool all);
 int WhoAmICommand(CliContext& cli);

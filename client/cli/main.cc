@@ -118,6 +118,15 @@ int main(int argc, char** argv) {
   token_create->add_option("--host", token_hosts,
                            "A worker token: the host whose workers it may register "
                            "(repeatable); without it, any host's");
+  std::string token_expires, tokens_file;
+  token_create->add_option("--expires", token_expires,
+                           "When it stops working: a date (2027-01-31, its start, UTC) or an "
+                           "RFC 3339 time; default never");
+  auto* token_revoke = token_cmd->add_subcommand(
+      "revoke", "Remove a token from the coordinator's tokens file (then send it SIGHUP)");
+  token_revoke->add_option("name", token_name, "Whose token")->required();
+  token_revoke->add_option("--file", tokens_file, "The coordinator's --auth-tokens file")
+      ->required();
 
   auto* audit = app.add_subcommand("audit", "The audit log of mutating calls (admins)");
   audit->add_option("-n,--limit", limit, "Entries per page")->capture_default_str();
@@ -146,7 +155,8 @@ int main(int argc, char** argv) {
 
   if (*tokenize) return TokenizeCommand(text_path, out_path);
   if (*data_inspect) return DataInspectCommand(data_paths);
-  if (*token_create) return TokenCreateCommand(token_name, token_role, token_hosts);
+  if (*token_create) return TokenCreateCommand(token_name, token_role, token_hosts, token_expires);
+  if (*token_revoke) return TokenRevokeCommand(token_name, tokens_file);
 
   // Flags, then the environment, then the config file, then the default.
   auto config = ReadCliConfigFile(config_path);

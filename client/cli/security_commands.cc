@@ -1,9 +1,19 @@
-// `stoke token create`, `stoke audit` and `stoke whoami`: making credentials, and seeing
-// who did what.
+// `stoke token create`, `stoke token revoke`, `stoke audit` and `stoke whoami`: making and
+// taking back credentials, and seeing who did what.
+#include <sys/stat.h>
+
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
+#include <fstream>
 #include <iostream>
+#include <optional>
+#include <sstream>
+#include <string>
+#include <vector>
 
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_split.h"
 #include "client/cli/commands.h"
 #include "client/cli/format.h"
 #include "security/auth_tokens.h"
@@ -12,7 +22,18 @@
 namespace stoke::client {
 
 int TokenCreateCommand(const std::string& name, const std::string& role_name,
-                       const std::vector<std::string>& hosts) {
+                       const std::vector<std::string>& hosts, const std::string& expires) {
+  std::optional<absl::Time> expiry;
+  if (!expires.empty()) {
+    expiry = security::ParseExpiry(expires);
+    if (!expiry) {
+      std::fprintf(stderr,
+                   "stoke: --expires %s: expected a date (2027-01-31) or an RFC 3339 time "
+                   "(2027-01-31T12:00:00Z)\n",
+                   expires.c_str());
+      return kExitUsage;
+    }
+  }
   auto role = security::ParseRole(role_name);
   if (!role) {
     std::fprintf(stderr, "stoke: --role %s: expected viewer, submitter, admin or worker\n",
@@ -41,13 +62,14 @@ int TokenCreateCommand(const std::string& name, const std::string& role_name,
     return kExitError;
   }
   const std::string line =
-      security::FormatTokenLine({name, *role, security::HashToken(*token), hosts});
+      security::FormatTokenLine({name, *role, security::HashToken(*token), hosts, expiry});
   // The token on stdout alone, so `stoke token create ... > file` keeps just it; the
   // rest is for the person at the terminal.
   std::printf("%s\n", token->c_str());
   std::fprintf(stderr,
                "stoke: this token is shown once. Add this line to the coordinator's "
-               "--auth-tokens file and restart it:\n%s\n",
+               "--auth-tokens file, then send it SIGHUP (systemctl reload stoke-coordinator):"
+               "\n%s\n",
                line.c_str());
   if (*role == security::Role::kWorker) {
     std::fprintf(stderr, "stoke: give the token to the worker in a file: --join-token-file FILE\n");
@@ -55,6 +77,49 @@ int TokenCreateCommand(const std::string& name, const std::string& role_name,
     std::fprintf(stderr,
                  "stoke: its user sets STOKE_TOKEN, or token: in ~/.config/stoke/config.yaml\n");
   }
+  return kExitOk;
+}
+
+int TokenRevokeCommand(const std::string& name, const std::string& tokens_file) {
+  auto entries = security::ReadTokenFile(tokens_file);
+  if (!entries.ok()) {
+    std::fprintf(stderr, "stoke: --file %s\n", std::string(entries.status().message()).c_str());
+    return kExitUsage;
+  }
+  std::ifstream in(tokens_file);
+  std::stringstream kept;
+  bool found = false;
+  // Every other line stays as written, comments included; only NAME's goes.
+  for (std::string line; std::getline(in, line);) {
+    const std::vector<std::string> fields = absl::StrSplit(line, ' ', absl::SkipWhitespace());
+    if (!fields.empty() && fields[0] == name && line[0] != '#') {
+      found = true;
+      continue;
+    }
+    kept << line << "\n";
+  }
+  if (!found) {
+    std::fprintf(stderr, "stoke: %s: no token named %s\n", tokens_file.c_str(), name.c_str());
+    return kExitNotFound;
+  }
+  // A copy beside it, renamed over it: a coordinator reading it sees the old file or the
+  // new, never half of one. It keeps the file's mode.
+  struct stat st;
+  const std::string temporary = tokens_file + ".revoke";
+  std::ofstream out(temporary, std::ios::trunc);
+  out << kept.str();
+  out.close();
+  if (!out || stat(tokens_file.c_str(), &st) != 0 || chmod(temporary.c_str(), st.st_mode) != 0 ||
+      std::rename(temporary.c_str(), tokens_file.c_str()) != 0) {
+    std::fprintf(stderr, "stoke: %s: cannot rewrite it: %s\n", tokens_file.c_str(),
+                 std::strerror(errno));
+    std::remove(temporary.c_str());
+    return kExitError;
+  }
+  std::fprintf(stderr,
+               "stoke: %s removed from %s. Send the coordinator SIGHUP (systemctl reload "
+               "stoke-coordinator, or kill -HUP its pid) and it refuses the token at once.\n",
+               name.c_str(), tokens_file.c_str());
   return kExitOk;
 }
 

@@ -38,30 +38,54 @@ AccessControl::AccessControl(Options options)
   for (auto& entry : options.tokens) by_hash_.emplace(entry.hash, std::move(entry));
 }
 
-const security::TokenEntry* AccessControl::FindToken(const grpc::ServerContextBase& context,
-                                                     bool* presented) const {
+bool AccessControl::enabled() const {
+  std::shared_lock<std::shared_mutex> lock(tokens_mu_);
+  return !by_hash_.empty();
+}
+
+void AccessControl::ReplaceTokens(std::vector<security::TokenEntry> tokens) {
+  std::map<std::string, security::TokenEntry> by_hash;
+  for (auto& entry : tokens) by_hash.emplace(entry.hash, std::move(entry));
+  std::unique_lock<std::shared_mutex> lock(tokens_mu_);
+  by_hash_ = std::move(by_hash);
+}
+
+absl::StatusOr<std::optional<security::TokenEntry>> AccessControl::FindToken(
+    const grpc::ServerContextBase& context, bool* presented) const {
   *presented = false;
   const auto& metadata = context.client_metadata();
   auto it = metadata.find("authorization");
-  if (it == metadata.end()) return nullptr;
+  if (it == metadata.end()) return std::nullopt;
   *presented = true;
   absl::string_view value(it->second.data(), it->second.size());
-  if (!absl::StartsWith(value, kBearer) || value.size() > kMaxTokenBytes) return nullptr;
+  if (!absl::StartsWith(value, kBearer) || value.size() > kMaxTokenBytes) return std::nullopt;
   value.remove_prefix(kBearer.size());
-  auto found = by_hash_.find(security::HashToken(std::string(value)));
-  return found == by_hash_.end() ? nullptr : &found->second;
+  const std::string hash = security::HashToken(std::string(value));
+  std::shared_lock<std::shared_mutex> lock(tokens_mu_);
+  auto found = by_hash_.find(hash);
+  if (found == by_hash_.end()) return std::nullopt;
+  const security::TokenEntry& entry = found->second;
+  if (entry.expires && absl::Now() >= *entry.expires) {
+    return absl::UnauthenticatedError(
+        absl::StrCat("token ", entry.name, " expired at ",
+                     absl::FormatTime("%Y-%m-%d %H:%M:%S UTC", *entry.expires, absl::UTCTimeZone()),
+                     "; ask an admin for a new one (stoke token create)"));
+  }
+  return entry;
 }
 
 absl::StatusOr<Caller> AccessControl::IdentifyUser(const grpc::ServerContextBase& context) const {
   if (!enabled()) return Anonymous(context);
   bool presented = false;
-  const security::TokenEntry* entry = FindToken(context, &presented);
+  auto found = FindToken(context, &presented);
+  if (!found.ok()) return found.status();
+  const std::optional<security::TokenEntry>& entry = *found;
   if (!presented) {
     return absl::UnauthenticatedError(
         "this coordinator requires a token: set STOKE_TOKEN (or token: in "
         "~/.config/stoke/config.yaml); an admin makes one with `stoke token create`");
   }
-  if (entry == nullptr) return absl::UnauthenticatedError("the token is not valid here");
+  if (!entry) return absl::UnauthenticatedError("the token is not valid here");
   if (entry->role == Role::kWorker) {
     return absl::PermissionDeniedError(
         absl::StrCat("token ", entry->name, " is a worker join token; it may only attach workers"));
@@ -78,13 +102,15 @@ absl::StatusOr<Caller> AccessControl::IdentifyWorker(const grpc::ServerContextBa
   if (!certificate.empty()) return Caller{"cert:" + certificate, Role::kWorker, context.peer()};
   if (!enabled()) return Caller{"anonymous", Role::kWorker, context.peer()};
   bool presented = false;
-  const security::TokenEntry* entry = FindToken(context, &presented);
+  auto found = FindToken(context, &presented);
+  if (!found.ok()) return found.status();
+  const std::optional<security::TokenEntry>& entry = *found;
   if (!presented) {
     return absl::UnauthenticatedError(
         "this coordinator requires workers to join with a token (--join-token-file) or a "
         "client certificate");
   }
-  if (entry == nullptr) return absl::UnauthenticatedError("the join token is not valid here");
+  if (!entry) return absl::UnauthenticatedError("the join token is not valid here");
   if (entry->role != Role::kWorker) {
     return absl::PermissionDeniedError(absl::StrCat("token ", entry->name, " has role ",
                                                     security::RoleName(entry->role),

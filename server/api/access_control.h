@@ -13,6 +13,7 @@
 
 #include <map>
 #include <optional>
+#include <shared_mutex>
 #include <string>
 #include <vector>
 
@@ -46,7 +47,10 @@ class AccessControl {
   explicit AccessControl(Options options);
 
   // Whether calls need a token at all.
-  bool enabled() const { return !by_hash_.empty(); }
+  bool enabled() const;
+  // The tokens file was read again (SIGHUP): calls from now on are checked against
+  // `tokens`; a call being served keeps the caller it was identified as.
+  void ReplaceTokens(std::vector<security::TokenEntry> tokens);
 
   // The caller of a client call: UNAUTHENTICATED without a valid token (when tokens are
   // enabled). Worker tokens are refused here.
@@ -69,9 +73,12 @@ class AccessControl {
   static bool Owns(const Caller& caller, const v1::Job& job);
 
  private:
-  const security::TokenEntry* FindToken(const grpc::ServerContextBase& context,
-                                        bool* presented) const;
+  // The entry of the token the call presents, if any (`presented`: whether it presents
+  // one at all); UNAUTHENTICATED for an expired one.
+  absl::StatusOr<std::optional<security::TokenEntry>> FindToken(
+      const grpc::ServerContextBase& context, bool* presented) const;
 
+  mutable std::shared_mutex tokens_mu_;
   std::map<std::string, security::TokenEntry> by_hash_;
   bool require_worker_certificate_;
   std::optional<security::Role> python_models_;

@@ -5,9 +5,11 @@
 // by the test with the openssl CLI.
 #include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
+#include <signal.h>
 #include <sys/stat.h>
 
 #include <fstream>
+#include <iterator>
 
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
@@ -355,6 +357,75 @@ TEST_F(SecurityTest, TheCliSpeaksTlsAndHasAnExitCodePerRefusal) {
   CommandResult audit = Stoke({"audit"}, Token("root"));
   EXPECT_EQ(audit.exit_code, 0) << audit.err;
   EXPECT_NE(audit.out.find("victor"), std::string::npos) << audit.out;
+}
+
+// Tokens change without a restart: `stoke token revoke` takes a line out of the file and
+// SIGHUP makes the coordinator read it again, saying so in the audit log; a file broken
+// meanwhile is refused and the tokens in force stay. An expired token is refused, naming
+// when it expired.
+TEST(TokenReload, ARevokedTokenIsRefusedAfterSighupAndAnExpiredOneAtOnce) {
+  TempDir dir;
+  const std::string tokens = dir.File("tokens");
+  std::ofstream(tokens) << "# people\nroot admin " << security::HashToken("stk_root") << "\n"
+                        << "alice submitter " << security::HashToken("stk_alice") << "\n"
+                        << "old submitter " << security::HashToken("stk_old")
+                        << " expires=2020-01-01\n";
+  CoordinatorProcess::Options options{dir.File("data")};
+  options.local_workers = "0";
+  options.extra_args = {"--heartbeat-timeout", "6", "--auth-tokens", tokens};
+  options.client_token = "stk_root";
+  auto coordinator = CoordinatorProcess::Start(options);
+  ASSERT_NE(coordinator, nullptr);
+  auto as = [&](const std::string& token) {
+    client::ClientOptions o;
+    o.address = coordinator->address();
+    o.token = token;
+    return *client::Client::Connect(o);
+  };
+  EXPECT_TRUE(as("stk_alice")->GetCluster().ok());
+  const auto expired = as("stk_old")->GetCluster();
+  EXPECT_EQ(expired.status().code(), absl::StatusCode::kUnauthenticated);
+  EXPECT_NE(expired.status().message().find("token old expired at 2020-01-01 00:00:00 UTC"),
+            std::string::npos)
+      << expired.status();
+
+  const CommandResult revoke =
+      RunCommand({STOKE_CLI_BINARY, "token", "revoke", "alice", "--file", tokens});
+  ASSERT_EQ(revoke.exit_code, 0) << revoke.err;
+  std::ifstream in(tokens);
+  const std::string left((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  EXPECT_EQ(left.find("alice"), std::string::npos) << left;
+  EXPECT_NE(left.find("# people\nroot admin"), std::string::npos) << "other lines as written";
+  EXPECT_TRUE(as("stk_alice")->GetCluster().ok()) << "read again only on SIGHUP";
+  ASSERT_EQ(kill(coordinator->pid(), SIGHUP), 0);
+  EXPECT_TRUE(WaitFor(
+      [&] {
+        return as("stk_alice")->GetCluster().status().code() == absl::StatusCode::kUnauthenticated;
+      },
+      std::chrono::seconds(10)))
+      << coordinator->Log();
+
+  std::ofstream(tokens, std::ios::app) << "broken line\n";
+  ASSERT_EQ(kill(coordinator->pid(), SIGHUP), 0);
+  EXPECT_TRUE(WaitFor(
+      [&] { return coordinator->Log().find("not read again on SIGHUP") != std::string::npos; },
+      std::chrono::seconds(10)))
+      << coordinator->Log();
+  EXPECT_TRUE(as("stk_root")->GetCluster().ok()) << "the tokens in force stay";
+
+  v1::ListAuditRequest request;
+  request.set_page_size(50);
+  auto audit = as("stk_root")->ListAudit(request);
+  ASSERT_TRUE(audit.ok()) << audit.status();
+  std::vector<std::string> reloads;
+  for (const auto& entry : audit->entries()) {
+    if (entry.action() == "ReloadTokens") reloads.push_back(entry.who() + " " + entry.result());
+  }
+  ASSERT_EQ(reloads.size(), 2u);
+  // Newest first.
+  EXPECT_NE(reloads[0].find("coordinator INVALID_ARGUMENT"), std::string::npos) << reloads[0];
+  EXPECT_EQ(reloads[1], "coordinator OK");
+  EXPECT_EQ(coordinator->Stop(), 0);
 }
 
 TEST(CoordinatorStartTest, RefusesPlaintextBeyondLoopbackAndBadSecurityFiles) {

@@ -77,6 +77,36 @@ TEST(TokenFile, ParsesEntriesAndNamesTheLineOfEachMistake) {
 
 // A worker token per host: the tokens file says which hosts' workers it may register, and
 // a worker id of another host is refused naming the field.
+TEST(TokenFile, AnExpiryIsADateOrATimeAndALineSaysItBack) {
+  const std::string hash = security::HashToken("stk_x");
+  auto parsed = security::ParseTokenFile("a submitter " + hash + " expires=2027-01-31\n" +
+                                             "b worker " + security::HashToken("stk_y") +
+                                             " expires=2027-01-31T12:30:00Z hosts=gpu-1\n",
+                                         "tokens");
+  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  ASSERT_EQ(parsed->size(), 2u);
+  EXPECT_EQ((*parsed)[0].expires,
+            absl::FromCivil(absl::CivilDay(2027, 1, 31), absl::UTCTimeZone()));
+  EXPECT_EQ((*parsed)[1].expires,
+            absl::FromCivil(absl::CivilMinute(2027, 1, 31, 12, 30), absl::UTCTimeZone()));
+  EXPECT_EQ((*parsed)[1].hosts, std::vector<std::string>{"gpu-1"});
+  EXPECT_EQ(security::FormatTokenLine((*parsed)[0]),
+            "a submitter " + hash + " expires=2027-01-31T00:00:00Z");
+  auto again = security::ParseTokenFile(security::FormatTokenLine((*parsed)[1]), "tokens");
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_EQ((*again)[0].expires, (*parsed)[1].expires);
+  for (const auto& [line, why] : std::vector<std::pair<std::string, std::string>>{
+           {"a viewer " + hash + " expires=tomorrow", "tokens:1: expires: tomorrow is no date"},
+           {"a viewer " + hash + " expires=2027-01-31 expires=2028-01-01",
+            "tokens:1: expected hosts=HOST,... or expires=DATE after the hash, each once"},
+           {"a viewer " + hash + " colour=blue",
+            "tokens:1: expected hosts=HOST,... or expires="}}) {
+    auto bad = security::ParseTokenFile(line, "tokens");
+    EXPECT_FALSE(bad.ok()) << line;
+    EXPECT_NE(bad.status().message().find(why), std::string::npos) << bad.status();
+  }
+}
+
 TEST(TokenFile, AWorkerTokenNamesTheHostsItRegisters) {
   const std::string hash = security::HashToken("t");
   auto entries = security::ParseTokenFile("gpu-7 worker " + hash + " hosts=gpu-7,gpu-7b\n", "t");

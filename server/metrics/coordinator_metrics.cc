@@ -26,7 +26,7 @@ std::string Lower(const std::string& enum_name, const std::string& prefix) {
 
 bool Running(const v1::Job& job) { return job.state() == v1::JOB_STATE_RUNNING; }
 
-// The per-job gauges, all labelled {job}. `live`: only meaningful while the job runs
+// The per-job gauges, all labelled {job_id}. `live`: only meaningful while the job runs
 // (throughput); 0 otherwise, so a finished job's last rate does not linger.
 struct JobGaugeDef {
   const char* name;
@@ -325,11 +325,14 @@ CoordinatorMetrics::CoordinatorMetrics(const Options& options,
     process_gauges_[name] = &Gauge(name, help).Add({});
   }
   RefreshProcess();
-  if (exposer_) exposer_->RegisterCollectable(registry_);
+  scrape_ = std::make_shared<ScrapeRefresh>(this);
+  if (exposer_) exposer_->RegisterCollectable(scrape_);
   if (snapshot_) refresher_ = std::thread([this] { RefreshLoop(); });
 }
 
 CoordinatorMetrics::~CoordinatorMetrics() {
+  // No scrape may be running once this is gone: the HTTP server stops first.
+  exposer_.reset();
   {
     std::lock_guard<std::mutex> lock(stop_mu_);
     stopping_ = true;
@@ -345,6 +348,11 @@ void CoordinatorMetrics::RefreshLoop() {
     Refresh(snapshot_(), absl::Now());
     lock.lock();
   } while (!stop_cv_.wait_for(lock, std::chrono::seconds(1), [this] { return stopping_; }));
+}
+
+std::vector<prometheus::MetricFamily> CoordinatorMetrics::ScrapeRefresh::Collect() const {
+  if (metrics_->snapshot_) metrics_->Refresh(metrics_->snapshot_(), absl::Now());
+  return metrics_->registry_->Collect();
 }
 
 void CoordinatorMetrics::SetLeader(bool leader) {

@@ -1,10 +1,11 @@
 // The coordinator's Prometheus endpoint: /metrics on --metrics-address, beside /healthz
-// and /readyz for probes. Families are
-// built once; a background thread refreshes them each second from a snapshot of the core,
-// so scrapes and training never wait on each other. Labels stay few and bounded: `job`
-// series live while the job runs and for a retention after it finishes, device series
-// while their worker is attached, RPC series per method and status code. Every metric is
-// listed, with its unit, in README.md.
+// and /readyz for probes. Families are built once and refreshed from a snapshot of the
+// core each second (so a job shorter than the scrape interval still leaves its series for
+// the retention) and again at each scrape (so a scrape at any interval sees the state at
+// its own time). Labels stay few and bounded: `job_id` series live
+// while the job runs and for a retention after it finishes, device series while their
+// worker is attached, RPC series per method and status code. Every metric is listed,
+// with its unit, in README.md.
 #pragma once
 
 #include <prometheus/counter.h>
@@ -53,14 +54,14 @@ class CoordinatorMetrics final : public RpcObserver {
   };
 
   // Listens (if an address is given) and, with a snapshot function, refreshes from it
-  // every second.
+  // every second and at each scrape.
   static absl::StatusOr<std::unique_ptr<CoordinatorMetrics>> Start(const Options& options,
                                                                    SnapshotFn snapshot);
   ~CoordinatorMetrics() override;
 
   // host:port actually bound.
   const std::string& address() const { return address_; }
-  // Applies one snapshot taken at `now` (the refresher does this every second).
+  // Applies one snapshot taken at `now` (the refresher every second, and each scrape).
   void Refresh(const MetricsSnapshot& snapshot, absl::Time now);
   // This coordinator took the leader lease (or lost it); /readyz follows.
   void SetLeader(bool leader);
@@ -96,6 +97,16 @@ class CoordinatorMetrics final : public RpcObserver {
 
   CoordinatorMetrics(const Options& options, std::unique_ptr<prometheus::Exposer> exposer,
                      SnapshotFn snapshot);
+  // What the exposer collects: the registry, refreshed first.
+  class ScrapeRefresh final : public prometheus::Collectable {
+   public:
+    explicit ScrapeRefresh(CoordinatorMetrics* metrics) : metrics_(metrics) {}
+    std::vector<prometheus::MetricFamily> Collect() const override;
+
+   private:
+    CoordinatorMetrics* metrics_;
+  };
+
   void RefreshLoop();
   void RefreshJobs(const std::vector<v1::Job>& active, absl::Time now);
   void RefreshDevices(const v1::Cluster& cluster);
@@ -110,6 +121,12 @@ class CoordinatorMetrics final : public RpcObserver {
   std::shared_ptr<prometheus::Registry> registry_;
   std::string address_;
   SnapshotFn snapshot_;
+  std::shared_ptr<ScrapeRefresh> scrape_;
+
+  std::mutex stop_mu_;
+  std::condition_variable stop_cv_;
+  bool stopping_ = false;
+  std::thread refresher_;
 
   prometheus::Gauge* leader_ = nullptr;
   // Cluster and scheduler.
@@ -152,11 +169,6 @@ class CoordinatorMetrics final : public RpcObserver {
   std::map<int, prometheus::Gauge*> workers_by_state_;
   std::map<std::string, JobSeries> job_series_;
   std::map<std::string, DeviceSeries> device_series_;  // by worker id
-
-  std::mutex stop_mu_;
-  std::condition_variable stop_cv_;
-  bool stopping_ = false;
-  std::thread refresher_;
 };
 
 }  // namespace stoke::server

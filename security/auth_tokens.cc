@@ -112,7 +112,7 @@ absl::StatusOr<std::vector<TokenEntry>> ParseTokenFile(const std::string& text,
         if (entry.role != Role::kWorker) return at("hosts= applies to worker tokens only");
         hosts_given = true;
         for (absl::string_view host : absl::StrSplit(field.substr(kHosts.size()), ',')) {
-          if (!IsValidCredentialName(std::string(host))) {
+          if (!IsValidCredentialName(absl::StrCat(host))) {
             return at("hosts: a host name is 1-64 of the characters A-Z a-z 0-9 . _ @ -");
           }
           entry.hosts.emplace_back(host);

@@ -556,7 +556,7 @@ int main(int argc, char** argv) {
                    count);
     } else {
       spdlog::error("--auth-tokens: not read again on SIGHUP, the tokens in force stay: {}",
-                    std::string(result.message()));
+                    absl::StrCat(result.message()));
     }
     audit.Record(Caller{"coordinator", security::Role::kAdmin, "signal:SIGHUP"}, "ReloadTokens",
                  auth_tokens_path, result);

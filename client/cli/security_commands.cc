@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "client/cli/commands.h"
@@ -83,7 +84,7 @@ int TokenCreateCommand(const std::string& name, const std::string& role_name,
 int TokenRevokeCommand(const std::string& name, const std::string& tokens_file) {
   auto entries = security::ReadTokenFile(tokens_file);
   if (!entries.ok()) {
-    std::fprintf(stderr, "stoke: --file %s\n", std::string(entries.status().message()).c_str());
+    std::fprintf(stderr, "stoke: --file %s\n", absl::StrCat(entries.status().message()).c_str());
     return kExitUsage;
   }
   std::ifstream in(tokens_file);

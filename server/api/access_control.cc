@@ -60,7 +60,7 @@ absl::StatusOr<std::optional<security::TokenEntry>> AccessControl::FindToken(
   absl::string_view value(it->second.data(), it->second.size());
   if (!absl::StartsWith(value, kBearer) || value.size() > kMaxTokenBytes) return std::nullopt;
   value.remove_prefix(kBearer.size());
-  const std::string hash = security::HashToken(std::string(value));
+  const std::string hash = security::HashToken(absl::StrCat(value));
   std::shared_lock<std::shared_mutex> lock(tokens_mu_);
   auto found = by_hash_.find(hash);
   if (found == by_hash_.end()) return std::nullopt;

@@ -9,6 +9,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "absl/strings/str_cat.h"
 #include "tests/support/coordinator_process.h"
 #include "tests/support/subprocess.h"
 #include "tests/support/temp_dir.h"
@@ -362,8 +363,9 @@ TEST(CliCommandsTest, VersionAndAMistypedCommandAreAnswered) {
            {"sumbit", "submit"}, {"lsit", "list"}, {"cancle", "cancel"}, {"stauts", "status"}}) {
     const CommandResult run = RunCommand({STOKE_CLI_BINARY, typed, "1"});
     EXPECT_EQ(run.exit_code, 2) << typed;
-    EXPECT_NE(run.err.find("stoke: " + typed + " is no command. Did you mean " + meant + "?"),
-              std::string::npos)
+    EXPECT_NE(
+        run.err.find(absl::StrCat("stoke: ", typed, " is no command. Did you mean ", meant, "?")),
+        std::string::npos)
         << run.err;
   }
   const CommandResult nothing_near = RunCommand({STOKE_CLI_BINARY, "frobnicate"});

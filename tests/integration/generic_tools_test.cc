@@ -103,7 +103,7 @@ int HealthStatus(const std::shared_ptr<grpc::Channel>& channel) {
   grpc::ByteBuffer response;
   std::promise<grpc::Status> done;
   stub.UnaryCall(&context, "/grpc.health.v1.Health/Check", grpc::StubOptions(), &request, &response,
-                 [&](grpc::Status s) { done.set_value(s); });
+                 [&](const grpc::Status& s) { done.set_value(s); });
   if (!done.get_future().get().ok()) return 0;
   const std::string bytes = ToString(response);
   return bytes.size() == 2 && bytes[0] == '\x08' ? bytes[1] : 0;

@@ -49,6 +49,18 @@ BatchLoader::Options LoaderOptions(const TrainTask& task, torch::Device device, 
   return o;
 }
 
+// The pipeline over a training set (batched by the loader) and a held-out one, both
+// prepared on the device by `prep`.
+DataPipeline PipelineOf(std::shared_ptr<const Dataset> train, std::shared_ptr<const Dataset> val,
+                        const BatchPrep& prep, const TrainTask& task, torch::Device device,
+                        const BatchLoader::Options& loader) {
+  DataPipeline pipeline;
+  pipeline.eval = std::make_unique<DatasetEval>(std::move(val), prep, task.training.batch_size,
+                                                task.eval.batches, device);
+  pipeline.train = std::make_unique<BatchLoader>(std::move(train), prep, loader);
+  return pipeline;
+}
+
 DataPipeline OpenImages(const TrainTask& task, data::ImageSplits splits, torch::Device device,
                         int64_t start_batch) {
   auto train = std::make_shared<ImageDataset>(std::move(splits.train));
@@ -56,12 +68,7 @@ DataPipeline OpenImages(const TrainTask& task, data::ImageSplits splits, torch::
   // Both splits are normalized with the training split's statistics.
   BatchPrep prep =
       BatchPrep::ForImages(task.data.augment, train->ChannelMean(), train->ChannelStd(), device);
-  DataPipeline pipeline;
-  pipeline.eval = std::make_unique<DatasetEval>(test, prep, task.training.batch_size,
-                                                task.eval.batches, device);
-  pipeline.train =
-      std::make_unique<BatchLoader>(train, prep, LoaderOptions(task, device, start_batch));
-  return pipeline;
+  return PipelineOf(train, test, prep, task, device, LoaderOptions(task, device, start_batch));
 }
 
 // Every token id below the vocabulary, or std::invalid_argument naming the first that is
@@ -101,12 +108,8 @@ DataPipeline OpenTokens(const TrainTask& task, const TokenDataConfig& config, to
                                               config.vocab_size, task.training.seed);
   auto val = std::make_shared<TokenDataset>(val_file, val_begin, val_file->size(), config.context,
                                             config.vocab_size, task.training.seed);
-  DataPipeline pipeline;
-  pipeline.eval = std::make_unique<DatasetEval>(
-      val, BatchPrep::ForTokens(), task.training.batch_size, task.eval.batches, device);
-  pipeline.train = std::make_unique<BatchLoader>(train, BatchPrep::ForTokens(),
-                                                 LoaderOptions(task, device, start_batch));
-  return pipeline;
+  return PipelineOf(train, val, BatchPrep::ForTokens(), task, device,
+                    LoaderOptions(task, device, start_batch));
 }
 
 // Image statistics come from this many training samples at most.
@@ -134,12 +137,7 @@ DataPipeline OpenArrays(const TrainTask& task, const ArrayDataConfig& config, to
     train->ImageStatistics(kImageStatisticsSamples, &mean, &std);
     prep = BatchPrep::ForImages(task.data.augment, mean, std, device);
   }
-  DataPipeline pipeline;
-  pipeline.eval =
-      std::make_unique<DatasetEval>(val, prep, task.training.batch_size, task.eval.batches, device);
-  pipeline.train =
-      std::make_unique<BatchLoader>(train, prep, LoaderOptions(task, device, start_batch));
-  return pipeline;
+  return PipelineOf(train, val, prep, task, device, LoaderOptions(task, device, start_batch));
 }
 
 // Images whose statistics (for normalization) are measured: this many, spread over the set.
@@ -175,11 +173,7 @@ DataPipeline OpenImageFileSets(const TrainTask& task, std::vector<data::ImageFil
   std::vector<double> mean, std;
   train->Statistics(kImageFileStatisticsSamples, &mean, &std);
   BatchPrep prep = BatchPrep::ForImages(task.data.augment, mean, std, device);
-  DataPipeline pipeline;
-  pipeline.eval =
-      std::make_unique<DatasetEval>(val, prep, task.training.batch_size, task.eval.batches, device);
-  pipeline.train = std::make_unique<BatchLoader>(train, prep, loader);
-  return pipeline;
+  return PipelineOf(train, val, prep, task, device, loader);
 }
 
 DataPipeline OpenImageFiles(const TrainTask& task, const ImageDataConfig& config,
@@ -219,11 +213,7 @@ DataPipeline OpenShardMembers(const TrainTask& task, const ShardDataConfig& conf
     train->ImageStatistics(kImageFileStatisticsSamples, &mean, &std);
     prep = BatchPrep::ForImages(task.data.augment, mean, std, device);
   }
-  DataPipeline pipeline;
-  pipeline.eval =
-      std::make_unique<DatasetEval>(val, prep, task.training.batch_size, task.eval.batches, device);
-  pipeline.train = std::make_unique<BatchLoader>(train, prep, loader);
-  return pipeline;
+  return PipelineOf(train, val, prep, task, device, loader);
 }
 
 DataPipeline OpenShards(const TrainTask& task, const ShardDataConfig& config, torch::Device device,

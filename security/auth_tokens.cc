@@ -138,6 +138,12 @@ absl::StatusOr<std::vector<TokenEntry>> ReadTokenFile(const std::string& path) {
     return absl::NotFoundError(absl::StrCat(path, ": cannot read the tokens file"));
   }
   if (!S_ISREG(st.st_mode)) return absl::InvalidArgumentError(path + ": not a regular file");
+  // It holds hashes only, so others may read it; one they may write lets them add a token
+  // of any role for themselves.
+  if ((st.st_mode & (S_IWGRP | S_IWOTH)) != 0) {
+    return absl::PermissionDeniedError(absl::StrCat(
+        path, ": other users may write it, and so give themselves any role; chmod go-w it"));
+  }
   if (st.st_size > kMaxFileBytes) {
     return absl::InvalidArgumentError(path + ": larger than 1 MiB; not a tokens file");
   }

@@ -42,6 +42,7 @@ std::optional<absl::Time> ParseExpiry(const std::string& text);
 // Errors name the file and line. Names must be unique and made of [A-Za-z0-9._@-].
 absl::StatusOr<std::vector<TokenEntry>> ParseTokenFile(const std::string& text,
                                                        const std::string& path);
+// PERMISSION_DENIED for a file others may write (they could add a token for themselves).
 absl::StatusOr<std::vector<TokenEntry>> ReadTokenFile(const std::string& path);
 
 // The line to append to a tokens file for `entry`.

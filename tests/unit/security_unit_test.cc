@@ -77,6 +77,22 @@ TEST(TokenFile, ParsesEntriesAndNamesTheLineOfEachMistake) {
 
 // A worker token per host: the tokens file says which hosts' workers it may register, and
 // a worker id of another host is refused naming the field.
+TEST(TokenFile, AFileOthersMayWriteIsRefused) {
+  stoke::testing::TempDir dir;
+  const std::string path = dir.File("tokens");
+  std::ofstream(path) << "root admin " << security::HashToken("stk_root") << "\n";
+  ASSERT_EQ(chmod(path.c_str(), 0644), 0);  // hashes only: others may read it
+  EXPECT_TRUE(security::ReadTokenFile(path).ok());
+  for (const mode_t mode : {0666, 0620}) {
+    ASSERT_EQ(chmod(path.c_str(), mode), 0);
+    const auto refused = security::ReadTokenFile(path);
+    EXPECT_EQ(refused.status().code(), absl::StatusCode::kPermissionDenied) << std::oct << mode;
+    EXPECT_NE(refused.status().message().find(path + ": other users may write it"),
+              std::string::npos)
+        << refused.status();
+  }
+}
+
 TEST(TokenFile, AnExpiryIsADateOrATimeAndALineSaysItBack) {
   const std::string hash = security::HashToken("stk_x");
   auto parsed = security::ParseTokenFile("a submitter " + hash + " expires=2027-01-31\n" +

@@ -89,7 +89,9 @@ void ExpectConsistent(server::Coordinator& core, server::JobStore& store, const 
 
 TEST(Stress, FiveHundredWorkersComingAndGoingWhileJobsAreSubmittedAndCancelled) {
   InProcessCoordinator::Options options;
-  options.heartbeat_timeout = absl::Minutes(5);  // losses here come from streams closing
+  // Losses here come from streams closing. A busy worker whose stream closes is awaited
+  // for the heartbeat timeout (it may reconnect holding its task), so keep that short.
+  options.heartbeat_timeout = absl::Seconds(4);
   InProcessCoordinator coordinator(options);
   auto stubs = WorkerStubs(coordinator.address());
   auto api = coordinator.Stub();
@@ -281,7 +283,10 @@ TEST(Stress, TheCoreUnderConcurrentWorkersSubmissionsAndCancels) {
   server::Coordinator::Options options;
   options.jobs_dir = dir.File("jobs");
   options.tick_interval = absl::Milliseconds(5);
-  options.heartbeat_timeout = absl::Minutes(5);
+  // A vanished busy worker is awaited for the heartbeat timeout before its attempt
+  // fails; the workers here live for milliseconds, so two seconds is long.
+  options.heartbeat_interval = absl::Milliseconds(500);
+  options.heartbeat_timeout = absl::Seconds(2);
   auto core = *server::Coordinator::Create(options, *store, hub, clock);
   ASSERT_TRUE(core->Start().ok());
 
@@ -357,6 +362,9 @@ TEST(Stress, TheCoreUnderConcurrentWorkersSubmissionsAndCancels) {
   for (auto& f : finishers) f.join();
   EXPECT_EQ(core->GetCluster().workers_size(), 0);
   EXPECT_GT(assignments, kJobs / 2) << "the churn hardly reached the scheduler";
+  // Attempts that awaited their vanished workers give up once the timeout has passed.
+  EXPECT_TRUE(WaitFor([&] { return core->GetCluster().running_jobs() == 0; }))
+      << core->GetCluster().running_jobs() << " jobs still placed";
   std::cout << assignments << " assignments, " << cancels << " cancels of running tasks\n";
   for (int i = 0; i < kJobs; ++i) {
     auto job = core->GetJob(jobs[i]);

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <utility>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "worker/common/status_error.h"
 #include "worker/data/image_transform.h"
@@ -21,7 +22,12 @@ constexpr size_t kNamedBadFiles = 3;
 BadSamples::BadSamples(int64_t set_size, double max_bad_fraction, std::string noun)
     : set_size_(set_size), max_bad_fraction_(max_bad_fraction), noun_(std::move(noun)) {}
 
-void BadSamples::Record(int64_t index, const std::string& reason) {
+void BadSamples::Record(int64_t index, const data::ImageFile& file,
+                        const data::ReadOptions& options, const absl::Status& why) {
+  const std::string reason =
+      absl::StartsWith(why.message(), file.path)
+          ? absl::StrCat(why.message())
+          : absl::StrCat(data::DescribeImageFile(file, options), ": ", why.message());
   skipped_.fetch_add(1);
   std::lock_guard<std::mutex> lock(mutex_);
   if (std::find(bad_.begin(), bad_.end(), index) == bad_.end()) {

@@ -11,6 +11,10 @@
 #include <string>
 #include <vector>
 
+#include "absl/status/status.h"
+#include "formats/image_files.h"
+#include "formats/read_options.h"
+
 namespace stoke::worker {
 
 class BadSamples {
@@ -18,9 +22,11 @@ class BadSamples {
   // `noun` names the samples in messages ("images", "samples").
   BadSamples(int64_t set_size, double max_bad_fraction, std::string noun);
 
-  // Records sample `index` as bad for `reason` (which names its file); throws DATA_LOSS
-  // once more distinct samples are bad than the fraction allows (at least one is).
-  void Record(int64_t index, const std::string& reason);
+  // Records sample `index`, read from `file`, as bad for `why` (named with the file unless
+  // the message names it already, as a read's error does); throws DATA_LOSS once more
+  // distinct samples are bad than the fraction allows (at least one is).
+  void Record(int64_t index, const data::ImageFile& file, const data::ReadOptions& options,
+              const absl::Status& why);
   int64_t skipped() const { return skipped_.load(); }
 
   // Loads sample `index` through `load` (false: bad, recorded by it); when it is bad, other

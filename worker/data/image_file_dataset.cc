@@ -4,7 +4,6 @@
 #include <limits>
 #include <utility>
 
-#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "worker/data/image_transform.h"
 
@@ -60,11 +59,7 @@ bool ImageFileDataset::Load(int64_t index, int64_t epoch, bool train, uint8_t* o
       status = size.status();
     }
   }
-  // A read's error names the file already; a decoder's does not.
-  bad_.Record(index, absl::StartsWith(status.message(), file.path)
-                         ? absl::StrCat(status.message())
-                         : absl::StrCat(data::DescribeImageFile(file, options_.files), ": ",
-                                        status.message()));
+  bad_.Record(index, file, options_.files, status);
   return false;
 }
 

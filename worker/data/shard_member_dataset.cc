@@ -5,7 +5,6 @@
 #include <limits>
 #include <utility>
 
-#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "formats/array_set.h"
@@ -93,10 +92,7 @@ bool ShardMemberDataset::Load(int64_t index, uint8_t* out) const {
     }
     status = header.status();
   }
-  // A read's error and the header's name the member already.
-  bad_.Record(index, absl::StartsWith(status.message(), sample.path)
-                         ? absl::StrCat(status.message())
-                         : absl::StrCat(name, ": ", status.message()));
+  bad_.Record(index, sample, options_.files, status);
   return false;
 }
 

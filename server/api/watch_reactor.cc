@@ -126,8 +126,11 @@ void WatchReactor::OnWriteDone(bool ok) {
   {
     std::lock_guard<std::mutex> lock(mu_);
     writing_ = false;
-    if (!ok) {
-      // The client went away; OnCancel follows, or Finish now ends the call.
+    if (!ok || cancelled_) {
+      // The client went away. A write it had already received can complete with ok after
+      // OnCancel has run (and left the call to us, as a write was out): end it now, or
+      // the call never ends and the server's shutdown waits for it forever.
+      ok = false;
       finish = !finished_;
     } else {
       finish = AdvanceLocked();
@@ -140,6 +143,7 @@ void WatchReactor::OnCancel() {
   bool finish;
   {
     std::lock_guard<std::mutex> lock(mu_);
+    cancelled_ = true;
     finish = !finished_ && !writing_;
   }
   if (finish) FinishOnce(grpc::Status::CANCELLED);

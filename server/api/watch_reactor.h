@@ -62,8 +62,9 @@ class WatchReactor final : public grpc::ServerWriteReactor<v1::JobEvent> {
   bool filling_ = false;        // a Fill is queued or running
   bool wake_pending_ = false;   // new events arrived while busy
   bool writing_ = false;
-  bool finished_ = false;  // Finish has been called
-  bool done_ = false;      // OnDone has run; delete when no Fill is in flight
+  bool cancelled_ = false;  // OnCancel has run
+  bool finished_ = false;   // Finish has been called
+  bool done_ = false;       // OnDone has run; delete when no Fill is in flight
 };
 
 }  // namespace stoke::server

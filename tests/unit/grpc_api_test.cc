@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 #include <sqlite3.h>
 
+#include <atomic>
 #include <condition_variable>
 #include <memory>
 #include <mutex>
@@ -444,6 +445,44 @@ TEST(GrpcApi, ACallersOpenWatchStreamsAreCapped) {
     w->context.TryCancel();
     w->reader->Finish().IgnoreError();
   }
+}
+
+// A client that cancels a watch as soon as it has read an event races the server's write of
+// that event: the write can complete after the cancellation. Each such stream must still
+// end, or the coordinator's shutdown waits for it forever (seen as a hung test under load).
+TEST(GrpcApi, WatchesCancelledJustAfterAnEventStillLetTheServerShutDown) {
+  auto coordinator = std::make_unique<InProcessCoordinator>();
+  const std::string id = coordinator->Submit();
+  auto stub = coordinator->Stub();
+  constexpr int kWatches = 400;
+  std::vector<std::thread> clients;
+  for (int t = 0; t < 4; ++t) {
+    clients.emplace_back([&] {
+      for (int i = 0; i < kWatches / 4; ++i) {
+        grpc::ClientContext context;
+        v1::WatchJobRequest request;
+        request.set_id(id);
+        auto reader = stub->WatchJob(&context, request);
+        v1::JobEvent event;
+        EXPECT_TRUE(reader->Read(&event));
+        context.TryCancel();
+        reader->Finish().IgnoreError();
+      }
+    });
+  }
+  for (auto& client : clients) client.join();
+  // The destructor shuts the server down with a 500 ms grace; it waits for every stream.
+  // The shutdown thread owns what it touches, so that a hung one can be left behind.
+  auto shut_down = std::make_shared<std::atomic<bool>>(false);
+  std::thread shutdown([owned = std::move(coordinator), shut_down]() mutable {
+    owned.reset();
+    *shut_down = true;
+  });
+  if (!testing::WaitFor([&] { return shut_down->load(); }, std::chrono::seconds(30))) {
+    shutdown.detach();
+    FAIL() << "shutdown still waits for a watch stream after 30 s";
+  }
+  shutdown.join();
 }
 
 // One submitter cannot grow the queue without bound: past its cap of unfinished jobs its

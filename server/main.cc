@@ -121,6 +121,8 @@ void RaiseFileLimit() {
 
 int main(int argc, char** argv) {
   CLI::App app{"stoke-coordinator: queues training jobs and gang-schedules them onto GPU workers"};
+  // Flags bound to its fields take their defaults from it.
+  Coordinator::Options core_options;
   std::string address = "127.0.0.1:50051";
   std::string data_dir = DefaultDataDir();
   std::string local_workers = "auto";
@@ -179,6 +181,16 @@ int main(int argc, char** argv) {
                  "without --auth-tokens); submissions beyond it get RESOURCE_EXHAUSTED")
       ->capture_default_str()
       ->check(CLI::PositiveNumber);
+  app.add_option("--min-checkpoint-seconds", core_options.min_checkpoint_seconds,
+                 "Least seconds between two checkpoints of a job, whatever its spec asks "
+                 "(its last step's is always written)")
+      ->capture_default_str();
+  app.add_option("--max-job-bytes-per-owner", core_options.max_job_bytes_per_owner,
+                 "Bytes one owner's job folders may hold together (500G, 2T: powers of 1024; 0: no "
+                 "limit); "
+                 "past it the owner's running jobs fail and submissions are refused")
+      ->transform(CLI::AsSizeValue(false))
+      ->capture_default_str();
   app.add_option("--backfill-window", backfill_window_s,
                  "Seconds a blocked job lets smaller jobs pass it before it reserves devices")
       ->capture_default_str();
@@ -386,7 +398,6 @@ int main(int argc, char** argv) {
   }
   EventHub hub(*store);
   RealClock clock;
-  Coordinator::Options core_options;
   core_options.jobs_dir = data_dir + "/jobs";
   core_options.heartbeat_timeout = absl::Seconds(heartbeat_timeout_s);
   {

@@ -28,6 +28,7 @@ constexpr uint32_t kMaxLayerWidth = 1u << 20;
 constexpr uint32_t kMaxVocab = 1u << 16;  // token files hold uint16 ids
 // Checkpoints one job may keep: more fills a shared disk for no resume anyone needs.
 constexpr uint32_t kMaxCheckpointsKept = 100;
+constexpr uint32_t kMaxCheckpointIntervalSeconds = 7 * 24 * 3600;
 // A shuffle buffer holds sample ids only, yet a larger one stops being a stream.
 constexpr uint32_t kMaxShuffleBuffer = 10000000;
 // A text sample's ids: a model's sequence, not a document.
@@ -556,6 +557,10 @@ absl::Status ValidateJobSpec(const v1::JobSpec& spec) {
                    absl::StrCat("at most ", kMaxCheckpointsKept,
                                 " (each is a copy of the model and its optimizer state, on "
                                 "storage every job shares)"));
+  }
+  if (spec.checkpoint().min_interval_seconds() > kMaxCheckpointIntervalSeconds) {
+    return Invalid("checkpoint.min_interval_seconds",
+                   absl::StrCat("at most ", kMaxCheckpointIntervalSeconds, " (a week)"));
   }
   const v1::Compile compile = spec.training().compile();
   if ((compile == v1::COMPILE_ON || compile == v1::COMPILE_MAX_AUTOTUNE) &&

@@ -52,6 +52,9 @@ absl::Status Coordinator::Start() {
   telemetry_->Start();
   if (options_.tick_interval > absl::ZeroDuration()) {
     ticker_ = std::thread([this] { TickLoop(); });
+    if (options_.max_job_bytes_per_owner > 0) {
+      disk_quota_watch_ = std::thread([this] { DiskQuotaLoop(); });
+    }
   }
   return absl::OkStatus();
 }
@@ -68,6 +71,7 @@ void Coordinator::Stop() {
   }
   tick_cv_.notify_all();
   if (ticker_.joinable()) ticker_.join();
+  if (disk_quota_watch_.joinable()) disk_quota_watch_.join();
   telemetry_->Stop();
 }
 
@@ -125,6 +129,7 @@ absl::StatusOr<v1::Job> Coordinator::SubmitJob(const v1::JobSpec& spec,
         " unfinished jobs, the most allowed; wait for some to finish or "
         "cancel them"));
   }
+  if (auto over = OverDiskQuota(owner)) return absl::ResourceExhaustedError(*over);
   auto job = jobs_.Create(spec, request_id, owner, audit);
   if (!job.ok()) return job.status();
   if (audited != nullptr) *audited = audit != nullptr;

@@ -10,6 +10,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <set>
 #include <string>
 #include <thread>
@@ -67,6 +68,14 @@ class Coordinator {
     // and every ListJobs without bound. Without --auth-tokens every job has the same
     // owner (""), and the cap is the coordinator's.
     size_t max_unfinished_jobs_per_owner = 500;
+    // Least seconds between two checkpoints of a job: an assignment's spec asks for at
+    // least this, so that no spec makes its workers write their folder in a loop.
+    uint32_t min_checkpoint_seconds = 10;
+    // Bytes one owner's job folders (checkpoints, logs, exports) may hold together; 0: no
+    // limit. Past it, the owner's running jobs fail and their submissions are refused
+    // until folders are cleared. Measured every disk_quota_interval.
+    uint64_t max_job_bytes_per_owner = 0;
+    absl::Duration disk_quota_interval = absl::Seconds(30);
     // Metric samples and log lines are written by a writer of their own (group commit).
     TelemetryWriter::Options telemetry;
   };
@@ -128,6 +137,10 @@ class Coordinator {
   // Declares silent workers dead and runs the scheduler; the background thread calls it
   // every tick_interval.
   void Tick();
+  // Measures what each owner's job folders hold, and fails the running jobs of owners
+  // over max_job_bytes_per_owner; a background thread calls it every disk_quota_interval
+  // when there is a limit and a tick.
+  void MeasureJobFolders();
 
  private:
   Coordinator(Options options, JobStore& store, EventHub& hub, Clock& clock);
@@ -208,6 +221,11 @@ class Coordinator {
   // and those in `taken`.
   std::string RendezvousAddress(const std::string& host, std::set<std::string> taken);
   void TickLoop();
+  // Measures the job folders every disk_quota_interval (its own thread: a walk of shared
+  // storage must not delay the tick).
+  void DiskQuotaLoop();
+  // With mu_ held: why `owner` is over its disk quota, or nullopt.
+  std::optional<std::string> OverDiskQuota(const std::string& owner) const;
   // Tick: after a gap past stall_threshold, forgives the silence and moves deadlines.
   void GraceAfterStall(absl::Time now);
 
@@ -249,6 +267,11 @@ class Coordinator {
   std::condition_variable tick_cv_;
   bool stopping_ = false;
   std::thread ticker_;
+  std::thread disk_quota_watch_;
+  // The job folders' bytes by owner, from the last measure (under mu_); and each folder's
+  // owner, known to the measuring thread alone.
+  std::map<std::string, uint64_t> owner_folder_bytes_;
+  std::map<std::string, std::string> folder_owners_;
 };
 
 }  // namespace stoke::server

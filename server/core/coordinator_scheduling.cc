@@ -14,8 +14,13 @@ namespace stoke::server {
 void Coordinator::Schedule() {
   if (shutting_down_) return;
   std::vector<QueuedJob> queue;
+  std::map<std::string, std::string> held;  // owners over their disk quota wait
   for (const v1::Job* job : jobs_.Active()) {
     if (!IsQueued(job->state())) continue;
+    if (auto over = OverDiskQuota(job->owner())) {
+      held[job->id()] = *over;
+      continue;
+    }
     QueuedJob q;
     q.id = job->id();
     q.priority = job->spec().resources().priority();
@@ -26,11 +31,12 @@ void Coordinator::Schedule() {
     queue.push_back(std::move(q));
   }
   if (queue.empty()) {
-    PublishWaiting({});
+    PublishWaiting(std::move(held));
     return;
   }
   SchedulePlan plan =
       scheduler_.Plan(std::move(queue), workers_.FreeDevices(), workers_.Capacity(), clock_.Now());
+  plan.waiting.merge(held);
   PublishWaiting(std::move(plan.waiting));
   if (plan.starts.empty()) return;
   // Every placement of the pass in one transaction; each is durable before any worker
@@ -103,6 +109,9 @@ void Coordinator::StartJob(const PlannedStart& start) {
     a->set_job_id(job->id());
     a->set_attempt(job->attempt());
     *a->mutable_spec() = job->spec();
+    auto* checkpoint = a->mutable_spec()->mutable_checkpoint();
+    checkpoint->set_min_interval_seconds(
+        std::max(checkpoint->min_interval_seconds(), options_.min_checkpoint_seconds));
     a->set_rank(static_cast<uint32_t>(rank));
     a->set_world_size(static_cast<uint32_t>(start.worker_ids.size()));
     a->set_job_dir(absl::StrCat(options_.jobs_dir, "/", job->id()));

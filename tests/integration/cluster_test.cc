@@ -306,5 +306,32 @@ TEST_F(ClusterTest, KilledWorkerPutsItsJobBackInTheQueue) {
   client().CancelJob(id).IgnoreError();
 }
 
+// A spec that asks for a checkpoint at every step gets one at most every
+// --min-checkpoint-seconds (and always its last), so no job can write its folder in a loop.
+TEST(CheckpointPace, TheCoordinatorsMinimumIntervalHoldsWhateverTheSpecAsks) {
+  TempDir dir;
+  CoordinatorProcess::Options options{dir.path()};
+  options.local_workers = "cpu:1";
+  options.min_checkpoint_seconds = 3600;
+  auto coordinator = CoordinatorProcess::Start(options);
+  ASSERT_NE(coordinator, nullptr);
+  v1::JobSpec spec = TinyJob(300);
+  spec.mutable_checkpoint()->set_interval_steps(1);
+  spec.mutable_checkpoint()->set_keep(100);
+  auto job = coordinator->client().SubmitJob(spec);
+  ASSERT_TRUE(job.ok()) << job.status();
+  ASSERT_TRUE(WaitFor(
+      [&] {
+        auto now = coordinator->client().GetJob(job->id());
+        return now.ok() && now->state() == v1::JOB_STATE_SUCCEEDED;
+      },
+      seconds(120)))
+      << coordinator->Log();
+  auto checkpoints = coordinator->client().ListCheckpoints(job->id());
+  ASSERT_TRUE(checkpoints.ok()) << checkpoints.status();
+  ASSERT_EQ(checkpoints->checkpoints_size(), 1);
+  EXPECT_EQ(checkpoints->checkpoints(0).step(), 300u);
+}
+
 }  // namespace
 }  // namespace stoke::testing

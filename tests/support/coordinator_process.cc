@@ -49,6 +49,8 @@ std::unique_ptr<CoordinatorProcess> CoordinatorProcess::Start(const Options& opt
   const int first_port = 30000 + (getpid() % 300) * 100;
   args.push_back("--rendezvous-ports");
   args.push_back(std::to_string(first_port) + "-" + std::to_string(first_port + 99));
+  args.push_back("--min-checkpoint-seconds");
+  args.push_back(std::to_string(options.min_checkpoint_seconds));
   for (const auto& a : options.extra_args) args.push_back(a);
   if (options.stop_workers_on_exit) args.push_back("--stop-workers-on-exit");
   std::vector<char*> argv;

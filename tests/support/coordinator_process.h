@@ -24,6 +24,9 @@ class CoordinatorProcess {
     // Stop the local workers with the coordinator (--stop-workers-on-exit), so that a test
     // leaves no process behind. False: they train on through its restart, as by default.
     bool stop_workers_on_exit = true;
+    // --min-checkpoint-seconds: none by default, as tests check checkpoints at step
+    // intervals of jobs that run for seconds.
+    int min_checkpoint_seconds = 0;
     // > 0: the process may open at most this many files (soft and hard limit).
     int max_open_files = 0;
     // The test's own client: the token it sends and the CA it verifies TLS with.

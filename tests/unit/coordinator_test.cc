@@ -5,6 +5,8 @@
 #include <gtest/gtest.h>
 
 #include <condition_variable>
+#include <filesystem>
+#include <fstream>
 #include <future>
 #include <mutex>
 #include <set>
@@ -106,6 +108,7 @@ class CoordinatorTest : public ::testing::Test {
     options.stall_threshold = stall_threshold_;
     options.start_timeout = start_timeout_;
     options.jobs_dir = dir_.File("jobs");
+    options.max_job_bytes_per_owner = max_job_bytes_per_owner_;
     core_ = *Coordinator::Create(options, *store_, *hub_, clock_);
     ASSERT_TRUE(core_->Start().ok());
   }
@@ -184,11 +187,57 @@ class CoordinatorTest : public ::testing::Test {
   FakeClock clock_;
   absl::Duration start_timeout_ = absl::Minutes(10);
   absl::Duration stall_threshold_ = absl::InfiniteDuration();
+  uint64_t max_job_bytes_per_owner_ = 0;
   std::unique_ptr<FillableStore> store_;
   std::unique_ptr<EventHub> hub_;
   std::unique_ptr<Coordinator> core_;
   int attached_ = 0;  // workers attached so far: worker N connects from 10.0.0.N
 };
+
+// Past --max-job-bytes-per-owner, an owner's running job fails naming the limit, its
+// next submission is refused and its queued jobs wait; cleared folders let them go on. A
+// link planted in a folder counts nothing.
+TEST_F(CoordinatorTest, AnOwnerOverTheDiskQuotaIsStoppedUntilItsFoldersAreCleared) {
+  max_job_bytes_per_owner_ = 1 << 20;
+  Open();
+  auto w = Attach("w1");
+  const std::string running = Submit();
+  Started("w1", running, 1);
+  const std::string queued = Submit();
+  ASSERT_EQ(GetJob(running).state(), v1::JOB_STATE_RUNNING);
+  const std::string step = dir_.File("jobs/" + running + "/checkpoints/step-10");
+  std::filesystem::create_directories(step);
+  const std::string elsewhere = dir_.File("big-file-elsewhere");
+  std::ofstream(elsewhere) << std::string(4 << 20, 'x');
+  std::filesystem::create_symlink(elsewhere, step + "/model.pt");
+  core_->MeasureJobFolders();
+  EXPECT_EQ(GetJob(running).state(), v1::JOB_STATE_RUNNING) << "a link counted what it names";
+
+  std::filesystem::remove(step + "/model.pt");
+  std::ofstream(step + "/model.pt") << std::string(2 << 20, 'x');
+  core_->MeasureJobFolders();
+  const v1::Job failed = GetJob(running);
+  EXPECT_EQ(failed.state(), v1::JOB_STATE_FAILED);
+  EXPECT_NE(
+      failed.message().find("hold 2.0 MiB, over the limit of 1.0 MiB (--max-job-bytes-per-owner)"),
+      std::string::npos)
+      << failed.message();
+  EXPECT_EQ(failed.restarts(), 0u);
+  Finished("w1", running, 1, v1::TASK_OUTCOME_CANCELLED);
+  core_->Tick();
+  EXPECT_EQ(GetJob(queued).state(), v1::JOB_STATE_PENDING) << "placed while over the quota";
+  EXPECT_NE(GetJob(queued).message().find("job folders hold"), std::string::npos);
+  v1::JobSpec spec = GetJob(queued).spec();
+  EXPECT_EQ(core_->SubmitJob(spec).status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_TRUE(core_->SubmitJob(spec, "", "bob").ok()) << "another owner was held back";
+
+  std::filesystem::remove_all(dir_.File("jobs/" + running));
+  core_->MeasureJobFolders();
+  core_->Tick();
+  EXPECT_TRUE(GetJob(queued).state() == v1::JOB_STATE_SCHEDULED ||
+              GetJob(queued).message().find("job folders hold") == std::string::npos);
+  EXPECT_TRUE(core_->SubmitJob(spec).ok());
+}
 
 TEST_F(CoordinatorTest, JobRunsOnAnIdleWorkerToSuccess) {
   auto w = Attach("w1");

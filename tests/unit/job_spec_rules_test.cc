@@ -56,6 +56,8 @@ TEST(JobSpecRules, EachBadFieldIsNamed) {
        }},
       {"model.torchscript.path", [](v1::JobSpec& s) { s.mutable_model()->mutable_torchscript(); }},
       {"checkpoint.keep", [](v1::JobSpec& s) { s.mutable_checkpoint()->set_keep(4294967295u); }},
+      {"checkpoint.min_interval_seconds",
+       [](v1::JobSpec& s) { s.mutable_checkpoint()->set_min_interval_seconds(4294967295u); }},
       {"data.shards.urls", [](v1::JobSpec& s) { s.mutable_data()->mutable_shards(); }},
       {"data.shards.size",
        [](v1::JobSpec& s) {

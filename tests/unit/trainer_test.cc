@@ -221,6 +221,25 @@ class StopAfter final : public TrainingObserver {
   uint64_t stop_step_;
 };
 
+// A checkpoint due sooner than min_interval_seconds after the start or the last one is
+// skipped; the last step's is written all the same.
+TEST(Trainer, CheckpointsComeNoFasterThanTheirMinimumInterval) {
+  TrainTask task = SmallTask(20);
+  task.checkpoint.interval_steps = 1;
+  task.checkpoint.keep = 100;
+  stoke::testing::TempDir paced, unpaced;
+  std::atomic<bool> no_cancel{false};
+  for (auto [dir, seconds] : {std::pair{&paced, 3600u}, std::pair{&unpaced, 0u}}) {
+    task.job_dir = dir->path();
+    task.checkpoint.min_interval_seconds = seconds;
+    StopAfter run(no_cancel, 0);
+    ASSERT_EQ(RunTraining(task, kCpu, run, no_cancel).kind, TrainOutcome::Kind::kSucceeded);
+  }
+  EXPECT_EQ(files::ListDirectory(paced.path() + "/checkpoints"),
+            std::vector<std::string>{"step-20"});
+  EXPECT_EQ(files::ListDirectory(unpaced.path() + "/checkpoints").size(), 20u);
+}
+
 TEST(Trainer, ResumedTrainingContinuesTheSameLossCurve) {
   TrainTask task = SmallTask(90);
   task.training.metrics_interval_steps = 10;

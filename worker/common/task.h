@@ -297,6 +297,8 @@ struct EvalConfig {
 struct CheckpointConfig {
   uint32_t interval_steps = defaults::kCheckpointIntervalSteps;
   uint32_t keep = defaults::kCheckpointKeep;
+  // A checkpoint due sooner than this after the last one (or the start) is skipped.
+  uint32_t min_interval_seconds = 0;
 };
 
 // How the ranks of a job of several devices meet and reduce their gradients.

@@ -162,6 +162,28 @@ class FirstStepWatch {
   std::unique_ptr<DeviceTimer> end_;
 };
 
+// When a checkpoint is due: at its step interval, unless the last one (or the start) is
+// fewer than min_interval_seconds behind; always at the last step. Only rank 0 writes, so
+// a decision by its own clock needs no agreement between ranks.
+class CheckpointPace {
+ public:
+  explicit CheckpointPace(const CheckpointConfig& config)
+      : config_(config), last_(std::chrono::steady_clock::now()) {}
+
+  bool Due(uint64_t step, uint64_t last_step) {
+    const auto now = std::chrono::steady_clock::now();
+    const bool at_interval = config_.interval_steps > 0 && step % config_.interval_steps == 0 &&
+                             now - last_ >= std::chrono::seconds(config_.min_interval_seconds);
+    if (!at_interval && step != last_step) return false;
+    last_ = now;
+    return true;
+  }
+
+ private:
+  const CheckpointConfig& config_;
+  std::chrono::steady_clock::time_point last_;
+};
+
 // The steps of a built run, from its first to its last, with evaluation, metrics and
 // checkpoints at their intervals. `step` is the step under way, for the failure message.
 TrainOutcome Loop(TrainingRun& run, TrainingObserver& observer, const std::atomic<bool>& cancel,
@@ -170,7 +192,7 @@ TrainOutcome Loop(TrainingRun& run, TrainingObserver& observer, const std::atomi
   const auto& t = task.training;
   const uint32_t interval = std::max<uint32_t>(1, t.metrics_interval_steps);
   const uint32_t eval_interval = task.eval.interval_steps;
-  const uint32_t checkpoint_interval = task.checkpoint.interval_steps;
+  CheckpointPace checkpoints(task.checkpoint);
   const bool write_checkpoints = !task.job_dir.empty() && task.rank == 0;
   MetricWindow& metrics = *run.metrics;
   observer.OnStarted();
@@ -222,8 +244,7 @@ TrainOutcome Loop(TrainingRun& run, TrainingObserver& observer, const std::atomi
       observer.OnLog(DescribeEval(step, *sample.eval));
       observer.OnMetrics(sample);
     }
-    if (write_checkpoints &&
-        ((checkpoint_interval > 0 && step % checkpoint_interval == 0) || step == run.total_steps)) {
+    if (write_checkpoints && checkpoints.Due(step, run.total_steps)) {
       run.optimizer->SyncHostState();
       run.checkpoints->Save(step, *run.net, run.optimizer->state(), run.device_ref,
                             run.scaler.get());

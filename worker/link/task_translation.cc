@@ -318,6 +318,7 @@ absl::StatusOr<TrainTask> TaskFromAssignment(const v1::Assignment& a) {
     task.checkpoint.interval_steps = spec.checkpoint().interval_steps();
   }
   if (spec.checkpoint().keep() > 0) task.checkpoint.keep = spec.checkpoint().keep();
+  task.checkpoint.min_interval_seconds = spec.checkpoint().min_interval_seconds();
   if (task.training.batch_size <= 0 && !task.training.batch_size_auto) {
     return absl::InvalidArgumentError("training.batch_size: must be set");
   }

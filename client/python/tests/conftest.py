@@ -60,6 +60,8 @@ class Coordinator:
             "--local-workers", self.local_workers,
             "--metrics-address", "127.0.0.1:0",
             "--heartbeat-timeout", "6",
+            # Tests check checkpoints at step intervals of jobs that run for seconds.
+            "--min-checkpoint-seconds", "0",
             # Local workers outlive a coordinator by default; a test leaves none behind.
             "--stop-workers-on-exit",
         ]

@@ -34,6 +34,7 @@
 #include "server/api/listener_watch.h"
 #include "server/api/worker_link_service.h"
 #include "server/core/coordinator.h"
+#include "server/core/free_heap_returner.h"
 #include "server/core/local_workers.h"
 #include "server/metrics/coordinator_metrics.h"
 #include "server/standby.h"
@@ -259,6 +260,7 @@ int main(int argc, char** argv) {
   }
   RaiseFileLimit();
   signal(SIGPIPE, SIG_IGN);
+  const stoke::server::FreeHeapReturner heap_returner;
   stoke::spec::ApplyLogFlags(log_flags);
 
   if (!backup_path.empty()) {

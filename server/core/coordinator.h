@@ -150,6 +150,10 @@ class Coordinator {
   absl::Status AdmitRegistration(const v1::RegisterWorker& registration,
                                  const std::string& credential);
   absl::Status RefuseWhileHeld(const std::string& worker_id);
+  // A worker found claiming a GPU it lacks may not register with a CUDA device again
+  // until its distrust (kGpuDistrust) has passed.
+  absl::Status RefuseFoundOutGpu(const v1::RegisterWorker& registration);
+  static constexpr absl::Duration kGpuDistrust = absl::Hours(1);
   // A new process registered a known worker's id: the old one's connection closes, and
   // its job goes back to the queue unless the new one holds the same task.
   void ReplaceWorkerProcess(const WorkerEntry& replaced, const v1::HeldTask* held);
@@ -253,6 +257,8 @@ class Coordinator {
       std::make_shared<const std::map<std::string, std::string>>();
   bool shutting_down_ = false;
   uint64_t refused_reports_ = 0;
+  // Workers found claiming a GPU they lack, and until when they are not believed again.
+  std::map<std::string, absl::Time> distrusted_gpu_workers_;
   uint16_t next_rendezvous_port_ = 0;
   struct UnsavedTransition {
     std::string job_id;

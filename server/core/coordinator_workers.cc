@@ -54,6 +54,20 @@ absl::Status Coordinator::AdmitRegistration(const v1::RegisterWorker& registrati
   return absl::OkStatus();
 }
 
+absl::Status Coordinator::RefuseFoundOutGpu(const v1::RegisterWorker& registration) {
+  if (registration.device().type() != v1::DEVICE_TYPE_CUDA) return absl::OkStatus();
+  auto it = distrusted_gpu_workers_.find(registration.worker_id());
+  if (it == distrusted_gpu_workers_.end()) return absl::OkStatus();
+  if (clock_.Now() >= it->second) {
+    distrusted_gpu_workers_.erase(it);
+    return absl::OkStatus();
+  }
+  return absl::PermissionDeniedError(absl::StrCat(
+      "register.device: worker ", registration.worker_id(),
+      " claimed a GPU its metrics showed it lacks; it may register with one again after ",
+      absl::FormatTime("%Y-%m-%d %H:%M:%S UTC", it->second, absl::UTCTimeZone())));
+}
+
 absl::Status Coordinator::RefuseWhileHeld(const std::string& worker_id) {
   // An id is its live connection's: a second registration (with any credential) waits
   // until the holder has gone silent for three heartbeats. A worker reconnecting after its
@@ -91,6 +105,7 @@ absl::Status Coordinator::AttachWorker(const v1::RegisterWorker& registration,
                                        const std::string& credential) {
   if (auto s = AdmitRegistration(registration, credential); !s.ok()) return s;
   std::lock_guard<std::mutex> lock(mu_);
+  if (auto s = RefuseFoundOutGpu(registration); !s.ok()) return s;
   if (auto s = RefuseWhileHeld(registration.worker_id()); !s.ok()) return s;
   auto replaced = workers_.Attach(WorkerFrom(registration, address), connection, clock_.Now());
   const v1::HeldTask* held = registration.has_held_task() ? &registration.held_task() : nullptr;
@@ -282,7 +297,9 @@ void Coordinator::OnTaskStarted(const std::string& worker_id, const v1::TaskStar
 bool Coordinator::ClaimsAGpuItLacks(WorkerEntry& worker, const v1::TaskReport& report) {
   // Every training sample of a CUDA rank carries the CUDA caching allocator's readings,
   // which a process without a GPU has none of. One that does not has lied about its
-  // device: its attempt fails, and it goes.
+  // device: it goes, and may not claim a GPU again for an hour. Its attempt goes back to
+  // the queue with no restart counted: the job did nothing wrong, and a fake that came
+  // back again and again must not use up its restarts.
   if (worker.info.device().type() != v1::DEVICE_TYPE_CUDA) return false;
   for (const auto& sample : report.metrics()) {
     if (sample.has_eval() || sample.memory_reserved_bytes() > 0) continue;
@@ -292,7 +309,8 @@ bool Coordinator::ClaimsAGpuItLacks(WorkerEntry& worker, const v1::TaskReport& r
     spdlog::warn("job {}: {}", report.job_id(), why);
     const uint32_t attempt = worker.attempt;
     worker.connection->Close(why);
-    FailAttempt(report.job_id(), attempt, why, /*retryable=*/true);
+    distrusted_gpu_workers_[worker.info.id()] = clock_.Now() + kGpuDistrust;
+    RequeueAttempt(report.job_id(), attempt, why);
     return true;
   }
   return false;

@@ -902,7 +902,9 @@ TEST_F(CoordinatorTest, ARankSlowerThanItsPeerFor5WindowsIsNamedAndForgottenAtTh
 }
 
 // A process without a GPU that claims one is found out by its first metrics: a CUDA rank's
-// samples always carry the caching allocator's readings.
+// samples always carry the caching allocator's readings. It is closed and may not claim a
+// GPU again for an hour; the job goes back to the queue with no restart counted, so that
+// a fake cannot use up a job's restarts by capturing it again and again.
 TEST_F(CoordinatorTest, AWorkerWhoseMetricsShowNoGpuLosesTheJobAndIsClosed) {
   auto liar = std::make_shared<RecordingConnection>();
   v1::RegisterWorker reg;
@@ -918,8 +920,17 @@ TEST_F(CoordinatorTest, AWorkerWhoseMetricsShowNoGpuLosesTheJobAndIsClosed) {
   m.mutable_report()->add_metrics()->set_step(10);  // no memory readings
   Send("fake-gpu", m);
   EXPECT_NE(liar->closed_because.find("no CUDA memory readings"), std::string::npos);
-  EXPECT_EQ(GetJob(id).state(), v1::JOB_STATE_RESTARTING);
+  EXPECT_EQ(GetJob(id).state(), v1::JOB_STATE_PENDING);
+  EXPECT_EQ(GetJob(id).restarts(), 0u);
   EXPECT_TRUE(hub_->Read(id, 1, 100)->events.back().has_state_change());  // sample not stored
+
+  auto again = std::make_shared<RecordingConnection>();
+  const absl::Status refused = core_->AttachWorker(reg, "10.0.0.9", again);
+  EXPECT_EQ(refused.code(), absl::StatusCode::kPermissionDenied);
+  EXPECT_NE(refused.message().find("claimed a GPU its metrics showed it lacks"), std::string::npos)
+      << refused;
+  clock_.Advance(absl::Hours(1));  // past its distrust, and silent long enough
+  EXPECT_TRUE(core_->AttachWorker(reg, "10.0.0.9", again).ok());
 }
 
 TEST_F(CoordinatorTest, AWorkerIdStaysWithTheCredentialThatRegisteredItFirst) {

@@ -11,6 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "absl/time/time.h"
 #include "client/cli/format.h"
 #include "client/cli/progress.h"
 #include "client/lib/job_spec_file.h"
@@ -31,6 +32,16 @@ std::string Progress(const v1::Job& job) {
   const auto& m = job.latest_metrics();
   if (m.total_steps() == 0) return "-";
   return absl::StrFormat("%d/%d", m.step(), m.total_steps());
+}
+
+// The newest evaluation, briefly: "88.10%" (accuracy), "ppl 12.31" (perplexity) or
+// "loss 0.3312" (neither), "-" without one.
+std::string EvalBrief(const v1::Job& job) {
+  if (!job.has_latest_eval() || !job.latest_eval().has_eval()) return "-";
+  const v1::EvalResult& e = job.latest_eval().eval();
+  if (e.accuracy() > 0) return absl::StrFormat("%.2f%%", 100 * e.accuracy());
+  if (e.perplexity() > 0) return absl::StrFormat("ppl %.2f", e.perplexity());
+  return absl::StrFormat("loss %.4f", e.loss());
 }
 
 // One line per rank: which worker, on which host, on which device; and whether it holds
@@ -187,13 +198,15 @@ int ListCommand(CliContext& cli, const std::vector<std::string>& states, uint32_
     std::cout << ToJson(everything) << std::endl;
     return kExitOk;
   }
-  Table table({"ID", "NAME", "OWNER", "STATE", "GPUS", "PROGRESS", "LOSS", "SUBMITTED", "MESSAGE"});
+  const bool colour = UseColour(STDOUT_FILENO);
+  Table table(
+      {"ID", "NAME", "OWNER", "STATE", "GPUS", "PROGRESS", "LOSS", "EVAL", "SUBMITTED", "MESSAGE"});
   for (const auto& job : everything.jobs()) {
     const auto& m = job.latest_metrics();
     table.AddRow({job.id(), Printable(job.spec().name()), job.owner().empty() ? "-" : job.owner(),
-                  ShortStateName(job.state()), std::to_string(job.spec().resources().gpus()),
+                  StateWord(job.state(), colour), std::to_string(job.spec().resources().gpus()),
                   Progress(job), m.total_steps() ? absl::StrFormat("%.4f", m.loss()) : "-",
-                  FormatAge(job.create_time()), Printable(job.message())});
+                  EvalBrief(job), FormatAge(job.create_time()), Printable(job.message())});
   }
   std::cout << table.Render();
   if (!everything.next_page_token().empty()) {
@@ -212,7 +225,7 @@ int StatusCommand(CliContext& cli, const std::string& id) {
   const auto& spec = job->spec();
   const auto& m = job->latest_metrics();
   std::printf("job %s (%s)\n", job->id().c_str(), spec.name().c_str());
-  std::printf("  state      %s%s\n", ShortStateName(job->state()).c_str(),
+  std::printf("  state      %s%s\n", StateWord(job->state(), UseColour(STDOUT_FILENO)).c_str(),
               job->message().empty() ? "" : ("  " + Printable(job->message())).c_str());
   std::printf("  submitted  %s\n", FormatAge(job->create_time()).c_str());
   std::printf("  attempt    %u  (restarts %u of %u)\n", job->attempt(), job->restarts(),
@@ -266,6 +279,9 @@ int StatusCommand(CliContext& cli, const std::string& id) {
       std::printf("\n");
     }
   }
+  if (job->has_latest_eval() && job->latest_eval().has_eval()) {
+    std::printf("  eval       %s\n", ProgressView::EvalText(job->latest_eval()).c_str());
+  }
   if (m.scalars_size() > 0) {
     // Sorted, so that the line reads the same from one call to the next.
     const std::map<std::string, double> scalars(m.scalars().begin(), m.scalars().end());
@@ -312,7 +328,33 @@ int ClusterCommand(CliContext& cli) {
   return kExitOk;
 }
 
-int LogsCommand(CliContext& cli, const std::string& id, bool follow) {
+namespace {
+
+// --since: "10m" back from now, or an RFC 3339 time.
+absl::StatusOr<absl::Time> ParseSince(const std::string& since) {
+  absl::Duration back;
+  if (absl::ParseDuration(since, &back) && back >= absl::ZeroDuration()) return absl::Now() - back;
+  absl::Time when;
+  std::string error;
+  if (absl::ParseTime(absl::RFC3339_full, since, &when, &error)) return when;
+  return absl::InvalidArgumentError(
+      absl::StrCat("--since: ", since,
+                   " is neither a duration (10m, 1h30m) nor an RFC 3339 time "
+                   "(2026-12-06T10:00:00Z)"));
+}
+
+}  // namespace
+
+int LogsCommand(CliContext& cli, const std::string& id, bool follow, const LogsOptions& options) {
+  absl::Time since = absl::InfinitePast();
+  if (!options.since.empty()) {
+    auto parsed = ParseSince(options.since);
+    if (!parsed.ok()) {
+      std::fprintf(stderr, "stoke: %s\n", std::string(parsed.status().message()).c_str());
+      return kExitUsage;
+    }
+    since = *parsed;
+  }
   uint64_t last_seq = 0;
   if (!follow) {
     auto job = cli.client.GetJob(id);
@@ -321,12 +363,25 @@ int LogsCommand(CliContext& cli, const std::string& id, bool follow) {
     if (last_seq == 0) return kExitOk;
   }
   auto status = cli.client.WatchJob(id, WatchOptions{}, [&](const v1::JobEvent& event) {
-    if (event.has_log()) {
-      std::printf("[rank %u] %s\n", event.log().rank(), Printable(event.log().text()).c_str());
-    } else if (event.has_state_change()) {
-      const auto& change = event.state_change();
-      std::printf("-- %s%s%s\n", ShortStateName(change.state()).c_str(),
-                  change.message().empty() ? "" : ": ", Printable(change.message()).c_str());
+    const absl::Time time =
+        absl::FromUnixSeconds(event.time().seconds()) + absl::Nanoseconds(event.time().nanos());
+    const bool shown = (event.has_log() || event.has_state_change()) && time >= since;
+    if (shown && cli.json) {
+      std::printf("%s\n", ToJsonLine(event).c_str());
+    } else if (shown) {
+      const std::string when =
+          options.timestamps
+              ? absl::StrCat(absl::FormatTime("%Y-%m-%dT%H:%M:%E3SZ", time, absl::UTCTimeZone()),
+                             " ")
+              : "";
+      if (event.has_log()) {
+        std::printf("%s[rank %u] %s\n", when.c_str(), event.log().rank(),
+                    Printable(event.log().text()).c_str());
+      } else {
+        const auto& change = event.state_change();
+        std::printf("%s-- %s%s%s\n", when.c_str(), ShortStateName(change.state()).c_str(),
+                    change.message().empty() ? "" : ": ", Printable(change.message()).c_str());
+      }
     }
     std::fflush(stdout);
     return follow || event.seq() < last_seq;

@@ -38,7 +38,12 @@ int CancelCommand(CliContext& cli, const std::string& id, const std::string& rea
 int ClusterCommand(CliContext& cli);
 // Devices and unfinished jobs, refreshed every `interval_seconds` (or once).
 int TopCommand(CliContext& cli, bool once, double interval_seconds);
-int LogsCommand(CliContext& cli, const std::string& id, bool follow);
+struct LogsOptions {
+  bool timestamps = false;
+  std::string since;  // a duration back from now, or an RFC 3339 time; empty: everything
+};
+// Log lines and state changes; with -o json, one JSON object (a JobEvent) per line.
+int LogsCommand(CliContext& cli, const std::string& id, bool follow, const LogsOptions& options);
 int CheckpointsCommand(CliContext& cli, const std::string& id);
 int ExportCommand(CliContext& cli, const std::string& id, const std::string& path, uint64_t step,
                   const std::string& format);

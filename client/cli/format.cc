@@ -1,11 +1,15 @@
 #include "client/cli/format.h"
 
 #include <google/protobuf/util/json_util.h>
+#include <sys/ioctl.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cctype>
 #include <cstdio>
+#include <cstdlib>
 #include <ctime>
+#include <string_view>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -132,22 +136,118 @@ std::string ToJson(const google::protobuf::Message& message) {
   return json;
 }
 
-std::string Table::Render() const {
+std::string Table::Render(size_t max_width) const {
   std::vector<size_t> widths;
   for (const auto& row : rows_) {
     widths.resize(std::max(widths.size(), row.size()));
-    for (size_t i = 0; i < row.size(); ++i) widths[i] = std::max(widths[i], row[i].size());
+    for (size_t i = 0; i < row.size(); ++i) {
+      widths[i] = std::max(widths[i], VisibleWidth(row[i]));
+    }
   }
+  size_t shown = widths.size();
+  auto total = [&](size_t columns) {
+    size_t sum = 0;
+    for (size_t i = 0; i < columns; ++i) sum += widths[i] + (i + 1 < columns ? 2 : 0);
+    return sum;
+  };
+  while (max_width > 0 && shown > 2 && total(shown) > max_width) --shown;
   std::string out;
   for (const auto& row : rows_) {
     std::string line;
-    for (size_t i = 0; i < row.size(); ++i) {
-      line += row[i];
-      if (i + 1 < row.size()) line += std::string(widths[i] - row[i].size() + 2, ' ');
+    const size_t cells = std::min(row.size(), shown);
+    for (size_t i = 0; i < cells; ++i) {
+      absl::StrAppend(&line, row[i]);
+      if (i + 1 < cells) line.append(widths[i] - VisibleWidth(row[i]) + 2, ' ');
     }
-    out += line + "\n";
+    absl::StrAppend(&out, max_width > 0 ? CutToWidth(line, max_width) : line, "\n");
   }
   return out;
+}
+
+int TerminalColumns(int fd) {
+  winsize size{};
+  if (!isatty(fd) || ioctl(fd, TIOCGWINSZ, &size) != 0) return 0;
+  return size.ws_col;
+}
+
+namespace {
+
+// The length of the escape sequence at text[i] ("\033[...X"), or 0 if none starts there.
+size_t EscapeLength(const std::string& text, size_t i) {
+  if (text[i] != '\033' || i + 1 >= text.size() || text[i + 1] != '[') return 0;
+  size_t end = i + 2;
+  while (end < text.size() && !(text[end] >= 0x40 && text[end] <= 0x7E)) ++end;
+  return end < text.size() ? end - i + 1 : text.size() - i;
+}
+
+bool IsContinuationByte(char c) { return (static_cast<unsigned char>(c) & 0xC0) == 0x80; }
+
+}  // namespace
+
+size_t VisibleWidth(const std::string& text) {
+  size_t width = 0;
+  for (size_t i = 0; i < text.size();) {
+    if (const size_t escape = EscapeLength(text, i)) {
+      i += escape;
+      continue;
+    }
+    if (!IsContinuationByte(text[i])) ++width;
+    ++i;
+  }
+  return width;
+}
+
+std::string CutToWidth(const std::string& text, size_t width) {
+  size_t shown = 0;
+  for (size_t i = 0; i < text.size();) {
+    if (const size_t escape = EscapeLength(text, i)) {
+      i += escape;
+      continue;
+    }
+    if (!IsContinuationByte(text[i]) && ++shown > width) return text.substr(0, i);
+    ++i;
+  }
+  return text;
+}
+
+bool UseColour(int fd) {
+  const char* no_color = std::getenv("NO_COLOR");
+  const char* term = std::getenv("TERM");
+  return isatty(fd) && (no_color == nullptr || *no_color == '\0') &&
+         (term == nullptr || std::string_view(term) != "dumb");
+}
+
+std::string StateWord(v1::JobState state, bool colour) {
+  const std::string name = ShortStateName(state);
+  if (!colour) return name;
+  const char* code = nullptr;
+  switch (state) {
+    case v1::JOB_STATE_SUCCEEDED:
+      code = "32";  // green
+      break;
+    case v1::JOB_STATE_FAILED:
+      code = "31";  // red
+      break;
+    case v1::JOB_STATE_PENDING:
+    case v1::JOB_STATE_SCHEDULED:
+    case v1::JOB_STATE_RESTARTING:
+      code = "33";  // yellow
+      break;
+    case v1::JOB_STATE_RUNNING:
+      code = "36";  // cyan
+      break;
+    default:
+      return name;
+  }
+  return absl::StrCat("\033[", code, "m", name, "\033[0m");
+}
+
+std::string ToJsonLine(const google::protobuf::Message& message) {
+  google::protobuf::util::JsonPrintOptions options;
+  options.preserve_proto_field_names = true;
+  std::string json;
+  (void)google::protobuf::util::MessageToJsonString(message, &json, options);
+  return json;
 }
 
 std::string Printable(const std::string& text) {

@@ -38,13 +38,31 @@ std::vector<std::string> DescribeStartup(const v1::Job& job);
 std::string Printable(const std::string& text);
 // Protobuf's JSON mapping with the .proto's field names, indented.
 std::string ToJson(const google::protobuf::Message& message);
+// The same on one line, for output read a line at a time (`stoke logs -o json`).
+std::string ToJsonLine(const google::protobuf::Message& message);
+
+// Columns of the terminal on `fd`; 0 when `fd` is no terminal.
+int TerminalColumns(int fd);
+// Characters a terminal shows for `text`: UTF-8 code points, with escape sequences
+// ("\033[31m") not counted.
+size_t VisibleWidth(const std::string& text);
+// `text` cut to at most `width` shown characters; escape sequences are kept whole.
+std::string CutToWidth(const std::string& text, size_t width);
+// Whether what goes to `fd` may be coloured: a terminal, NO_COLOR unset or empty
+// (https://no-color.org), and TERM not "dumb".
+bool UseColour(int fd);
+// The state's short name, coloured when `colour`: green SUCCEEDED, red FAILED, yellow
+// while it waits or restarts, cyan while it runs.
+std::string StateWord(v1::JobState state, bool colour);
 
 // Columns padded to their widest cell.
 class Table {
  public:
   explicit Table(std::vector<std::string> header) { rows_.push_back(std::move(header)); }
   void AddRow(std::vector<std::string> row) { rows_.push_back(std::move(row)); }
-  std::string Render() const;
+  // `max_width` > 0: columns are dropped from the right (the first two always stay) until
+  // the table fits, and lines still too long are cut, so that no line wraps.
+  std::string Render(size_t max_width = 0) const;
 
  private:
   std::vector<std::vector<std::string>> rows_;

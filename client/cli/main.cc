@@ -72,6 +72,12 @@ int main(int argc, char** argv) {
   auto* logs = app.add_subcommand("logs", "Print a job's log lines");
   logs->add_option("id", id, "Job id")->required();
   logs->add_flag("-f,--follow", follow, "Keep printing until the job finishes");
+  LogsOptions logs_options;
+  logs->add_flag("-t,--timestamps", logs_options.timestamps,
+                 "Begin each line with when the coordinator received it (UTC, RFC 3339)");
+  logs->add_option("--since", logs_options.since,
+                   "Only lines from then on: a duration back from now (10m, 1h30m) or a time "
+                   "(2026-12-06T10:00:00Z)");
 
   auto* checkpoints = app.add_subcommand("checkpoints", "List a job's checkpoints");
   checkpoints->add_option("id", id, "Job id")->required();
@@ -190,7 +196,7 @@ int main(int argc, char** argv) {
   if (*cancel) return CancelCommand(cli, id, reason);
   if (*cluster) return ClusterCommand(cli);
   if (*top) return TopCommand(cli, once, interval);
-  if (*logs) return LogsCommand(cli, id, follow);
+  if (*logs) return LogsCommand(cli, id, follow, logs_options);
   if (*checkpoints) return CheckpointsCommand(cli, id);
   if (*export_cmd) return ExportCommand(cli, id, out_path, step, export_format);
   return kExitUsage;

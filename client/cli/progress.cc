@@ -1,5 +1,6 @@
 #include "client/cli/progress.h"
 
+#include <algorithm>
 #include <cmath>
 #include <map>
 #include <string>
@@ -12,7 +13,9 @@
 namespace stoke::client {
 namespace {
 
-constexpr int kBarWidth = 24;
+constexpr size_t kBarWidth = 24;
+// Narrower than this, a bar says too little to be worth its room.
+constexpr size_t kMinBarWidth = 10;
 // Script jobs: their own scalars on the progress line, at most this many.
 constexpr int kMaxScalarsShown = 4;
 
@@ -23,6 +26,16 @@ bool IsFinal(v1::JobState state) {
 
 }  // namespace
 
+ProgressView::ProgressView(std::FILE* out, bool terminal, std::string job_id,
+                           std::function<int()> columns)
+    : out_(out),
+      terminal_(terminal),
+      job_id_(std::move(job_id)),
+      columns_(columns ? std::move(columns) : [out] {
+        const int n = TerminalColumns(fileno(out));
+        return n > 0 ? n : 80;
+      }) {}
+
 std::optional<double> ProgressView::Eta(const v1::MetricSample& previous,
                                         const v1::MetricSample& latest) {
   const double steps = static_cast<double>(latest.step()) - static_cast<double>(previous.step());
@@ -31,18 +44,16 @@ std::optional<double> ProgressView::Eta(const v1::MetricSample& previous,
   return static_cast<double>(latest.total_steps() - latest.step()) * seconds / steps;
 }
 
-std::string ProgressView::ProgressText(bool with_bar) const {
+std::vector<ProgressView::Segment> ProgressView::ProgressSegments() const {
   const v1::MetricSample& m = *latest_;
   const double fraction =
       m.total_steps() ? static_cast<double>(m.step()) / static_cast<double>(m.total_steps()) : 0;
-  std::string text;
-  if (with_bar) {
-    int filled = static_cast<int>(std::round(fraction * kBarWidth));
-    text = absl::StrCat("[", std::string(filled, '#'), std::string(kBarWidth - filled, '-'), "] ");
-  }
-  absl::StrAppend(&text, absl::StrFormat("step %d/%d (%.0f%%)  loss %.4f  %s samples/s", m.step(),
-                                         m.total_steps(), fraction * 100, m.loss(),
-                                         FormatRate(m.samples_per_second())));
+  // Priorities: 0 is always shown; on a narrow terminal the highest go first.
+  std::vector<Segment> segments;
+  segments.push_back(
+      {absl::StrFormat("step %d/%d (%.0f%%)", m.step(), m.total_steps(), fraction * 100), 0});
+  segments.push_back({absl::StrFormat("loss %.4f", m.loss()), 0});
+  segments.push_back({absl::StrCat(FormatRate(m.samples_per_second()), " samples/s"), 2});
   std::optional<double> eta;
   if (previous_) {
     eta = Eta(*previous_, m);
@@ -50,32 +61,68 @@ std::string ProgressView::ProgressText(bool with_bar) const {
     v1::MetricSample origin;  // step 0 at time 0
     eta = Eta(origin, m);
   }
-  absl::StrAppend(&text, "  ETA ", eta ? FormatClock(*eta) : "?");
-  if (m.mfu() > 0) absl::StrAppend(&text, absl::StrFormat("  MFU %.0f%%", 100 * m.mfu()));
+  segments.push_back({absl::StrCat("ETA ", eta ? FormatClock(*eta) : "?"), 1});
+  if (m.mfu() > 0) segments.push_back({absl::StrFormat("MFU %.0f%%", 100 * m.mfu()), 5});
   // Worth a user's attention only when the data pipeline is holding training back.
   if (m.data_wait_ratio() >= 0.05) {
-    absl::StrAppend(&text, absl::StrFormat("  data wait %.0f%%", 100 * m.data_wait_ratio()));
+    segments.push_back({absl::StrFormat("data wait %.0f%%", 100 * m.data_wait_ratio()), 3});
   }
   if (m.comm_wait_ratio() >= 0.05) {
-    absl::StrAppend(&text, absl::StrFormat("  all-reduce wait %.0f%%", 100 * m.comm_wait_ratio()));
+    segments.push_back({absl::StrFormat("all-reduce wait %.0f%%", 100 * m.comm_wait_ratio()), 4});
   }
   if (m.samples_skipped() > 0) {
-    absl::StrAppend(&text, absl::StrFormat("  %d damaged samples skipped", m.samples_skipped()));
+    segments.push_back({absl::StrFormat("%d damaged samples skipped", m.samples_skipped()), 4});
   }
   if (m.skipped_steps() > 0) {
-    absl::StrAppend(&text, absl::StrFormat("  fp16 skipped %d steps (scale %g)", m.skipped_steps(),
-                                           m.loss_scale()));
+    segments.push_back(
+        {absl::StrFormat("fp16 skipped %d steps (scale %g)", m.skipped_steps(), m.loss_scale()),
+         4});
   }
-  // A script job's own scalars, the first few by name: the line stays one line.
+  // A script job's own scalars, the first few by name.
   const std::map<std::string, double> scalars(m.scalars().begin(), m.scalars().end());
   int shown = 0;
   for (const auto& [name, value] : scalars) {
     if (++shown > kMaxScalarsShown) break;
-    absl::StrAppend(&text, "  ", name, " ", absl::StrFormat("%.4g", value));
+    segments.push_back({absl::StrCat(name, " ", absl::StrFormat("%.4g", value)), 6});
   }
-  if (!device_summary_.empty()) absl::StrAppend(&text, "  ", device_summary_);
-  for (int d : m.diagnoses()) absl::StrAppend(&text, "  [", DiagnosisName(d), "]");
-  return text;
+  if (!device_summary_.empty()) segments.push_back({device_summary_, 6});
+  for (int d : m.diagnoses()) segments.push_back({absl::StrCat("[", DiagnosisName(d), "]"), 3});
+  return segments;
+}
+
+std::string ProgressView::ProgressText(size_t width) const {
+  std::vector<Segment> segments = ProgressSegments();
+  auto length = [&] {
+    size_t total = 0;
+    for (const Segment& s : segments) total += VisibleWidth(s.text) + 2;
+    return total;
+  };
+  // Narrow: the least needed segments go, the last of equals first, then the bar.
+  while (width > 0 && length() > width) {
+    auto least = segments.end();
+    for (auto it = segments.begin(); it != segments.end(); ++it) {
+      if (it->priority > 0 && (least == segments.end() || it->priority >= least->priority)) {
+        least = it;
+      }
+    }
+    if (least == segments.end()) break;
+    segments.erase(least);
+  }
+  std::string text;
+  const size_t room = width == 0 ? 0 : width - std::min(width, length());
+  // The bar is drawn only on a terminal (width > 0), as wide as there is room for.
+  const size_t bar = std::min<size_t>(kBarWidth, room >= 3 ? room - 3 : 0);
+  if (bar >= kMinBarWidth) {
+    const double fraction = latest_->total_steps() ? static_cast<double>(latest_->step()) /
+                                                         static_cast<double>(latest_->total_steps())
+                                                   : 0;
+    const auto filled = static_cast<size_t>(std::round(fraction * static_cast<double>(bar)));
+    text = absl::StrCat("[", std::string(filled, '#'), std::string(bar - filled, '-'), "] ");
+  }
+  for (size_t i = 0; i < segments.size(); ++i) {
+    absl::StrAppend(&text, i > 0 ? "  " : "", segments[i].text);
+  }
+  return width > 0 ? CutToWidth(text, width) : text;
 }
 
 std::string ProgressView::DeviceSummary(const v1::Job& job, const v1::Cluster& cluster) {
@@ -116,7 +163,12 @@ void ProgressView::PrintAbove(const std::string& line) {
 }
 
 void ProgressView::DrawLine() {
-  std::fprintf(out_, "\r\033[Kjob %s %s", job_id_.c_str(), ProgressText(/*with_bar=*/true).c_str());
+  // One column spare: a line that fills the last column wraps on some terminals.
+  const std::string prefix = absl::StrCat("job ", job_id_, " ");
+  const size_t columns = static_cast<size_t>(std::max(columns_(), 20));
+  const size_t width = columns - 1 - std::min(columns - 1, VisibleWidth(prefix));
+  std::fprintf(out_, "\r\033[K%s%s", prefix.c_str(),
+               ProgressText(std::max<size_t>(width, 1)).c_str());
   line_drawn_ = true;
   std::fflush(out_);
 }
@@ -151,8 +203,7 @@ void ProgressView::OnEvent(const v1::JobEvent& event) {
       if (terminal_) {
         DrawLine();
       } else {
-        std::fprintf(out_, "job %s %s\n", job_id_.c_str(),
-                     ProgressText(/*with_bar=*/false).c_str());
+        std::fprintf(out_, "job %s %s\n", job_id_.c_str(), ProgressText(0).c_str());
         std::fflush(out_);
       }
       break;

@@ -4,8 +4,10 @@
 #pragma once
 
 #include <cstdio>
+#include <functional>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "stoke/v1/coordinator.pb.h"
 #include "stoke/v1/job.pb.h"
@@ -14,8 +16,10 @@ namespace stoke::client {
 
 class ProgressView {
  public:
-  ProgressView(std::FILE* out, bool terminal, std::string job_id)
-      : out_(out), terminal_(terminal), job_id_(std::move(job_id)) {}
+  // `columns`: the terminal's width now (read at each redraw, so that a resized window
+  // is followed); by default the width of the terminal `out` writes to, else 80.
+  ProgressView(std::FILE* out, bool terminal, std::string job_id,
+               std::function<int()> columns = nullptr);
 
   void OnEvent(const v1::JobEvent& event);
   void OnReconnect(const std::string& why);
@@ -37,12 +41,23 @@ class ProgressView {
 
  private:
   void PrintAbove(const std::string& line);
+  // Draws the live line, fitted to the terminal's width.
   void DrawLine();
-  std::string ProgressText(bool with_bar) const;
+  // A part of the progress line; the higher its priority, the sooner it is left out when
+  // the line would not fit.
+  struct Segment {
+    std::string text;
+    int priority;
+  };
+  std::vector<Segment> ProgressSegments() const;
+  // The progress after "job N "; `width` > 0: fitted to that many columns, with a bar
+  // if there is room; 0: everything, no bar (a pipe).
+  std::string ProgressText(size_t width) const;
 
   std::FILE* out_;
   const bool terminal_;
   const std::string job_id_;
+  const std::function<int()> columns_;
   std::optional<v1::MetricSample> previous_;
   std::optional<v1::MetricSample> latest_;
   bool line_drawn_ = false;

@@ -8,8 +8,10 @@
 
 #include <fstream>
 #include <sstream>
+#include <thread>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "tests/support/coordinator_process.h"
 #include "tests/support/subprocess.h"
 #include "tests/support/temp_dir.h"
@@ -396,6 +398,89 @@ TEST(StartFlagsTest, JsonLogsAreOneParsableObjectALine) {
   }
   EXPECT_GE(parsed, 1);
   EXPECT_TRUE(found) << run.out << run.err;
+}
+
+}  // namespace
+}  // namespace stoke::testing
+
+namespace stoke::testing {
+namespace {
+
+// `tmux` with a server of the test's own (-L), for what the CLI draws on a real terminal.
+class Tmux {
+ public:
+  explicit Tmux(std::string socket) : socket_(std::move(socket)) {}
+  ~Tmux() { Run({"kill-server"}); }
+  CommandResult Run(std::vector<std::string> args) const {
+    args.insert(args.begin(), {"/usr/bin/tmux", "-L", socket_});
+    return RunCommand(args);
+  }
+  // The pane's text, wrapped lines joined (-J): a line that wrapped comes back longer
+  // than the pane is wide.
+  std::vector<std::string> Lines() const {
+    std::vector<std::string> lines;
+    std::istringstream text(Run({"capture-pane", "-p", "-J", "-t", "cli"}).out);
+    for (std::string line; std::getline(text, line);) lines.push_back(line);
+    return lines;
+  }
+  bool Alive() const { return Run({"has-session", "-t", "cli"}).exit_code == 0; }
+
+ private:
+  std::string socket_;
+};
+
+// `stoke watch` and `stoke top` in an 80-column terminal: their live lines do not wrap,
+// watch's redraws in place, and `q` quits top.
+TEST_F(CliTest, LiveLinesFitEightyColumnsUnderTmuxAndQQuitsTop) {
+  if (access("/usr/bin/tmux", X_OK) != 0) GTEST_SKIP() << "no tmux (scripts/setup-deps.sh)";
+  std::string file = WriteFile("live.yaml",
+                               "name: a-job-with-a-rather-long-name-for-its-line\n"
+                               "model: {mlp: {hidden: [16]}}\n"
+                               "data: {synthetic: {features: 8}}\n"
+                               "training: {steps: 100000000, batch_size: 16}\n"
+                               "metrics: {interval_steps: 20}\n");
+  CommandResult submit = Stoke({"submit", file});
+  ASSERT_EQ(submit.exit_code, 0) << submit.err;
+  const std::string id = submit.out.substr(0, submit.out.find('\n'));
+  const Tmux tmux(absl::StrCat("stoke-cli-test-", getpid()));
+  // `stoke ARGS...` in an 80x24 terminal.
+  auto start = [&](std::vector<std::string> args) {
+    args.insert(args.begin(),
+                {"new-session", "-d", "-s", "cli", "-x", "80", "-y", "24", "env",
+                 "TERM=xterm-256color", STOKE_CLI_BINARY, "--address", coordinator_->address()});
+    return tmux.Run(args);
+  };
+  // A line showing `must_show` is on screen, and it (or, with `every_line`, every line)
+  // fits 80 columns. Log lines printed above a live line may wrap: they are not cut.
+  auto fits = [&](const std::string& must_show, bool every_line) {
+    bool shown = false;
+    for (const std::string& line : tmux.Lines()) {
+      const bool showing = line.find(must_show) != std::string::npos;
+      if ((showing || every_line) && line.size() > 80) return false;  // ASCII: bytes are columns
+      shown = shown || showing;
+    }
+    return shown;
+  };
+
+  ASSERT_EQ(start({"watch", id}).exit_code, 0);
+  EXPECT_TRUE(WaitFor([&] { return fits("loss", false); }, std::chrono::seconds(30)))
+      << absl::StrJoin(tmux.Lines(), "\n");
+  // Redrawn in place: one progress line, however many samples have come.
+  std::this_thread::sleep_for(std::chrono::seconds(2));
+  int progress_lines = 0;
+  for (const std::string& line : tmux.Lines())
+    progress_lines += line.find("loss") != std::string::npos;
+  EXPECT_EQ(progress_lines, 1) << absl::StrJoin(tmux.Lines(), "\n");
+  tmux.Run({"kill-session", "-t", "cli"});
+
+  ASSERT_EQ(start({"top"}).exit_code, 0);
+  EXPECT_TRUE(WaitFor([&] { return fits("q quits", true); }, std::chrono::seconds(30)))
+      << absl::StrJoin(tmux.Lines(), "\n");
+  EXPECT_TRUE(fits("RUNNING", true)) << absl::StrJoin(tmux.Lines(), "\n");
+  tmux.Run({"send-keys", "-t", "cli", "q"});
+  EXPECT_TRUE(WaitFor([&] { return !tmux.Alive(); }, std::chrono::seconds(10)))
+      << "top did not quit on q";
+  ASSERT_EQ(Stoke({"cancel", id}).exit_code, 0);
 }
 
 }  // namespace

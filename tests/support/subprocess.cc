@@ -29,8 +29,9 @@ CommandResult RunCommand(const std::vector<std::string>& argv,
   if (pid == 0) {
     dup2(out_pipe[1], STDOUT_FILENO);
     dup2(err_pipe[1], STDERR_FILENO);
-    close(out_pipe[0]);
-    close(err_pipe[0]);
+    // Only stdout and stderr lead to the pipes: a daemon the command leaves behind (tmux's
+    // server) must not hold them open, or the output never ends.
+    for (int fd : {out_pipe[0], err_pipe[0], out_pipe[1], err_pipe[1]}) close(fd);
     for (auto& e : env) putenv(e.data());
     execv(cargs[0], cargs.data());
     _exit(127);

@@ -37,6 +37,7 @@
 #include "server/core/free_heap_returner.h"
 #include "server/core/local_workers.h"
 #include "server/metrics/coordinator_metrics.h"
+#include "server/service_notify.h"
 #include "server/standby.h"
 #include "server/store/open_store.h"
 #include "server/store/sqlite_job_store.h"
@@ -389,6 +390,9 @@ int main(int argc, char** argv) {
   if (opened->shared != nullptr) {
     spdlog::info("job store: PostgreSQL at {}", RedactedStoreUrl(store_url));
     std::thread lease_watch;
+    // A standby may wait for the lease for ever: to systemd it is up (started, not
+    // failed), and says what it waits for.
+    NotifyServiceManager("READY=1\nSTATUS=standby: waiting for the leader's lease");
     if (auto s = LeadBeforeServing(*opened->shared, stop_signals, &lease_watch); !s.ok()) {
       if (s.code() != absl::StatusCode::kCancelled) return Fail(s);
       spdlog::info("stopped while standby");
@@ -536,6 +540,9 @@ int main(int argc, char** argv) {
     if (auto s = supervisor->Start(); !s.ok()) return Fail(s);
   }
 
+  // systemd (Type=notify): units ordered after this one start once it takes calls.
+  NotifyServiceManager(absl::StrCat("READY=1\nSTATUS=serving on ", (*server)->address()));
+
   // The marker follows the newest job every few seconds, and once more at the end.
   std::atomic<bool> marking{marker.has_value()};
   std::thread marker_updates([&] {
@@ -577,7 +584,9 @@ int main(int argc, char** argv) {
   };
   int sig = 0;
   for (sigwait(&stop_signals, &sig); sig == SIGHUP; sigwait(&stop_signals, &sig)) {
+    NotifyServiceManager("RELOADING=1");
     reload_tokens();
+    NotifyServiceManager("READY=1");
   }
   if (restart) {
     spdlog::warn("restarting on {} to listen again", (*server)->address());
@@ -585,7 +594,8 @@ int main(int argc, char** argv) {
     spdlog::info("{} received; shutting down", strsignal(sig));
   }
   // Probes see it go first, while it still answers: gRPC health NOT_SERVING and /readyz
-  // 503, for --drain-seconds.
+  // 503, for --drain-seconds; and systemd that it is stopping.
+  if (!restart) NotifyServiceManager("STOPPING=1");
   (*server)->SetServing(false);
   if (metrics) metrics->SetDraining();
   if (drain_seconds > 0 && !restart) {

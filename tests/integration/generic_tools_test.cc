@@ -8,8 +8,12 @@
 #include <gtest/gtest.h>
 
 #include <signal.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
 
 #include <chrono>
+#include <cstring>
 #include <fstream>
 #include <future>
 #include <thread>
@@ -140,6 +144,40 @@ TEST(Probes, HealthzAndReadyzAnswerAndADrainingCoordinatorSaysSoFirst) {
   EXPECT_EQ(HttpRequest(metrics, "/healthz").status, 200) << "alive while it drains";
   EXPECT_EQ(coordinator->Stop(), 0);
   EXPECT_NE(coordinator->Log().find("draining for 4 s"), std::string::npos) << coordinator->Log();
+}
+
+// Under systemd (Type=notify) the coordinator says READY=1 once it serves and STOPPING=1
+// when told to stop, on the unix datagram socket $NOTIFY_SOCKET names.
+TEST(Probes, ACoordinatorTellsTheServiceManagerWhenItIsReadyAndWhenItStops) {
+  TempDir dir;
+  const std::string socket_path = dir.File("notify.sock");
+  const int listener = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+  ASSERT_GE(listener, 0);
+  sockaddr_un address{};
+  address.sun_family = AF_UNIX;
+  ASSERT_LT(socket_path.size(), sizeof(address.sun_path));
+  std::memcpy(address.sun_path, socket_path.c_str(), socket_path.size());
+  ASSERT_EQ(bind(listener, reinterpret_cast<sockaddr*>(&address), sizeof(address)), 0);
+  const timeval wait{30, 0};
+  setsockopt(listener, SOL_SOCKET, SO_RCVTIMEO, &wait, sizeof(wait));
+  auto receive = [&] {
+    char buffer[512];
+    const ssize_t n = recv(listener, buffer, sizeof(buffer), 0);
+    return n > 0 ? std::string(buffer, static_cast<size_t>(n)) : std::string();
+  };
+
+  CoordinatorProcess::Options options;
+  options.data_dir = dir.File("data");
+  options.local_workers = "0";
+  setenv("NOTIFY_SOCKET", socket_path.c_str(), 1);  // the child inherits it
+  auto coordinator = CoordinatorProcess::Start(options);
+  unsetenv("NOTIFY_SOCKET");
+  ASSERT_NE(coordinator, nullptr);
+  EXPECT_EQ(receive(), "READY=1\nSTATUS=serving on " + coordinator->address());
+  ASSERT_EQ(kill(coordinator->pid(), SIGTERM), 0);
+  EXPECT_EQ(receive(), "STOPPING=1");
+  EXPECT_EQ(coordinator->Stop(), 0);
+  close(listener);
 }
 
 }  // namespace

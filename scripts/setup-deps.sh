@@ -28,7 +28,9 @@ declare -A command_packages=()
 if [ "${1:-}" != --build-only ] && [ "${STOKE_DEPS:-}" != build ]; then
   packages+=(git libgtest-dev libgmock-dev prometheus dataset-fashion-mnist clang-format
     clang-tidy)
+  packages+=(tmux)  # the CLI's live lines, drawn on a real terminal
   # The Python SDK and its tests; openssl makes the TLS tests' certificates.
+  packages+=(python3-pandas)  # the SDK's Job.metrics(as_frame=True), tested
   packages+=(python3-grpcio python3-protobuf python3-yaml python3-pytest python3-pip
     python3-setuptools openssl)
   # The image data tests write their JPEGs and PNGs with Pillow and compare its decoding.
@@ -37,6 +39,7 @@ if [ "${1:-}" != --build-only ] && [ "${STOKE_DEPS:-}" != build ]; then
   packages+=(postgresql)
   packages+=(clang libclang-rt-14-dev)  # the libFuzzer targets (tests/fuzz, -DSTOKE_FUZZ=ON)
   command_packages[npm]="nodejs npm"  # deploy/kubernetes/validate
+  command_packages[systemd-analyze]="systemd"  # deploy/systemd's units, checked offline
 fi
 
 torch=$("$here/find-libtorch.sh")

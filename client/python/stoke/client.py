@@ -5,6 +5,7 @@ from __future__ import annotations
 import datetime
 import os
 import time
+import uuid
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator, List, Optional, Tuple, Union
@@ -22,6 +23,9 @@ from stoke.v1 import coordinator_pb2, coordinator_pb2_grpc
 from stoke.watch import WatchTarget, resumable_watch
 
 __all__ = ["Client", "Checkpoint", "Export", "DEFAULT_ADDRESS"]
+
+# Tries of one submission whose answer may have been lost, as the CLI makes.
+_SUBMIT_ATTEMPTS = 3
 
 #: Where ``stoke-coordinator`` listens unless told otherwise (as the CLI assumes).
 from stoke.settings import DEFAULT_ADDRESS, resolve
@@ -156,12 +160,19 @@ class Client:
 
     # --- jobs -----------------------------------------------------------------------
 
-    def submit(self, spec: SpecLike) -> Job:
+    def submit(self, spec: SpecLike, *, request_id: Optional[str] = None) -> Job:
         """Validates and queues a job.
+
+        Safe to retry, as ``stoke submit`` is: the request carries a request id (a random
+        one unless given), and a call that fails as UNAVAILABLE or DEADLINE_EXCEEDED (the
+        answer may have been lost) is sent again, up to 3 times, with the same id, so the
+        coordinator never creates a second job for it.
 
         Args:
             spec: a ``stoke.v1.JobSpec``, a dict in the job-file format, or the path of a
                 YAML/JSON job file (as ``stoke submit`` takes; see :mod:`stoke.job_spec`).
+            request_id: the submission's id (at most 256 characters); a later submission
+                with the same id and spec returns the job this one created.
 
         Returns:
             The job, with its id and its spec with defaults filled in.
@@ -179,8 +190,18 @@ class Client:
             # A script job's folder here travels with it; one that is not here is taken as
             # a folder beneath a data root, which the workers reach.
             request.code.CopyFrom(read_code(message.command.workdir, field="command.workdir"))
-        response = self._unary(self._stub.SubmitJob, request, spec=True)
-        return Job(self, response.job)
+        request.request_id = request_id or uuid.uuid4().hex
+        for attempt in range(_SUBMIT_ATTEMPTS):
+            if attempt > 0:
+                time.sleep(0.5 * attempt)
+            try:
+                response = self._stub.SubmitJob(request, timeout=self.timeout, metadata=self._metadata)
+                return Job(self, response.job)
+            except grpc.RpcError as error:
+                retryable = error.code() in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED)
+                if not retryable or attempt + 1 == _SUBMIT_ATTEMPTS:
+                    raise error_from_rpc(error, spec=True) from error
+        raise AssertionError("unreachable")
 
     def job(self, job: JobRef) -> Job:
         """Reads one job. Raises :class:`NotFound` for an unknown id."""

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import datetime
 import os
-from typing import TYPE_CHECKING, Iterator, List, Optional, Union
+from typing import TYPE_CHECKING, Any, Iterator, List, Optional, Union
 
-from stoke.events import Evaluation, Event
+from stoke.events import Evaluation, Event, LogLine, Metrics
 from stoke.states import JobState
 from stoke.v1 import job_pb2, job_spec_pb2
 
@@ -120,6 +120,63 @@ class Job:
         """
         self._client.wait(self.id, timeout=timeout, after_seq=self.last_event_seq)
         return self.refresh()
+
+    def logs(self, follow: bool = False) -> Iterator[LogLine]:
+        """The job's log lines, oldest first: those logged so far, or with ``follow``, on
+        as they come until the job has finished (as ``stoke logs -f``)."""
+        last = None if follow else self._client.job(self.id).last_event_seq
+        if last == 0:
+            return
+        for event in self.watch():
+            if isinstance(event, LogLine):
+                yield event
+            if last is not None and event.seq >= last:
+                return
+
+    def metrics(self, *, as_frame: bool = False) -> Any:
+        """The job's metric samples so far, oldest first: training samples and evaluations
+        (those with ``eval`` set).
+
+        Args:
+            as_frame: a pandas ``DataFrame`` instead of a list, one row a sample: ``time``,
+                ``step``, ``total_steps``, ``epoch``, ``loss``, ``samples_per_second``,
+                ``learning_rate``, ``elapsed_seconds``, and ``eval_loss``,
+                ``eval_accuracy``, ``eval_perplexity`` (NaN for training samples). Needs
+                pandas, which the SDK itself does not.
+        """
+        last = self._client.job(self.id).last_event_seq
+        samples: List[Metrics] = []
+        if last > 0:
+            for event in self.watch():
+                if isinstance(event, Metrics):
+                    samples.append(event)
+                if event.seq >= last:
+                    break
+        if not as_frame:
+            return samples
+        try:
+            import pandas  # noqa: PLC0415 (optional: only this call needs it)
+        except ImportError as error:
+            raise ImportError("Job.metrics(as_frame=True) needs pandas (pip install pandas)") from error
+        nan = float("nan")
+        return pandas.DataFrame(
+            [
+                {
+                    "time": s.time,
+                    "step": s.step,
+                    "total_steps": s.total_steps,
+                    "epoch": s.epoch,
+                    "loss": nan if s.eval else s.loss,
+                    "samples_per_second": s.samples_per_second,
+                    "learning_rate": s.learning_rate,
+                    "elapsed_seconds": s.elapsed_seconds,
+                    "eval_loss": s.eval.loss if s.eval else nan,
+                    "eval_accuracy": s.eval.accuracy if s.eval else nan,
+                    "eval_perplexity": s.eval.perplexity if s.eval else nan,
+                }
+                for s in samples
+            ]
+        )
 
     def cancel(self, reason: str = "") -> "Job":
         """Cancels the job (queued: at once; running: its workers stop within seconds)."""

@@ -39,6 +39,31 @@ def test_a_job_trains_and_streams_typed_events_in_order(client: stoke.Client) ->
     assert job.latest_metrics is not None and job.latest_metrics.step == 60
 
 
+def test_logs_and_metrics_read_what_the_job_has_so_far(client: stoke.Client) -> None:
+    job = client.submit(tiny_job(steps=40, interval=10)).wait(timeout=60)
+    lines = list(job.logs())
+    assert lines and all(isinstance(line, stoke.LogLine) for line in lines)
+    assert any(line.text.startswith("eval at step 40") for line in lines), [l.text for l in lines]
+    assert [l.seq for l in job.logs(follow=True)] == [l.seq for l in lines], "a finished job's"
+
+    samples = job.metrics()
+    assert [s.step for s in samples if s.eval is None] == [10, 20, 30, 40]
+    assert [s.step for s in samples if s.eval is not None] == [40]
+
+    pandas = pytest.importorskip("pandas")
+    frame = job.metrics(as_frame=True)
+    assert isinstance(frame, pandas.DataFrame)
+    assert list(frame["step"]) == [s.step for s in samples]
+    assert frame["eval_accuracy"].notna().sum() == 1
+
+
+def test_logs_follow_a_running_job_until_it_ends(client: stoke.Client) -> None:
+    job = client.submit(tiny_job(steps=300, interval=50))
+    followed = list(job.logs(follow=True))  # returns once the job has finished
+    assert job.refresh().state is JobState.SUCCEEDED
+    assert any(line.text.startswith("eval at step 300") for line in followed)
+
+
 def test_watch_resumes_from_a_sequence_number_and_can_stop_early(client: stoke.Client) -> None:
     job = client.submit(tiny_job(steps=40, interval=5)).wait(timeout=60)
     full = list(job.watch())

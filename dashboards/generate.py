@@ -5,6 +5,7 @@ editing a panel: `python3 dashboards/generate.py`. Every expression here is eval
 against a real Prometheus by tests/integration/prometheus_test.cc."""
 import json
 import os
+import re
 
 DS = {"type": "prometheus", "uid": "${datasource}"}
 
@@ -15,16 +16,39 @@ def datasource_var():
 
 
 def query_var(name, label, query):
+    if name != "cluster":
+        query = in_cluster(query)
     return {"name": name, "label": label, "type": "query", "datasource": DS,
             "query": {"query": query, "refId": "StandardVariableQuery"},
             "definition": query, "refresh": 2, "includeAll": True, "multi": True,
             "allValue": ".+", "current": {}, "hide": 0, "sort": 1}
 
 
+def cluster_var():
+    # Series carry a `cluster` label where Prometheus adds one (a scrape job's labels, or a
+    # federation's external labels); "All" also matches series without it.
+    var = query_var("cluster", "Cluster", "label_values(stoke_build_info, cluster)")
+    var["allValue"] = ".*"
+    return var
+
+
+# A Stoke or process metric's name, with its selector if it has one (but not a function).
+METRIC = re.compile(r'\b((?:stoke|process)_[a-z_]+)(\{[^}]*\})?(?!\w|\()')
+
+
+def in_cluster(expr):
+    """`expr` with every metric selector limited to the dashboard's $cluster."""
+    def add(match):
+        name, selector = match.group(1), match.group(2)
+        inner = selector[1:-1] + ", " if selector else ""
+        return f'{name}{{{inner}cluster=~"$cluster"}}'
+    return METRIC.sub(add, expr)
+
+
 def panel(pid, kind, title, exprs, x, y, w=12, h=8, unit="short", legend=None):
     targets = []
     for i, expr in enumerate(exprs if isinstance(exprs, list) else [exprs]):
-        target = {"refId": chr(ord("A") + i), "expr": expr, "datasource": DS}
+        target = {"refId": chr(ord("A") + i), "expr": in_cluster(expr), "datasource": DS}
         if legend:
             target["legendFormat"] = legend[i] if isinstance(legend, list) else legend
         targets.append(target)
@@ -38,11 +62,21 @@ def panel(pid, kind, title, exprs, x, y, w=12, h=8, unit="short", legend=None):
     return p
 
 
+def xy_panel(pid, title, x_expr, y_expr, x, y, w=12, h=8):
+    """An XY chart of `y_expr` against `x_expr`, sampled together (joined on time)."""
+    p = panel(pid, "xychart", title, [x_expr, y_expr], x, y, w, h, legend=["step", "loss"])
+    p["transformations"] = [{"id": "joinByField", "options": {"byField": "Time", "mode": "inner"}}]
+    p["options"] = {"dims": {"x": "step"}, "series": [], "seriesMapping": "auto",
+                    "legend": {"displayMode": "list", "placement": "bottom"}}
+    return p
+
+
 def dashboard(title, uid, variables, panels):
     return {"title": title, "uid": uid, "tags": ["stoke"], "timezone": "browser",
             "schemaVersion": 38, "version": 2, "refresh": "5s",
             "time": {"from": "now-1h", "to": "now"},
-            "templating": {"list": [datasource_var()] + variables}, "panels": panels}
+            "templating": {"list": [datasource_var(), cluster_var()] + variables},
+            "panels": panels}
 
 
 CLUSTER = dashboard("Stoke — cluster overview", "stoke-cluster", [], [
@@ -65,9 +99,9 @@ CLUSTER = dashboard("Stoke — cluster overview", "stoke-cluster", [], [
     panel(11, "timeseries", "Progress by job", "stoke_job_progress_ratio", 0, 28,
           unit="percentunit", legend="job {{job_id}}"),
     panel(12, "timeseries", "API latency p99 by method",
-          "histogram_quantile(0.99, sum by (le, method) "
+          "histogram_quantile(0.99, sum by (le, grpc_method) "
           "(rate(stoke_rpc_duration_seconds_bucket[1m])))", 12, 28, unit="s",
-          legend="{{method}}"),
+          legend="{{grpc_method}}"),
     panel(13, "timeseries", "Jobs finished by state (per hour)",
           "sum by (state) (increase(stoke_jobs_finished_total[1h]))", 0, 36,
           legend="{{state}}"),
@@ -119,6 +153,8 @@ JOB = dashboard("Stoke — job", "stoke-job",
           f"stoke_device_memory_used_bytes * on (host, gpu) group_left (job_id) "
           f"stoke_job_device_info{{{J}}}", 12, 36, unit="bytes",
           legend="{{job_id}} {{host}} {{gpu}}"),
+    xy_panel(16, "Loss against step", f"stoke_job_step{{{J}}}", f"stoke_job_loss{{{J}}}",
+             12, 44),
     # A series exists only while a rank straggles: an empty panel is a healthy job.
     panel(15, "timeseries", "Straggling ranks", f"stoke_job_straggler{{{J}}}", 0, 44,
           legend="{{job_id}} rank {{rank}} on {{host}} {{device}}: {{cause}}"),

@@ -65,6 +65,9 @@ constexpr JobGaugeDef kJobGauges[] = {
      [](const v1::Job& j) { return M(j).loss(); }},
     {"stoke_job_learning_rate", "Learning rate at the end of the latest window", false,
      [](const v1::Job& j) { return M(j).learning_rate(); }},
+    // With stoke_job_loss, what a loss-against-step plot (the job dashboard's) needs.
+    {"stoke_job_step", "Optimizer steps done, at the latest window", false,
+     [](const v1::Job& j) { return static_cast<double>(M(j).step()); }},
     {"stoke_job_progress_ratio", "Steps done over total steps, 0 to 1", false,
      [](const v1::Job& j) {
        return M(j).total_steps() ? static_cast<double>(M(j).step()) / M(j).total_steps() : 0.0;
@@ -614,21 +617,44 @@ void CoordinatorMetrics::RefreshDevices(const v1::Cluster& cluster) {
   }
 }
 
+namespace {
+
+// "/stoke.v1.Coordinator/SubmitJob" as the labels go-grpc-prometheus and grpc-java's
+// interceptors use: grpc_service "stoke.v1.Coordinator", grpc_method "SubmitJob". A
+// name of another shape ("unknown") is both.
+std::map<std::string, std::string> MethodLabels(const std::string& method) {
+  const size_t slash = method.rfind('/');
+  if (method.empty() || method[0] != '/' || slash == 0 || slash == std::string::npos) {
+    return {{"grpc_service", method}, {"grpc_method", method}};
+  }
+  return {{"grpc_service", method.substr(1, slash - 1)}, {"grpc_method", method.substr(slash + 1)}};
+}
+
+std::map<std::string, std::string> WithCode(std::map<std::string, std::string> labels,
+                                            const std::string& code) {
+  labels.emplace("grpc_code", code);
+  return labels;
+}
+
+}  // namespace
+
 void CoordinatorMetrics::OnUnaryFinished(const std::string& method, const std::string& code,
                                          double seconds) {
-  rpc_requests_->Add({{"method", method}, {"code", code}}).Increment();
+  const auto labels = MethodLabels(method);
+  rpc_requests_->Add(WithCode(labels, code)).Increment();
   static const prometheus::Histogram::BucketBoundaries kBuckets = {
       0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5};
-  rpc_duration_->Add({{"method", method}}, kBuckets).Observe(seconds);
+  rpc_duration_->Add(labels, kBuckets).Observe(seconds);
 }
 
 void CoordinatorMetrics::OnStreamOpened(const std::string& method) {
-  rpc_open_streams_->Add({{"method", method}}).Increment();
+  rpc_open_streams_->Add(MethodLabels(method)).Increment();
 }
 
 void CoordinatorMetrics::OnStreamFinished(const std::string& method, const std::string& code) {
-  rpc_requests_->Add({{"method", method}, {"code", code}}).Increment();
-  rpc_open_streams_->Add({{"method", method}}).Decrement();
+  const auto labels = MethodLabels(method);
+  rpc_requests_->Add(WithCode(labels, code)).Increment();
+  rpc_open_streams_->Add(labels).Decrement();
 }
 
 }  // namespace stoke::server

@@ -68,8 +68,11 @@ class PrometheusServer {
 
 // Grafana's variables, as a user with "All" selected would have them.
 std::string Substitute(std::string expr, const std::string& job) {
-  const std::pair<std::string, std::string> values[] = {
-      {"$job", job}, {"$host", ".+"}, {"$gpu", ".+"}, {"$__rate_interval", "1m"}};
+  const std::pair<std::string, std::string> values[] = {{"$job", job},
+                                                        {"$host", ".+"},
+                                                        {"$gpu", ".+"},
+                                                        {"$cluster", ".*"},
+                                                        {"$__rate_interval", "1m"}};
   for (const auto& [name, value] : values) {
     for (size_t at = expr.find(name); at != std::string::npos; at = expr.find(name, at)) {
       expr.replace(at, name.size(), value);

@@ -125,8 +125,11 @@ TEST(GrpcApi, MadeUpMethodNamesShareOneMetricLabel) {
   const std::string text = coordinator.metrics().Exposition();
   EXPECT_EQ(text.find("Made"), std::string::npos) << text;
   EXPECT_EQ(text.find("no.Such"), std::string::npos) << text;
-  EXPECT_NE(text.find("method=\"unknown\""), std::string::npos) << text;
-  EXPECT_NE(text.find("method=\"/stoke.v1.Coordinator/GetCluster\""), std::string::npos) << text;
+  EXPECT_NE(text.find("grpc_method=\"unknown\",grpc_service=\"unknown\""), std::string::npos)
+      << text;
+  EXPECT_NE(text.find("grpc_method=\"GetCluster\",grpc_service=\"stoke.v1.Coordinator\""),
+            std::string::npos)
+      << text;
 }
 
 v1::JobSpec SyntheticSpec(const std::string& name) {

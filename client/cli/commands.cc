@@ -350,7 +350,7 @@ int LogsCommand(CliContext& cli, const std::string& id, bool follow, const LogsO
   if (!options.since.empty()) {
     auto parsed = ParseSince(options.since);
     if (!parsed.ok()) {
-      std::fprintf(stderr, "stoke: %s\n", std::string(parsed.status().message()).c_str());
+      std::fprintf(stderr, "stoke: %s\n", absl::StrCat(parsed.status().message()).c_str());
       return kExitUsage;
     }
     since = *parsed;

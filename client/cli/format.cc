@@ -218,7 +218,7 @@ bool UseColour(int fd) {
 }
 
 std::string StateWord(v1::JobState state, bool colour) {
-  const std::string name = ShortStateName(state);
+  std::string name = ShortStateName(state);
   if (!colour) return name;
   const char* code = nullptr;
   switch (state) {

@@ -468,8 +468,9 @@ TEST_F(CliTest, LiveLinesFitEightyColumnsUnderTmuxAndQQuitsTop) {
   // Redrawn in place: one progress line, however many samples have come.
   std::this_thread::sleep_for(std::chrono::seconds(2));
   int progress_lines = 0;
-  for (const std::string& line : tmux.Lines())
+  for (const std::string& line : tmux.Lines()) {
     progress_lines += line.find("loss") != std::string::npos;
+  }
   EXPECT_EQ(progress_lines, 1) << absl::StrJoin(tmux.Lines(), "\n");
   tmux.Run({"kill-session", "-t", "cli"});
 

@@ -244,7 +244,7 @@ TEST(Watchers, MemoryTakenByTwoThousandWatchStreamsIsGivenBackWhenTheyClose) {
       ++events;
     } else {
       auto* s = static_cast<Stream*>(tag);
-      s->reader->Read(&s->event, reinterpret_cast<void*>(address + 1));
+      s->reader->Read(&s->event, reinterpret_cast<char*>(s) + 1);
     }
   }
   const uint64_t open = ResidentBytes(coordinator->pid());

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# Checks the worker's layering (README, Development): each folder of worker/ includes
-# only from the layers below it, the training layers never include generated protobuf
-# headers, and worker/link never includes a torch header.
+# Checks the worker's layering (docs/architecture.md, Development): each folder of worker/
+# includes only from the layers below it, the training layers never include generated
+# protobuf headers, and worker/link never includes a torch header.
 #   common <- runtime <- ops <- models <- data, dist <- engine <- link / main
 #   models <- python (the embedded CPython; only the trainer's main above it)
 # (telemetry and link are torch-free; formats/ and spec/ are below everything.)

@@ -51,7 +51,7 @@ case "$torch" in
     packages+=(python3-torch python3-dev pybind11-dev)
     echo "stoke: LibTorch: Debian's libtorch-dev (CPU only): workers train on CPUs, no GPU" \
       "training; for GPUs set STOKE_LIBTORCH to a CUDA LibTorch or install the CUDA torch" \
-      "wheel for python3 (README: GPU machines)"
+      "wheel for python3 (docs/operations.md: GPU machines)"
     ;;
   cuda\ *)
     nvcc=$("$here/find-libtorch.sh" --cmake-args | sed -n 's/^-DCMAKE_CUDA_COMPILER=//p')

@@ -10,7 +10,7 @@
 
 namespace stoke::client {
 
-// Exit codes, documented in the README.
+// Exit codes, documented in docs/cli.md.
 enum ExitCode : int {
   kExitOk = 0,
   kExitJobFailed = 1,         // the watched job ended FAILED or CANCELLED

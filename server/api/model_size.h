@@ -16,7 +16,7 @@ namespace stoke::server {
 
 // One rank holds the whole model (data parallel): its weights, gradients and optimizer
 // state, plus one step's inputs and activations, must fit in this much memory, about one
-// of the largest GPUs (an H200 has 141 GB). The README's limits section states it.
+// of the largest GPUs (an H200 has 141 GB). docs/operations.md's limits section states it.
 inline constexpr uint64_t kMaxStepBytes = uint64_t{128} << 30;
 
 // The widest input an MLP takes (its first layer is input_dim x hidden).

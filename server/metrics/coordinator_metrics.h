@@ -5,7 +5,7 @@
 // its own time). Labels stay few and bounded: `job_id` series live
 // while the job runs and for a retention after it finishes, device series while their
 // worker is attached, RPC series per method and status code. Every metric is listed,
-// with its unit, in README.md.
+// with its unit, in docs/metrics.md.
 #pragma once
 
 #include <prometheus/counter.h>

@@ -121,8 +121,9 @@ absl::Status SqliteJobStore::QuickCheck() {
   if (result == "ok") return absl::OkStatus();
   return absl::DataLossError(
       absl::StrCat("job store ", path_, " is damaged (PRAGMA quick_check: ", result,
-                   "); restore it from a backup (stoke-coordinator --backup; see README, "
-                   "\"Backup and restore\") or move it aside to start with an empty store"));
+                   "); restore it from a backup (stoke-coordinator --backup; see "
+                   "docs/operations.md, \"Backup and restore\") or move it aside to start "
+                   "with an empty store"));
 }
 
 absl::Status SqliteJobStore::BackupTo(const std::string& destination) {

@@ -1,4 +1,4 @@
-// A coordinator deployed as the README's Security section says (TLS, a tokens file,
+// A coordinator deployed as docs/security.md says (TLS, a tokens file,
 // workers that join with a token or a client certificate), attacked the ways an open one
 // could be: no token, a wrong role, someone else's job, a stolen worker id, a forged
 // report, escape codes in worker text, an unauthenticated scrape. Certificates are made

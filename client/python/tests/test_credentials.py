@@ -1,6 +1,6 @@
 """Token and TLS options: first against a gRPC server on loopback that records what it
 receives (to see exactly what travels), then against a real coordinator started with TLS
-and a tokens file, as the README's Security section deploys one.
+and a tokens file, as docs/security.md deploys one.
 """
 
 from __future__ import annotations

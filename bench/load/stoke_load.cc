@@ -32,8 +32,8 @@
 #include "absl/strings/str_format.h"
 #include "bench/load/job_watch.h"
 #include "bench/load/latencies.h"
-#include "bench/load/load_worker.h"
 #include "bench/load/process_stats.h"
+#include "bench/load/simulated_worker.h"
 #include "client/lib/client.h"
 #include "stoke/v1/coordinator.grpc.pb.h"
 #include "stoke/v1/worker_link.grpc.pb.h"
@@ -223,16 +223,17 @@ int Run(const Settings& settings) {
   std::fprintf(stderr, "stoke-load: %zu jobs queued\n", ids.size());
 
   // 2. The workers, each on a connection of its own as separate processes would be.
-  LoadWorker::Options worker_options;
+  SimulatedWorker::Options worker_options;
+  worker_options.host = "load-host";
   worker_options.job_length = std::chrono::milliseconds(settings.job_length_ms);
   worker_options.report_interval = std::chrono::milliseconds(settings.report_interval_ms);
   worker_options.samples_per_report = settings.samples_per_report;
   std::vector<std::unique_ptr<v1::WorkerLink::Stub>> worker_stubs;
-  std::vector<std::unique_ptr<LoadWorker>> workers;
+  std::vector<std::unique_ptr<SimulatedWorker>> workers;
   for (int i = 0; i < settings.workers; ++i) {
     worker_stubs.push_back(
         v1::WorkerLink::NewStub(NewChannel(settings.coordinator, settings.channels + i)));
-    workers.push_back(std::make_unique<LoadWorker>(
+    workers.push_back(std::make_unique<SimulatedWorker>(
         *worker_stubs.back(), absl::StrCat("load-worker-", i), worker_options));
     workers.back()->Attach();
   }
@@ -429,14 +430,15 @@ int Run(const Settings& settings) {
   const WatchCheck check = CheckWatches(client, all_watches);
   ticking = false;
   ticker.join();
-  LoadWorker::Counts counts;
+  SimulatedWorker::Counts counts;
   for (auto& w : workers) {
     auto c = w->counts();
     counts.assignments += c.assignments;
     counts.finished += c.finished;
     counts.reports += c.reports;
     counts.samples += c.samples;
-    w->Detach();
+    w->Detach(/*gracefully=*/false);
+    w->Await();
   }
 
   const double cpu = usage_after.ok() && usage_before.ok()

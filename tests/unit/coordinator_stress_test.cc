@@ -20,13 +20,15 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "bench/load/simulated_worker.h"
 #include "server/api/job_spec_rules.h"
 #include "tests/support/in_process_coordinator.h"
-#include "tests/support/simulated_worker.h"
 #include "tests/support/wait.h"
 
 namespace stoke::testing {
 namespace {
+
+using load::SimulatedWorker;
 
 constexpr int kWorkers = 500;
 constexpr int kChannels = 50;  // separate connections, as separate worker processes have
@@ -163,9 +165,11 @@ TEST(Stress, FiveHundredWorkersComingAndGoingWhileJobsAreSubmittedAndCancelled) 
   int assignments = 0;
   for (int round = 0; round < kRounds; ++round) {
     std::vector<std::unique_ptr<SimulatedWorker>> workers;
+    SimulatedWorker::Options holds;
+    holds.job_length = std::nullopt;  // a job stays with its worker until it goes
     for (int w = 0; w < kWorkers; ++w) {
-      workers.push_back(std::make_unique<SimulatedWorker>(
-          *stubs[w % kChannels], absl::StrCat("sim-", w), /*finishes=*/false));
+      workers.push_back(
+          std::make_unique<SimulatedWorker>(*stubs[w % kChannels], absl::StrCat("sim-", w), holds));
     }
     for (auto& w : workers) w->Attach();
     ASSERT_TRUE(WaitFor([&] {
@@ -180,7 +184,7 @@ TEST(Stress, FiveHundredWorkersComingAndGoingWhileJobsAreSubmittedAndCancelled) 
     for (int w = 0; w < kWorkers; ++w) workers[w]->Detach(/*gracefully=*/w % 2 == 0);
     for (auto& w : workers) {
       w->Await();
-      assignments += w->assignments();
+      assignments += static_cast<int>(w->counts().assignments);
     }
     ASSERT_TRUE(WaitFor([&] { return coordinator.core().GetCluster().workers_size() == 0; }))
         << coordinator.core().GetCluster().workers_size() << " workers still attached";
@@ -214,7 +218,7 @@ TEST(Stress, FiveHundredWorkersComingAndGoingWhileJobsAreSubmittedAndCancelled) 
   std::vector<std::unique_ptr<SimulatedWorker>> finishers;
   for (int w = 0; w < 8; ++w) {
     finishers.push_back(std::make_unique<SimulatedWorker>(
-        *stubs[w % kChannels], absl::StrCat("finisher-", w), /*finishes=*/true));
+        *stubs[w % kChannels], absl::StrCat("finisher-", w), SimulatedWorker::Options{}));
     finishers.back()->Attach();
   }
   ASSERT_TRUE(WaitFor(

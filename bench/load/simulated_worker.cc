@@ -1,15 +1,20 @@
-#include "bench/load/load_worker.h"
+#include "bench/load/simulated_worker.h"
 
 #include <utility>
 
 namespace stoke::load {
 
-LoadWorker::LoadWorker(v1::WorkerLink::Stub& stub, std::string id, Options options)
-    : stub_(stub), id_(std::move(id)), options_(options) {}
+SimulatedWorker::SimulatedWorker(v1::WorkerLink::Stub& stub, std::string id, Options options)
+    : stub_(stub), id_(std::move(id)), options_(std::move(options)) {}
 
-LoadWorker::~LoadWorker() { Detach(); }
+SimulatedWorker::~SimulatedWorker() {
+  std::unique_lock<std::mutex> lock(mu_);
+  if (!started_) return;
+  if (!done_) context_.TryCancel();
+  done_cv_.wait(lock, [this] { return done_; });
+}
 
-void LoadWorker::Attach() {
+void SimulatedWorker::Attach() {
   {
     std::lock_guard<std::mutex> lock(mu_);
     started_ = true;
@@ -17,53 +22,75 @@ void LoadWorker::Attach() {
     StartRead(&incoming_);
     v1::WorkerMessage reg;
     reg.mutable_register_()->set_worker_id(id_);
-    reg.mutable_register_()->set_host("load-host");
+    reg.mutable_register_()->set_host(options_.host);
     reg.mutable_register_()->mutable_device()->set_type(v1::DEVICE_TYPE_CPU);
-    reg.mutable_register_()->set_version("stoke-load");
+    reg.mutable_register_()->set_version("simulated");
     SendLocked(std::move(reg));
   }
   StartCall();
 }
 
-void LoadWorker::Detach() {
-  std::unique_lock<std::mutex> lock(mu_);
-  if (!started_) return;
-  context_.TryCancel();
-  done_cv_.wait(lock, [this] { return done_; });
+void SimulatedWorker::Detach(bool gracefully) {
+  if (!gracefully) {
+    context_.TryCancel();
+    return;
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  v1::WorkerMessage leaving;
+  leaving.mutable_leaving()->set_reason("simulated shutdown");
+  SendLocked(std::move(leaving));
+  closing_ = true;
+  if (writes_.idle() && !writes_done_sent_ && !done_) {
+    writes_done_sent_ = true;
+    StartWritesDone();
+  }
 }
 
-bool LoadWorker::registered() const {
+grpc::Status SimulatedWorker::Await() {
+  std::unique_lock<std::mutex> lock(mu_);
+  done_cv_.wait(lock, [this] { return done_; });
+  return status_;
+}
+
+bool SimulatedWorker::registered() const {
   std::lock_guard<std::mutex> lock(mu_);
   return registered_;
 }
 
-bool LoadWorker::done() const {
+bool SimulatedWorker::done() const {
   std::lock_guard<std::mutex> lock(mu_);
   return done_;
 }
 
-LoadWorker::Counts LoadWorker::counts() const {
+SimulatedWorker::Counts SimulatedWorker::counts() const {
   std::lock_guard<std::mutex> lock(mu_);
   return counts_;
 }
 
-void LoadWorker::SendLocked(v1::WorkerMessage message) {
-  if (done_) return;
+void SimulatedWorker::SendLocked(v1::WorkerMessage message) {
+  if (closing_ || done_) return;
   if (const v1::WorkerMessage* next = writes_.Push(std::move(message))) StartWrite(next);
 }
 
-void LoadWorker::OnWriteDone(bool ok) {
+void SimulatedWorker::OnWriteDone(bool ok) {
   std::lock_guard<std::mutex> lock(mu_);
-  if (const v1::WorkerMessage* next = writes_.Done(ok)) StartWrite(next);
+  const v1::WorkerMessage* next = writes_.Done(ok);
+  if (!ok) return;
+  if (next != nullptr) {
+    StartWrite(next);
+  } else if (closing_ && !writes_done_sent_) {
+    writes_done_sent_ = true;
+    StartWritesDone();
+  }
 }
 
-void LoadWorker::OnReadDone(bool ok) {
+void SimulatedWorker::OnReadDone(bool ok) {
   if (!ok) return;  // the stream ended; OnDone follows
   Handle(incoming_);
   StartRead(&incoming_);
 }
 
-void LoadWorker::Handle(const v1::CoordinatorMessage& message) {
+void SimulatedWorker::Handle(const v1::CoordinatorMessage& message) {
   std::lock_guard<std::mutex> lock(mu_);
   const Clock::time_point now = Clock::now();
   if (message.has_registered()) {
@@ -75,12 +102,14 @@ void LoadWorker::Handle(const v1::CoordinatorMessage& message) {
   } else if (message.has_assignment()) {
     const v1::Assignment& a = message.assignment();
     ++counts_.assignments;
-    task_ =
-        Task{a.job_id(), a.attempt(), now + options_.job_length, now + options_.report_interval, 0};
+    std::optional<Clock::time_point> ends;
+    if (options_.job_length) ends = now + *options_.job_length;
+    task_ = Task{a.job_id(), a.attempt(), ends, now + options_.report_interval, 0};
     v1::WorkerMessage started;
     started.mutable_started()->set_job_id(a.job_id());
     started.mutable_started()->set_attempt(a.attempt());
     SendLocked(std::move(started));
+    if (options_.job_length && options_.job_length->count() == 0) FinishLocked(*task_);
   } else if (message.has_cancel()) {
     if (task_ && task_->job_id == message.cancel().job_id()) task_.reset();
     v1::WorkerMessage finished;
@@ -92,7 +121,7 @@ void LoadWorker::Handle(const v1::CoordinatorMessage& message) {
   }
 }
 
-v1::WorkerMessage LoadWorker::ReportLocked(Task& task, bool last) {
+v1::WorkerMessage SimulatedWorker::ReportLocked(Task& task, bool last) {
   v1::WorkerMessage message;
   v1::TaskReport* report = message.mutable_report();
   report->set_job_id(task.job_id);
@@ -118,7 +147,18 @@ v1::WorkerMessage LoadWorker::ReportLocked(Task& task, bool last) {
   return message;
 }
 
-void LoadWorker::Tick(Clock::time_point now) {
+void SimulatedWorker::FinishLocked(Task& task) {
+  SendLocked(ReportLocked(task, /*last=*/true));
+  v1::WorkerMessage finished;
+  finished.mutable_finished()->set_job_id(task.job_id);
+  finished.mutable_finished()->set_attempt(task.attempt);
+  finished.mutable_finished()->set_outcome(v1::TASK_OUTCOME_SUCCEEDED);
+  SendLocked(std::move(finished));
+  ++counts_.finished;
+  task_.reset();
+}
+
+void SimulatedWorker::Tick(Clock::time_point now) {
   std::lock_guard<std::mutex> lock(mu_);
   if (!registered_ || done_) return;
   if (now >= next_heartbeat_) {
@@ -129,24 +169,18 @@ void LoadWorker::Tick(Clock::time_point now) {
     next_heartbeat_ = now + heartbeat_interval_;
   }
   if (!task_) return;
-  if (now >= task_->ends) {
-    SendLocked(ReportLocked(*task_, /*last=*/true));
-    v1::WorkerMessage finished;
-    finished.mutable_finished()->set_job_id(task_->job_id);
-    finished.mutable_finished()->set_attempt(task_->attempt);
-    finished.mutable_finished()->set_outcome(v1::TASK_OUTCOME_SUCCEEDED);
-    SendLocked(std::move(finished));
-    ++counts_.finished;
-    task_.reset();
+  if (task_->ends && now >= *task_->ends) {
+    FinishLocked(*task_);
   } else if (now >= task_->next_report) {
     SendLocked(ReportLocked(*task_, /*last=*/false));
     task_->next_report = now + options_.report_interval;
   }
 }
 
-void LoadWorker::OnDone(const grpc::Status& /*status*/) {
+void SimulatedWorker::OnDone(const grpc::Status& status) {
   std::lock_guard<std::mutex> lock(mu_);
   done_ = true;
+  status_ = status;
   done_cv_.notify_all();
 }
 

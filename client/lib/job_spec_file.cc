@@ -27,6 +27,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "spec/code_bundle.h"
+#include "spec/data_paths.h"
 
 namespace stoke::client {
 namespace {
@@ -562,42 +563,11 @@ void ResolveRelativePaths(v1::JobSpec& spec, const std::string& base_dir) {
   std::filesystem::path base = base_dir.empty() ? std::filesystem::current_path(ec)
                                                 : std::filesystem::absolute(base_dir, ec);
   if (ec) base = base_dir.empty() ? "." : base_dir;
-  auto resolve = [&](std::string* path) {
-    if (path->empty() || (*path)[0] == '/') return;
+  // "data:REL" is the coordinator's to resolve, against its data roots.
+  spec::ForEachPath(spec, [&](const std::string& /*field*/, std::string* path) {
+    if ((*path)[0] == '/' || spec::IsDataRootPath(*path)) return;
     *path = (base / *path).lexically_normal().string();
-  };
-  if (spec.has_data()) {  // a script job has none, and gets none
-    auto* data = spec.mutable_data();
-    if (data->has_mnist()) resolve(data->mutable_mnist()->mutable_path());
-    if (data->has_cifar10()) resolve(data->mutable_cifar10()->mutable_path());
-    if (data->has_tokens()) {
-      resolve(data->mutable_tokens()->mutable_train_path());
-      resolve(data->mutable_tokens()->mutable_val_path());
-    }
-    if (data->has_images()) {
-      auto* i = data->mutable_images();
-      for (std::string* path : {i->mutable_path(), i->mutable_manifest(), i->mutable_val_path(),
-                                i->mutable_val_manifest()}) {
-        resolve(path);
-      }
-    }
-    if (data->has_shards()) {  // braces are kept: the pattern is expanded where it is read
-      resolve(data->mutable_shards()->mutable_urls());
-      resolve(data->mutable_shards()->mutable_val_urls());
-    }
-    if (data->has_arrays()) {  // "file.safetensors:tensor" keeps its tensor's name
-      auto* a = data->mutable_arrays();
-      for (std::string* name : {a->mutable_inputs(), a->mutable_targets(), a->mutable_val_inputs(),
-                                a->mutable_val_targets()}) {
-        resolve(name);
-      }
-    }
-  }
-  if (spec.model().has_torchscript()) {
-    resolve(spec.mutable_model()->mutable_torchscript()->mutable_path());
-  }
-  if (spec.model().has_python()) resolve(spec.mutable_model()->mutable_python()->mutable_file());
-  if (spec.has_command()) resolve(spec.mutable_command()->mutable_workdir());
+  });
 }
 
 absl::StatusOr<std::string> ReadJobFile(const std::string& path) {

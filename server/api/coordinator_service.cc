@@ -133,6 +133,7 @@ absl::Status CoordinatorService::Submit(const Caller& caller, const v1::SubmitJo
     return absl::Status(s.code(), absl::StrCat("spec.", s.message()));
   };
   if (auto s = ValidateJobSpec(spec); !s.ok()) return in_spec(s);
+  if (auto s = ResolveDataRootPaths(spec, data_roots_); !s.ok()) return in_spec(s);
   const bool sends_code = request.code().files_size() > 0;
   if (spec.has_command()) {
     if (auto s = access_.RequirePythonModels(caller, "command (a script job)"); !s.ok()) return s;

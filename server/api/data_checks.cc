@@ -2,6 +2,7 @@
 
 #include <limits.h>
 #include <stdlib.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -10,11 +11,13 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
 #include "formats/array_set.h"
 #include "formats/image_files.h"
 #include "formats/image_set.h"
 #include "formats/shard_files.h"
 #include "formats/token_file.h"
+#include "spec/data_paths.h"
 #include "spec/job_defaults.h"
 
 namespace stoke::server {
@@ -334,6 +337,48 @@ absl::StatusOr<std::string> DataRoots::Resolve(const std::string& field,
   return Invalid(field, absl::StrCat(path, " is outside the coordinator's data roots (",
                                      roots_.empty() ? "none" : absl::StrJoin(roots_, ", "),
                                      "); start stoke-coordinator with --data-root to allow it"));
+}
+
+absl::StatusOr<std::string> DataRoots::FindBeneathRoots(const std::string& field,
+                                                        const std::string& relative) const {
+  const std::string written = absl::StrCat(spec::kDataRootPrefix, relative);
+  if (relative.empty() || relative[0] == '/') {
+    return Invalid(field, absl::StrCat(written, ": a path relative to the data roots"));
+  }
+  for (absl::string_view part : absl::StrSplit(relative, '/')) {
+    if (part == "..") return Invalid(field, absl::StrCat(written, ": must not climb with .."));
+  }
+  // What must exist: a pattern's folder, a tensor's file, else the path itself.
+  std::string must_exist = relative;
+  if (const size_t brace = must_exist.find('{'); brace != std::string::npos) {
+    const size_t slash = must_exist.rfind('/', brace);
+    must_exist = slash == std::string::npos ? "." : must_exist.substr(0, slash);
+  } else if (const size_t tensor = must_exist.find(".safetensors:"); tensor != std::string::npos) {
+    must_exist = must_exist.substr(0, tensor + std::string(".safetensors").size());
+  }
+  for (const auto& root : roots_) {
+    struct stat st;
+    if (stat(absl::StrCat(root, "/", must_exist).c_str(), &st) == 0) {
+      return absl::StrCat(root, "/", relative);
+    }
+  }
+  return Invalid(field, absl::StrCat(written, " is in none of the coordinator's data roots (",
+                                     roots_.empty() ? "none" : absl::StrJoin(roots_, ", "), ")"));
+}
+
+absl::Status ResolveDataRootPaths(v1::JobSpec& spec, const DataRoots& roots) {
+  absl::Status status;
+  spec::ForEachPath(spec, [&](const std::string& field, std::string* path) {
+    if (!status.ok() || !spec::IsDataRootPath(*path)) return;
+    auto found =
+        roots.FindBeneathRoots(field, path->substr(std::string(spec::kDataRootPrefix).size()));
+    if (found.ok()) {
+      *path = *std::move(found);
+    } else {
+      status = found.status();
+    }
+  });
+  return status;
 }
 
 absl::StatusOr<DataFacts> InspectData(const v1::JobSpec& spec, const DataRoots& roots) {

@@ -32,11 +32,21 @@ class DataRoots {
   // The canonical path of `path` if it lies under a root; INVALID_ARGUMENT naming `field`
   // otherwise (relative, missing, or outside every root).
   absl::StatusOr<std::string> Resolve(const std::string& field, const std::string& path) const;
+  // "data:REL": the path of REL beneath the first root that holds it (for a brace
+  // pattern, its folder; for "file.safetensors:tensor", the file). INVALID_ARGUMENT
+  // naming `field` for an absolute REL, one that climbs out with "..", or one no root
+  // holds. Resolve still checks what this returns.
+  absl::StatusOr<std::string> FindBeneathRoots(const std::string& field,
+                                               const std::string& relative) const;
   const std::vector<std::string>& roots() const { return roots_; }
 
  private:
   std::vector<std::string> roots_;
 };
+
+// Rewrites every "data:REL" path of `spec` (spec/data_paths.h) to where a data root holds
+// it. INVALID_ARGUMENT names the field.
+absl::Status ResolveDataRootPaths(v1::JobSpec& spec, const DataRoots& roots);
 
 // Inspects the data a (structurally valid) spec names. INVALID_ARGUMENT names the field
 // and the file.

@@ -140,6 +140,40 @@ TEST_F(DataChecks, RelativePathsAreRefused) {
                       "data.tokens.train_path", {"train.bin", "absolute"}));
 }
 
+// "data:REL" names REL beneath the first data root that holds it, so one job file works on
+// every cluster; what it finds is then checked as any path is.
+TEST_F(DataChecks, DataRootPathsResolveAgainstTheFirstRootHoldingThem) {
+  const std::string second = dir_.File("second-root");
+  fs::create_directories(second + "/shards");
+  testing::WriteTokens(second + "/text.bin", testing::CountingTokens(4096, 0, 256));
+  const DataRoots roots({root_, second});
+  const std::string canonical_second = fs::canonical(second).string();
+
+  v1::JobSpec spec = TokenSpec("data:text.bin", "", 256, 16);
+  ASSERT_TRUE(ResolveDataRootPaths(spec, roots).ok());
+  EXPECT_EQ(spec.data().tokens().train_path(), canonical_second + "/text.bin");
+  EXPECT_TRUE(InspectData(spec, roots).ok());
+  // Where the first root holds it too, the first wins.
+  Tokens("text.bin", 4096);
+  spec = TokenSpec("data:text.bin", "", 256, 16);
+  ASSERT_TRUE(ResolveDataRootPaths(spec, roots).ok());
+  EXPECT_EQ(spec.data().tokens().train_path(), fs::canonical(root_).string() + "/text.bin");
+  // A brace pattern is found by its folder; a safetensors tensor by its file.
+  v1::JobSpec shards;
+  shards.mutable_data()->mutable_shards()->set_urls("data:shards/train-{0000..0003}.tar");
+  ASSERT_TRUE(ResolveDataRootPaths(shards, roots).ok());
+  EXPECT_EQ(shards.data().shards().urls(), canonical_second + "/shards/train-{0000..0003}.tar");
+
+  v1::JobSpec missing = TokenSpec("data:absent.bin", "", 256, 16);
+  EXPECT_TRUE(Refused(ResolveDataRootPaths(missing, roots), "data.tokens.train_path",
+                      {"data:absent.bin", "none of the coordinator's data roots", root_}));
+  v1::JobSpec climbing = TokenSpec("data:../outside/x.bin", "", 256, 16);
+  EXPECT_TRUE(Refused(ResolveDataRootPaths(climbing, roots), "data.tokens.train_path", {".."}));
+  v1::JobSpec absolute = TokenSpec("data:/etc/passwd", "", 256, 16);
+  EXPECT_TRUE(Refused(ResolveDataRootPaths(absolute, roots), "data.tokens.train_path",
+                      {"relative to the data roots"}));
+}
+
 TEST_F(DataChecks, ADotDotPathOutOfTheRootIsRefused) {
   MnistFolder(outside_, "mnist");
   const std::string sneaky = root_ + "/../outside/mnist";

@@ -230,6 +230,19 @@ TEST(JobSpecFile, RelativePathsInAFileNamedWithoutAFolder) {
   EXPECT_EQ(spec->data().tokens().train_path(), canonical + "/data/train.bin");
 }
 
+// "data:REL" is the coordinator's to resolve against its data roots: the CLI sends it as
+// written, and still makes other relative paths absolute from the file's folder.
+TEST(JobSpecFile, DataRootPathsAreLeftForTheCoordinator) {
+  testing::TempDir dir;
+  const std::string canonical = std::filesystem::canonical(dir.path()).string();
+  std::ofstream(canonical + "/job.yaml")
+      << "model: {gpt: {}}\ndata:\n  tokens: {train_path: data:text.bin, val_path: val.bin}\n";
+  auto spec = LoadJobSpecFile(canonical + "/job.yaml");
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_EQ(spec->data().tokens().train_path(), "data:text.bin");
+  EXPECT_EQ(spec->data().tokens().val_path(), canonical + "/val.bin");
+}
+
 TEST(JobSpecFile, DevicesFifosFoldersAndHugeFilesAreRefusedAtOnce) {
   testing::TempDir dir;
   const std::string fifo = dir.File("job.yaml");

@@ -320,7 +320,8 @@ def resolve_relative_paths(spec: job_spec_pb2.JobSpec, base_dir: Union[str, "os.
     base = Path(base_dir).absolute()
 
     def resolve(path: str) -> str:
-        if not path or os.path.isabs(path):
+        # "data:REL" names REL beneath the coordinator's data roots: the coordinator's to find.
+        if not path or os.path.isabs(path) or path.startswith("data:"):
             return path
         return os.path.normpath(str(base / path))
 

@@ -169,3 +169,11 @@ def test_a_jobspec_message_passes_through_and_other_types_are_refused() -> None:
     assert stoke.load_job_spec(message) is message
     with pytest.raises(TypeError):
         stoke.load_job_spec(42)  # type: ignore[arg-type]
+
+
+def test_a_data_root_path_is_left_for_the_coordinator(tmp_path) -> None:
+    job = tmp_path / "job.yaml"
+    job.write_text("model: {gpt: {}}\ndata:\n  tokens: {train_path: data:text.bin, val_path: v.bin}\n")
+    spec = stoke.load_job_spec(str(job))
+    assert spec.data.tokens.train_path == "data:text.bin"
+    assert spec.data.tokens.val_path == str(tmp_path / "v.bin")

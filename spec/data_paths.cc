@@ -9,8 +9,8 @@ bool IsDataRootPath(const std::string& path) { return path.rfind(kDataRootPrefix
 
 void ForEachPath(v1::JobSpec& spec,
                  const std::function<void(const std::string& field, std::string* path)>& visit) {
-  auto each = [&](std::vector<std::pair<const char*, std::string*>> fields) {
-    for (auto& [field, path] : fields) {
+  auto each = [&](const std::vector<std::pair<const char*, std::string*>>& fields) {
+    for (const auto& [field, path] : fields) {
       if (!path->empty()) visit(field, path);
     }
   };

@@ -133,7 +133,7 @@ v1::WorkerMessage SimulatedWorker::ReportLocked(Task& task, bool last) {
     task.step += 50;
     sample->set_step(task.step);
     sample->set_total_steps(last ? task.step : task.step * 10);
-    sample->set_loss(2.0 / static_cast<double>(1 + task.step / 50));
+    sample->set_loss(2.0 / (1.0 + static_cast<double>(task.step) / 50.0));
     sample->set_learning_rate(1e-3);
     sample->set_samples_per_second(25'000);
     sample->set_step_seconds(0.004);

@@ -28,33 +28,25 @@ import os
 import time
 import uuid
 from pathlib import Path
-from typing import Any, AsyncIterator, Iterable, List, Optional, Tuple, Union
+from typing import Any, AsyncIterator, Iterable, List, Optional, Union
 
 import grpc
 import grpc.aio
 
-from stoke.addresses import channel_target
-from stoke.client import _SUBMIT_ATTEMPTS, Checkpoint, Export, TlsOption, _credentials
-from stoke.errors import DeadlineExceeded, StokeError, Unavailable, error_from_rpc
+from stoke.client import _SUBMIT_ATTEMPTS, Checkpoint, Export, TlsOption, _connection
+from stoke.errors import StokeError, Unavailable, error_from_rpc
 from stoke.events import Event, LogLine, Metrics, event_from_proto
 from stoke.job import Job
 from stoke.job_spec import SpecLike, load_job_spec
 from stoke.model_code import read_code
-from stoke.settings import resolve
 from stoke.states import StateLike, parse_states
 from stoke.v1 import coordinator_pb2, coordinator_pb2_grpc
+from stoke.watch import _FIRST_BACKOFF, _MAX_BACKOFF, _RETRYABLE, _timed_out
 
 __all__ = ["AsyncClient", "AsyncJob"]
 
 AsyncJobRef = Union[Job, str, int]
 
-_RETRYABLE_WATCH = (
-    grpc.StatusCode.UNAVAILABLE,
-    grpc.StatusCode.CANCELLED,
-    grpc.StatusCode.DEADLINE_EXCEEDED,
-)
-_FIRST_BACKOFF = 0.2
-_MAX_BACKOFF = 2.0
 _FORMATS = {
     None: "MODEL_FORMAT_UNSPECIFIED",
     "state_dict": "MODEL_FORMAT_STATE_DICT",
@@ -135,29 +127,17 @@ class AsyncClient:
         timeout: float = 10.0,
         reconnect_for: float = 60.0,
     ) -> None:
-        settings = resolve(address, token, None)
-        self.address = settings.address
+        connection = _connection(address, token, tls)
+        self.address = connection.address
         self.timeout = timeout
         self.reconnect_for = reconnect_for
-        self._metadata: Tuple[Tuple[str, str], ...] = (
-            (("authorization", f"Bearer {settings.token}"),) if settings.token else ()
-        )
-        if tls is None and settings.tls_ca:
-            tls = settings.tls_ca
-        options = [
-            ("grpc.max_receive_message_length", 16 * 1024 * 1024),
-            ("grpc.keepalive_time_ms", 20_000),
-            ("grpc.initial_reconnect_backoff_ms", 200),
-            ("grpc.min_reconnect_backoff_ms", 200),
-            ("grpc.max_reconnect_backoff_ms", 2_000),
-        ]
-        target, list_options = channel_target(self.address)
-        options += list_options
-        credentials = _credentials(tls)
-        if credentials is None:
-            self._channel = grpc.aio.insecure_channel(target, options=options)
+        self._metadata = connection.metadata
+        if connection.credentials is None:
+            self._channel = grpc.aio.insecure_channel(connection.target, options=connection.options)
         else:
-            self._channel = grpc.aio.secure_channel(target, credentials, options=options)
+            self._channel = grpc.aio.secure_channel(
+                connection.target, connection.credentials, options=connection.options
+            )
         self._stub = coordinator_pb2_grpc.CoordinatorStub(self._channel)
 
     async def close(self) -> None:
@@ -372,7 +352,7 @@ class AsyncClient:
             now = time.monotonic()
             if deadline is not None and now >= deadline:
                 raise _timed_out(job_id)
-            if failure.code() not in _RETRYABLE_WATCH:
+            if failure.code() not in _RETRYABLE:
                 raise error_from_rpc(failure) from failure
             if delivered_any:
                 unreachable_since, backoff = now, _FIRST_BACKOFF
@@ -397,8 +377,3 @@ class AsyncClient:
                 code=grpc.StatusCode.UNAVAILABLE,
             ) from failure
 
-
-def _timed_out(job_id: str) -> DeadlineExceeded:
-    return DeadlineExceeded(
-        f"job {job_id} had not finished after the timeout", code=grpc.StatusCode.DEADLINE_EXCEEDED
-    )

@@ -63,6 +63,38 @@ def _job_id(job: JobRef) -> str:
     return job.id if isinstance(job, Job) else str(job)
 
 
+@dataclass(frozen=True)
+class _Connection:
+    """What a client needs to open its channel: one reading of the settings."""
+
+    address: str
+    metadata: Tuple[Tuple[str, str], ...]
+    target: str
+    options: List[Tuple[str, Any]]
+    credentials: Optional[grpc.ChannelCredentials]
+
+
+def _connection(address: Optional[str], token: Optional[str], tls: TlsOption) -> _Connection:
+    """The address, token and CA given, else from the environment and the config file; the
+    channel's target and options (the sync and the asyncio clients open the same)."""
+    settings = resolve(address, token, None)
+    metadata = (("authorization", f"Bearer {settings.token}"),) if settings.token else ()
+    if tls is None and settings.tls_ca:
+        tls = settings.tls_ca
+    options: List[Tuple[str, Any]] = [
+        ("grpc.max_receive_message_length", 16 * 1024 * 1024),
+        ("grpc.keepalive_time_ms", 20_000),
+        # Find a restarted coordinator within about two seconds.
+        ("grpc.initial_reconnect_backoff_ms", 200),
+        ("grpc.min_reconnect_backoff_ms", 200),
+        ("grpc.max_reconnect_backoff_ms", 2_000),
+    ]
+    # A comma-separated list names a leader and its standbys.
+    target, list_options = channel_target(settings.address)
+    return _Connection(settings.address, metadata, target, options + list_options,
+                       _credentials(tls))
+
+
 def _credentials(tls: TlsOption) -> Optional[grpc.ChannelCredentials]:
     if tls is None or tls is False:
         return None
@@ -116,31 +148,17 @@ class Client:
         timeout: float = 10.0,
         reconnect_for: float = 60.0,
     ) -> None:
-        settings = resolve(address, token, None)
-        self.address = settings.address
+        connection = _connection(address, token, tls)
+        self.address = connection.address
         self.timeout = timeout
         self.reconnect_for = reconnect_for
-        self._metadata: Tuple[Tuple[str, str], ...] = (
-            (("authorization", f"Bearer {settings.token}"),) if settings.token else ()
-        )
-        if tls is None and settings.tls_ca:
-            tls = settings.tls_ca
-        options = [
-            ("grpc.max_receive_message_length", 16 * 1024 * 1024),
-            ("grpc.keepalive_time_ms", 20_000),
-            # Find a restarted coordinator within about two seconds.
-            ("grpc.initial_reconnect_backoff_ms", 200),
-            ("grpc.min_reconnect_backoff_ms", 200),
-            ("grpc.max_reconnect_backoff_ms", 2_000),
-        ]
-        # A comma-separated list names a leader and its standbys.
-        target, list_options = channel_target(self.address)
-        options += list_options
-        credentials = _credentials(tls)
-        if credentials is None:
-            self._channel = grpc.insecure_channel(target, options=options)
+        self._metadata = connection.metadata
+        if connection.credentials is None:
+            self._channel = grpc.insecure_channel(connection.target, options=connection.options)
         else:
-            self._channel = grpc.secure_channel(target, credentials, options=options)
+            self._channel = grpc.secure_channel(
+                connection.target, connection.credentials, options=connection.options
+            )
         self._stub = coordinator_pb2_grpc.CoordinatorStub(self._channel)
 
     # --- lifetime -------------------------------------------------------------------

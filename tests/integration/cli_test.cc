@@ -407,6 +407,7 @@ namespace stoke::testing {
 namespace {
 
 // `tmux` with a server of the test's own (-L), for what the CLI draws on a real terminal.
+// Its commands are given by their short names (new, has, kill-ses).
 class Tmux {
  public:
   explicit Tmux(std::string socket) : socket_(std::move(socket)) {}
@@ -423,7 +424,7 @@ class Tmux {
     for (std::string line; std::getline(text, line);) lines.push_back(line);
     return lines;
   }
-  bool Alive() const { return Run({"has-session", "-t", "cli"}).exit_code == 0; }
+  bool Alive() const { return Run({"has", "-t", "cli"}).exit_code == 0; }
 
  private:
   std::string socket_;
@@ -446,8 +447,8 @@ TEST_F(CliTest, LiveLinesFitEightyColumnsUnderTmuxAndQQuitsTop) {
   // `stoke ARGS...` in an 80x24 terminal.
   auto start = [&](std::vector<std::string> args) {
     args.insert(args.begin(),
-                {"new-session", "-d", "-s", "cli", "-x", "80", "-y", "24", "env",
-                 "TERM=xterm-256color", STOKE_CLI_BINARY, "--address", coordinator_->address()});
+                {"new", "-d", "-s", "cli", "-x", "80", "-y", "24", "env", "TERM=xterm-256color",
+                 STOKE_CLI_BINARY, "--address", coordinator_->address()});
     return tmux.Run(args);
   };
   // A line showing `must_show` is on screen, and it (or, with `every_line`, every line)
@@ -472,7 +473,7 @@ TEST_F(CliTest, LiveLinesFitEightyColumnsUnderTmuxAndQQuitsTop) {
     progress_lines += line.find("loss") != std::string::npos;
   }
   EXPECT_EQ(progress_lines, 1) << absl::StrJoin(tmux.Lines(), "\n");
-  tmux.Run({"kill-session", "-t", "cli"});
+  tmux.Run({"kill-ses", "-t", "cli"});
 
   ASSERT_EQ(start({"top"}).exit_code, 0);
   EXPECT_TRUE(WaitFor([&] { return fits("q quits", true); }, std::chrono::seconds(30)))

@@ -11,7 +11,9 @@ cd "$(dirname "$0")/.."
 ./scripts/setup-deps.sh
 if [ ! -f build/build.ninja ]; then
   mapfile -t torch_args < <(./scripts/find-libtorch.sh --cmake-args)
-  cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release "${torch_args[@]}" "$@" >/dev/null
+  # STOKE_TORCH_PCH: LibTorch's headers parsed once for all the worker's torch layers.
+  cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release -DSTOKE_TORCH_PCH=ON \
+    "${torch_args[@]}" "$@" >/dev/null
 fi
 # Two jobs per core is too many for LibTorch's headers on small machines: cap by memory.
 jobs=$(( $(nproc) ))

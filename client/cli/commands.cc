@@ -1,6 +1,5 @@
 #include "client/cli/commands.h"
 
-#include <google/protobuf/util/json_util.h>
 #include <unistd.h>
 
 #include <cstdio>
@@ -19,14 +18,6 @@
 
 namespace stoke::client {
 namespace {
-
-std::string CompactJson(const google::protobuf::Message& message) {
-  google::protobuf::util::JsonPrintOptions options;
-  options.preserve_proto_field_names = true;
-  std::string json;
-  (void)google::protobuf::util::MessageToJsonString(message, &json, options);
-  return json;
-}
 
 std::string Progress(const v1::Job& job) {
   const auto& m = job.latest_metrics();
@@ -132,7 +123,7 @@ int WatchCommand(CliContext& cli, const std::string& id, uint64_t from_seq) {
       id, options,
       [&](const v1::JobEvent& event) {
         if (cli.json) {
-          std::cout << CompactJson(event) << std::endl;
+          std::cout << ToJsonLine(event) << std::endl;
           if (event.has_state_change()) {
             auto s = event.state_change().state();
             if (s == v1::JOB_STATE_SUCCEEDED || s == v1::JOB_STATE_FAILED ||

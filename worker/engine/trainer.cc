@@ -171,10 +171,12 @@ class CheckpointPace {
       : config_(config), last_(std::chrono::steady_clock::now()) {}
 
   bool Due(uint64_t step, uint64_t last_step) {
+    const bool at_interval = config_.interval_steps > 0 && step % config_.interval_steps == 0;
+    if (!at_interval && step != last_step) return false;  // most steps: no clock read
     const auto now = std::chrono::steady_clock::now();
-    const bool at_interval = config_.interval_steps > 0 && step % config_.interval_steps == 0 &&
-                             now - last_ >= std::chrono::seconds(config_.min_interval_seconds);
-    if (!at_interval && step != last_step) return false;
+    if (step != last_step && now - last_ < std::chrono::seconds(config_.min_interval_seconds)) {
+      return false;
+    }
     last_ = now;
     return true;
   }

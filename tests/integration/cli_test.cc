@@ -407,7 +407,7 @@ namespace stoke::testing {
 namespace {
 
 // `tmux` with a server of the test's own (-L), for what the CLI draws on a real terminal.
-// Its commands are given by their short names (new, has, kill-ses).
+// Its commands are given by their short names (new, has).
 class Tmux {
  public:
   explicit Tmux(std::string socket) : socket_(std::move(socket)) {}
@@ -418,13 +418,15 @@ class Tmux {
   }
   // The pane's text, wrapped lines joined (-J): a line that wrapped comes back longer
   // than the pane is wide.
-  std::vector<std::string> Lines() const {
+  std::vector<std::string> Lines(const std::string& session) const {
     std::vector<std::string> lines;
-    std::istringstream text(Run({"capture-pane", "-p", "-J", "-t", "cli"}).out);
+    std::istringstream text(Run({"capture-pane", "-p", "-J", "-t", session}).out);
     for (std::string line; std::getline(text, line);) lines.push_back(line);
     return lines;
   }
-  bool Alive() const { return Run({"has", "-t", "cli"}).exit_code == 0; }
+  bool Alive(const std::string& session) const {
+    return Run({"has", "-t", session}).exit_code == 0;
+  }
 
  private:
   std::string socket_;
@@ -444,18 +446,20 @@ TEST_F(CliTest, LiveLinesFitEightyColumnsUnderTmuxAndQQuitsTop) {
   ASSERT_EQ(submit.exit_code, 0) << submit.err;
   const std::string id = submit.out.substr(0, submit.out.find('\n'));
   const Tmux tmux(absl::StrCat("stoke-cli-test-", getpid()));
-  // `stoke ARGS...` in an 80x24 terminal.
-  auto start = [&](std::vector<std::string> args) {
+  // `stoke ARGS...` in an 80x24 terminal, in a tmux session of its own. Each command gets
+  // its own session and the watch's stays open: killing a server's last session ends the
+  // server, and a `tmux new` racing its exit fails.
+  auto start = [&](const std::string& session, std::vector<std::string> args) {
     args.insert(args.begin(),
-                {"new", "-d", "-s", "cli", "-x", "80", "-y", "24", "env", "TERM=xterm-256color",
+                {"new", "-d", "-s", session, "-x", "80", "-y", "24", "env", "TERM=xterm-256color",
                  STOKE_CLI_BINARY, "--address", coordinator_->address()});
     return tmux.Run(args);
   };
   // A line showing `must_show` is on screen, and it (or, with `every_line`, every line)
   // fits 80 columns. Log lines printed above a live line may wrap: they are not cut.
-  auto fits = [&](const std::string& must_show, bool every_line) {
+  auto fits = [&](const std::string& session, const std::string& must_show, bool every_line) {
     bool shown = false;
-    for (const std::string& line : tmux.Lines()) {
+    for (const std::string& line : tmux.Lines(session)) {
       const bool showing = line.find(must_show) != std::string::npos;
       if ((showing || every_line) && line.size() > 80) return false;  // ASCII: bytes are columns
       shown = shown || showing;
@@ -463,24 +467,23 @@ TEST_F(CliTest, LiveLinesFitEightyColumnsUnderTmuxAndQQuitsTop) {
     return shown;
   };
 
-  ASSERT_EQ(start({"watch", id}).exit_code, 0);
-  EXPECT_TRUE(WaitFor([&] { return fits("loss", false); }, std::chrono::seconds(30)))
-      << absl::StrJoin(tmux.Lines(), "\n");
+  ASSERT_EQ(start("watch", {"watch", id}).exit_code, 0);
+  EXPECT_TRUE(WaitFor([&] { return fits("watch", "loss", false); }, std::chrono::seconds(30)))
+      << absl::StrJoin(tmux.Lines("watch"), "\n");
   // Redrawn in place: one progress line, however many samples have come.
   std::this_thread::sleep_for(std::chrono::seconds(2));
   int progress_lines = 0;
-  for (const std::string& line : tmux.Lines()) {
+  for (const std::string& line : tmux.Lines("watch")) {
     progress_lines += line.find("loss") != std::string::npos;
   }
-  EXPECT_EQ(progress_lines, 1) << absl::StrJoin(tmux.Lines(), "\n");
-  tmux.Run({"kill-ses", "-t", "cli"});
+  EXPECT_EQ(progress_lines, 1) << absl::StrJoin(tmux.Lines("watch"), "\n");
 
-  ASSERT_EQ(start({"top"}).exit_code, 0);
-  EXPECT_TRUE(WaitFor([&] { return fits("q quits", true); }, std::chrono::seconds(30)))
-      << absl::StrJoin(tmux.Lines(), "\n");
-  EXPECT_TRUE(fits("RUNNING", true)) << absl::StrJoin(tmux.Lines(), "\n");
-  tmux.Run({"send-keys", "-t", "cli", "q"});
-  EXPECT_TRUE(WaitFor([&] { return !tmux.Alive(); }, std::chrono::seconds(10)))
+  ASSERT_EQ(start("top", {"top"}).exit_code, 0);
+  EXPECT_TRUE(WaitFor([&] { return fits("top", "q quits", true); }, std::chrono::seconds(30)))
+      << absl::StrJoin(tmux.Lines("top"), "\n");
+  EXPECT_TRUE(fits("top", "RUNNING", true)) << absl::StrJoin(tmux.Lines("top"), "\n");
+  tmux.Run({"send-keys", "-t", "top", "q"});
+  EXPECT_TRUE(WaitFor([&] { return !tmux.Alive("top"); }, std::chrono::seconds(10)))
       << "top did not quit on q";
   ASSERT_EQ(Stoke({"cancel", id}).exit_code, 0);
 }

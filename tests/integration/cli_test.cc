@@ -418,15 +418,13 @@ class Tmux {
   }
   // The pane's text, wrapped lines joined (-J): a line that wrapped comes back longer
   // than the pane is wide.
-  std::vector<std::string> Lines(const std::string& session) const {
+  std::vector<std::string> Lines(const std::string& screen) const {
     std::vector<std::string> lines;
-    std::istringstream text(Run({"capture-pane", "-p", "-J", "-t", session}).out);
+    std::istringstream text(Run({"capture-pane", "-p", "-J", "-t", screen}).out);
     for (std::string line; std::getline(text, line);) lines.push_back(line);
     return lines;
   }
-  bool Alive(const std::string& session) const {
-    return Run({"has", "-t", session}).exit_code == 0;
-  }
+  bool Alive(const std::string& screen) const { return Run({"has", "-t", screen}).exit_code == 0; }
 
  private:
   std::string socket_;
@@ -446,20 +444,20 @@ TEST_F(CliTest, LiveLinesFitEightyColumnsUnderTmuxAndQQuitsTop) {
   ASSERT_EQ(submit.exit_code, 0) << submit.err;
   const std::string id = submit.out.substr(0, submit.out.find('\n'));
   const Tmux tmux(absl::StrCat("stoke-cli-test-", getpid()));
-  // `stoke ARGS...` in an 80x24 terminal, in a tmux session of its own. Each command gets
-  // its own session and the watch's stays open: killing a server's last session ends the
+  // `stoke ARGS...` in an 80x24 terminal, on a tmux screen of its own. Each command gets
+  // its own screen and the watch's stays open: killing a server's last screen ends the
   // server, and a `tmux new` racing its exit fails.
-  auto start = [&](const std::string& session, std::vector<std::string> args) {
+  auto start = [&](const std::string& screen, std::vector<std::string> args) {
     args.insert(args.begin(),
-                {"new", "-d", "-s", session, "-x", "80", "-y", "24", "env", "TERM=xterm-256color",
+                {"new", "-d", "-s", screen, "-x", "80", "-y", "24", "env", "TERM=xterm-256color",
                  STOKE_CLI_BINARY, "--address", coordinator_->address()});
     return tmux.Run(args);
   };
   // A line showing `must_show` is on screen, and it (or, with `every_line`, every line)
   // fits 80 columns. Log lines printed above a live line may wrap: they are not cut.
-  auto fits = [&](const std::string& session, const std::string& must_show, bool every_line) {
+  auto fits = [&](const std::string& screen, const std::string& must_show, bool every_line) {
     bool shown = false;
-    for (const std::string& line : tmux.Lines(session)) {
+    for (const std::string& line : tmux.Lines(screen)) {
       const bool showing = line.find(must_show) != std::string::npos;
       if ((showing || every_line) && line.size() > 80) return false;  // ASCII: bytes are columns
       shown = shown || showing;

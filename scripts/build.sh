@@ -11,8 +11,9 @@ cd "$(dirname "$0")/.."
 ./scripts/setup-deps.sh
 if [ ! -f build/build.ninja ]; then
   mapfile -t torch_args < <(./scripts/find-libtorch.sh --cmake-args)
-  # STOKE_TORCH_PCH: LibTorch's headers parsed once for all the worker's torch layers.
-  cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release -DSTOKE_TORCH_PCH=ON \
+  # STOKE_TORCH_PCH: LibTorch's headers parsed once for all the worker's torch layers;
+  # STOKE_UNITY_BUILD: their files compiled in batches, which load those headers once each.
+  cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release -DSTOKE_TORCH_PCH=ON -DSTOKE_UNITY_BUILD=ON \
     "${torch_args[@]}" "$@" >/dev/null
 fi
 # Two jobs per core is too many for LibTorch's headers on small machines: cap by memory.

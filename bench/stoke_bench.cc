@@ -213,7 +213,7 @@ int Run(int argc, char** argv) {
     throw std::invalid_argument("--device " + device_text + ": expected cuda:N or cpu");
   const worker::DeviceRef device = *parsed_device;
   Collector collector;
-  std::atomic<bool> cancel{false};
+  worker::TaskStops stops;
   worker::TrainingProbe probe;
   std::unique_ptr<worker::KernelTrace> trace;
   std::string trace_error;
@@ -234,10 +234,10 @@ int Run(int argc, char** argv) {
     worker::TrainerProcessOptions trainer;
     trainer.trainer_path = worker::TrainerBesideThisProgram();
     trainer.device = device.Label();
-    outcome = worker::TrainInChildProcess(trainer, assignment, collector, cancel);
+    outcome = worker::TrainInChildProcess(trainer, assignment, collector, stops);
   } else {
     if (!memory_history_path.empty()) worker::MemoryHistory::Start(kMemoryHistoryEvents);
-    outcome = worker::RunTraining(*task, device, collector, cancel, probe);
+    outcome = worker::RunTraining(*task, device, collector, stops.cancel, probe);
     if (!memory_history_path.empty()) worker::MemoryHistory::Write(memory_history_path);
   }
 

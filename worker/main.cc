@@ -263,17 +263,19 @@ int main(int argc, char** argv) {
     // a training process.
     auto run_assignment = [device, probe, &spare_trainer, &script](
                               const stoke::v1::Assignment& assignment, TrainingObserver& observer,
-                              const std::atomic<bool>& cancel) {
+                              const TaskStops& stops) {
       if (assignment.spec().has_command()) {
-        return RunScript(script, assignment, observer, cancel);
+        return RunScript(script, assignment, observer, stops.cancel);
       }
       auto task = TaskFromAssignment(assignment);
       if (!task.ok()) {
         return TrainOutcome{TrainOutcome::Kind::kFailed, std::string{task.status().message()},
                             /*retryable=*/false};
       }
-      if (IsUserCode(task->model)) return spare_trainer.Train(assignment, observer, cancel);
-      return RunTraining(*task, device, observer, cancel, probe);
+      if (IsUserCode(task->model)) return spare_trainer.Train(assignment, observer, stops);
+      TrainingProbe run_probe = probe;
+      run_probe.preempt_after = &stops.preempt_after;
+      return RunTraining(*task, device, observer, stops.cancel, run_probe);
     };
     WorkerAgent agent(options, run_assignment);
 

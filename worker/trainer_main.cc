@@ -153,24 +153,27 @@ int main(int argc, char** argv) {
     config->code_dir = command.start().code_dir();
   }
 
-  // Commands after the start: a cancel, or the end of input (the worker is gone).
-  std::atomic<bool> cancel{false};
-  std::thread commands([&cancel] {
+  // Commands after the start: a preemption, a cancel, or the end of input (the worker is
+  // gone).
+  static TaskStops stops;  // the detached reader may outlive main's frame
+  std::thread commands([] {
     stoke::v1::TrainerCommand next;
     while (ReadFrame(kCommands, &next) == FrameRead::kMessage) {
       if (next.has_cancel()) break;
+      if (next.has_preempt()) stops.preempt_after = next.preempt().after_step();
     }
-    cancel = true;
+    stops.cancel = true;
   });
   commands.detach();
 
   TrainingProbe probe;
+  probe.preempt_after = &stops.preempt_after;
   probe.build_network = python::BuildNetwork;
   if (progress != nullptr) {
     probe.before_step = [progress](uint64_t step) {
       progress->store(step, std::memory_order_relaxed);
     };
   }
-  const TrainOutcome outcome = RunTraining(*task, *device, events, cancel, probe);
+  const TrainOutcome outcome = RunTraining(*task, *device, events, stops.cancel, probe);
   Finish(events, outcome, task->job_id, task->attempt);
 }

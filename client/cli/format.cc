@@ -231,6 +231,7 @@ std::string StateWord(v1::JobState state, bool colour) {
     case v1::JOB_STATE_PENDING:
     case v1::JOB_STATE_SCHEDULED:
     case v1::JOB_STATE_RESTARTING:
+    case v1::JOB_STATE_PREEMPTED:
       code = "33";  // yellow
       break;
     case v1::JOB_STATE_RUNNING:

@@ -124,7 +124,7 @@ int TopCommand(CliContext& cli, bool once, double interval_seconds) {
     if (!cluster.ok()) return Report(cli, cluster.status());
     v1::ListJobsRequest request;
     for (auto state : {v1::JOB_STATE_RUNNING, v1::JOB_STATE_SCHEDULED, v1::JOB_STATE_PENDING,
-                       v1::JOB_STATE_RESTARTING}) {
+                       v1::JOB_STATE_RESTARTING, v1::JOB_STATE_PREEMPTED}) {
       request.add_states(state);
     }
     request.set_page_size(50);

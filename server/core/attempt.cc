@@ -42,6 +42,16 @@ bool Attempt::RankSucceeded(uint32_t rank) {
 void Attempt::Postpone(absl::Duration gap) {
   if (scheduled_at_) *scheduled_at_ += gap;
   if (reattach_deadline_) *reattach_deadline_ += gap;
+  if (preemption_) preemption_->ordered_at += gap;
+}
+
+void Attempt::Preempt(absl::Time ordered_at, std::string for_job) {
+  preemption_ = Preemption{ordered_at, std::move(for_job)};
+}
+
+bool Attempt::RankStopped(uint32_t rank) {
+  const bool added = stopped_.insert(rank).second;
+  return added && stopped_.size() == ranks_;
 }
 
 std::optional<std::vector<v1::Straggler>> Attempt::Diagnose(

@@ -11,6 +11,7 @@
 #include <map>
 #include <optional>
 #include <set>
+#include <string>
 #include <vector>
 
 #include "absl/time/time.h"
@@ -56,6 +57,17 @@ class Attempt {
   // The coordinator stood still for `gap`: its deadlines move by as much.
   void Postpone(absl::Duration gap);
 
+  // A preemption ordered at `ordered_at`, for the waiting job `for_job`: the ranks stop at
+  // a step boundary and the job goes back to the queue.
+  struct Preemption {
+    absl::Time ordered_at;
+    std::string for_job;
+  };
+  const std::optional<Preemption>& preemption() const { return preemption_; }
+  void Preempt(absl::Time ordered_at, std::string for_job);
+  // Rank `rank` has stopped for the preemption: true when that makes every rank stopped.
+  bool RankStopped(uint32_t rank);
+
   // Joins the diagnoses of rank `rank`'s training samples to `report` (which `job`, the
   // attempt's job, received), given the rank's device readings; when who straggles
   // changes, says so in the report's logs and returns the ranks straggling now.
@@ -70,6 +82,8 @@ class Attempt {
   std::set<uint32_t> succeeded_;
   std::optional<absl::Time> scheduled_at_;
   std::optional<absl::Time> reattach_deadline_;
+  std::optional<Preemption> preemption_;
+  std::set<uint32_t> stopped_;
   Absence absence_ = Absence::kCoordinatorRestarted;
   std::map<uint32_t, RankDiagnostician> diagnosticians_;
   // Jobs of several ranks: whether one holds the others back.

@@ -192,6 +192,8 @@ v1::Cluster Coordinator::GetCluster() {
   }
   cluster.set_coordinator_version(STOKE_VERSION);
   cluster.set_refused_worker_reports(refused_reports_);
+  cluster.set_preemptions(preemptions_);
+  cluster.set_preemption_lost_seconds(preemption_lost_seconds_);
   cluster.set_telemetry_events_dropped(telemetry_->dropped());
   cluster.set_telemetry_events_queued(telemetry_->queued());
   for (const auto& [state, count] : jobs_.finished()) {
@@ -247,6 +249,7 @@ void Coordinator::Tick() {
     RemoveWorker(*entry, absl::StrCat("worker ", worker_id, " stopped sending heartbeats"));
   }
   WithdrawUnstartedAssignments();
+  CancelLatePreemptions(now);
   Schedule();
 }
 

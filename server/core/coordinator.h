@@ -76,6 +76,10 @@ class Coordinator {
     // until folders are cleared. Measured every disk_quota_interval.
     uint64_t max_job_bytes_per_owner = 0;
     absl::Duration disk_quota_interval = absl::Seconds(30);
+    // A preempted job's ranks stop at their next step boundary (writing a checkpoint of
+    // it); one still running this long after the order is cancelled instead, and resumes
+    // from its newest checkpoint.
+    absl::Duration preemption_grace = absl::Minutes(2);
     // Metric samples and log lines are written by a writer of their own (group commit).
     TelemetryWriter::Options telemetry;
   };
@@ -203,6 +207,15 @@ class Coordinator {
   void WithdrawUnstartedAssignments();
   // Places what the scheduler plans; the pass's placements are stored together.
   void Schedule();
+  // After a pass: the jobs still `waiting` may preempt jobs of lower priority
+  // (preemption.h); `starts` are the pass's, whose devices are no longer free.
+  void PreemptForWaiting(std::vector<QueuedJob> waiting, const std::vector<PlannedStart>& starts);
+  // Asks `victim`'s ranks to stop at a step boundary, for `for_job`.
+  void OrderPreemption(const v1::Job& victim, const v1::Job& for_job);
+  // The preempted attempt has stopped (`how`): the job goes back to the queue, PREEMPTED.
+  void FinishPreemption(const std::string& job_id, uint32_t attempt, const std::string& how);
+  // Tick: preempted attempts still running past the grace are cancelled.
+  void CancelLatePreemptions(absl::Time now);
   // The SCHEDULED move of a planned start: the new attempt on its workers. A pass's
   // multi-rank jobs avoid `rendezvous_taken` (the pass's earlier ones), and add theirs.
   JobBook::Change Placement(const PlannedStart& start, std::set<std::string>& rendezvous_taken);
@@ -257,6 +270,9 @@ class Coordinator {
       std::make_shared<const std::map<std::string, std::string>>();
   bool shutting_down_ = false;
   uint64_t refused_reports_ = 0;
+  // Since this coordinator started.
+  uint64_t preemptions_ = 0;
+  double preemption_lost_seconds_ = 0;
   // Workers found claiming a GPU they lack, and until when they are not believed again.
   std::map<std::string, absl::Time> distrusted_gpu_workers_;
   uint16_t next_rendezvous_port_ = 0;

@@ -35,6 +35,10 @@ void Coordinator::RequeueAttempt(const std::string& job_id, uint32_t attempt,
                                  const std::string& why) {
   const v1::Job* job = jobs_.FindActive(job_id);
   if (shutting_down_ || !job || job->attempt() != attempt || !IsLive(job->state())) return;
+  if (const Attempt* current = CurrentAttempt(*job); current && current->preemption()) {
+    FinishPreemption(job_id, attempt, absl::StrCat("it stopped early: ", why));
+    return;
+  }
   std::string message = absl::StrCat("re-queued: ", why);
   spdlog::info("job {} {}", job_id, message);
   RecordTransition(job_id, attempt, v1::JOB_STATE_PENDING, message,
@@ -46,6 +50,12 @@ void Coordinator::FailAttempt(const std::string& job_id, uint32_t attempt, const
                               bool retryable) {
   const v1::Job* job = jobs_.FindActive(job_id);
   if (shutting_down_ || !job || job->attempt() != attempt || !IsLive(job->state())) return;
+  // A rank that fails while its gang is being preempted (another rank stopped first, and
+  // a collective broke) costs the job no restart: the job stops, as it was asked to.
+  if (const Attempt* current = CurrentAttempt(*job); current && current->preemption()) {
+    FinishPreemption(job_id, attempt, absl::StrCat("it stopped early: ", why));
+    return;
+  }
   const uint32_t restarts = job->restarts();
   // The API fills max_restarts in at submission (job_spec_rules.h).
   const uint32_t max_restarts = job->spec().max_restarts();

@@ -35,7 +35,12 @@ void Coordinator::Schedule() {
     return;
   }
   SchedulePlan plan =
-      scheduler_.Plan(std::move(queue), workers_.FreeDevices(), workers_.Capacity(), clock_.Now());
+      scheduler_.Plan(queue, workers_.FreeDevices(), workers_.Capacity(), clock_.Now());
+  std::vector<QueuedJob> waiting;
+  for (QueuedJob& job : queue) {
+    if (plan.waiting.count(job.id) > 0) waiting.push_back(std::move(job));
+  }
+  PreemptForWaiting(std::move(waiting), plan.starts);
   plan.waiting.merge(held);
   PublishWaiting(std::move(plan.waiting));
   if (plan.starts.empty()) return;

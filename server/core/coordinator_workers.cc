@@ -398,6 +398,17 @@ void Coordinator::OnTaskFinished(const std::string& worker_id, const v1::TaskFin
       }
       break;
     }
+    case v1::TASK_OUTCOME_PREEMPTED: {
+      Attempt* attempt = CurrentAttempt(*job);
+      if (attempt == nullptr || !attempt->preemption()) {
+        // Ordered by a coordinator that has since restarted: back to the queue all the same.
+        RequeueAttempt(job_id, finished.attempt(),
+                       absl::StrCat("rank ", rank, " on ", worker_id, ": ", finished.message()));
+      } else if (attempt->RankStopped(rank)) {
+        FinishPreemption(job_id, finished.attempt(), finished.message());
+      }
+      break;
+    }
     case v1::TASK_OUTCOME_FAILED:
       FailAttempt(job_id, finished.attempt(),
                   absl::StrCat("rank ", rank, " on ", worker_id, " failed: ", finished.message()),

@@ -6,7 +6,8 @@
 namespace stoke::server {
 
 bool IsQueued(v1::JobState state) {
-  return state == v1::JOB_STATE_PENDING || state == v1::JOB_STATE_RESTARTING;
+  return state == v1::JOB_STATE_PENDING || state == v1::JOB_STATE_RESTARTING ||
+         state == v1::JOB_STATE_PREEMPTED;
 }
 
 bool IsLive(v1::JobState state) {
@@ -24,6 +25,7 @@ bool IsTransitionAllowed(v1::JobState from, v1::JobState to) {
     case v1::JOB_STATE_RUNNING:
       return from == v1::JOB_STATE_SCHEDULED;
     case v1::JOB_STATE_RESTARTING:
+    case v1::JOB_STATE_PREEMPTED:
       return from == v1::JOB_STATE_SCHEDULED || from == v1::JOB_STATE_RUNNING;
     case v1::JOB_STATE_SUCCEEDED:
       return from == v1::JOB_STATE_SCHEDULED || from == v1::JOB_STATE_RUNNING;
@@ -46,7 +48,7 @@ absl::Status JobBook::Recover() {
   std::vector<v1::Job> unfinished;
   JobQuery query;
   query.states = {v1::JOB_STATE_PENDING, v1::JOB_STATE_SCHEDULED, v1::JOB_STATE_RUNNING,
-                  v1::JOB_STATE_RESTARTING};
+                  v1::JOB_STATE_RESTARTING, v1::JOB_STATE_PREEMPTED};
   query.limit = 1000;
   for (;;) {
     auto page = store_.ListJobs(query);

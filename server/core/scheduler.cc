@@ -69,12 +69,16 @@ v1::DeviceType Scheduler::ResolveType(v1::DeviceKind kind, const DeviceCapacity&
   }
 }
 
-SchedulePlan Scheduler::Plan(std::vector<QueuedJob> queue, const std::vector<FreeDevice>& free,
-                             const DeviceCapacity& capacity, absl::Time now) const {
+void Scheduler::Order(std::vector<QueuedJob>& queue) {
   std::stable_sort(queue.begin(), queue.end(), [](const QueuedJob& a, const QueuedJob& b) {
     if (a.priority != b.priority) return a.priority > b.priority;
     return a.order < b.order;
   });
+}
+
+SchedulePlan Scheduler::Plan(std::vector<QueuedJob> queue, const std::vector<FreeDevice>& free,
+                             const DeviceCapacity& capacity, absl::Time now) const {
+  Order(queue);
   std::map<v1::DeviceType, std::vector<FreeDevice>> pools;
   for (const auto& device : free) pools[device.type].push_back(device);
   // Device types held for a job that has waited past the backfill window.

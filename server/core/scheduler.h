@@ -61,6 +61,10 @@ class Scheduler {
   SchedulePlan Plan(std::vector<QueuedJob> queue, const std::vector<FreeDevice>& free,
                     const DeviceCapacity& capacity, absl::Time now) const;
 
+  // Sorts `queue` into the order jobs are considered in: higher priority first, then
+  // submission order.
+  static void Order(std::vector<QueuedJob>& queue);
+
   // The device type a job of this kind runs on in a cluster of this capacity: CUDA when
   // it asks for it or asks for any and the cluster has GPUs, CPU otherwise.
   static v1::DeviceType ResolveType(v1::DeviceKind kind, const DeviceCapacity& capacity);

@@ -225,7 +225,8 @@ CoordinatorMetrics::CoordinatorMetrics(const Options& options,
   leader_->Set(options.leader ? 1 : 0);
   g_leader = options.leader;
   jobs_ = &Gauge("stoke_jobs", "Unfinished jobs by state");
-  queue_length_ = &Gauge("stoke_queue_length", "Jobs waiting for devices (pending or restarting)");
+  queue_length_ =
+      &Gauge("stoke_queue_length", "Jobs waiting for devices (pending, restarting or preempted)");
   workers_ = &Gauge("stoke_workers", "Attached workers by state");
   for (const JobGaugeDef& def : kJobGauges) job_families_.push_back(&Gauge(def.name, def.help));
   job_diagnosis_ = &Gauge("stoke_job_diagnosis",
@@ -290,7 +291,7 @@ CoordinatorMetrics::CoordinatorMetrics(const Options& options,
                              "Metric samples and log lines received and not yet stored");
 
   // Every state is always present (0 when empty), so dashboards never show gaps.
-  for (int s = v1::JOB_STATE_PENDING; s <= v1::JOB_STATE_RESTARTING; ++s) {
+  for (int s = v1::JOB_STATE_PENDING; s <= v1::JOB_STATE_PREEMPTED; ++s) {
     auto state = static_cast<v1::JobState>(s);
     if (state == v1::JOB_STATE_SUCCEEDED || state == v1::JOB_STATE_FAILED ||
         state == v1::JOB_STATE_CANCELLED) {
@@ -375,7 +376,10 @@ void CoordinatorMetrics::Refresh(const MetricsSnapshot& snapshot, absl::Time now
   int queued = 0;
   for (const auto& job : snapshot.active_jobs) {
     ++job_counts[job.state()];
-    if (job.state() == v1::JOB_STATE_PENDING || job.state() == v1::JOB_STATE_RESTARTING) ++queued;
+    if (job.state() == v1::JOB_STATE_PENDING || job.state() == v1::JOB_STATE_RESTARTING ||
+        job.state() == v1::JOB_STATE_PREEMPTED) {
+      ++queued;
+    }
   }
   for (auto& [state, gauge] : jobs_by_state_) gauge->Set(job_counts[state]);
   // The core counts from its start; a counter only grows, so it takes the difference.

@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <fstream>
+#include <map>
 #include <regex>
 #include <set>
 #include <thread>
@@ -188,6 +189,92 @@ checkpoint: {interval_steps: 500, keep: 2}
       << full.err;
   EXPECT_NE(access(target.c_str(), F_OK), 0) << "a partial export was left at " << target;
   EXPECT_NE(access((target + ".partial").c_str(), F_OK), 0);
+}
+
+// Each training step's loss, from the job's stored events (evaluations left out).
+std::map<uint64_t, std::vector<double>> LossesByStep(client::Client& client,
+                                                     const std::string& id) {
+  std::map<uint64_t, std::vector<double>> losses;
+  auto status = client.WatchJob(id, {}, [&](const v1::JobEvent& e) {
+    if (e.has_metrics() && !e.metrics().has_eval()) {
+      losses[e.metrics().step()].push_back(e.metrics().loss());
+    }
+    return true;
+  });
+  EXPECT_TRUE(status.ok()) << status;
+  return losses;
+}
+
+// One CPU worker, a long job of negative priority on it, then an urgent job: the long one
+// stops at a step boundary, waits as PREEMPTED while the urgent one runs, and resumes
+// from the step it stopped at. Its loss curve is that of the same job run straight
+// through, step for step: no step lost, none trained twice.
+TEST_F(EngineTest, AnUrgentJobPreemptsALowPriorityOneThatResumesWithTheSameLossCurve) {
+  StartCoordinator("cpu:1");
+  auto& client = coordinator_->client();
+  const std::string spec = R"(model: {mlp: {hidden: [256, 256], dropout: 0.1}}
+data: {synthetic: {features: 64}}
+optimizer: {adamw: {}, lr: 0.003, schedule: cosine, warmup_steps: 20}
+training: {steps: 3000, batch_size: 64}
+metrics: {interval_steps: 1}
+checkpoint: {interval_steps: 1000}
+)";
+  const std::string straight = SubmitFile(Write("straight.yaml", "name: straight\n" + spec));
+  ASSERT_TRUE(WaitFor([&] { return client.GetJob(straight)->state() == v1::JOB_STATE_SUCCEEDED; },
+                      seconds(300)))
+      << coordinator_->Log();
+
+  const std::string low =
+      SubmitFile(Write("low.yaml", "name: low\nresources: {priority: -1}\n" + spec));
+  ASSERT_TRUE(
+      WaitFor([&] { return client.GetJob(low)->latest_metrics().step() >= 150; }, seconds(300)))
+      << coordinator_->Log();
+  const std::string urgent = SubmitFile(Write("urgent.yaml", R"(name: urgent
+resources: {priority: 5}
+model: {mlp: {hidden: [64]}}
+data: {synthetic: {features: 16}}
+training: {steps: 50, batch_size: 16}
+)"));
+  ASSERT_TRUE(WaitFor(
+      [&] {
+        return client.GetJob(low)->state() == v1::JOB_STATE_SUCCEEDED &&
+               client.GetJob(urgent)->state() == v1::JOB_STATE_SUCCEEDED;
+      },
+      seconds(300)))
+      << v1::JobState_Name(client.GetJob(low)->state()) << "\n"
+      << coordinator_->Log();
+
+  const v1::Job finished = *client.GetJob(low);
+  EXPECT_EQ(finished.preemptions(), 1u);
+  EXPECT_EQ(finished.restarts(), 0u) << "a preemption is not the job's failure";
+  EXPECT_EQ(finished.attempt(), 2u);
+  EXPECT_GT(finished.preemption_lost_seconds(), 0.0);
+  // The urgent job ran while the low one waited, and said why it waited.
+  std::string preempted_message;
+  auto status = client.WatchJob(low, {}, [&](const v1::JobEvent& e) {
+    if (e.has_state_change() && e.state_change().state() == v1::JOB_STATE_PREEMPTED) {
+      preempted_message = e.state_change().message();
+    }
+    return true;
+  });
+  ASSERT_TRUE(status.ok()) << status;
+  EXPECT_NE(preempted_message.find("preempted for job " + urgent), std::string::npos)
+      << preempted_message;
+  EXPECT_NE(preempted_message.find("its checkpoint written"), std::string::npos)
+      << preempted_message;
+
+  const auto expected = LossesByStep(client, straight);
+  const auto resumed = LossesByStep(client, low);
+  ASSERT_EQ(expected.size(), 3000u);
+  ASSERT_EQ(resumed.size(), 3000u) << "every step reported once";
+  for (const auto& [step, losses] : resumed) {
+    ASSERT_EQ(losses.size(), 1u) << "step " << step << " was trained twice";
+    EXPECT_EQ(losses.front(), expected.at(step).front()) << "step " << step;
+  }
+
+  auto cluster = client.GetCluster();
+  ASSERT_TRUE(cluster.ok());
+  EXPECT_EQ(cluster->preemptions(), 1u);
 }
 
 TEST_F(EngineTest, TwoRankJobRestartsWholeWhenOneRankIsKilledAndFinishes) {

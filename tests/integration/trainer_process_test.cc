@@ -337,12 +337,12 @@ TEST_F(TrainerProcessTest, TrainersStartedAheadServeOneTaskEachAndADeadOneIsRepl
   options.device = "cpu:0";
   options.threads = 1;
   worker::SpareTrainer trainers(options, /*ahead=*/true);
-  std::atomic<bool> cancel{false};
+  worker::TaskStops stops;
   for (int task = 0; task < 2; ++task) {
     // Time enough for the spare to have started and imported torch.
     std::this_thread::sleep_for(std::chrono::seconds(3));
     observer_ = RecordingObserver();
-    const TrainOutcome outcome = trainers.Train(Assign(SyntheticJob("{}", 10)), observer_, cancel);
+    const TrainOutcome outcome = trainers.Train(Assign(SyntheticJob("{}", 10)), observer_, stops);
     ASSERT_EQ(outcome.kind, TrainOutcome::Kind::kSucceeded) << outcome.message << "\n" << Logs();
     ASSERT_EQ(observer_.first_steps.size(), 1u);
     EXPECT_EQ(observer_.first_steps[0].process_seconds, 0.0) << "task " << task;
@@ -352,7 +352,7 @@ TEST_F(TrainerProcessTest, TrainersStartedAheadServeOneTaskEachAndADeadOneIsRepl
   EXPECT_EQ(KillChildren("stoke-trainer"), 1);
   std::this_thread::sleep_for(std::chrono::milliseconds(500));  // until it is gone
   observer_ = RecordingObserver();
-  const TrainOutcome outcome = trainers.Train(Assign(SyntheticJob("{}", 10)), observer_, cancel);
+  const TrainOutcome outcome = trainers.Train(Assign(SyntheticJob("{}", 10)), observer_, stops);
   EXPECT_EQ(outcome.kind, TrainOutcome::Kind::kSucceeded) << outcome.message << "\n" << Logs();
 }
 

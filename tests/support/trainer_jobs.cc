@@ -52,17 +52,18 @@ TrainerRun TrainInTrainer(const v1::Assignment& assignment, const std::string& d
   options.device = device;
   options.threads = device.rfind("cpu", 0) == 0 ? 1 : 0;
   options.cancel_grace = cancel_grace;
-  std::atomic<bool> cancel{false}, done{false};
+  worker::TaskStops stops;
+  std::atomic<bool> done{false};
   std::thread canceller([&] {
     const auto until = std::chrono::steady_clock::now() + cancel_after;
     while (!done && std::chrono::steady_clock::now() < until) {
       std::this_thread::sleep_for(std::chrono::milliseconds(20));
     }
-    cancel = true;
+    stops.cancel = true;
   });
   const auto began = std::chrono::steady_clock::now();
   TrainerRun run;
-  run.outcome = worker::TrainInChildProcess(options, assignment, observer, cancel);
+  run.outcome = worker::TrainInChildProcess(options, assignment, observer, stops);
   run.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - began).count();
   done = true;
   canceller.join();

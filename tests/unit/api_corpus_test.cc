@@ -739,7 +739,7 @@ std::vector<Case> PageCases() {
     cases.push_back({"ListAudit" + label, Unary(&v1::Coordinator::Stub::ListAudit, audit),
                      grpc::StatusCode::INVALID_ARGUMENT, "page_token"});
   }
-  for (int state : {0, 8, 999, -1}) {
+  for (int state : {0, 9, 999, -1}) {
     v1::ListJobsRequest request;
     request.add_states(static_cast<v1::JobState>(state));
     cases.push_back({absl::StrCat("ListJobs states [", state, "]"),

@@ -280,6 +280,63 @@ TEST(Trainer, ResumedTrainingContinuesTheSameLossCurve) {
   EXPECT_EQ(kept, (std::vector<std::string>{"step-60", "step-90"}));
 }
 
+// A preemption stops the run after the step asked for (or the step under way), with a
+// checkpoint of exactly that step and its metrics reported up to it: resumed, the job
+// loses no step and retraces the curve of a run that was never stopped, step for step.
+TEST(Trainer, APreemptedRunStopsAtItsStepBoundaryAndResumesWithoutLosingAStep) {
+  TrainTask task = SmallTask(60);
+  task.training.metrics_interval_steps = 1;
+  std::get<MlpConfig>(task.model).dropout = 0.2;
+  task.optimizer.schedule = LrSchedule::kCosine;
+  task.checkpoint.interval_steps = 25;
+  task.checkpoint.keep = 10;
+  std::atomic<bool> no_cancel{false};
+
+  stoke::testing::TempDir straight_dir, preempted_dir;
+  task.job_dir = straight_dir.path();
+  StopAfter straight(no_cancel, 0);
+  ASSERT_EQ(RunTraining(task, kCpu, straight, no_cancel).kind, TrainOutcome::Kind::kSucceeded);
+  ASSERT_EQ(straight.samples.size(), 60u);
+
+  task.job_dir = preempted_dir.path();
+  std::vector<MetricSample> curve;
+  // First asked to stop after step 17 (as the ranks of a job of several are), then, once
+  // resumed, after the step under way at step 41.
+  std::atomic<uint64_t> preempt_after{17};
+  TrainingProbe probe;
+  probe.preempt_after = &preempt_after;
+  StopAfter first(no_cancel, 0);
+  const TrainOutcome stopped = RunTraining(task, kCpu, first, no_cancel, probe);
+  ASSERT_EQ(stopped.kind, TrainOutcome::Kind::kPreempted) << stopped.message;
+  EXPECT_EQ(stopped.message, "preempted after step 17, its checkpoint written");
+  EXPECT_EQ(files::ListDirectory(preempted_dir.path() + "/checkpoints"),
+            std::vector<std::string>{"step-17"});
+  curve.insert(curve.end(), first.samples.begin(), first.samples.end());
+
+  preempt_after = TaskStops::kNotPreempted;
+  probe.before_step = [&](uint64_t step) {
+    if (step == 41) preempt_after = 0;
+  };
+  StopAfter second(no_cancel, 0);
+  ASSERT_EQ(RunTraining(task, kCpu, second, no_cancel, probe).kind, TrainOutcome::Kind::kPreempted);
+  EXPECT_EQ(second.logs[1], "resumed from checkpoint at step 17");
+  curve.insert(curve.end(), second.samples.begin(), second.samples.end());
+
+  preempt_after = TaskStops::kNotPreempted;
+  probe.before_step = nullptr;
+  StopAfter third(no_cancel, 0);
+  ASSERT_EQ(RunTraining(task, kCpu, third, no_cancel, probe).kind, TrainOutcome::Kind::kSucceeded);
+  EXPECT_EQ(third.logs[1], "resumed from checkpoint at step 41");
+  curve.insert(curve.end(), third.samples.begin(), third.samples.end());
+
+  ASSERT_EQ(curve.size(), straight.samples.size());
+  for (size_t i = 0; i < curve.size(); ++i) {
+    ASSERT_EQ(curve[i].step, i + 1);
+    EXPECT_EQ(curve[i].loss, straight.samples[i].loss) << "step " << i + 1;
+    EXPECT_EQ(curve[i].learning_rate, straight.samples[i].learning_rate) << "step " << i + 1;
+  }
+}
+
 }  // namespace
 }  // namespace stoke::worker
 

@@ -5,6 +5,7 @@
 // wheel on the GPU machines ships its own protobuf headers, which must not meet ours.
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <iterator>
@@ -367,11 +368,23 @@ struct MetricSample {
 };
 
 struct TrainOutcome {
-  enum class Kind { kSucceeded, kFailed, kCancelled };
+  // kPreempted: stopped at a step boundary, as TaskStops::preempt_after asked.
+  enum class Kind { kSucceeded, kFailed, kCancelled, kPreempted };
   Kind kind = Kind::kSucceeded;
   std::string message;
   // False when another attempt would fail the same way (a bad spec, a NaN loss).
   bool retryable = true;
+};
+
+// How the worker asks a task it runs to stop: at once (a cancel), or at a step boundary,
+// having written a checkpoint of that step (a preemption: the job resumes there later).
+struct TaskStops {
+  static constexpr uint64_t kNotPreempted = UINT64_MAX;
+  std::atomic<bool> cancel{false};
+  // The last step to train before stopping, 0 for the step under way; kNotPreempted.
+  std::atomic<uint64_t> preempt_after{kNotPreempted};
+
+  bool Preempted() const { return preempt_after.load(std::memory_order_relaxed) != kNotPreempted; }
 };
 
 // How the engine reports while it trains. Called on the training thread; must not block.

@@ -186,6 +186,13 @@ class CheckpointPace {
   std::chrono::steady_clock::time_point last_;
 };
 
+// Whether a preemption asks the run to stop now, `trained` steps in.
+bool PreemptionDue(const TrainingProbe& probe, uint64_t trained) {
+  if (probe.preempt_after == nullptr) return false;
+  const uint64_t after = probe.preempt_after->load(std::memory_order_relaxed);
+  return after != TaskStops::kNotPreempted && (after == 0 || trained >= after);
+}
+
 // The steps of a built run, from its first to its last, with evaluation, metrics and
 // checkpoints at their intervals. `step` is the step under way, for the failure message.
 TrainOutcome Loop(TrainingRun& run, TrainingObserver& observer, const std::atomic<bool>& cancel,
@@ -201,13 +208,35 @@ TrainOutcome Loop(TrainingRun& run, TrainingObserver& observer, const std::atomi
 
   StepTrace trace(task.job_id, task.rank, [&](const std::string& line) { observer.OnLog(line); });
   FirstStepWatch first_step(run, observer);
-  uint64_t skipped_logged = 0;  // said in the log at 1, 2, 4, 8, ... skipped samples
+  uint64_t skipped_logged = 0;                 // said in the log at 1, 2, 4, 8, ... skipped samples
+  uint64_t checkpointed = run.first_step - 1;  // the newest checkpoint's step (or none: 0)
+  double lr = 0;
   for (step = run.first_step; step <= run.total_steps; ++step) {
     if (cancel.load(std::memory_order_relaxed)) {
       return {TrainOutcome::Kind::kCancelled, "cancelled at step " + std::to_string(step - 1)};
     }
+    if (PreemptionDue(probe, step - 1)) {
+      // The samples and a checkpoint of exactly the last step trained: resumed, the job
+      // goes on from there and its loss curve has no gap and no repeat.
+      const uint64_t trained = step - 1;
+      if (trained >= run.first_step && trained % interval != 0) {
+        metrics.EndWindow(trained, static_cast<uint32_t>((trained - 1) / run.steps_per_epoch), lr,
+                          run.data.train->TakeWaitSeconds(),
+                          run.reducer ? run.reducer->TakeExposedSeconds() : 0.0);
+      }
+      while (auto sample = metrics.PollBlocking()) {
+        if (auto diverged = Report(*sample, observer)) return *diverged;
+      }
+      if (write_checkpoints && trained > checkpointed) {
+        run.optimizer->SyncHostState();
+        run.checkpoints->Save(trained, *run.net, run.optimizer->state(), run.device_ref,
+                              run.scaler.get());
+      }
+      return {TrainOutcome::Kind::kPreempted,
+              "preempted after step " + std::to_string(trained) + ", its checkpoint written"};
+    }
     if (probe.before_step) probe.before_step(step);
-    const double lr = LearningRateAt(task.optimizer, step, run.total_steps);
+    lr = LearningRateAt(task.optimizer, step, run.total_steps);
     run.optimizer->SetLearningRate(lr);
     first_step.BeforeStep(step);
     std::vector<Batch> micro_batches(static_cast<size_t>(t.grad_accum_steps));
@@ -250,6 +279,7 @@ TrainOutcome Loop(TrainingRun& run, TrainingObserver& observer, const std::atomi
       run.optimizer->SyncHostState();
       run.checkpoints->Save(step, *run.net, run.optimizer->state(), run.device_ref,
                             run.scaler.get());
+      checkpointed = step;
     }
   }
   first_step.Finish();

@@ -34,6 +34,9 @@ struct TrainingProbe {
   std::function<void(uint64_t step)> before_step;
   // Builds the model; unset: BuildNetwork.
   NetworkBuilder build_network;
+  // Where the worker asks for a preemption (TaskStops::preempt_after), read before each
+  // step: the run stops after that step, having written a checkpoint of it (rank 0).
+  const std::atomic<uint64_t>* preempt_after = nullptr;
 };
 
 // Returns how the training ended. `cancel` is checked before every step. Errors from

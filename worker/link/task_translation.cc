@@ -456,6 +456,8 @@ v1::TaskOutcome ToProto(TrainOutcome::Kind kind) {
       return v1::TASK_OUTCOME_SUCCEEDED;
     case TrainOutcome::Kind::kCancelled:
       return v1::TASK_OUTCOME_CANCELLED;
+    case TrainOutcome::Kind::kPreempted:
+      return v1::TASK_OUTCOME_PREEMPTED;
     default:
       return v1::TASK_OUTCOME_FAILED;
   }

@@ -173,6 +173,7 @@ class EventRelay {
         const TrainOutcome::Kind kind =
             f.outcome() == v1::TASK_OUTCOME_SUCCEEDED   ? TrainOutcome::Kind::kSucceeded
             : f.outcome() == v1::TASK_OUTCOME_CANCELLED ? TrainOutcome::Kind::kCancelled
+            : f.outcome() == v1::TASK_OUTCOME_PREEMPTED ? TrainOutcome::Kind::kPreempted
                                                         : TrainOutcome::Kind::kFailed;
         reported_ = TrainOutcome{kind, f.message(), f.retryable()};
         break;
@@ -194,6 +195,7 @@ struct TrainerEnd {
   int status = 0;  // waitpid's
   std::optional<TrainOutcome> reported;
   bool cancel_sent = false;
+  bool preempt_sent = false;
   bool killed = false;  // after the cancel's grace
   uint64_t step = 0;    // the step it had begun
   std::string last_lines;
@@ -230,7 +232,7 @@ TrainOutcome OutcomeOf(const TrainerEnd& end, const TrainerProcessOptions& optio
 // reaps it.
 TrainOutcome RunTask(TrainerChild& child, const TrainerProcessOptions& options,
                      const v1::Assignment& assignment, TrainingObserver& observer,
-                     const std::atomic<bool>& cancel) {
+                     const TaskStops& stops) {
   if (assignment.spec().model().has_python() && assignment.code().files_size() == 0) {
     return Failed(
         absl::StrCat("model.python: the assignment came without the model's code (sha256 ",
@@ -281,7 +283,13 @@ TrainOutcome RunTask(TrainerChild& child, const TrainerProcessOptions& options,
       const ssize_t n = write(child.commands.write, pending.data(), pending.size());
       if (n > 0) pending.erase(0, static_cast<size_t>(n));
     }
-    if (cancel.load(std::memory_order_relaxed) && !end.cancel_sent) {
+    if (stops.Preempted() && !end.preempt_sent && !end.cancel_sent) {
+      v1::TrainerCommand preempt;
+      preempt.mutable_preempt()->set_after_step(stops.preempt_after.load());
+      pending += EncodeFrame(preempt);
+      end.preempt_sent = true;
+    }
+    if (stops.cancel.load(std::memory_order_relaxed) && !end.cancel_sent) {
       v1::TrainerCommand stop;
       stop.mutable_cancel();
       pending += EncodeFrame(stop);
@@ -318,13 +326,13 @@ TrainOutcome RunTask(TrainerChild& child, const TrainerProcessOptions& options,
 
 TrainOutcome TrainInChildProcess(const TrainerProcessOptions& options,
                                  const v1::Assignment& assignment, TrainingObserver& observer,
-                                 const std::atomic<bool>& cancel) {
+                                 const TaskStops& stops) {
   auto child = StartTrainer(options);
   if (!child.ok()) {
     return Failed(std::string{child.status().message()},
                   child.status().code() != absl::StatusCode::kFailedPrecondition);
   }
-  return RunTask(**child, options, assignment, observer, cancel);
+  return RunTask(**child, options, assignment, observer, stops);
 }
 
 SpareTrainer::SpareTrainer(TrainerProcessOptions options, bool ahead)
@@ -364,8 +372,8 @@ void SpareTrainer::Launch() {
 }
 
 TrainOutcome SpareTrainer::Train(const v1::Assignment& assignment, TrainingObserver& observer,
-                                 const std::atomic<bool>& cancel) {
-  if (!ahead_) return TrainInChildProcess(options_, assignment, observer, cancel);
+                                 const TaskStops& stops) {
+  if (!ahead_) return TrainInChildProcess(options_, assignment, observer, stops);
   std::unique_ptr<TrainerChild> child;
   {
     std::unique_lock<std::mutex> lock(mu_);
@@ -391,7 +399,7 @@ TrainOutcome SpareTrainer::Train(const v1::Assignment& assignment, TrainingObser
     if (!fresh.ok()) return Failed(std::string{fresh.status().message()});
     child = *std::move(fresh);
   }
-  TrainOutcome outcome = RunTask(*child, options_, assignment, observer, cancel);
+  TrainOutcome outcome = RunTask(*child, options_, assignment, observer, stops);
   child.reset();
   {
     // The next task's trainer starts now that this one's is gone: one holds the device

@@ -41,11 +41,11 @@ struct TrainerProcessOptions {
 std::string TrainerBesideThisProgram();
 
 // Runs the assignment in a new stoke-trainer and relays what it reports to `observer`
-// (from this thread only) until it ends. `cancel` is passed on as a command; a child that
-// has not stopped cancel_grace later is killed. Never throws.
+// (from this thread only) until it ends. A cancel or a preemption in `stops` is passed on as
+// a command; a child that has not stopped cancel_grace after a cancel is killed. Never throws.
 TrainOutcome TrainInChildProcess(const TrainerProcessOptions& options,
                                  const v1::Assignment& assignment, TrainingObserver& observer,
-                                 const std::atomic<bool>& cancel);
+                                 const TaskStops& stops);
 
 struct TrainerChild;
 
@@ -66,7 +66,7 @@ class SpareTrainer {
 
   // TrainInChildProcess in the spare (waiting for it to be started if need be).
   TrainOutcome Train(const v1::Assignment& assignment, TrainingObserver& observer,
-                     const std::atomic<bool>& cancel);
+                     const TaskStops& stops);
 
  private:
   void Launch();

@@ -443,6 +443,8 @@ bool WorkerAgent::Serve(v1::WorkerLink::Stub& stub, const std::string& address) 
       StartTask(message.assignment());
     } else if (message.has_cancel()) {
       CancelTask(message.cancel());
+    } else if (message.has_preempt()) {
+      PreemptTask(message.preempt());
     }
   }
   // The stream is gone, but not the task: it trains on, its reports wait in the outbox,
@@ -476,8 +478,10 @@ void WorkerAgent::StartTask(const v1::Assignment& assignment) {
   if (task_thread_.joinable()) task_thread_.join();
   task_job_ = assignment.job_id();
   task_attempt_ = assignment.attempt();
-  task_cancel_ = false;
+  task_stops_.cancel = false;
+  task_stops_.preempt_after = TaskStops::kNotPreempted;
   task_running_ = true;
+  task_is_script_ = assignment.spec().has_command();
   // A script job's ranks are processes the worker kills at their grace's end; a rank of
   // Stoke's own loop may hang in a collective of this process.
   watch_cancel_ = assignment.world_size() > 1 && !assignment.spec().has_command();
@@ -496,7 +500,7 @@ void WorkerAgent::StartTask(const v1::Assignment& assignment) {
     spdlog::info("job {} attempt {}: rank {} of {} starting", assignment.job_id(),
                  assignment.attempt(), assignment.rank(), std::max(1u, assignment.world_size()));
     Observer observer(*this, assignment, assigned_at);
-    const TrainOutcome outcome = train_(assignment, observer, task_cancel_);
+    const TrainOutcome outcome = train_(assignment, observer, task_stops_);
     spdlog::info("job {} attempt {}: {}", assignment.job_id(), assignment.attempt(),
                  outcome.message);
     finished->set_outcome(ToProto(outcome.kind));
@@ -516,7 +520,7 @@ void WorkerAgent::CancelTask(const v1::CancelTask& cancel) {
   std::lock_guard<std::mutex> lock(task_mu_);
   if (task_running_ && task_job_ == cancel.job_id() && task_attempt_ == cancel.attempt()) {
     spdlog::info("job {}: cancel requested ({})", cancel.job_id(), cancel.reason());
-    task_cancel_ = true;
+    task_stops_.cancel = true;
     if (watch_cancel_ && watchdog_done_) {
       if (cancel_watchdog_.joinable()) cancel_watchdog_.join();  // it has returned
       watchdog_done_ = false;
@@ -524,6 +528,27 @@ void WorkerAgent::CancelTask(const v1::CancelTask& cancel) {
           std::thread(&WorkerAgent::WatchCancel, this, cancel.job_id(), cancel.attempt());
     }
   }
+}
+
+void WorkerAgent::PreemptTask(const v1::PreemptTask& preempt) {
+  {
+    std::lock_guard<std::mutex> lock(task_mu_);
+    if (!task_running_ || task_job_ != preempt.job_id() || task_attempt_ != preempt.attempt()) {
+      return;
+    }
+    spdlog::info("job {}: preemption requested after step {} ({})", preempt.job_id(),
+                 preempt.after_step(), preempt.reason());
+    // A script's program has no step boundary Stoke can stop it at.
+    if (!task_is_script_) {
+      task_stops_.preempt_after = preempt.after_step();
+      return;
+    }
+  }
+  v1::CancelTask cancel;
+  cancel.set_job_id(preempt.job_id());
+  cancel.set_attempt(preempt.attempt());
+  cancel.set_reason(preempt.reason());
+  CancelTask(cancel);
 }
 
 void WorkerAgent::WatchCancel(std::string job_id, uint32_t attempt) {
@@ -546,7 +571,7 @@ void WorkerAgent::StopTask() {
   std::thread running;
   {
     std::lock_guard<std::mutex> lock(task_mu_);
-    task_cancel_ = true;
+    task_stops_.cancel = true;
     running = std::move(task_thread_);
   }
   // Joined without the lock: the task takes it to mark itself finished.

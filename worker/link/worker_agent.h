@@ -28,7 +28,7 @@ namespace stoke::worker {
 
 // Runs one assignment to its end: trains it, or runs its command.
 using TrainFunction =
-    std::function<TrainOutcome(const v1::Assignment&, TrainingObserver&, const std::atomic<bool>&)>;
+    std::function<TrainOutcome(const v1::Assignment&, TrainingObserver&, const TaskStops&)>;
 
 class WorkerAgent {
  public:
@@ -97,6 +97,8 @@ class WorkerAgent {
   void PruneRecent();
   void StartTask(const v1::Assignment& assignment);
   void CancelTask(const v1::CancelTask& cancel);
+  // Asks the task to stop at a step boundary (a script job's program: to stop at once).
+  void PreemptTask(const v1::PreemptTask& preempt);
   void StopTask();
   // Exits the process if the task being cancelled has not ended within cancel_grace.
   void WatchCancel(std::string job_id, uint32_t attempt);
@@ -117,9 +119,10 @@ class WorkerAgent {
   std::thread task_thread_;
   std::string task_job_;
   uint32_t task_attempt_ = 0;
-  std::atomic<bool> task_cancel_{false};
+  TaskStops task_stops_;
   std::atomic<bool> task_running_{false};
-  bool watch_cancel_ = false;             // a cancel starts the watchdog (WatchCancel)
+  bool watch_cancel_ = false;  // a cancel starts the watchdog (WatchCancel)
+  bool task_is_script_ = false;
   std::condition_variable task_done_cv_;  // with task_mu_
   std::thread cancel_watchdog_;
   bool watchdog_done_ = true;  // guarded by task_mu_

@@ -12,7 +12,8 @@ class JobState(enum.IntEnum):
     """Where a job is in its life; the values are ``stoke.v1.JobState``'s numbers.
 
     ``PENDING -> SCHEDULED -> RUNNING -> SUCCEEDED | FAILED | CANCELLED``, with
-    ``RESTARTING`` between a failure and a retry.
+    ``RESTARTING`` between a failure and a retry, and ``PREEMPTED`` when a job of
+    higher priority took its devices (it resumes from the step it stopped at).
     """
 
     UNSPECIFIED = 0
@@ -23,6 +24,7 @@ class JobState(enum.IntEnum):
     FAILED = 5
     CANCELLED = 6
     RESTARTING = 7
+    PREEMPTED = 8
 
     @property
     def is_final(self) -> bool:

@@ -21,6 +21,7 @@
 #include <thread>
 
 #include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "security/auth_tokens.h"
 #include "security/credential_file.h"
@@ -119,6 +120,17 @@ void RaiseFileLimit() {
   }
 }
 
+// --max-priority's "submitter=N".
+absl::StatusOr<int32_t> ParseMaxPriority(const std::string& value) {
+  const std::string prefix = "submitter=";
+  int32_t n = 0;
+  if (value.rfind(prefix, 0) != 0 || !absl::SimpleAtoi(value.substr(prefix.size()), &n)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--max-priority ", value, ": expected submitter=N (N an integer)"));
+  }
+  return n;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -196,6 +208,20 @@ int main(int argc, char** argv) {
   app.add_option("--backfill-window", backfill_window_s,
                  "Seconds a blocked job lets smaller jobs pass it before it reserves devices")
       ->capture_default_str();
+  double preemption_grace_s = absl::ToDoubleSeconds(core_options.preemption_grace);
+  app.add_option("--preemption-grace", preemption_grace_s,
+                 "Seconds a preempted job has to stop at a step boundary before it is "
+                 "cancelled (it then resumes from its newest checkpoint)")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  std::string max_priority;
+  app.add_option("--max-priority", max_priority,
+                 "submitter=N: the highest resources.priority a submitter may set (admins may "
+                 "set any)")
+      ->check([](const std::string& value) {
+        const auto parsed = ParseMaxPriority(value);
+        return parsed.ok() ? std::string() : std::string{parsed.status().message()};
+      });
   app.add_option("--data-root", data_roots,
                  "A folder job files may read data from (repeatable; default: "
                  "/usr/share/datasets and DATA_DIR/datasets)");
@@ -326,6 +352,8 @@ int main(int argc, char** argv) {
   access_options.require_worker_certificate = require_worker_cert;
   access_options.python_models =
       python_models == "off" ? std::nullopt : security::ParseRole(python_models);
+  if (!max_priority.empty())
+    access_options.max_submitter_priority = *ParseMaxPriority(max_priority);
   if (!auth_tokens_path.empty()) {
     auto tokens = security::ReadTokenFile(auth_tokens_path);
     if (!tokens.ok()) return Fail(tokens.status());
@@ -422,6 +450,7 @@ int main(int argc, char** argv) {
   }
   core_options.start_timeout = absl::Seconds(start_timeout_s);
   core_options.scheduler.backfill_window = absl::Seconds(backfill_window_s);
+  core_options.preemption_grace = absl::Seconds(preemption_grace_s);
   if (data_roots.empty()) data_roots = {"/usr/share/datasets", data_dir + "/datasets"};
   DataRoots roots(data_roots);
   core_options.data_roots = roots.roots();

@@ -37,6 +37,8 @@ inline constexpr double kMaxBadFraction = 0.001;
 
 // model.*: an MLP's one hidden layer is this many times its input width.
 inline constexpr int64_t kMlpHiddenPerInput = 4;
+// resources.preemptible, when unset: true for priorities below this (spec/preemptible.h).
+inline constexpr int32_t kPreemptibleBelowPriority = 0;
 inline constexpr int64_t kCnnChannels[] = {32, 64};
 inline constexpr int64_t kCnnHidden = 128;
 inline constexpr int kResNetDepth = 18;

@@ -110,6 +110,21 @@ void SimulatedWorker::Handle(const v1::CoordinatorMessage& message) {
     started.mutable_started()->set_attempt(a.attempt());
     SendLocked(std::move(started));
     if (options_.job_length && options_.job_length->count() == 0) FinishLocked(*task_);
+  } else if (message.has_preempt()) {
+    // As stoke-worker's loop does: the step under way ends, a checkpoint is written, and
+    // the task finishes as preempted.
+    const v1::PreemptTask& preempt = message.preempt();
+    if (!task_ || task_->job_id != preempt.job_id() || task_->attempt != preempt.attempt()) return;
+    SendLocked(ReportLocked(*task_, /*last=*/false));
+    v1::WorkerMessage finished;
+    finished.mutable_finished()->set_job_id(task_->job_id);
+    finished.mutable_finished()->set_attempt(task_->attempt);
+    finished.mutable_finished()->set_outcome(v1::TASK_OUTCOME_PREEMPTED);
+    finished.mutable_finished()->set_message("preempted after step " + std::to_string(task_->step) +
+                                             ", its checkpoint written");
+    SendLocked(std::move(finished));
+    ++counts_.preempted;
+    task_.reset();
   } else if (message.has_cancel()) {
     if (task_ && task_->job_id == message.cancel().job_id()) task_.reset();
     v1::WorkerMessage finished;

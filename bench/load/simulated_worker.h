@@ -29,7 +29,7 @@ class SimulatedWorker final
   struct Options {
     std::string host = "simulated";
     // How long each assigned job "trains" before it is reported succeeded (with Tick): zero
-    // reports it at once, on assignment; nullopt holds it until it is cancelled or the
+    // reports it at once, on assignment; nullopt holds it until it is cancelled, preempted or the
     // worker detaches.
     std::optional<std::chrono::milliseconds> job_length = std::chrono::milliseconds(0);
     // Between reports (stoke-worker's outbox flush interval).
@@ -41,6 +41,7 @@ class SimulatedWorker final
   struct Counts {
     uint64_t assignments = 0;
     uint64_t finished = 0;
+    uint64_t preempted = 0;
     uint64_t reports = 0;
     uint64_t samples = 0;
     uint64_t heartbeats = 0;

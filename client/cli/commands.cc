@@ -15,6 +15,7 @@
 #include "client/cli/progress.h"
 #include "client/lib/job_spec_file.h"
 #include "formats/token_file.h"
+#include "spec/preemptible.h"
 
 namespace stoke::client {
 namespace {
@@ -221,8 +222,13 @@ int StatusCommand(CliContext& cli, const std::string& id) {
   std::printf("  submitted  %s\n", FormatAge(job->create_time()).c_str());
   std::printf("  attempt    %u  (restarts %u of %u)\n", job->attempt(), job->restarts(),
               spec.max_restarts());
-  std::printf("  devices    %u, priority %d\n", spec.resources().gpus(),
-              spec.resources().priority());
+  std::printf("  devices    %u, priority %d%s\n", spec.resources().gpus(),
+              spec.resources().priority(),
+              spec::IsPreemptible(spec.resources()) ? ", preemptible" : "");
+  if (job->preemptions() > 0) {
+    std::printf("  preempted  %u time%s, %.0f device seconds lost\n", job->preemptions(),
+                job->preemptions() == 1 ? "" : "s", job->preemption_lost_seconds());
+  }
   if (spec.model().has_python()) {
     // Which code ran: its digest says it is the code the submitter sent.
     const auto& python = spec.model().python();
@@ -292,6 +298,18 @@ int CancelCommand(CliContext& cli, const std::string& id, const std::string& rea
     std::cout << ToJson(*job) << std::endl;
   } else {
     std::printf("job %s %s\n", job->id().c_str(), ShortStateName(job->state()).c_str());
+  }
+  return kExitOk;
+}
+
+int PriorityCommand(CliContext& cli, const std::string& id, int32_t priority) {
+  auto job = cli.client.SetJobPriority(id, priority);
+  if (!job.ok()) return Report(cli, job.status());
+  if (cli.json) {
+    std::cout << ToJson(*job) << std::endl;
+  } else {
+    std::printf("job %s priority %d (%s)\n", job->id().c_str(), job->spec().resources().priority(),
+                ShortStateName(job->state()).c_str());
   }
   return kExitOk;
 }

@@ -59,6 +59,13 @@ int main(int argc, char** argv) {
   cancel->add_option("id", id, "Job id")->required();
   cancel->add_option("--reason", reason, "Recorded with the job");
 
+  int32_t priority = 0;
+  auto* set_priority = app.add_subcommand(
+      "priority", "Change an unfinished job's priority (raised, it may preempt lower ones)");
+  set_priority->add_option("id", id, "Job id")->required();
+  set_priority->add_option("priority", priority, "The new priority (higher runs first)")
+      ->required();
+
   auto* cluster = app.add_subcommand("cluster", "Show the workers, their devices and jobs");
 
   bool once = false;
@@ -194,6 +201,7 @@ int main(int argc, char** argv) {
   if (*whoami) return WhoAmICommand(cli);
   if (*status) return StatusCommand(cli, id);
   if (*cancel) return CancelCommand(cli, id, reason);
+  if (*set_priority) return PriorityCommand(cli, id, priority);
   if (*cluster) return ClusterCommand(cli);
   if (*top) return TopCommand(cli, once, interval);
   if (*logs) return LogsCommand(cli, id, follow, logs_options);

@@ -161,6 +161,18 @@ absl::StatusOr<v1::Job> Client::CancelJob(const std::string& id, const std::stri
   return job;
 }
 
+absl::StatusOr<v1::Job> Client::SetJobPriority(const std::string& id, int32_t priority) {
+  grpc::ClientContext context;
+  PrepareContext(context);
+  v1::SetJobPriorityRequest request;
+  request.set_id(id);
+  request.set_priority(priority);
+  v1::Job job;
+  auto status = FromGrpcStatus(stub_->SetJobPriority(&context, request, &job));
+  if (!status.ok()) return status;
+  return job;
+}
+
 absl::StatusOr<v1::Cluster> Client::GetCluster() {
   grpc::ClientContext context;
   PrepareContext(context);

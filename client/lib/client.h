@@ -53,6 +53,7 @@ class Client {
   absl::StatusOr<v1::Job> GetJob(const std::string& id);
   absl::StatusOr<v1::ListJobsResponse> ListJobs(const v1::ListJobsRequest& request);
   absl::StatusOr<v1::Job> CancelJob(const std::string& id, const std::string& reason = "");
+  absl::StatusOr<v1::Job> SetJobPriority(const std::string& id, int32_t priority);
   absl::StatusOr<v1::Cluster> GetCluster();
   absl::StatusOr<v1::ListAuditResponse> ListAudit(const v1::ListAuditRequest& request);
   absl::StatusOr<v1::WhoAmIResponse> WhoAmI();

@@ -34,7 +34,8 @@ std::string CertificateIdentity(const grpc::ServerContextBase& context) {
 
 AccessControl::AccessControl(Options options)
     : require_worker_certificate_(options.require_worker_certificate),
-      python_models_(options.python_models) {
+      python_models_(options.python_models),
+      max_submitter_priority_(options.max_submitter_priority) {
   for (auto& entry : options.tokens) by_hash_.emplace(entry.hash, std::move(entry));
 }
 
@@ -151,6 +152,24 @@ absl::Status AccessControl::RequirePythonModels(const Caller& caller,
     return absl::PermissionDeniedError(absl::StrCat(s.message(),
                                                     " (stoke-coordinator --python-models ",
                                                     security::RoleName(*python_models_), ")"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status AccessControl::RequirePriorityAllowed(const Caller& caller,
+                                                   const v1::ResourceSpec& resources,
+                                                   const std::string& prefix) const {
+  if (caller.role == Role::kAdmin) return absl::OkStatus();
+  if (max_submitter_priority_ && resources.priority() > *max_submitter_priority_) {
+    return absl::PermissionDeniedError(absl::StrCat(
+        prefix, "priority: ", resources.priority(), " is above ", *max_submitter_priority_,
+        ", the highest a submitter may set (stoke-coordinator --max-priority submitter=",
+        *max_submitter_priority_, "); an admin may set it"));
+  }
+  if (resources.priority() < 0 && resources.has_preemptible() && !resources.preemptible()) {
+    return absl::PermissionDeniedError(absl::StrCat(
+        prefix, "preemptible: false; only an admin may protect a job of negative priority (",
+        resources.priority(), ") from preemption"));
   }
   return absl::OkStatus();
 }

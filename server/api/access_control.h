@@ -42,6 +42,9 @@ class AccessControl {
     // Who may submit Python models, whose code runs on the workers' hosts
     // (--python-models): callers of this role or above; none when unset.
     std::optional<security::Role> python_models = security::Role::kSubmitter;
+    // The highest resources.priority a submitter may set (--max-priority submitter=N);
+    // admins may set any. None: no limit.
+    std::optional<int32_t> max_submitter_priority;
   };
 
   explicit AccessControl(Options options);
@@ -62,6 +65,12 @@ class AccessControl {
   // PERMISSION_DENIED (naming `field` and --python-models) unless `caller` may run its own
   // code on the workers: a Python model, or a script job's command.
   absl::Status RequirePythonModels(const Caller& caller, const std::string& field) const;
+  // PERMISSION_DENIED naming the field when a caller below admin asks for a priority
+  // above max_submitter_priority, or protects (preemptible: false) a job of negative
+  // priority, which would hold devices that higher priorities are promised.
+  // The message names `prefix` + the field ("resources.priority").
+  absl::Status RequirePriorityAllowed(const Caller& caller, const v1::ResourceSpec& resources,
+                                      const std::string& prefix = "resources.") const;
   // PERMISSION_DENIED (naming register.worker_id) when the caller's token names hosts and
   // the worker's id is not HOST or HOST/DEVICE of one of them.
   static absl::Status RequireHostOf(const Caller& caller, const std::string& worker_id);
@@ -82,6 +91,7 @@ class AccessControl {
   std::map<std::string, security::TokenEntry> by_hash_;
   bool require_worker_certificate_;
   std::optional<security::Role> python_models_;
+  std::optional<int32_t> max_submitter_priority_;
 };
 
 // The host of a gRPC peer: "ipv4:10.0.0.7:51234" -> "10.0.0.7", "ipv6:[fe80::1]:51234" ->

@@ -64,6 +64,7 @@ void CoordinatorService::CheckRequestDecoding() {
   install("GetJob", CheckedUnary(this, &S::GetJob));
   install("ListJobs", CheckedUnary(this, &S::ListJobs));
   install("CancelJob", CheckedUnary(this, &S::CancelJob));
+  install("SetJobPriority", CheckedUnary(this, &S::SetJobPriority));
   install("WatchJob", CheckedServerStreaming(this, &S::WatchJob));
   install("GetCluster", CheckedUnary(this, &S::GetCluster));
   install("ListCheckpoints", CheckedUnary(this, &S::ListCheckpoints));
@@ -133,6 +134,9 @@ absl::Status CoordinatorService::Submit(const Caller& caller, const v1::SubmitJo
     return absl::Status(s.code(), absl::StrCat("spec.", s.message()));
   };
   if (auto s = ValidateJobSpec(spec); !s.ok()) return in_spec(s);
+  if (auto s = access_.RequirePriorityAllowed(caller, spec.resources()); !s.ok()) {
+    return in_spec(s);
+  }
   if (auto s = ResolveDataRootPaths(spec, data_roots_); !s.ok()) return in_spec(s);
   const bool sends_code = request.code().files_size() > 0;
   if (spec.has_command()) {
@@ -262,6 +266,38 @@ grpc::ServerUnaryReactor* CoordinatorService::CancelJob(grpc::CallbackServerCont
     };
     absl::Status result = cancel();
     audit_.Record(caller, "CancelJob", request->id(), result);
+    return result;
+  });
+}
+
+grpc::ServerUnaryReactor* CoordinatorService::SetJobPriority(
+    grpc::CallbackServerContext* context, const v1::SetJobPriorityRequest* request,
+    v1::Job* response) {
+  return Defer(context, [this, request, response](const Caller& caller) -> absl::Status {
+    auto change = [&]() -> absl::Status {
+      if (auto s = AccessControl::Require(caller, security::Role::kSubmitter,
+                                          "changing a job's priority");
+          !s.ok()) {
+        return s;
+      }
+      if (auto s = RequireId(request->id()); !s.ok()) return s;
+      auto job = core_.GetJob(request->id());
+      if (!job.ok()) return job.status();
+      if (auto s = AccessControl::RequireOwner(caller, *job, "changing the priority of"); !s.ok()) {
+        return s;
+      }
+      v1::ResourceSpec resources = job->spec().resources();
+      resources.set_priority(request->priority());
+      if (auto s = access_.RequirePriorityAllowed(caller, resources, ""); !s.ok()) {
+        return s;
+      }
+      auto changed = core_.SetJobPriority(request->id(), request->priority(), caller.name);
+      if (!changed.ok()) return changed.status();
+      *response = *std::move(changed);
+      return absl::OkStatus();
+    };
+    absl::Status result = change();
+    audit_.Record(caller, "SetJobPriority", request->id(), result);
     return result;
   });
 }

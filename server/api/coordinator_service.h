@@ -46,6 +46,9 @@ class CoordinatorService final : public v1::Coordinator::CallbackService {
   grpc::ServerUnaryReactor* CancelJob(grpc::CallbackServerContext* context,
                                       const v1::CancelJobRequest* request,
                                       v1::Job* response) override;
+  grpc::ServerUnaryReactor* SetJobPriority(grpc::CallbackServerContext* context,
+                                           const v1::SetJobPriorityRequest* request,
+                                           v1::Job* response) override;
   grpc::ServerWriteReactor<v1::JobEvent>* WatchJob(grpc::CallbackServerContext* context,
                                                    const v1::WatchJobRequest* request) override;
   grpc::ServerUnaryReactor* GetCluster(grpc::CallbackServerContext* context,

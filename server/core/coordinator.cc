@@ -179,6 +179,31 @@ absl::StatusOr<v1::Job> Coordinator::CancelJob(const std::string& id, const std:
   return jobs_.Get(id);
 }
 
+absl::StatusOr<v1::Job> Coordinator::SetJobPriority(const std::string& id, int32_t priority,
+                                                    const std::string& by) {
+  std::lock_guard<std::mutex> lock(mu_);
+  const v1::Job* job = jobs_.FindActive(id);
+  if (job == nullptr) {
+    auto stored = jobs_.Get(id);
+    if (!stored.ok()) return stored.status();
+    return absl::FailedPreconditionError(
+        absl::StrCat("job ", id, " has already finished (", StateName(stored->state()), ")"));
+  }
+  const int32_t before = job->spec().resources().priority();
+  const std::string note = absl::StrCat("priority changed from ", before, " to ", priority,
+                                        by.empty() ? "" : " by ", by);
+  if (auto s = jobs_.Amend(id, note,
+                           [priority](v1::Job& j) {
+                             j.mutable_spec()->mutable_resources()->set_priority(priority);
+                           });
+      !s.ok()) {
+    return s;
+  }
+  spdlog::info("job {}: {}", id, note);
+  Schedule();
+  return jobs_.Get(id);
+}
+
 v1::Cluster Coordinator::GetCluster() {
   std::lock_guard<std::mutex> lock(mu_);
   v1::Cluster cluster;

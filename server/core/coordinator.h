@@ -118,6 +118,11 @@ class Coordinator {
   absl::StatusOr<v1::Job> GetJob(const std::string& id);
   absl::StatusOr<JobPage> ListJobs(const JobQuery& query);
   absl::StatusOr<v1::Job> CancelJob(const std::string& id, const std::string& reason);
+  // An unfinished job's priority becomes `priority` (`by`: who changed it, for its log);
+  // the queue is considered again at once, so the change may start or preempt jobs.
+  // FAILED_PRECONDITION for a finished job.
+  absl::StatusOr<v1::Job> SetJobPriority(const std::string& id, int32_t priority,
+                                         const std::string& by);
   v1::Cluster GetCluster();
   // Every unfinished job, with its latest metrics (for /metrics).
   std::vector<v1::Job> ActiveJobs();

@@ -11,6 +11,7 @@
 #include "server/common/time_util.h"
 #include "server/core/coordinator.h"
 #include "server/core/preemption.h"
+#include "spec/preemptible.h"
 
 namespace stoke::server {
 namespace {
@@ -49,7 +50,8 @@ void Coordinator::PreemptForWaiting(std::vector<QueuedJob> waiting,
     if (!IsLive(job->state()) || job->placement_size() == 0) continue;
     const Attempt* attempt = CurrentAttempt(*job);
     if (attempt == nullptr) continue;
-    running.push_back({job->id(), job->spec().resources().priority(), IsPreemptible(job->spec()),
+    running.push_back({job->id(), job->spec().resources().priority(),
+                       spec::IsPreemptible(job->spec().resources()),
                        static_cast<uint32_t>(job->placement_size()),
                        job->placement(0).device().type(), FromProto(job->start_time()),
                        attempt->preemption().has_value()});

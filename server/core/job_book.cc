@@ -198,6 +198,22 @@ std::vector<absl::Status> JobBook::TransitionTogether(const std::vector<Change>&
   return results;
 }
 
+absl::Status JobBook::Amend(const std::string& id, const std::string& note,
+                            const std::function<void(v1::Job&)>& edit) {
+  const v1::Job* current = FindActive(id);
+  if (current == nullptr) return absl::NotFoundError(absl::StrCat("job ", id, " is not active"));
+  // Behind the job's queued reports, as a state change is (TransitionTogether).
+  std::vector<JobUpdate> reports;
+  if (telemetry_) reports = telemetry_->Take(id);
+  v1::JobEvent event;
+  event.mutable_log()->set_text(note);
+  std::vector<Prepared> prepared;
+  prepared.push_back(Prepare(*current, edit, {event}, std::move(reports)));
+  if (auto s = Store(prepared); !s.ok()) return s;
+  Install(std::move(prepared.front()));
+  return absl::OkStatus();
+}
+
 absl::Status JobBook::AppendReport(const std::string& id, const v1::TaskReport& report,
                                    uint32_t rank, const v1::JobStartup* startup) {
   std::vector<v1::JobEvent> events;

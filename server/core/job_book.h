@@ -56,6 +56,11 @@ class JobBook {
   absl::Status Transition(const std::string& id, v1::JobState state, const std::string& message,
                           const std::function<void(v1::Job&)>& edit = nullptr);
 
+  // Changes an unfinished job without moving it (`edit`), with `note` as a line of its
+  // log; stored, with the job's queued reports, before it shows.
+  absl::Status Amend(const std::string& id, const std::string& note,
+                     const std::function<void(v1::Job&)>& edit);
+
   // One job's move, for TransitionTogether.
   struct Change {
     std::string id;

@@ -39,11 +39,6 @@ std::vector<const RunningJob*> ChooseVictims(const std::vector<const RunningJob*
 
 }  // namespace
 
-bool IsPreemptible(const v1::JobSpec& spec) {
-  const auto& resources = spec.resources();
-  return resources.has_preemptible() ? resources.preemptible() : resources.priority() < 0;
-}
-
 std::vector<PlannedPreemption> PlanPreemptions(const std::vector<QueuedJob>& waiting,
                                                const std::vector<RunningJob>& running,
                                                const DeviceCapacity& free,

@@ -50,8 +50,4 @@ std::vector<PlannedPreemption> PlanPreemptions(const std::vector<QueuedJob>& wai
                                                const DeviceCapacity& free,
                                                const DeviceCapacity& capacity);
 
-// Whether a job may be preempted: as its spec says, or by default when its priority is
-// below 0.
-bool IsPreemptible(const v1::JobSpec& spec);
-
 }  // namespace stoke::server

@@ -280,6 +280,18 @@ CoordinatorMetrics::CoordinatorMetrics(const Options& options,
                               "or forged), refused")
                           .Register(*registry_)
                           .Add({});
+  preemptions_ = &prometheus::BuildCounter()
+                      .Name("stoke_preemptions_total")
+                      .Help("Running jobs stopped at a step boundary for jobs of higher priority")
+                      .Register(*registry_)
+                      .Add({});
+  preemption_lost_ = &prometheus::BuildCounter()
+                          .Name("stoke_preemption_lost_seconds_total")
+                          .Help(
+                              "Device seconds preemptions cost their jobs: stopping, and any "
+                              "steps trained again")
+                          .Register(*registry_)
+                          .Add({});
   telemetry_dropped_ = &prometheus::BuildCounter()
                             .Name("stoke_telemetry_events_dropped_total")
                             .Help(
@@ -387,6 +399,15 @@ void CoordinatorMetrics::Refresh(const MetricsSnapshot& snapshot, absl::Time now
   if (refused > refused_reports_seen_) {
     refused_reports_->Increment(static_cast<double>(refused - refused_reports_seen_));
     refused_reports_seen_ = refused;
+  }
+  if (const uint64_t n = snapshot.cluster.preemptions(); n > preemptions_seen_) {
+    preemptions_->Increment(static_cast<double>(n - preemptions_seen_));
+    preemptions_seen_ = n;
+  }
+  if (const double lost = snapshot.cluster.preemption_lost_seconds();
+      lost > preemption_lost_seen_) {
+    preemption_lost_->Increment(lost - preemption_lost_seen_);
+    preemption_lost_seen_ = lost;
   }
   const uint64_t dropped = snapshot.cluster.telemetry_events_dropped();
   if (dropped > telemetry_dropped_seen_) {

@@ -151,6 +151,10 @@ class CoordinatorMetrics final : public RpcObserver {
   // Workers.
   prometheus::Counter* refused_reports_ = nullptr;
   uint64_t refused_reports_seen_ = 0;
+  prometheus::Counter* preemptions_ = nullptr;
+  uint64_t preemptions_seen_ = 0;
+  prometheus::Counter* preemption_lost_ = nullptr;
+  double preemption_lost_seen_ = 0;
   // Jobs finished since the coordinator started, by final state.
   prometheus::Family<prometheus::Counter>* jobs_finished_ = nullptr;
   std::map<std::string, prometheus::Counter*> finished_by_state_;

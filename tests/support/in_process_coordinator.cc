@@ -19,7 +19,8 @@ InProcessCoordinator::InProcessCoordinator(Options options) {
   executor_ = std::make_unique<server::Executor>(options.executor_threads);
   read_executor_ = std::make_unique<server::Executor>(options.executor_threads);
   access_ = std::make_unique<server::AccessControl>(
-      server::AccessControl::Options{std::move(options.tokens), false});
+      server::AccessControl::Options{std::move(options.tokens), false, security::Role::kSubmitter,
+                                     options.max_submitter_priority});
   audit_ = std::make_unique<server::AuditLog>(*store_, clock_);
   coordinator_service_ = std::make_unique<server::CoordinatorService>(
       *core_, *hub_, *executor_, *read_executor_, server::DataRoots(options.data_roots), *access_,

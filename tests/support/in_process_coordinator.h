@@ -36,6 +36,7 @@ class InProcessCoordinator {
     absl::Duration heartbeat_timeout = absl::Seconds(15);
     absl::Duration tick_interval = absl::Milliseconds(50);
     size_t max_unfinished_jobs_per_owner = 500;
+    std::optional<int32_t> max_submitter_priority;
     size_t max_watch_streams_per_caller = server::CoordinatorService::kDefaultWatchStreamsPerCaller;
   };
 

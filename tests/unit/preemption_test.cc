@@ -2,6 +2,8 @@
 // described by its free devices, its running jobs and its queue.
 #include "server/core/preemption.h"
 
+#include "spec/preemptible.h"
+
 #include <gtest/gtest.h>
 
 #include <string>
@@ -131,16 +133,16 @@ TEST(Preemption, ScenariosPlanTheVictimsThatLoseLeast) {
 }
 
 TEST(Preemption, JobsBelowPriorityZeroArePreemptibleUnlessTheirSpecSaysOtherwise) {
-  v1::JobSpec spec;
-  spec.mutable_resources()->set_priority(-1);
-  EXPECT_TRUE(IsPreemptible(spec));
-  spec.mutable_resources()->set_preemptible(false);
-  EXPECT_FALSE(IsPreemptible(spec));
-  spec.mutable_resources()->set_priority(0);
-  spec.mutable_resources()->clear_preemptible();
-  EXPECT_FALSE(IsPreemptible(spec));
-  spec.mutable_resources()->set_preemptible(true);
-  EXPECT_TRUE(IsPreemptible(spec));
+  v1::ResourceSpec resources;
+  resources.set_priority(-1);
+  EXPECT_TRUE(spec::IsPreemptible(resources));
+  resources.set_preemptible(false);
+  EXPECT_FALSE(spec::IsPreemptible(resources));
+  resources.set_priority(0);
+  resources.clear_preemptible();
+  EXPECT_FALSE(spec::IsPreemptible(resources));
+  resources.set_preemptible(true);
+  EXPECT_TRUE(spec::IsPreemptible(resources));
 }
 
 }  // namespace

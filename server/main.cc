@@ -214,6 +214,23 @@ int main(int argc, char** argv) {
                  "cancelled (it then resumes from its newest checkpoint)")
       ->capture_default_str()
       ->check(CLI::PositiveNumber);
+  std::string quotas_path;
+  app.add_option("--quotas", quotas_path,
+                 "YAML file of groups of owners and the devices guaranteed to each (see "
+                 "docs/operations.md); idle guaranteed devices are lent, and reclaimed by "
+                 "preemption")
+      ->check(CLI::ExistingFile);
+  double half_life_hours = absl::ToDoubleHours(core_options.fair_share_half_life);
+  app.add_option("--fair-share-half-life-hours", half_life_hours,
+                 "Hours after which an owner's past device use counts half in fair share")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  double starvation_minutes = absl::ToDoubleMinutes(core_options.scheduler.starvation_age);
+  app.add_option("--starvation-minutes", starvation_minutes,
+                 "Minutes after which a queued job goes ahead of fair share (among equal "
+                 "priorities)")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
   std::string max_priority;
   app.add_option("--max-priority", max_priority,
                  "submitter=N: the highest resources.priority a submitter may set (admins may "
@@ -451,6 +468,13 @@ int main(int argc, char** argv) {
   core_options.start_timeout = absl::Seconds(start_timeout_s);
   core_options.scheduler.backfill_window = absl::Seconds(backfill_window_s);
   core_options.preemption_grace = absl::Seconds(preemption_grace_s);
+  core_options.fair_share_half_life = absl::Hours(half_life_hours);
+  core_options.scheduler.starvation_age = absl::Minutes(starvation_minutes);
+  if (!quotas_path.empty()) {
+    auto quotas = Quotas::Read(quotas_path);
+    if (!quotas.ok()) return Fail(quotas.status());
+    core_options.quotas = *std::move(quotas);
+  }
   if (data_roots.empty()) data_roots = {"/usr/share/datasets", data_dir + "/datasets"};
   DataRoots roots(data_roots);
   core_options.data_roots = roots.roots();

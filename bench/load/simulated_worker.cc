@@ -18,6 +18,9 @@ void SimulatedWorker::Attach() {
   {
     std::lock_guard<std::mutex> lock(mu_);
     started_ = true;
+    if (!options_.token.empty()) {
+      context_.AddMetadata("authorization", "Bearer " + options_.token);
+    }
     stub_.async()->Attach(&context_, this);
     StartRead(&incoming_);
     v1::WorkerMessage reg;

@@ -28,6 +28,8 @@ class SimulatedWorker final
   using Clock = std::chrono::steady_clock;
   struct Options {
     std::string host = "simulated";
+    // A join token, sent as stoke-worker sends it; empty: none.
+    std::string token;
     // How long each assigned job "trains" before it is reported succeeded (with Tick): zero
     // reports it at once, on assignment; nullopt holds it until it is cancelled, preempted or the
     // worker detaches.

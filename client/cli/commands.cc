@@ -337,6 +337,40 @@ int ClusterCommand(CliContext& cli) {
   return kExitOk;
 }
 
+int QuotaCommand(CliContext& cli) {
+  auto cluster = cli.client.GetCluster();
+  if (!cluster.ok()) return Report(cli, cluster.status());
+  if (cli.json) {
+    v1::Cluster sharing;
+    *sharing.mutable_quotas() = cluster->quotas();
+    *sharing.mutable_owners() = cluster->owners();
+    std::cout << ToJson(sharing) << std::endl;
+    return kExitOk;
+  }
+  if (cluster->quotas_size() == 0) {
+    std::printf("no quota groups (stoke-coordinator --quotas FILE sets them)\n");
+  } else {
+    Table groups(
+        {"GROUP", "OWNERS", "GPUS USED", "GPUS GUARANTEED", "CPUS USED", "CPUS GUARANTEED"});
+    for (const auto& q : cluster->quotas()) {
+      groups.AddRow({q.group(), absl::StrJoin(q.owners(), ","), absl::StrCat(q.used_gpus()),
+                     absl::StrCat(q.guaranteed_gpus()), absl::StrCat(q.used_cpus()),
+                     absl::StrCat(q.guaranteed_cpus())});
+    }
+    std::cout << groups.Render();
+  }
+  // Fair share: the less recent use, the sooner an owner's job goes among equal priorities.
+  Table owners({"OWNER", "GROUP", "RUNNING", "QUEUED", "RECENT DEVICE-HOURS"});
+  for (const auto& o : cluster->owners()) {
+    owners.AddRow({o.owner().empty() ? "(anonymous)" : o.owner(),
+                   o.group().empty() ? "-" : o.group(), absl::StrCat(o.running_jobs()),
+                   absl::StrCat(o.queued_jobs()),
+                   absl::StrFormat("%.2f", o.recent_device_hours())});
+  }
+  std::cout << owners.Render();
+  return kExitOk;
+}
+
 namespace {
 
 // --since: "10m" back from now, or an RFC 3339 time.

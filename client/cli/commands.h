@@ -35,6 +35,8 @@ int ListCommand(CliContext& cli, const std::vector<std::string>& states, uint32_
                 bool mine);
 int StatusCommand(CliContext& cli, const std::string& id);
 int CancelCommand(CliContext& cli, const std::string& id, const std::string& reason);
+// `stoke quota`: each quota group's use against its guarantee, and owners' fair share.
+int QuotaCommand(CliContext& cli);
 // `stoke priority ID N`.
 int PriorityCommand(CliContext& cli, const std::string& id, int32_t priority);
 int ClusterCommand(CliContext& cli);

@@ -66,6 +66,9 @@ int main(int argc, char** argv) {
   set_priority->add_option("priority", priority, "The new priority (higher runs first)")
       ->required();
 
+  auto* quota = app.add_subcommand(
+      "quota", "Show each quota group's devices in use and guaranteed, and owners' recent use");
+
   auto* cluster = app.add_subcommand("cluster", "Show the workers, their devices and jobs");
 
   bool once = false;
@@ -202,6 +205,7 @@ int main(int argc, char** argv) {
   if (*status) return StatusCommand(cli, id);
   if (*cancel) return CancelCommand(cli, id, reason);
   if (*set_priority) return PriorityCommand(cli, id, priority);
+  if (*quota) return QuotaCommand(cli);
   if (*cluster) return ClusterCommand(cli);
   if (*top) return TopCommand(cli, once, interval);
   if (*logs) return LogsCommand(cli, id, follow, logs_options);

@@ -30,7 +30,9 @@ Coordinator::Coordinator(Options options, JobStore& store, EventHub& hub, Clock&
       scheduler_(options_.scheduler),
       telemetry_(*TelemetryWriter::Create(options_.telemetry, store, hub)),
       jobs_(store, hub, clock, telemetry_.get()),
-      last_tick_(clock.Now()) {}
+      last_tick_(clock.Now()),
+      fair_share_(options_.fair_share_half_life),
+      fair_share_charged_to_(clock.Now()) {}
 
 Coordinator::~Coordinator() { Stop(); }
 
@@ -39,6 +41,7 @@ absl::Status Coordinator::Start() {
     std::lock_guard<std::mutex> lock(mu_);
     if (auto s = jobs_.Recover(); !s.ok()) return s;
     spdlog::info("recovered {} unfinished jobs from the store", jobs_.Active().size());
+    RecallFairShare();
     const absl::Time now = clock_.Now();
     for (const v1::Job* job : jobs_.Active()) {
       if (!IsLive(job->state())) continue;
@@ -219,6 +222,7 @@ v1::Cluster Coordinator::GetCluster() {
   cluster.set_refused_worker_reports(refused_reports_);
   cluster.set_preemptions(preemptions_);
   cluster.set_preemption_lost_seconds(preemption_lost_seconds_);
+  DescribeSharing(cluster);
   cluster.set_telemetry_events_dropped(telemetry_->dropped());
   cluster.set_telemetry_events_queued(telemetry_->queued());
   for (const auto& [state, count] : jobs_.finished()) {
@@ -275,6 +279,7 @@ void Coordinator::Tick() {
   }
   WithdrawUnstartedAssignments();
   CancelLatePreemptions(now);
+  AccrueFairShare(now);
   Schedule();
 }
 

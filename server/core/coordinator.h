@@ -22,7 +22,9 @@
 #include "server/core/checkpoint_files.h"
 #include "server/core/clock.h"
 #include "server/core/event_hub.h"
+#include "server/core/fair_share.h"
 #include "server/core/job_book.h"
+#include "server/core/quotas.h"
 #include "server/core/scheduler.h"
 #include "server/core/telemetry_writer.h"
 #include "server/core/worker_connection.h"
@@ -80,6 +82,10 @@ class Coordinator {
     // it); one still running this long after the order is cancelled instead, and resumes
     // from its newest checkpoint.
     absl::Duration preemption_grace = absl::Minutes(2);
+    // Devices guaranteed to groups of owners (--quotas); none by default.
+    Quotas quotas;
+    // Fair share: how fast an owner's past use of devices is forgotten.
+    absl::Duration fair_share_half_life = absl::Hours(7 * 24);
     // Metric samples and log lines are written by a writer of their own (group commit).
     TelemetryWriter::Options telemetry;
   };
@@ -221,6 +227,14 @@ class Coordinator {
   void FinishPreemption(const std::string& job_id, uint32_t attempt, const std::string& how);
   // Tick: preempted attempts still running past the grace are cancelled.
   void CancelLatePreemptions(absl::Time now);
+  // The devices each running job holds, for quotas.
+  std::vector<HeldDevices> HeldByRunningJobs() const;
+  // Charges each owner's running jobs' devices since the last charge to fair share.
+  void AccrueFairShare(absl::Time now);
+  // At start: fair share from the stored jobs that ran within the last few half-lives.
+  void RecallFairShare();
+  // GetCluster's quota groups and owners.
+  void DescribeSharing(v1::Cluster& cluster) const;
   // The SCHEDULED move of a planned start: the new attempt on its workers. A pass's
   // multi-rank jobs avoid `rendezvous_taken` (the pass's earlier ones), and add theirs.
   JobBook::Change Placement(const PlannedStart& start, std::set<std::string>& rendezvous_taken);
@@ -278,6 +292,8 @@ class Coordinator {
   // Since this coordinator started.
   uint64_t preemptions_ = 0;
   double preemption_lost_seconds_ = 0;
+  FairShare fair_share_;
+  absl::Time fair_share_charged_to_;
   // Workers found claiming a GPU they lack, and until when they are not believed again.
   std::map<std::string, absl::Time> distrusted_gpu_workers_;
   uint16_t next_rendezvous_port_ = 0;

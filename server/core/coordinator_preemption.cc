@@ -6,6 +6,7 @@
 #include <spdlog/spdlog.h>
 
 #include <cmath>
+#include <set>
 
 #include "absl/strings/str_cat.h"
 #include "server/common/time_util.h"
@@ -45,18 +46,27 @@ void Coordinator::PreemptForWaiting(std::vector<QueuedJob> waiting,
       }
     }
   }
+  const std::set<std::string> borrowing = options_.quotas.Borrowing(HeldByRunningJobs());
   std::vector<RunningJob> running;
   for (const v1::Job* job : jobs_.Active()) {
     if (!IsLive(job->state()) || job->placement_size() == 0) continue;
     const Attempt* attempt = CurrentAttempt(*job);
     if (attempt == nullptr) continue;
-    running.push_back({job->id(), job->spec().resources().priority(),
-                       spec::IsPreemptible(job->spec().resources()),
-                       static_cast<uint32_t>(job->placement_size()),
-                       job->placement(0).device().type(), FromProto(job->start_time()),
-                       attempt->preemption().has_value()});
+    const v1::ResourceSpec& resources = job->spec().resources();
+    RunningJob& r = running.emplace_back();
+    r.id = job->id();
+    r.priority = resources.priority();
+    r.preemptible = spec::IsPreemptible(resources);
+    r.protected_job = resources.has_preemptible() && !resources.preemptible();
+    r.borrowing = borrowing.count(job->id()) > 0;
+    r.guaranteed = !options_.quotas.empty() && !r.borrowing;
+    if (const QuotaGroup* group = options_.quotas.GroupOf(job->owner())) r.group = group->name;
+    r.devices = static_cast<uint32_t>(job->placement_size());
+    r.type = job->placement(0).device().type();
+    r.since = FromProto(job->start_time());
+    r.stopping = attempt->preemption().has_value();
   }
-  Scheduler::Order(waiting);
+  scheduler_.Order(waiting, clock_.Now());
   for (const PlannedPreemption& p : PlanPreemptions(waiting, running, free, capacity)) {
     const v1::Job* victim = jobs_.FindActive(p.victim);
     const v1::Job* for_job = jobs_.FindActive(p.for_job);

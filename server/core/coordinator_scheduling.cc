@@ -13,6 +13,9 @@ namespace stoke::server {
 
 void Coordinator::Schedule() {
   if (shutting_down_) return;
+  const absl::Time now = clock_.Now();
+  const DeviceCapacity capacity = workers_.Capacity();
+  const auto quota_use = options_.quotas.Use(HeldByRunningJobs());
   std::vector<QueuedJob> queue;
   std::map<std::string, std::string> held;  // owners over their disk quota wait
   for (const v1::Job* job : jobs_.Active()) {
@@ -28,14 +31,18 @@ void Coordinator::Schedule() {
     q.devices = job->spec().resources().gpus();
     q.kind = job->spec().resources().device();
     q.queued_since = FromProto(job->queue_time());
+    q.owner = job->owner();
+    q.owner_use = fair_share_.Use(q.owner, now);
+    if (const QuotaGroup* group = options_.quotas.GroupOf(q.owner)) q.group = group->name;
+    q.within_guarantee = options_.quotas.WithinGuarantee(
+        quota_use, q.owner, Scheduler::ResolveType(q.kind, capacity), q.devices);
     queue.push_back(std::move(q));
   }
   if (queue.empty()) {
     PublishWaiting(std::move(held));
     return;
   }
-  SchedulePlan plan =
-      scheduler_.Plan(queue, workers_.FreeDevices(), workers_.Capacity(), clock_.Now());
+  SchedulePlan plan = scheduler_.Plan(queue, workers_.FreeDevices(), capacity, now);
   std::vector<QueuedJob> waiting;
   for (QueuedJob& job : queue) {
     if (plan.waiting.count(job.id) > 0) waiting.push_back(std::move(job));

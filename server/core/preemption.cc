@@ -12,17 +12,27 @@ uint32_t CountOf(const DeviceCapacity& devices, v1::DeviceType type) {
   return it == devices.end() ? 0 : it->second;
 }
 
-// Victims for a job needing `need` more devices of `type`, from `candidates` (in the order
-// they are taken); empty when they cannot free enough.
+// Whether `victim` may be stopped for `job`.
+bool MayPreempt(const RunningJob& victim, const QueuedJob& job) {
+  if (victim.preemptible && victim.priority < job.priority &&
+      (!victim.guaranteed || victim.group == job.group)) {
+    return true;
+  }
+  return job.within_guarantee && victim.borrowing && !victim.protected_job;
+}
+
+// Victims for `job`, needing `need` more devices of `type`, from `candidates` (in the
+// order they are taken); empty when they cannot free enough.
 std::vector<const RunningJob*> ChooseVictims(const std::vector<const RunningJob*>& candidates,
-                                             int32_t priority, v1::DeviceType type, uint32_t need) {
+                                             const QueuedJob& job, v1::DeviceType type,
+                                             uint32_t need) {
   std::vector<const RunningJob*> chosen;
   uint32_t freed = 0;
-  for (const RunningJob* job : candidates) {
+  for (const RunningJob* victim : candidates) {
     if (freed >= need) break;
-    if (job->type != type || job->priority >= priority) continue;
-    chosen.push_back(job);
-    freed += job->devices;
+    if (victim->type != type || !MayPreempt(*victim, job)) continue;
+    chosen.push_back(victim);
+    freed += victim->devices;
   }
   if (freed < need) return {};
   // Spare those a later, larger victim made unnecessary: the last taken stays (it was
@@ -51,7 +61,7 @@ std::vector<PlannedPreemption> PlanPreemptions(const std::vector<QueuedJob>& wai
   for (const RunningJob& job : running) {
     if (job.stopping) {
       available[job.type] += job.devices;
-    } else if (job.preemptible) {
+    } else if (job.preemptible || job.borrowing) {
       candidates.push_back(&job);
     }
   }
@@ -71,7 +81,7 @@ std::vector<PlannedPreemption> PlanPreemptions(const std::vector<QueuedJob>& wai
       continue;
     }
     const std::vector<const RunningJob*> victims =
-        ChooseVictims(candidates, job.priority, type, job.devices - ready);
+        ChooseVictims(candidates, job, type, job.devices - ready);
     if (victims.empty()) continue;
     uint32_t freed = 0;
     for (const RunningJob* victim : victims) {

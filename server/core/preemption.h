@@ -5,7 +5,11 @@
 // A victim is stopped at a step boundary with a checkpoint of that step (the coordinator
 // asks its workers), and queued again to resume from there: what it loses is the time to
 // stop and start again, not steps. So:
-// - only a preemptible job of strictly lower priority than the waiting job is a victim;
+// - a victim is a preemptible job of strictly lower priority than the waiting job (but a
+//   job within its group's guarantee only for a job of the same group), or, when the
+//   waiting job's group's guarantee covers it (quotas.h), a job that borrows devices
+//   beyond its own group's guarantee, whatever its priority, unless an admin protected it
+//   (resources.preemptible: false);
 // - the waiting jobs are served in the scheduler's order, each preempting only what it
 //   lacks after the devices already free or coming free (jobs already stopping);
 // - victims are taken lowest priority first, then the one whose attempt started last
@@ -30,6 +34,13 @@ struct RunningJob {
   std::string id;
   int32_t priority = 0;
   bool preemptible = false;
+  // resources.preemptible: false, set explicitly (an admin's protection).
+  bool protected_job = false;
+  // Holds devices beyond its group's guarantee (Quotas::Borrowing), or within it; with no
+  // quotas, neither.
+  bool borrowing = false;
+  bool guaranteed = false;
+  std::string group;
   uint32_t devices = 1;
   v1::DeviceType type = v1::DEVICE_TYPE_CPU;
   // When its current attempt was scheduled.

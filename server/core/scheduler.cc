@@ -69,16 +69,23 @@ v1::DeviceType Scheduler::ResolveType(v1::DeviceKind kind, const DeviceCapacity&
   }
 }
 
-void Scheduler::Order(std::vector<QueuedJob>& queue) {
-  std::stable_sort(queue.begin(), queue.end(), [](const QueuedJob& a, const QueuedJob& b) {
+void Scheduler::Order(std::vector<QueuedJob>& queue, absl::Time now) const {
+  const absl::Duration starvation = options_.starvation_age;
+  std::stable_sort(queue.begin(), queue.end(), [&](const QueuedJob& a, const QueuedJob& b) {
+    if (a.within_guarantee != b.within_guarantee) return a.within_guarantee;
     if (a.priority != b.priority) return a.priority > b.priority;
+    const bool a_starved = now - a.queued_since >= starvation;
+    const bool b_starved = now - b.queued_since >= starvation;
+    if (a_starved != b_starved) return a_starved;
+    if (a_starved && a.queued_since != b.queued_since) return a.queued_since < b.queued_since;
+    if (a.owner_use != b.owner_use) return a.owner_use < b.owner_use;
     return a.order < b.order;
   });
 }
 
 SchedulePlan Scheduler::Plan(std::vector<QueuedJob> queue, const std::vector<FreeDevice>& free,
                              const DeviceCapacity& capacity, absl::Time now) const {
-  Order(queue);
+  Order(queue, now);
   std::map<v1::DeviceType, std::vector<FreeDevice>> pools;
   for (const auto& device : free) pools[device.type].push_back(device);
   // Device types held for a job that has waited past the backfill window.

@@ -228,6 +228,13 @@ CoordinatorMetrics::CoordinatorMetrics(const Options& options,
   queue_length_ =
       &Gauge("stoke_queue_length", "Jobs waiting for devices (pending, restarting or preempted)");
   workers_ = &Gauge("stoke_workers", "Attached workers by state");
+  quota_used_ = &Gauge("stoke_quota_used_devices",
+                       "Devices a quota group's running jobs hold now, by type (gpu, cpu)");
+  quota_guaranteed_ =
+      &Gauge("stoke_quota_guaranteed_devices", "Devices guaranteed to a quota group, by type");
+  owner_recent_use_ = &Gauge("stoke_owner_recent_device_hours",
+                             "An owner's recent device use for fair share: device hours, each "
+                             "counting half as much per half-life since");
   for (const JobGaugeDef& def : kJobGauges) job_families_.push_back(&Gauge(def.name, def.help));
   job_diagnosis_ = &Gauge("stoke_job_diagnosis",
                           "1 while the coordinator diagnoses the job so (input_bound: waits for "
@@ -415,6 +422,17 @@ void CoordinatorMetrics::Refresh(const MetricsSnapshot& snapshot, absl::Time now
     telemetry_dropped_seen_ = dropped;
   }
   telemetry_queued_->Add({}).Set(static_cast<double>(snapshot.cluster.telemetry_events_queued()));
+  // Groups come from the quotas file, fixed while the coordinator runs; owners only grow
+  // in number (one series each, as for workers).
+  for (const auto& q : snapshot.cluster.quotas()) {
+    quota_used_->Add({{"group", q.group()}, {"type", "gpu"}}).Set(q.used_gpus());
+    quota_used_->Add({{"group", q.group()}, {"type", "cpu"}}).Set(q.used_cpus());
+    quota_guaranteed_->Add({{"group", q.group()}, {"type", "gpu"}}).Set(q.guaranteed_gpus());
+    quota_guaranteed_->Add({{"group", q.group()}, {"type", "cpu"}}).Set(q.guaranteed_cpus());
+  }
+  for (const auto& o : snapshot.cluster.owners()) {
+    owner_recent_use_->Add({{"owner", o.owner()}}).Set(o.recent_device_hours());
+  }
   queue_length_->Add({}).Set(queued);
   std::map<int, int> worker_counts;
   for (const auto& w : snapshot.cluster.workers()) ++worker_counts[w.state()];

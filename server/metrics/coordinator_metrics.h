@@ -133,6 +133,9 @@ class CoordinatorMetrics final : public RpcObserver {
   GaugeFamily* jobs_ = nullptr;
   GaugeFamily* queue_length_ = nullptr;
   GaugeFamily* workers_ = nullptr;
+  GaugeFamily* quota_used_ = nullptr;
+  GaugeFamily* quota_guaranteed_ = nullptr;
+  GaugeFamily* owner_recent_use_ = nullptr;
   // Jobs: one family per entry of the job gauge table (coordinator_metrics.cc).
   std::vector<GaugeFamily*> job_families_;
   GaugeFamily* job_diagnosis_ = nullptr;

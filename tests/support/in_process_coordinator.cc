@@ -14,6 +14,7 @@ InProcessCoordinator::InProcessCoordinator(Options options) {
   core_options.tick_interval = options.tick_interval;
   core_options.heartbeat_timeout = options.heartbeat_timeout;
   core_options.max_unfinished_jobs_per_owner = options.max_unfinished_jobs_per_owner;
+  core_options.quotas = options.quotas;
   core_ = *server::Coordinator::Create(core_options, *store_, *hub_, clock_);
   EXPECT_TRUE(core_->Start().ok());
   executor_ = std::make_unique<server::Executor>(options.executor_threads);

@@ -37,6 +37,7 @@ class InProcessCoordinator {
     absl::Duration tick_interval = absl::Milliseconds(50);
     size_t max_unfinished_jobs_per_owner = 500;
     std::optional<int32_t> max_submitter_priority;
+    server::Quotas quotas;
     size_t max_watch_streams_per_caller = server::CoordinatorService::kDefaultWatchStreamsPerCaller;
   };
 

@@ -4,6 +4,7 @@
 #include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
 
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -31,12 +32,15 @@ class ClusterSharing : public ::testing::Test {
  protected:
   // `with_tokens`: alice and bob submitters, root an admin; without, every caller is an
   // admin (and simulated workers need no token).
-  void Start(std::optional<int32_t> max_submitter_priority, bool with_tokens) {
+  void Start(std::optional<int32_t> max_submitter_priority, bool with_tokens,
+             const std::string& quotas = "") {
     InProcessCoordinator::Options options;
     options.max_submitter_priority = max_submitter_priority;
-    for (auto [name, role] : {std::pair{"alice", security::Role::kSubmitter},
-                              std::pair{"bob", security::Role::kSubmitter},
-                              std::pair{"root", security::Role::kAdmin}}) {
+    if (!quotas.empty()) options.quotas = *server::Quotas::Parse(quotas, "quotas.yaml");
+    for (auto [name, role] :
+         {std::pair{"alice", security::Role::kSubmitter},
+          std::pair{"bob", security::Role::kSubmitter}, std::pair{"root", security::Role::kAdmin},
+          std::pair{"workers", security::Role::kWorker}}) {
       if (!with_tokens) break;
       options.tokens.push_back({name, role, security::HashToken(std::string(name) + "-secret")});
     }
@@ -70,8 +74,43 @@ class ClusterSharing : public ::testing::Test {
 
   v1::JobState State(const std::string& id) { return coordinator_->core().GetJob(id)->state(); }
 
+  // Workers that hold each job until it is cancelled or preempted.
+  void AttachWorkers(int n) {
+    link_ = coordinator_->WorkerStub();
+    load::SimulatedWorker::Options holds;
+    holds.job_length = std::nullopt;
+    holds.token = "workers-secret";  // a coordinator without tokens ignores it
+    for (int i = 0; i < n; ++i) {
+      workers_.push_back(
+          std::make_unique<load::SimulatedWorker>(*link_, "sim-" + std::to_string(i), holds));
+      workers_.back()->Attach();
+    }
+    ASSERT_TRUE(WaitFor([&] {
+      for (const auto& w : workers_) {
+        if (!w->registered()) return false;
+      }
+      return true;
+    }));
+  }
+
+  void Cancel(const std::string& who, const std::string& id) {
+    grpc::ClientContext context;
+    context.AddMetadata("authorization", "Bearer " + who + "-secret");
+    v1::CancelJobRequest cancel;
+    cancel.set_id(id);
+    v1::Job cancelled;
+    ASSERT_TRUE(stub_->CancelJob(&context, cancel, &cancelled).ok());
+  }
+
+  void TearDown() override {
+    for (auto& w : workers_) w->Detach(/*gracefully=*/true);
+    for (auto& w : workers_) w->Await();
+  }
+
   std::unique_ptr<InProcessCoordinator> coordinator_;
   std::unique_ptr<v1::Coordinator::Stub> stub_;
+  std::unique_ptr<v1::WorkerLink::Stub> link_;
+  std::vector<std::unique_ptr<load::SimulatedWorker>> workers_;
 };
 
 TEST_F(ClusterSharing, SubmittersStayWithinTheirPriorityAndOnlyAdminsProtectLowPriorityJobs) {
@@ -137,13 +176,7 @@ TEST_F(ClusterSharing, SubmittersStayWithinTheirPriorityAndOnlyAdminsProtectLowP
 // the first resumes, its preemption counted and no restart spent.
 TEST_F(ClusterSharing, RaisingAWaitingJobsPriorityPreemptsALowerOneThatThenResumes) {
   Start(std::nullopt, /*with_tokens=*/false);
-  auto link = coordinator_->WorkerStub();
-  load::SimulatedWorker::Options holds;
-  holds.job_length = std::nullopt;
-  load::SimulatedWorker worker(*link, "sim-0", holds);
-  worker.Attach();
-  ASSERT_TRUE(WaitFor([&] { return worker.registered(); }));
-
+  AttachWorkers(1);
   std::string low, second;
   ASSERT_TRUE(Submit("alice", Spec(-1), &low).ok());
   ASSERT_TRUE(WaitFor([&] { return State(low) == v1::JOB_STATE_RUNNING; }));
@@ -159,21 +192,74 @@ TEST_F(ClusterSharing, RaisingAWaitingJobsPriorityPreemptsALowerOneThatThenResum
   EXPECT_NE(preempted.message().find("preempted for job " + second), std::string::npos)
       << preempted.message();
   EXPECT_EQ(preempted.preemptions(), 1u);
-  EXPECT_EQ(worker.counts().preempted, 1u);
+  EXPECT_EQ(workers_[0]->counts().preempted, 1u);
 
-  grpc::ClientContext context;
-  context.AddMetadata("authorization", "Bearer bob-secret");
-  v1::CancelJobRequest cancel;
-  cancel.set_id(second);
-  v1::Job cancelled;
-  ASSERT_TRUE(stub_->CancelJob(&context, cancel, &cancelled).ok());
+  Cancel("bob", second);
   ASSERT_TRUE(WaitFor([&] { return State(low) == v1::JOB_STATE_RUNNING; }));
   const v1::Job resumed = *coordinator_->core().GetJob(low);
   EXPECT_EQ(resumed.attempt(), 2u);
   EXPECT_EQ(resumed.restarts(), 0u);
   EXPECT_EQ(coordinator_->core().GetCluster().preemptions(), 1u);
-  worker.Detach(/*gracefully=*/true);
-  worker.Await();
+}
+
+// Quotas with borrowing: bob (in no group) fills both workers while alice's guarantee of
+// one lies idle; when alice submits, her job reclaims the device from bob's newest job,
+// though bob's is of higher priority and not preemptible by priority.
+TEST_F(ClusterSharing, AGroupReclaimsItsGuaranteedDeviceFromABorrower) {
+  Start(std::nullopt, /*with_tokens=*/true, "groups:\n  vision: {owners: [alice], cpus: 1}\n");
+  AttachWorkers(2);
+  std::string first, second, mine;
+  ASSERT_TRUE(Submit("bob", Spec(3), &first).ok());
+  ASSERT_TRUE(WaitFor([&] { return State(first) == v1::JOB_STATE_RUNNING; }));
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));  // a later start
+  ASSERT_TRUE(Submit("bob", Spec(3), &second).ok());
+  ASSERT_TRUE(WaitFor([&] { return State(second) == v1::JOB_STATE_RUNNING; }));
+  v1::Cluster cluster = coordinator_->core().GetCluster();
+  ASSERT_EQ(cluster.quotas_size(), 1);
+  EXPECT_EQ(cluster.quotas(0).used_cpus(), 0u);
+  EXPECT_EQ(cluster.quotas(0).guaranteed_cpus(), 1u);
+
+  ASSERT_TRUE(Submit("alice", Spec(0), &mine).ok());
+  ASSERT_TRUE(WaitFor([&] { return State(mine) == v1::JOB_STATE_RUNNING; }))
+      << v1::JobState_Name(State(mine));
+  EXPECT_EQ(State(first), v1::JOB_STATE_RUNNING);
+  EXPECT_EQ(State(second), v1::JOB_STATE_PREEMPTED) << "the newest borrower gives it back";
+  cluster = coordinator_->core().GetCluster();
+  EXPECT_EQ(cluster.quotas(0).used_cpus(), 1u);
+
+  // Within its guarantee alice's group is not a borrower: a second job of hers waits.
+  std::string more;
+  ASSERT_TRUE(Submit("alice", Spec(0), &more).ok());
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  EXPECT_EQ(State(more), v1::JOB_STATE_PENDING);
+  EXPECT_EQ(State(first), v1::JOB_STATE_RUNNING);
+}
+
+// Fair share: alice has used the one worker; when it frees, bob's job, submitted after
+// alice's second, goes first. Within one owner, jobs keep their submission order.
+TEST_F(ClusterSharing, AnOwnerWithLessRecentUseGoesFirstAmongEqualPriorities) {
+  Start(std::nullopt, /*with_tokens=*/true);
+  AttachWorkers(1);
+  std::string used, alice_next, alice_last, bob_next;
+  ASSERT_TRUE(Submit("alice", Spec(0), &used).ok());
+  ASSERT_TRUE(WaitFor([&] { return State(used) == v1::JOB_STATE_RUNNING; }));
+  ASSERT_TRUE(Submit("alice", Spec(0), &alice_next).ok());
+  ASSERT_TRUE(Submit("alice", Spec(0), &alice_last).ok());
+  ASSERT_TRUE(Submit("bob", Spec(0), &bob_next).ok());
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));  // alice's use accrues
+  Cancel("alice", used);
+  ASSERT_TRUE(WaitFor([&] { return State(bob_next) == v1::JOB_STATE_RUNNING; }));
+  EXPECT_EQ(State(alice_next), v1::JOB_STATE_PENDING);
+  Cancel("bob", bob_next);
+  ASSERT_TRUE(WaitFor([&] { return State(alice_next) == v1::JOB_STATE_RUNNING; }));
+  EXPECT_EQ(State(alice_last), v1::JOB_STATE_PENDING);
+
+  const v1::Cluster cluster = coordinator_->core().GetCluster();
+  std::map<std::string, v1::OwnerUse> owners;
+  for (const auto& o : cluster.owners()) owners[o.owner()] = o;
+  EXPECT_GT(owners["alice"].recent_device_hours(), owners["bob"].recent_device_hours());
+  EXPECT_EQ(owners["alice"].running_jobs(), 1u);
+  EXPECT_EQ(owners["alice"].queued_jobs(), 1u);
 }
 
 }  // namespace

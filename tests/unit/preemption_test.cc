@@ -27,13 +27,47 @@ QueuedJob Waiting(const std::string& id, uint32_t devices, int priority) {
 // Running on GPUs since `minutes_ago`.
 RunningJob Running(const std::string& id, uint32_t devices, int priority, int minutes_ago,
                    bool preemptible = true, bool stopping = false) {
-  return {id,
-          priority,
-          preemptible,
-          devices,
-          v1::DEVICE_TYPE_CUDA,
-          kNow - absl::Minutes(minutes_ago),
-          stopping};
+  RunningJob job;
+  job.id = id;
+  job.priority = priority;
+  job.preemptible = preemptible;
+  job.devices = devices;
+  job.type = v1::DEVICE_TYPE_CUDA;
+  job.since = kNow - absl::Minutes(minutes_ago);
+  job.stopping = stopping;
+  return job;
+}
+
+RunningJob CpuJob(const std::string& id, int priority) {
+  RunningJob job = Running(id, 1, priority, 0);
+  job.type = v1::DEVICE_TYPE_CPU;
+  return job;
+}
+
+QueuedJob Guaranteed(QueuedJob job) {
+  job.within_guarantee = true;
+  return job;
+}
+
+RunningJob Borrowing(RunningJob job) {
+  job.borrowing = true;
+  return job;
+}
+
+QueuedJob InGroup(QueuedJob job, const std::string& group) {
+  job.group = group;
+  return job;
+}
+
+RunningJob InGroup(RunningJob job, const std::string& group, bool guaranteed) {
+  job.group = group;
+  job.guaranteed = guaranteed;
+  return job;
+}
+
+RunningJob Protected(RunningJob job) {
+  job.protected_job = true;
+  return job;
 }
 
 struct Scenario {
@@ -122,9 +156,45 @@ TEST(Preemption, ScenariosPlanTheVictimsThatLoseLeast) {
        {}},
       {"CPU jobs are not stopped for a GPU job",
        {Waiting("10", 1, 9)},
-       {{"1", -1, true, 1, v1::DEVICE_TYPE_CPU, kNow, false}},
+       {CpuJob("1", -1)},
        0,
        1,
+       {}},
+      {"a group reclaims its guarantee from a borrower, whatever the borrower's priority",
+       {Guaranteed(Waiting("10", 1, 0))},
+       {Borrowing(Running("1", 1, 5, 5, /*preemptible=*/false))},
+       0,
+       1,
+       {"1>10"}},
+      {"a borrower an admin protected keeps its devices",
+       {Guaranteed(Waiting("10", 1, 0))},
+       {Protected(Borrowing(Running("1", 1, 5, 5, false)))},
+       0,
+       1,
+       {}},
+      {"a job beyond its group's guarantee reclaims nothing",
+       {Waiting("10", 1, 0)},
+       {Borrowing(Running("1", 1, 5, 5, false))},
+       0,
+       1,
+       {}},
+      {"a job within its group's guarantee is safe from other groups' priorities",
+       {InGroup(Waiting("10", 1, 9), "b")},
+       {InGroup(Running("1", 1, -5, 5), "a", /*guaranteed=*/true)},
+       0,
+       1,
+       {}},
+      {"but not from its own group's",
+       {InGroup(Waiting("10", 1, 9), "a")},
+       {InGroup(Running("1", 1, -5, 5), "a", /*guaranteed=*/true)},
+       0,
+       1,
+       {"1>10"}},
+      {"reclaim takes borrowers only: a guaranteed job is not a victim",
+       {Guaranteed(Waiting("10", 2, 0))},
+       {Running("1", 1, 5, 50, false), Borrowing(Running("2", 1, 5, 5, false))},
+       0,
+       2,
        {}},
   };
   for (const Scenario& s : scenarios) {

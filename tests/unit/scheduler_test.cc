@@ -175,5 +175,47 @@ TEST(Scheduler, AnyDeviceMeansGpusWhenTheClusterHasThem) {
   EXPECT_EQ(plan.starts[0].worker_ids[0], "h1/cuda:0");
 }
 
+// A job its group's guarantee covers goes first; among equal priorities: one past the
+// starvation age (oldest first), then the owner with the least recent use, then
+// submission order, which keeps one owner's jobs in the order they came.
+TEST(Scheduler, EqualPrioritiesGoByGuaranteeThenAgeThenFairShareThenSubmission) {
+  auto job = [](const std::string& id, const std::string& owner, double use,
+                absl::Duration waited = absl::Minutes(1), bool guaranteed = false) {
+    QueuedJob j = Job(id, 1, 0, waited);
+    j.owner = owner;
+    j.owner_use = use;
+    j.within_guarantee = guaranteed;
+    return j;
+  };
+  std::vector<QueuedJob> queue = {job("1", "heavy", 9000),
+                                  job("2", "heavy", 9000),
+                                  job("3", "light", 10),
+                                  job("4", "light", 10),
+                                  job("5", "fresh", 0),
+                                  job("6", "heavy", 9000, absl::Hours(2)),
+                                  job("7", "heavy", 9000, absl::Hours(3)),
+                                  job("8", "group", 9999, absl::Minutes(1), true)};
+  queue.push_back(Job("9", 1, /*priority=*/1));
+  MakeScheduler().Order(queue, kNow);
+  std::vector<std::string> order;
+  for (const auto& q : queue) order.push_back(q.id);
+  EXPECT_EQ(order, (std::vector<std::string>{"8", "9", "7", "6", "5", "3", "4", "1", "2"}));
+}
+
+// Fair share cannot starve a busy owner: once its job has waited past the starvation
+// age, it goes ahead of the light owners' newer jobs.
+TEST(Scheduler, ABusyOwnersJobIsNotPassedOverForeverByLighterOwners) {
+  QueuedJob busy = Job("1", 1, 0, absl::Minutes(59));
+  busy.owner = "busy";
+  busy.owner_use = 1e6;
+  QueuedJob light = Job("2", 1, 0, absl::Minutes(1));
+  light.owner = "light";
+  auto plan = MakeScheduler().Plan({busy, light}, CpuDevices(1), {{v1::DEVICE_TYPE_CPU, 1}}, kNow);
+  ASSERT_EQ(StartedIds(plan), std::vector<std::string>{"2"});
+  busy.queued_since = kNow - absl::Minutes(61);
+  plan = MakeScheduler().Plan({busy, light}, CpuDevices(1), {{v1::DEVICE_TYPE_CPU, 1}}, kNow);
+  EXPECT_EQ(StartedIds(plan), std::vector<std::string>{"1"});
+}
+
 }  // namespace
 }  // namespace stoke::server

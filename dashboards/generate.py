@@ -112,6 +112,16 @@ CLUSTER = dashboard("Stoke — cluster overview", "stoke-cluster", [], [
     panel(15, "timeseries", "Coordinator CPU (cores)",
           "rate(process_cpu_seconds_total[1m]) and on (instance) stoke_build_info", 18, 36, 6,
           legend="{{instance}}"),
+    # Sharing: quota groups' use against their guarantees, and preemptions.
+    panel(16, "timeseries", "Quota use against guarantee",
+          ["stoke_quota_used_devices", "stoke_quota_guaranteed_devices"], 0, 44,
+          legend=["{{group}} {{type}} used", "{{group}} {{type}} guaranteed"]),
+    panel(17, "timeseries", "Preemptions (per hour) and device seconds lost",
+          ["increase(stoke_preemptions_total[1h])",
+           "increase(stoke_preemption_lost_seconds_total[1h])"], 12, 44,
+          legend=["preemptions", "device seconds lost"]),
+    panel(18, "timeseries", "Owners' recent use (fair share, device hours)",
+          "stoke_owner_recent_device_hours", 0, 52, legend="{{owner}}"),
 ])
 
 J = 'job_id=~"$job"'

@@ -87,10 +87,12 @@ TEST(Prometheus, EveryDashboardExpressionReturnsDataForARunningJob) {
     GTEST_SKIP() << "Debian's prometheus is not installed (scripts/setup-deps.sh installs it)";
   }
   TempDir dir;
+  // A quota group, so that the sharing panels have series to show.
+  std::ofstream(dir.File("quotas.yaml")) << "groups:\n  research: {owners: [alice], cpus: 1}\n";
   CoordinatorProcess::Options options;
   options.data_dir = dir.File("coordinator");
   options.local_workers = "cpu:1";
-  options.extra_args = {"--heartbeat-timeout", "6"};
+  options.extra_args = {"--heartbeat-timeout", "6", "--quotas", dir.File("quotas.yaml")};
   auto coordinator = CoordinatorProcess::Start(options);
   ASSERT_NE(coordinator, nullptr);
   std::string metrics_address;

@@ -1,5 +1,6 @@
 #include "bench/load/simulated_worker.h"
 
+#include <algorithm>
 #include <utility>
 
 namespace stoke::load {
@@ -107,7 +108,14 @@ void SimulatedWorker::Handle(const v1::CoordinatorMessage& message) {
     ++counts_.assignments;
     std::optional<Clock::time_point> ends;
     if (options_.job_length) ends = now + *options_.job_length;
-    task_ = Task{a.job_id(), a.attempt(), ends, now + options_.report_interval, 0};
+    uint64_t total_steps = 0;
+    if (options_.seconds_per_step > 0) {
+      total_steps = a.spec().training().steps();
+      ends = now + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(
+                       options_.seconds_per_step * static_cast<double>(total_steps)));
+    }
+    task_ =
+        Task{a.job_id(), a.attempt(), ends, now + options_.report_interval, 0, total_steps, now};
     v1::WorkerMessage started;
     started.mutable_started()->set_job_id(a.job_id());
     started.mutable_started()->set_attempt(a.attempt());
@@ -148,6 +156,18 @@ v1::WorkerMessage SimulatedWorker::ReportLocked(Task& task, bool last) {
   // What a small CPU job's window looks like: enough fields for the diagnoses to run.
   for (int i = 0; i < options_.samples_per_report; ++i) {
     v1::MetricSample* sample = report->add_metrics();
+    if (options_.seconds_per_step > 0) {
+      // Where a job of this step time would be by now.
+      const double elapsed = std::chrono::duration<double>(Clock::now() - task.began).count();
+      task.step = last ? task.total_steps
+                       : std::min(task.total_steps,
+                                  static_cast<uint64_t>(elapsed / options_.seconds_per_step));
+      sample->set_step(task.step);
+      sample->set_total_steps(task.total_steps);
+      sample->set_step_seconds(options_.seconds_per_step);
+      sample->set_loss(1.0);
+      continue;
+    }
     task.step += 50;
     sample->set_step(task.step);
     sample->set_total_steps(last ? task.step : task.step * 10);

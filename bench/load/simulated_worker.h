@@ -34,6 +34,9 @@ class SimulatedWorker final
     // reports it at once, on assignment; nullopt holds it until it is cancelled, preempted or the
     // worker detaches.
     std::optional<std::chrono::milliseconds> job_length = std::chrono::milliseconds(0);
+    // > 0: each job instead trains its spec's training.steps at this many seconds a step,
+    // reporting its true step, total and step time (for start-time predictions).
+    double seconds_per_step = 0;
     // Between reports (stoke-worker's outbox flush interval).
     std::chrono::milliseconds report_interval{200};
     // Metric samples in each report, and a log line every this many reports (0: none).
@@ -82,6 +85,8 @@ class SimulatedWorker final
     std::optional<Clock::time_point> ends;  // nullopt: held
     Clock::time_point next_report;
     uint64_t step = 0;
+    uint64_t total_steps = 0;  // with seconds_per_step
+    Clock::time_point began;
   };
 
   // Queues a message behind the one being written; callers hold mu_.

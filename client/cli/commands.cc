@@ -20,7 +20,21 @@
 namespace stoke::client {
 namespace {
 
+// A queued job's place and predicted start: "#2, in ~4:05", "#3" (no prediction yet);
+// empty for a job not queued.
+std::string QueueBrief(const v1::Job& job) {
+  if (job.queue_position() == 0) return "";
+  std::string text = absl::StrCat("#", job.queue_position());
+  if (job.has_predicted_start_time()) {
+    const double in = absl::ToDoubleSeconds(
+        absl::FromUnixSeconds(job.predicted_start_time().seconds()) - absl::Now());
+    absl::StrAppend(&text, in <= 1 ? ", starting" : absl::StrCat(", in ~", FormatSeconds(in)));
+  }
+  return text;
+}
+
 std::string Progress(const v1::Job& job) {
+  if (const std::string queued = QueueBrief(job); !queued.empty()) return queued;
   const auto& m = job.latest_metrics();
   if (m.total_steps() == 0) return "-";
   return absl::StrFormat("%d/%d", m.step(), m.total_steps());
@@ -220,6 +234,17 @@ int StatusCommand(CliContext& cli, const std::string& id) {
   std::printf("  state      %s%s\n", StateWord(job->state(), UseColour(STDOUT_FILENO)).c_str(),
               job->message().empty() ? "" : ("  " + Printable(job->message())).c_str());
   std::printf("  submitted  %s\n", FormatAge(job->create_time()).c_str());
+  if (job->queue_position() > 0) {
+    std::string when = "no predicted start yet (a job it waits for has no step time yet)";
+    if (job->has_predicted_start_time()) {
+      const absl::Time at = absl::FromUnixSeconds(job->predicted_start_time().seconds());
+      const double in = absl::ToDoubleSeconds(at - absl::Now());
+      when = absl::StrCat("predicted to start ",
+                          in <= 1 ? "now" : absl::StrCat("in about ", FormatSeconds(in)), " (",
+                          absl::FormatTime("%H:%M:%S UTC", at, absl::UTCTimeZone()), ")");
+    }
+    std::printf("  queue      #%u; %s\n", job->queue_position(), when.c_str());
+  }
   std::printf("  attempt    %u  (restarts %u of %u)\n", job->attempt(), job->restarts(),
               spec.max_restarts());
   std::printf("  devices    %u, priority %d%s\n", spec.resources().gpus(),

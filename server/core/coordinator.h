@@ -26,6 +26,7 @@
 #include "server/core/job_book.h"
 #include "server/core/quotas.h"
 #include "server/core/scheduler.h"
+#include "server/core/start_prediction.h"
 #include "server/core/telemetry_writer.h"
 #include "server/core/worker_connection.h"
 #include "server/core/worker_registry.h"
@@ -218,9 +219,20 @@ class Coordinator {
   void WithdrawUnstartedAssignments();
   // Places what the scheduler plans; the pass's placements are stored together.
   void Schedule();
-  // After a pass: the jobs still `waiting` may preempt jobs of lower priority
-  // (preemption.h); `starts` are the pass's, whose devices are no longer free.
-  void PreemptForWaiting(std::vector<QueuedJob> waiting, const std::vector<PlannedStart>& starts);
+  // Devices free once the pass's `starts` have taken theirs, by type.
+  DeviceCapacity FreeAfter(const std::vector<PlannedStart>& starts);
+  // After a pass: the jobs still `waiting` (in the scheduler's order) may preempt jobs of
+  // lower priority (preemption.h); `free`: devices free after the pass's starts.
+  void PreemptForWaiting(const std::vector<QueuedJob>& waiting, const DeviceCapacity& free);
+  // Each waiting job's queue position and predicted start (start_prediction.h).
+  std::map<std::string, StartPrediction> PredictQueue(const std::vector<QueuedJob>& waiting,
+                                                      const std::vector<PlannedStart>& starts,
+                                                      const DeviceCapacity& free, absl::Time now);
+  // How much longer `job` will train: its steps left at its measured step time (or, before
+  // it has one, that of the latest job of its shape); nullopt when neither is known.
+  std::optional<absl::Duration> ExpectedRemaining(const v1::Job& job) const;
+  // Rank 0's step time from a report, as its shape's latest.
+  void NoteStepTime(const v1::Job& job, const v1::TaskReport& report);
   // Asks `victim`'s ranks to stop at a step boundary, for `for_job`.
   void OrderPreemption(const v1::Job& victim, const v1::Job& for_job);
   // The preempted attempt has stopped (`how`): the job goes back to the queue, PREEMPTED.
@@ -242,7 +254,8 @@ class Coordinator {
   void StartJob(const PlannedStart& start);
   // Thread-safe (no mu_ needed): adds why a queued job still waits to its message.
   v1::Job WithWaitingReason(v1::Job job) const;
-  void PublishWaiting(std::map<std::string, std::string> waiting);
+  void PublishWaiting(std::map<std::string, std::string> reasons,
+                      std::map<std::string, StartPrediction> predictions);
   // The job's current attempt, if it is placed; nullptr otherwise.
   Attempt* CurrentAttempt(const v1::Job& job);
   // Every rank of `job`'s attempt has started: it runs.
@@ -282,11 +295,16 @@ class Coordinator {
   mutable std::mutex stragglers_mu_;
   std::map<std::string, std::vector<v1::Straggler>> stragglers_;
   absl::Time last_tick_;  // the clock's reading at the last Tick, or at construction
-  // Why each queued job is still waiting (from the last scheduling pass); replaced whole
-  // under waiting_mu_, so that readers without mu_ share it without copying.
+  // Why each queued job is still waiting, its place and predicted start (from the last
+  // scheduling pass); replaced whole under waiting_mu_, so that readers without mu_ share it.
+  struct QueueView {
+    std::map<std::string, std::string> reasons;
+    std::map<std::string, StartPrediction> predictions;
+  };
   mutable std::mutex waiting_mu_;
-  std::shared_ptr<const std::map<std::string, std::string>> waiting_ =
-      std::make_shared<const std::map<std::string, std::string>>();
+  std::shared_ptr<const QueueView> waiting_ = std::make_shared<const QueueView>();
+  // The latest step time of each shape of job (StepTimeShape), for predictions.
+  std::map<size_t, double> step_seconds_by_shape_;
   bool shutting_down_ = false;
   uint64_t refused_reports_ = 0;
   // Since this coordinator started.

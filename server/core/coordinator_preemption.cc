@@ -33,19 +33,10 @@ uint64_t AgreedStopStep(const v1::Job& job) {
 
 }  // namespace
 
-void Coordinator::PreemptForWaiting(std::vector<QueuedJob> waiting,
-                                    const std::vector<PlannedStart>& starts) {
+void Coordinator::PreemptForWaiting(const std::vector<QueuedJob>& waiting,
+                                    const DeviceCapacity& free) {
   if (waiting.empty()) return;
   const DeviceCapacity capacity = workers_.Capacity();
-  DeviceCapacity free;
-  for (const FreeDevice& device : workers_.FreeDevices()) ++free[device.type];
-  for (const PlannedStart& start : starts) {
-    for (const std::string& worker_id : start.worker_ids) {
-      if (const WorkerEntry* worker = workers_.Find(worker_id)) {
-        --free[worker->info.device().type()];
-      }
-    }
-  }
   const std::set<std::string> borrowing = options_.quotas.Borrowing(HeldByRunningJobs());
   std::vector<RunningJob> running;
   for (const v1::Job* job : jobs_.Active()) {
@@ -66,7 +57,6 @@ void Coordinator::PreemptForWaiting(std::vector<QueuedJob> waiting,
     r.since = FromProto(job->start_time());
     r.stopping = attempt->preemption().has_value();
   }
-  scheduler_.Order(waiting, clock_.Now());
   for (const PlannedPreemption& p : PlanPreemptions(waiting, running, free, capacity)) {
     const v1::Job* victim = jobs_.FindActive(p.victim);
     const v1::Job* for_job = jobs_.FindActive(p.for_job);

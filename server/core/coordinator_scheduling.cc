@@ -39,7 +39,7 @@ void Coordinator::Schedule() {
     queue.push_back(std::move(q));
   }
   if (queue.empty()) {
-    PublishWaiting(std::move(held));
+    PublishWaiting(std::move(held), {});
     return;
   }
   SchedulePlan plan = scheduler_.Plan(queue, workers_.FreeDevices(), capacity, now);
@@ -47,9 +47,12 @@ void Coordinator::Schedule() {
   for (QueuedJob& job : queue) {
     if (plan.waiting.count(job.id) > 0) waiting.push_back(std::move(job));
   }
-  PreemptForWaiting(std::move(waiting), plan.starts);
+  scheduler_.Order(waiting, now);
+  const DeviceCapacity free = FreeAfter(plan.starts);
+  PreemptForWaiting(waiting, free);
+  auto predictions = PredictQueue(waiting, plan.starts, free, now);
   plan.waiting.merge(held);
-  PublishWaiting(std::move(plan.waiting));
+  PublishWaiting(std::move(plan.waiting), std::move(predictions));
   if (plan.starts.empty()) return;
   // Every placement of the pass in one transaction; each is durable before any worker
   // hears of it.
@@ -154,22 +157,41 @@ std::string Coordinator::RendezvousAddress(const std::string& host, std::set<std
   return candidate;
 }
 
-void Coordinator::PublishWaiting(std::map<std::string, std::string> waiting) {
-  auto shared = std::make_shared<const std::map<std::string, std::string>>(std::move(waiting));
+DeviceCapacity Coordinator::FreeAfter(const std::vector<PlannedStart>& starts) {
+  DeviceCapacity free;
+  for (const FreeDevice& device : workers_.FreeDevices()) ++free[device.type];
+  for (const PlannedStart& start : starts) {
+    for (const std::string& worker_id : start.worker_ids) {
+      if (const WorkerEntry* worker = workers_.Find(worker_id)) {
+        --free[worker->info.device().type()];
+      }
+    }
+  }
+  return free;
+}
+
+void Coordinator::PublishWaiting(std::map<std::string, std::string> reasons,
+                                 std::map<std::string, StartPrediction> predictions) {
+  auto shared =
+      std::make_shared<const QueueView>(QueueView{std::move(reasons), std::move(predictions)});
   std::lock_guard<std::mutex> lock(waiting_mu_);
   waiting_ = std::move(shared);
 }
 
 v1::Job Coordinator::WithWaitingReason(v1::Job job) const {
   if (!IsQueued(job.state())) return job;
-  std::shared_ptr<const std::map<std::string, std::string>> waiting;
+  std::shared_ptr<const QueueView> waiting;
   {
     std::lock_guard<std::mutex> lock(waiting_mu_);
     waiting = waiting_;
   }
-  if (auto it = waiting->find(job.id()); it != waiting->end()) {
+  if (auto it = waiting->reasons.find(job.id()); it != waiting->reasons.end()) {
     job.set_message(job.message().empty() ? it->second
                                           : absl::StrCat(job.message(), "; ", it->second));
+  }
+  if (auto it = waiting->predictions.find(job.id()); it != waiting->predictions.end()) {
+    job.set_queue_position(it->second.position);
+    if (it->second.start) *job.mutable_predicted_start_time() = ToProto(*it->second.start);
   }
   return job;
 }

@@ -343,6 +343,7 @@ void Coordinator::OnTaskReport(const std::string& worker_id, const v1::TaskRepor
     spdlog::warn("job {}: {}", report.job_id(), what);
     diagnosed.add_logs()->set_text(what);
   }
+  if (worker->info.rank() == 0) NoteStepTime(*job, report);
   if (Attempt* attempt = CurrentAttempt(*job)) {
     const std::optional<v1::DeviceStats> device =
         worker->info.has_device_stats() ? std::make_optional(worker->info.device_stats())

@@ -4,6 +4,7 @@
 #include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <map>
 #include <memory>
 #include <optional>
@@ -74,11 +75,13 @@ class ClusterSharing : public ::testing::Test {
 
   v1::JobState State(const std::string& id) { return coordinator_->core().GetJob(id)->state(); }
 
-  // Workers that hold each job until it is cancelled or preempted.
-  void AttachWorkers(int n) {
+  // Workers that hold each job until it is cancelled or preempted, or, with
+  // `seconds_per_step`, train its steps at that pace (ticked by the test).
+  void AttachWorkers(int n, double seconds_per_step = 0) {
     link_ = coordinator_->WorkerStub();
     load::SimulatedWorker::Options holds;
     holds.job_length = std::nullopt;
+    holds.seconds_per_step = seconds_per_step;
     holds.token = "workers-secret";  // a coordinator without tokens ignores it
     for (int i = 0; i < n; ++i) {
       workers_.push_back(
@@ -260,6 +263,43 @@ TEST_F(ClusterSharing, AnOwnerWithLessRecentUseGoesFirstAmongEqualPriorities) {
   EXPECT_GT(owners["alice"].recent_device_hours(), owners["bob"].recent_device_hours());
   EXPECT_EQ(owners["alice"].running_jobs(), 1u);
   EXPECT_EQ(owners["alice"].queued_jobs(), 1u);
+}
+
+// A queued job's place and predicted start: from the running job's remaining steps at its
+// measured step time; it starts when predicted.
+TEST_F(ClusterSharing, AQueuedJobIsToldItsPlaceAndWhenItWillStart) {
+  Start(std::nullopt, /*with_tokens=*/false);
+  AttachWorkers(1, /*seconds_per_step=*/0.002);
+  std::atomic<bool> ticking{true};
+  std::thread ticker([&] {
+    while (ticking) {
+      for (auto& w : workers_) w->Tick(load::SimulatedWorker::Clock::now());
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+  });
+  v1::JobSpec spec = Spec(0);
+  spec.mutable_training()->set_steps(1500);  // 3 s
+  std::string running, queued;
+  ASSERT_TRUE(Submit("alice", spec, &running).ok());
+  ASSERT_TRUE(WaitFor(
+      [&] { return coordinator_->core().GetJob(running)->latest_metrics().step_seconds() > 0; }));
+  ASSERT_TRUE(Submit("alice", spec, &queued).ok());
+  const v1::Job waiting = *coordinator_->core().GetJob(queued);
+  EXPECT_EQ(waiting.queue_position(), 1u);
+  ASSERT_TRUE(waiting.has_predicted_start_time());
+  const absl::Time predicted = absl::FromUnixSeconds(waiting.predicted_start_time().seconds()) +
+                               absl::Nanoseconds(waiting.predicted_start_time().nanos());
+  EXPECT_GT(predicted, absl::Now());
+  EXPECT_LT(predicted, absl::Now() + absl::Seconds(3.5));
+  ASSERT_TRUE(WaitFor([&] { return State(queued) == v1::JOB_STATE_RUNNING; }));
+  const v1::Job started = *coordinator_->core().GetJob(queued);
+  const absl::Time actual = absl::FromUnixSeconds(started.start_time().seconds()) +
+                            absl::Nanoseconds(started.start_time().nanos());
+  EXPECT_LT(absl::AbsDuration(actual - predicted), absl::Seconds(1))
+      << "predicted " << predicted << ", started " << actual;
+  EXPECT_EQ(started.queue_position(), 0u) << "a running job has no place in the queue";
+  ticking = false;
+  ticker.join();
 }
 
 }  // namespace

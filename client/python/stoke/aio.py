@@ -227,6 +227,11 @@ class AsyncClient:
         request = coordinator_pb2.CancelJobRequest(id=_job_id(job), reason=reason)
         return AsyncJob(self, await self._unary(self._stub.CancelJob, request))  # type: ignore[arg-type]
 
+    async def set_priority(self, job: AsyncJobRef, priority: int) -> AsyncJob:
+        """Changes an unfinished job's priority (as :meth:`stoke.Client.set_priority`)."""
+        request = coordinator_pb2.SetJobPriorityRequest(id=_job_id(job), priority=priority)
+        return AsyncJob(self, await self._unary(self._stub.SetJobPriority, request))  # type: ignore[arg-type]
+
     async def watch(
         self, job: AsyncJobRef, from_seq: int = 1, *, reconnect_for: Optional[float] = None
     ) -> AsyncIterator[Event]:

@@ -277,6 +277,17 @@ class Client:
         request = coordinator_pb2.CancelJobRequest(id=_job_id(job), reason=reason)
         return Job(self, self._unary(self._stub.CancelJob, request))
 
+    def set_priority(self, job: JobRef, priority: int) -> Job:
+        """Changes an unfinished job's priority: its owner within the coordinator's
+        ``--max-priority``, or an admin. Raised, it may preempt jobs of lower priority.
+
+        Raises:
+            PermissionDenied: above the caller's limit, or not the caller's job.
+            FailedPrecondition: the job has finished.
+        """
+        request = coordinator_pb2.SetJobPriorityRequest(id=_job_id(job), priority=priority)
+        return Job(self, self._unary(self._stub.SetJobPriority, request))
+
     def watch(
         self,
         job: JobRef,

@@ -76,6 +76,24 @@ class Job:
         return self._proto.create_time.ToDatetime(tzinfo=datetime.timezone.utc)
 
     @property
+    def preemptions(self) -> int:
+        """Times a job of higher priority stopped it (it resumed where it stopped)."""
+        return self._proto.preemptions
+
+    @property
+    def queue_position(self) -> Optional[int]:
+        """A queued job's place in the queue (1: next to start); ``None`` otherwise."""
+        return self._proto.queue_position or None
+
+    @property
+    def predicted_start(self) -> Optional[datetime.datetime]:
+        """When a queued job is predicted to start (from the running jobs' remaining steps
+        and the jobs ahead); ``None`` when it is not queued or no prediction is known."""
+        if not self._proto.HasField("predicted_start_time"):
+            return None
+        return self._proto.predicted_start_time.ToDatetime(tzinfo=datetime.timezone.utc)
+
+    @property
     def latest_metrics(self) -> Optional[job_pb2.MetricSample]:
         """The newest training metric sample, or ``None`` before the first one."""
         return self._proto.latest_metrics if self._proto.HasField("latest_metrics") else None
@@ -94,6 +112,11 @@ class Job:
         return self._proto
 
     # --- calls ----------------------------------------------------------------------
+
+    def set_priority(self, priority: int) -> "Job":
+        """Changes the job's priority (see :meth:`Client.set_priority`); returns ``self``."""
+        self._proto = self._client.set_priority(self.id, priority).proto
+        return self
 
     def refresh(self) -> "Job":
         """Reads the job from the coordinator again; returns ``self``."""

@@ -90,6 +90,19 @@ def test_cancelling_a_queued_job_takes_effect_at_once(idle_client: stoke.Client)
     assert job.message == "changed my mind" or "changed my mind" in job.message
 
 
+def test_a_queued_jobs_priority_changes_and_a_finished_ones_cannot(
+    idle_client: stoke.Client,
+) -> None:
+    job = idle_client.submit(tiny_job(name="reprioritised"))
+    assert job.queue_position is not None and job.queue_position >= 1
+    assert job.predicted_start is None  # no worker: nothing to predict from
+    assert job.set_priority(7).spec.resources.priority == 7
+    assert idle_client.job(job.id).spec.resources.priority == 7
+    job.cancel()
+    with pytest.raises(stoke.FailedPrecondition, match="has already finished"):
+        idle_client.set_priority(job.id, 1)
+
+
 def test_wait_gives_up_after_its_timeout(idle_client: stoke.Client) -> None:
     job = idle_client.submit(tiny_job())  # no worker will ever take it
     started = time.monotonic()

@@ -333,6 +333,67 @@ distributed: {timeout_seconds: 10}
   EXPECT_EQ(ranks_reporting, (std::set<uint32_t>{0, 1}));
 }
 
+// A job of two ranks preempted: the coordinator picks a step ahead of the ranks, both stop
+// after it, rank 0 writes its checkpoint, and the next attempt's ranks both resume from
+// exactly that step: no restart spent, no step lost.
+TEST_F(EngineTest, ATwoRankJobPreemptedStopsBothRanksAfterTheSameStepAndResumesThere) {
+  StartCoordinator("cpu:2");
+  auto& client = coordinator_->client();
+  const std::string low = SubmitFile(Write("pair.yaml", R"(name: pair
+model: {mlp: {hidden: [128]}}
+data: {synthetic: {features: 32}}
+training: {steps: 3000, batch_size: 32}
+resources: {gpus: 2, priority: -1}
+metrics: {interval_steps: 50}
+checkpoint: {interval_steps: 100000}
+distributed: {timeout_seconds: 10}
+)"));
+  ASSERT_TRUE(
+      WaitFor([&] { return client.GetJob(low)->latest_metrics().step() >= 300; }, seconds(120)))
+      << coordinator_->Log();
+  const std::string urgent = SubmitFile(Write("urgent.yaml", R"(name: urgent
+resources: {priority: 5}
+model: {mlp: {hidden: [32]}}
+data: {synthetic: {features: 16}}
+training: {steps: 50, batch_size: 16}
+)"));
+  ASSERT_TRUE(WaitFor(
+      [&] {
+        return client.GetJob(low)->state() == v1::JOB_STATE_SUCCEEDED &&
+               client.GetJob(urgent)->state() == v1::JOB_STATE_SUCCEEDED;
+      },
+      seconds(300)))
+      << v1::JobState_Name(client.GetJob(low)->state()) << ": " << client.GetJob(low)->message()
+      << "\n"
+      << coordinator_->Log();
+  const v1::Job finished = *client.GetJob(low);
+  EXPECT_EQ(finished.preemptions(), 1u);
+  EXPECT_EQ(finished.restarts(), 0u);
+  EXPECT_EQ(finished.latest_metrics().step(), 3000u);
+
+  std::string preempted;
+  std::vector<std::string> resumed;
+  auto watch = client.WatchJob(low, {}, [&](const v1::JobEvent& e) {
+    if (e.has_state_change() && e.state_change().state() == v1::JOB_STATE_PREEMPTED) {
+      preempted = e.state_change().message();
+    }
+    if (e.has_log() && e.log().text().rfind("resumed from checkpoint at step ", 0) == 0) {
+      resumed.push_back(e.log().text());
+    }
+    return true;
+  });
+  ASSERT_TRUE(watch.ok()) << watch;
+  std::smatch stopped;
+  ASSERT_TRUE(
+      std::regex_search(preempted, stopped, std::regex("after step (\\d+), its checkpoint")))
+      << preempted;
+  EXPECT_GT(std::stoull(stopped[1]), 300u);
+  ASSERT_EQ(resumed.size(), 2u) << "each rank of attempt 2 resumes";
+  for (const std::string& line : resumed) {
+    EXPECT_EQ(line, "resumed from checkpoint at step " + stopped[1].str());
+  }
+}
+
 // Two jobs of two ranks submitted at once on four devices run side by side: each on a
 // pair of its own, each meeting at an address of its own, and both finish (on GPUs the
 // same path puts four pairs on an 8-GPU host: bench/ddp-scaling.sh).

@@ -249,6 +249,37 @@ TEST_F(ScriptJobsTest, AKilledRankFailsTheAttemptAndTheRestartResumesFromItsChec
   EXPECT_NE(logs.out.find("done: 400 steps"), std::string::npos) << logs.out;
 }
 
+// Preempted, a script is told to stop as for a cancel (stoke.should_stop(), then SIGTERM
+// within its grace); the job waits as PREEMPTED, not cancelled, and its next attempt
+// resumes from the checkpoint the script saved as it stopped.
+TEST_F(ScriptJobsTest, APreemptedScriptSavesStopsAndResumesWhenPlacedAgain) {
+  std::string path = files_.File("low.yaml");
+  std::ofstream(path) << "name: low\ncommand:\n  argv: [python, ddp_train_reporting.py, --steps, "
+                         "'1500', --step-delay, '0.01']\n  workdir: "
+                      << kScripts << "\n  grace_seconds: 20\nresources: {gpus: 2, priority: -1}\n";
+  const CommandResult submit = Stoke({"submit", path});
+  ASSERT_EQ(submit.exit_code, 0) << submit.err;
+  const std::string id = IdOf(submit);
+  ASSERT_TRUE(
+      WaitFor([&] { return Job(id).latest_metrics().step() >= 20; }, std::chrono::seconds(60)))
+      << coordinator_->Log();
+  const std::string urgent_path = files_.File("urgent.yaml");
+  std::ofstream(urgent_path) << "name: urgent\nresources: {priority: 5}\nmodel: {mlp: {hidden: "
+                                "[16]}}\ndata: {synthetic: {features: 8}}\ntraining: {steps: 20}\n";
+  const CommandResult urgent = Stoke({"submit", urgent_path});
+  ASSERT_EQ(urgent.exit_code, 0) << urgent.err;
+  ASSERT_TRUE(WaitForState(id, v1::JOB_STATE_SUCCEEDED, std::chrono::seconds(180)))
+      << Job(id).message() << coordinator_->Log();
+  const v1::Job job = Job(id);
+  EXPECT_EQ(job.preemptions(), 1u);
+  EXPECT_EQ(job.restarts(), 0u);
+  EXPECT_EQ(job.attempt(), 2u);
+  const CommandResult logs = Stoke({"logs", id});
+  EXPECT_NE(logs.out.find("PREEMPTED"), std::string::npos) << logs.out;
+  EXPECT_NE(logs.out.find("resumed from " + JobDir(id) + "/checkpoints/step-"), std::string::npos)
+      << logs.out;
+}
+
 TEST_F(ScriptJobsTest, BadCommandsAreRefusedNamingTheField) {
   const std::vector<std::pair<std::string, std::string>> cases = {
       {"name: x\ncommand: {argv: []}\n", "command.argv"},

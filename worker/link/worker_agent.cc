@@ -500,7 +500,11 @@ void WorkerAgent::StartTask(const v1::Assignment& assignment) {
     spdlog::info("job {} attempt {}: rank {} of {} starting", assignment.job_id(),
                  assignment.attempt(), assignment.rank(), std::max(1u, assignment.world_size()));
     Observer observer(*this, assignment, assigned_at);
-    const TrainOutcome outcome = train_(assignment, observer, task_stops_);
+    TrainOutcome outcome = train_(assignment, observer, task_stops_);
+    if (outcome.kind == TrainOutcome::Kind::kCancelled && task_stops_.Preempted()) {
+      // A script stopped as for a cancel: the coordinator asked for a preemption.
+      outcome = {TrainOutcome::Kind::kPreempted, "preempted: " + outcome.message, true};
+    }
     spdlog::info("job {} attempt {}: {}", assignment.job_id(), assignment.attempt(),
                  outcome.message);
     finished->set_outcome(ToProto(outcome.kind));
@@ -538,11 +542,10 @@ void WorkerAgent::PreemptTask(const v1::PreemptTask& preempt) {
     }
     spdlog::info("job {}: preemption requested after step {} ({})", preempt.job_id(),
                  preempt.after_step(), preempt.reason());
-    // A script's program has no step boundary Stoke can stop it at.
-    if (!task_is_script_) {
-      task_stops_.preempt_after = preempt.after_step();
-      return;
-    }
+    task_stops_.preempt_after = preempt.after_step();
+    // A script's program has no step boundary Stoke can stop it at: it is told to stop
+    // (stoke.should_stop(), then SIGTERM within its grace) as for a cancel.
+    if (!task_is_script_) return;
   }
   v1::CancelTask cancel;
   cancel.set_job_id(preempt.job_id());

@@ -369,8 +369,9 @@ int main(int argc, char** argv) {
   access_options.require_worker_certificate = require_worker_cert;
   access_options.python_models =
       python_models == "off" ? std::nullopt : security::ParseRole(python_models);
-  if (!max_priority.empty())
+  if (!max_priority.empty()) {
     access_options.max_submitter_priority = *ParseMaxPriority(max_priority);
+  }
   if (!auth_tokens_path.empty()) {
     auto tokens = security::ReadTokenFile(auth_tokens_path);
     if (!tokens.ok()) return Fail(tokens.status());

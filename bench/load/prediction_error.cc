@@ -153,9 +153,8 @@ int Run(const Settings& s) {
   return 0;
 }
 
-}  // namespace
-
-int main(int argc, char** argv) {
+// The program, whose exceptions main reports.
+int Main(int argc, char** argv) {
   CLI::App app{"stoke-prediction-error: how far off the coordinator's start-time predictions are"};
   Settings s;
   app.add_option("--coordinator", s.coordinator, "host:port of the coordinator")->required();
@@ -167,5 +166,24 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--seed", s.seed, "Random seed of lengths and arrivals")->capture_default_str();
   CLI11_PARSE(app, argc, argv);
+  if (s.workers < 1 || s.jobs < 1 || s.seconds_per_step <= 0 || s.load <= 0) {
+    std::fprintf(stderr,
+                 "stoke-prediction-error: --workers and --jobs must be at least 1, "
+                 "--seconds-per-step and --load positive\n");
+    return 2;
+  }
   return Run(s);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  try {
+    return Main(argc, argv);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "stoke-prediction-error: %s\n", e.what());
+  } catch (...) {
+    std::fprintf(stderr, "stoke-prediction-error: an unknown error\n");
+  }
+  return 1;
 }

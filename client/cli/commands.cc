@@ -34,7 +34,7 @@ std::string QueueBrief(const v1::Job& job) {
 }
 
 std::string Progress(const v1::Job& job) {
-  if (const std::string queued = QueueBrief(job); !queued.empty()) return queued;
+  if (std::string queued = QueueBrief(job); !queued.empty()) return queued;
   const auto& m = job.latest_metrics();
   if (m.total_steps() == 0) return "-";
   return absl::StrFormat("%d/%d", m.step(), m.total_steps());

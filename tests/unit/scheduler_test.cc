@@ -198,6 +198,7 @@ TEST(Scheduler, EqualPrioritiesGoByGuaranteeThenAgeThenFairShareThenSubmission) 
   queue.push_back(Job("9", 1, /*priority=*/1));
   MakeScheduler().Order(queue, kNow);
   std::vector<std::string> order;
+  order.reserve(queue.size());
   for (const auto& q : queue) order.push_back(q.id);
   EXPECT_EQ(order, (std::vector<std::string>{"8", "9", "7", "6", "5", "3", "4", "1", "2"}));
 }

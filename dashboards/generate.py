@@ -121,7 +121,7 @@ CLUSTER = dashboard("Stoke — cluster overview", "stoke-cluster", [], [
            "increase(stoke_preemption_lost_seconds_total[1h])"], 12, 44,
           legend=["preemptions", "device seconds lost"]),
     panel(18, "timeseries", "Owners' recent use (fair share, device hours)",
-          "stoke_owner_recent_device_hours", 0, 52, legend="{{owner}}"),
+          "stoke_owner_recent_device_seconds / 3600", 0, 52, legend="{{owner}}"),
 ])
 
 J = 'job_id=~"$job"'

@@ -164,15 +164,19 @@ absl::StatusOr<JobPage> Coordinator::ListJobs(const JobQuery& query) {
   return page;
 }
 
+absl::StatusOr<const v1::Job*> Coordinator::Unfinished(const std::string& id) const {
+  if (const v1::Job* job = jobs_.FindActive(id)) return job;
+  auto stored = jobs_.Get(id);
+  if (!stored.ok()) return stored.status();
+  return absl::FailedPreconditionError(
+      absl::StrCat("job ", id, " has already finished (", StateName(stored->state()), ")"));
+}
+
 absl::StatusOr<v1::Job> Coordinator::CancelJob(const std::string& id, const std::string& reason) {
   std::lock_guard<std::mutex> lock(mu_);
-  const v1::Job* job = jobs_.FindActive(id);
-  if (job == nullptr) {
-    auto stored = jobs_.Get(id);
-    if (!stored.ok()) return stored.status();
-    return absl::FailedPreconditionError(
-        absl::StrCat("job ", id, " has already finished (", StateName(stored->state()), ")"));
-  }
+  auto unfinished = Unfinished(id);
+  if (!unfinished.ok()) return unfinished.status();
+  const v1::Job* job = *unfinished;
   const bool was_live = IsLive(job->state());
   std::string message = reason.empty() ? "cancelled" : absl::StrCat("cancelled: ", reason);
   if (auto s = jobs_.Transition(id, v1::JOB_STATE_CANCELLED, message); !s.ok()) return s;
@@ -185,14 +189,9 @@ absl::StatusOr<v1::Job> Coordinator::CancelJob(const std::string& id, const std:
 absl::StatusOr<v1::Job> Coordinator::SetJobPriority(const std::string& id, int32_t priority,
                                                     const std::string& by) {
   std::lock_guard<std::mutex> lock(mu_);
-  const v1::Job* job = jobs_.FindActive(id);
-  if (job == nullptr) {
-    auto stored = jobs_.Get(id);
-    if (!stored.ok()) return stored.status();
-    return absl::FailedPreconditionError(
-        absl::StrCat("job ", id, " has already finished (", StateName(stored->state()), ")"));
-  }
-  const int32_t before = job->spec().resources().priority();
+  auto unfinished = Unfinished(id);
+  if (!unfinished.ok()) return unfinished.status();
+  const int32_t before = (*unfinished)->spec().resources().priority();
   const std::string note = absl::StrCat("priority changed from ", before, " to ", priority,
                                         by.empty() ? "" : " by ", by);
   if (auto s = jobs_.Amend(id, note,

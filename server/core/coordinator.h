@@ -161,6 +161,9 @@ class Coordinator {
  private:
   Coordinator(Options options, JobStore& store, EventHub& hub, Clock& clock);
 
+  // With mu_ held: the unfinished job `id`; FAILED_PRECONDITION naming its final state
+  // when it has finished, NOT_FOUND when there is none.
+  absl::StatusOr<const v1::Job*> Unfinished(const std::string& id) const;
   // AttachWorker's checks: the registration's fields and its credential (no mu_ needed),
   // and an id still held by a live connection (under mu_).
   absl::Status AdmitRegistration(const v1::RegisterWorker& registration,

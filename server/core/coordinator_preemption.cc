@@ -25,8 +25,9 @@ uint64_t AgreedStopStep(const v1::Job& job) {
   const uint64_t interval = std::max<uint32_t>(1, job.spec().metrics().interval_steps());
   uint64_t ahead = 2 * interval;
   if (latest.step_seconds() > 0) {
-    // Five seconds of steps covers the message's way and the rank's reading of it.
-    ahead = std::max(ahead, static_cast<uint64_t>(std::ceil(5.0 / latest.step_seconds())));
+    // Two seconds of steps covers a report's age (a worker sends every 200 ms), the
+    // message's way and the rank's reading of it, with room to spare.
+    ahead = std::max(ahead, static_cast<uint64_t>(std::ceil(2.0 / latest.step_seconds())));
   }
   return latest.step() + ahead;
 }

@@ -232,8 +232,8 @@ CoordinatorMetrics::CoordinatorMetrics(const Options& options,
                        "Devices a quota group's running jobs hold now, by type (gpu, cpu)");
   quota_guaranteed_ =
       &Gauge("stoke_quota_guaranteed_devices", "Devices guaranteed to a quota group, by type");
-  owner_recent_use_ = &Gauge("stoke_owner_recent_device_hours",
-                             "An owner's recent device use for fair share: device hours, each "
+  owner_recent_use_ = &Gauge("stoke_owner_recent_device_seconds",
+                             "An owner's recent device use for fair share: device seconds, each "
                              "counting half as much per half-life since");
   for (const JobGaugeDef& def : kJobGauges) job_families_.push_back(&Gauge(def.name, def.help));
   job_diagnosis_ = &Gauge("stoke_job_diagnosis",
@@ -431,7 +431,7 @@ void CoordinatorMetrics::Refresh(const MetricsSnapshot& snapshot, absl::Time now
     quota_guaranteed_->Add({{"group", q.group()}, {"type", "cpu"}}).Set(q.guaranteed_cpus());
   }
   for (const auto& o : snapshot.cluster.owners()) {
-    owner_recent_use_->Add({{"owner", o.owner()}}).Set(o.recent_device_hours());
+    owner_recent_use_->Add({{"owner", o.owner()}}).Set(3600 * o.recent_device_hours());
   }
   queue_length_->Add({}).Set(queued);
   std::map<int, int> worker_counts;

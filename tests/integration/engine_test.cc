@@ -65,6 +65,29 @@ class EngineTest : public ::testing::Test {
     return submit.exit_code == 0 ? submit.out.substr(0, submit.out.find('\n')) : std::string();
   }
 
+  // A short one-device job of priority 5: above any job of negative priority.
+  std::string SubmitUrgentJob() {
+    return SubmitFile(Write("urgent.yaml", R"(name: urgent
+resources: {priority: 5}
+model: {mlp: {hidden: [32]}}
+data: {synthetic: {features: 16}}
+training: {steps: 50, batch_size: 16}
+)"));
+  }
+
+  void WaitUntilBothSucceed(const std::string& a, const std::string& b) {
+    auto& client = coordinator_->client();
+    ASSERT_TRUE(WaitFor(
+        [&] {
+          return client.GetJob(a)->state() == v1::JOB_STATE_SUCCEEDED &&
+                 client.GetJob(b)->state() == v1::JOB_STATE_SUCCEEDED;
+        },
+        seconds(300)))
+        << "job " << a << ": " << v1::JobState_Name(client.GetJob(a)->state()) << ", "
+        << client.GetJob(a)->message() << "\n"
+        << coordinator_->Log();
+  }
+
   std::string Write(const std::string& name, const std::string& text) {
     std::ofstream(files_.File(name)) << text;
     return files_.File(name);
@@ -212,10 +235,12 @@ std::map<uint64_t, std::vector<double>> LossesByStep(client::Client& client,
 TEST_F(EngineTest, AnUrgentJobPreemptsALowPriorityOneThatResumesWithTheSameLossCurve) {
   StartCoordinator("cpu:1");
   auto& client = coordinator_->client();
-  const std::string spec = R"(model: {mlp: {hidden: [256, 256], dropout: 0.1}}
-data: {synthetic: {features: 64}}
+  // Small enough that a loaded machine slows it without failing it (issue 43), long
+  // enough that the urgent job comes while it trains.
+  const std::string spec = R"(model: {mlp: {hidden: [64], dropout: 0.1}}
+data: {synthetic: {features: 32}}
 optimizer: {adamw: {}, lr: 0.003, schedule: cosine, warmup_steps: 20}
-training: {steps: 3000, batch_size: 64}
+training: {steps: 2000, batch_size: 32}
 metrics: {interval_steps: 1}
 checkpoint: {interval_steps: 1000}
 )";
@@ -229,20 +254,8 @@ checkpoint: {interval_steps: 1000}
   ASSERT_TRUE(
       WaitFor([&] { return client.GetJob(low)->latest_metrics().step() >= 150; }, seconds(300)))
       << coordinator_->Log();
-  const std::string urgent = SubmitFile(Write("urgent.yaml", R"(name: urgent
-resources: {priority: 5}
-model: {mlp: {hidden: [64]}}
-data: {synthetic: {features: 16}}
-training: {steps: 50, batch_size: 16}
-)"));
-  ASSERT_TRUE(WaitFor(
-      [&] {
-        return client.GetJob(low)->state() == v1::JOB_STATE_SUCCEEDED &&
-               client.GetJob(urgent)->state() == v1::JOB_STATE_SUCCEEDED;
-      },
-      seconds(300)))
-      << v1::JobState_Name(client.GetJob(low)->state()) << "\n"
-      << coordinator_->Log();
+  const std::string urgent = SubmitUrgentJob();
+  ASSERT_NO_FATAL_FAILURE(WaitUntilBothSucceed(low, urgent));
 
   const v1::Job finished = *client.GetJob(low);
   EXPECT_EQ(finished.preemptions(), 1u);
@@ -265,8 +278,8 @@ training: {steps: 50, batch_size: 16}
 
   const auto expected = LossesByStep(client, straight);
   const auto resumed = LossesByStep(client, low);
-  ASSERT_EQ(expected.size(), 3000u);
-  ASSERT_EQ(resumed.size(), 3000u) << "every step reported once";
+  ASSERT_EQ(expected.size(), 2000u);
+  ASSERT_EQ(resumed.size(), 2000u) << "every step reported once";
   for (const auto& [step, losses] : resumed) {
     ASSERT_EQ(losses.size(), 1u) << "step " << step << " was trained twice";
     EXPECT_EQ(losses.front(), expected.at(step).front()) << "step " << step;
@@ -333,43 +346,30 @@ distributed: {timeout_seconds: 10}
   EXPECT_EQ(ranks_reporting, (std::set<uint32_t>{0, 1}));
 }
 
-// A job of two ranks preempted: the coordinator picks a step ahead of the ranks, both stop
-// after it, rank 0 writes its checkpoint, and the next attempt's ranks both resume from
-// exactly that step: no restart spent, no step lost.
+// A job of two ranks preempted: the coordinator picks a step ahead of the ranks (two
+// seconds of steps: this job needs thousands), both stop after it, rank 0 writes its
+// checkpoint, and the next attempt's ranks both resume from exactly that step: no restart
+// spent, no step lost.
 TEST_F(EngineTest, ATwoRankJobPreemptedStopsBothRanksAfterTheSameStepAndResumesThere) {
   StartCoordinator("cpu:2");
   auto& client = coordinator_->client();
   const std::string low = SubmitFile(Write("pair.yaml", R"(name: pair
-model: {mlp: {hidden: [128]}}
+model: {mlp: {hidden: [64]}}
 data: {synthetic: {features: 32}}
-training: {steps: 3000, batch_size: 32}
+training: {steps: 12000, batch_size: 32}
 resources: {gpus: 2, priority: -1}
 metrics: {interval_steps: 50}
 checkpoint: {interval_steps: 100000}
-distributed: {timeout_seconds: 10}
 )"));
   ASSERT_TRUE(
       WaitFor([&] { return client.GetJob(low)->latest_metrics().step() >= 300; }, seconds(120)))
       << coordinator_->Log();
-  const std::string urgent = SubmitFile(Write("urgent.yaml", R"(name: urgent
-resources: {priority: 5}
-model: {mlp: {hidden: [32]}}
-data: {synthetic: {features: 16}}
-training: {steps: 50, batch_size: 16}
-)"));
-  ASSERT_TRUE(WaitFor(
-      [&] {
-        return client.GetJob(low)->state() == v1::JOB_STATE_SUCCEEDED &&
-               client.GetJob(urgent)->state() == v1::JOB_STATE_SUCCEEDED;
-      },
-      seconds(300)))
-      << v1::JobState_Name(client.GetJob(low)->state()) << ": " << client.GetJob(low)->message()
-      << "\n"
-      << coordinator_->Log();
+  const std::string urgent = SubmitUrgentJob();
+  ASSERT_NO_FATAL_FAILURE(WaitUntilBothSucceed(low, urgent));
   const v1::Job finished = *client.GetJob(low);
-  EXPECT_EQ(finished.preemptions(), 1u);
+  EXPECT_EQ(finished.preemptions(), 1u) << coordinator_->Log();
   EXPECT_EQ(finished.restarts(), 0u);
-  EXPECT_EQ(finished.latest_metrics().step(), 3000u);
+  EXPECT_EQ(finished.latest_metrics().step(), 12000u);
 
   std::string preempted;
   std::vector<std::string> resumed;

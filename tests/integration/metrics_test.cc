@@ -19,9 +19,13 @@ namespace {
 
 TEST(Metrics, ShowTheClusterAndARunningJobThenForgetTheJob) {
   TempDir dir;
+  TempDir files;
+  // A quota group, so that the quota series the dashboards chart exist.
+  std::ofstream(files.File("quotas.yaml")) << "groups:\n  research: {owners: [alice], cpus: 1}\n";
   CoordinatorProcess::Options options;
   options.data_dir = dir.path();
-  options.extra_args = {"--heartbeat-timeout", "6", "--metrics-retention", "3"};
+  options.extra_args = {"--heartbeat-timeout",    "6", "--metrics-retention", "3", "--quotas",
+                        files.File("quotas.yaml")};
   auto coordinator = CoordinatorProcess::Start(options);
   ASSERT_NE(coordinator, nullptr);
   std::string metrics_address;

@@ -28,6 +28,11 @@ size_t StepTimeShape(const v1::JobSpec& spec) {
 // Shapes remembered; past it the book starts again (an estimate, not a record).
 constexpr size_t kMaxShapes = 10'000;
 
+// Queued jobs given a predicted start, from the head of the queue: playing the scheduler
+// forward costs about (jobs + devices) passes of the scheduler over the jobs, on every
+// scheduling pass, so a long queue's tail gets its place only.
+constexpr size_t kPredictedJobs = 128;
+
 }  // namespace
 
 void Coordinator::NoteStepTime(const v1::Job& job, const v1::TaskReport& report) {
@@ -76,10 +81,15 @@ std::map<std::string, StartPrediction> Coordinator::PredictQueue(
   }
   std::vector<WaitingJob> queue;
   for (const QueuedJob& q : waiting) {
+    if (queue.size() == kPredictedJobs) break;
     const v1::Job* job = jobs_.FindActive(q.id);
     if (job != nullptr) queue.push_back({q, ExpectedRemaining(*job)});
   }
-  return PredictStarts(scheduler_, queue, running, free, workers_.Capacity(), now);
+  auto predictions = PredictStarts(scheduler_, queue, running, free, workers_.Capacity(), now);
+  for (size_t i = queue.size(); i < waiting.size(); ++i) {
+    predictions[waiting[i].id].position = static_cast<uint32_t>(i + 1);
+  }
+  return predictions;
 }
 
 }  // namespace stoke::server

@@ -66,15 +66,11 @@ void Coordinator::DescribeSharing(v1::Cluster& cluster) const {
     v1::QuotaUse* q = cluster.add_quotas();
     q->set_group(group.name);
     for (const auto& owner : group.owners) q->add_owners(owner);
-    auto count = [](const DeviceCapacity& devices, v1::DeviceType type) {
-      auto it = devices.find(type);
-      return it == devices.end() ? 0u : it->second;
-    };
-    q->set_guaranteed_gpus(count(group.guaranteed, v1::DEVICE_TYPE_CUDA));
-    q->set_guaranteed_cpus(count(group.guaranteed, v1::DEVICE_TYPE_CPU));
+    q->set_guaranteed_gpus(CountOf(group.guaranteed, v1::DEVICE_TYPE_CUDA));
+    q->set_guaranteed_cpus(CountOf(group.guaranteed, v1::DEVICE_TYPE_CPU));
     if (auto held = use.find(group.name); held != use.end()) {
-      q->set_used_gpus(count(held->second, v1::DEVICE_TYPE_CUDA));
-      q->set_used_cpus(count(held->second, v1::DEVICE_TYPE_CPU));
+      q->set_used_gpus(CountOf(held->second, v1::DEVICE_TYPE_CUDA));
+      q->set_used_cpus(CountOf(held->second, v1::DEVICE_TYPE_CPU));
     }
   }
   std::map<std::string, v1::OwnerUse> owners;

@@ -7,11 +7,6 @@
 namespace stoke::server {
 namespace {
 
-uint32_t CountOf(const DeviceCapacity& devices, v1::DeviceType type) {
-  auto it = devices.find(type);
-  return it == devices.end() ? 0 : it->second;
-}
-
 // Whether `victim` may be stopped for `job`.
 bool MayPreempt(const RunningJob& victim, const QueuedJob& job) {
   if (victim.preemptible && victim.priority < job.priority &&

@@ -11,11 +11,6 @@
 namespace stoke::server {
 namespace {
 
-uint32_t CountOf(const DeviceCapacity& devices, v1::DeviceType type) {
-  auto it = devices.find(type);
-  return it == devices.end() ? 0 : it->second;
-}
-
 absl::Status Invalid(const std::string& path, const YAML::Node& node, const std::string& what) {
   const YAML::Mark mark = node.Mark();
   return absl::InvalidArgumentError(absl::StrCat(

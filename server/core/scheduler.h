@@ -48,6 +48,12 @@ struct FreeDevice {
 // Attached devices of each type, busy or not.
 using DeviceCapacity = std::map<v1::DeviceType, uint32_t>;
 
+// The devices of `type` in `devices` (0 when it has none).
+inline uint32_t CountOf(const DeviceCapacity& devices, v1::DeviceType type) {
+  auto it = devices.find(type);
+  return it == devices.end() ? 0 : it->second;
+}
+
 struct PlannedStart {
   std::string job_id;
   // worker_ids[r] runs rank r; ranks on one host are contiguous.

@@ -8,6 +8,7 @@
 #include <map>
 #include <optional>
 #include <sstream>
+#include <string>
 #include <tuple>
 #include <type_traits>
 #include <unordered_map>
@@ -60,28 +61,30 @@ bool MultiTensorAdamW::Capturable(const torch::Device& device) const {
 
 void MultiTensorAdamW::SetLearningRate(double lr) {
   for (auto& group : param_groups_) group.options().set_lr(lr);
-  for (auto& [key, counters] : counters_) {
-    if (counters.lr_value != lr) {
-      counters.lr.fill_(lr);
-      counters.lr_value = lr;
-    }
+  for (auto& [key, counters] : counters_) PushLearningRate(key.group, counters);
+}
+
+void MultiTensorAdamW::PushLearningRate(size_t group, DeviceCounters& counters) {
+  const double lr = param_groups_[group].options().get_lr();
+  if (counters.lr_pushed != lr) {
+    counters.lr.fill_(lr);
+    counters.lr_pushed = lr;
   }
 }
 
 MultiTensorAdamW::DeviceCounters& MultiTensorAdamW::CountersFor(size_t group,
                                                                 const torch::Device& device,
-                                                                int64_t steps_before, double lr) {
-  auto [it, inserted] = counters_.try_emplace({group, device.str()});
+                                                                int64_t steps_before) {
+  auto [it, inserted] = counters_.try_emplace(CounterKey{group, DeviceKey(device)});
   DeviceCounters& c = it->second;
   if (inserted) {
     const auto f32 = torch::TensorOptions().dtype(torch::kFloat32).device(device);
     c.step = torch::full({}, static_cast<double>(steps_before), f32);
-    c.lr = torch::full({}, lr, f32);
-    c.lr_value = lr;
-  } else if (c.lr_value != lr) {  // a caller that set options().lr() directly
-    c.lr.fill_(lr);
-    c.lr_value = lr;
+    c.lr = torch::empty({}, f32);  // PushLearningRate fills it below
   }
+  // The rate is pushed here too, not only by SetLearningRate: a checkpoint's load or a
+  // caller may have set options().lr() since.
+  PushLearningRate(group, c);
   return c;
 }
 
@@ -90,7 +93,7 @@ void MultiTensorAdamW::SyncHostState() {
   for (size_t g = 0; g < param_groups_.size(); ++g) {
     for (auto& p : param_groups_[g].params()) {
       auto found = state_.find(StateKey(state_, p));
-      auto counters = counters_.find({g, p.device().str()});
+      auto counters = counters_.find(CounterKey{g, DeviceKey(p.device())});
       if (found == state_.end() || counters == counters_.end()) continue;
       auto& state = static_cast<torch::optim::AdamWParamState&>(*found->second);
       state.step(static_cast<int64_t>(counters->second.step.item<float>()));
@@ -138,8 +141,16 @@ void MultiTensorAdamW::StepInParts(const std::vector<std::vector<torch::Tensor>>
   // Foreach: parameters that have taken the same number of steps share their bias
   // correction (usually that is all of them). Fused: one batch per device, whose step
   // count lives on the device. Either way, split by part; parameters in none come last.
-  // The device as (type, index): no string made per parameter and step.
-  std::map<std::tuple<size_t, size_t, int64_t, int, int>, Batch> batches;
+  struct BatchKey {
+    size_t part;
+    size_t group;
+    int64_t step;  // the step this batch takes; -1 on the fused route
+    DeviceKey device;
+    bool operator<(const BatchKey& o) const {
+      return std::tie(part, group, step, device) < std::tie(o.part, o.group, o.step, o.device);
+    }
+  };
+  std::map<BatchKey, Batch> batches;
   for (size_t g = 0; g < param_groups_.size(); ++g) {
     for (auto& p : param_groups_[g].params()) {
       if (!p.grad().defined()) continue;
@@ -157,8 +168,8 @@ void MultiTensorAdamW::StepInParts(const std::vector<std::vector<torch::Tensor>>
       const bool fused = RouteFor(p.device()) == AdamWRoute::kFused;
       const auto in_part = part_of.find(p.unsafeGetTensorImpl());
       const size_t part = in_part == part_of.end() ? parts.size() : in_part->second;
-      Batch& batch = batches[{part, g, fused ? -1 : state.step() + 1,
-                              static_cast<int>(p.device().type()), p.device().index()}];
+      Batch& batch =
+          batches[BatchKey{part, g, fused ? -1 : state.step() + 1, DeviceKey(p.device())}];
       if (batch.params.empty()) batch.steps_before = state.step();
       // Bookkeeping only on the fused route: the device count is the truth there
       // (SyncHostState), as replayed graphs and skipped fp16 steps pass the host by.
@@ -171,8 +182,9 @@ void MultiTensorAdamW::StepInParts(const std::vector<std::vector<torch::Tensor>>
   }
   std::vector<DeviceCounters*> counted;  // device step counts this step has advanced
   for (auto& [key, b] : batches) {
-    const auto& [part, g, step, device_type, device_index] = key;
-    begin_parts_through(part);
+    const size_t g = key.group;
+    const int64_t step = key.step;
+    begin_parts_through(key.part);
     auto& options = static_cast<torch::optim::AdamWOptions&>(param_groups_[g].options());
     const double lr = options.lr();
     const double beta1 = std::get<0>(options.betas());
@@ -180,7 +192,7 @@ void MultiTensorAdamW::StepInParts(const std::vector<std::vector<torch::Tensor>>
     const torch::Device device = b.params.front().device();
     if (step < 0) {
 #if STOKE_FUSED_ADAMW
-      DeviceCounters& counters = CountersFor(g, device, b.steps_before, lr);
+      DeviceCounters& counters = CountersFor(g, device, b.steps_before);
       // The kernel reads each parameter's step count already incremented, as
       // torch.optim does; one device scalar serves the whole batch (and every part).
       if (std::find(counted.begin(), counted.end(), &counters) == counted.end()) {

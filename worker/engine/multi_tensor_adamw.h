@@ -9,12 +9,16 @@
 // arithmetic), so checkpoints written by either load into the other.
 #pragma once
 
+#include <c10/core/Device.h>
 #include <torch/optim/adamw.h>
 
+#include <cstddef>
 #include <functional>
+#include <limits>
 #include <map>
-#include <string>
+#include <tuple>
 #include <utility>
+#include <vector>
 
 #include "worker/common/task.h"  // AdamWRoute
 
@@ -36,9 +40,10 @@ class MultiTensorAdamW final : public torch::optim::AdamW {
   // The route steps take on `device` (kAuto and kFused resolved).
   AdamWRoute RouteFor(const torch::Device& device) const;
 
-  // The fused route keeps each group's step count and learning rate in device scalars
-  // that the kernel reads, so a step captured in a CUDA graph stays right as they
-  // change: set the rate here, outside any capture, before each step.
+  // The rate of every parameter group. Its one home is each group's options().lr(), which
+  // LibTorch's routes and checkpoints read; the fused route's kernel reads a device copy
+  // of it instead, written here as the rate changes, so that a step captured in a CUDA
+  // graph stays right: set it outside any capture, before each step.
   void SetLearningRate(double lr);
   // fp16: a float [1] device flag; where it is 1 the fused kernel leaves parameters and
   // state untouched and the step is not counted. Other routes ignore it (the caller must
@@ -51,17 +56,39 @@ class MultiTensorAdamW final : public torch::optim::AdamW {
   void SyncHostState();
 
  private:
-  struct DeviceCounters {
-    torch::Tensor step;  // float32 []: steps taken, as the fused kernel reads it
-    torch::Tensor lr;    // float32 []
-    double lr_value = 0;
+  // A device as (type, index): no string made per parameter and step.
+  struct DeviceKey {
+    c10::DeviceType type;
+    c10::DeviceIndex index;
+    explicit DeviceKey(const c10::Device& device) : type(device.type()), index(device.index()) {}
+    bool operator<(const DeviceKey& o) const {
+      return std::tie(type, index) < std::tie(o.type, o.index);
+    }
   };
-  DeviceCounters& CountersFor(size_t group, const torch::Device& device, int64_t steps_before,
-                              double lr);
+  struct CounterKey {
+    size_t group;
+    DeviceKey device;
+    bool operator<(const CounterKey& o) const {
+      return std::tie(group, device) < std::tie(o.group, o.device);
+    }
+  };
+  // The fused route's per-(group, device) scalars, float32 [] on the device.
+  struct DeviceCounters {
+    torch::Tensor step;  // steps taken, as the fused kernel reads it
+    // A copy of the group's options().lr(), written by PushLearningRate alone; lr_pushed
+    // is what it holds (none at first), so that it is written only when the rate changes.
+    torch::Tensor lr;
+    double lr_pushed = std::numeric_limits<double>::quiet_NaN();
+  };
+  DeviceCounters& CountersFor(size_t group, const torch::Device& device, int64_t steps_before);
+  // Brings the device copy of group `group`'s rate up to date. Writes only on a change:
+  // a captured graph then holds no write of its own, and a step with an unchanged rate
+  // launches nothing for it.
+  void PushLearningRate(size_t group, DeviceCounters& counters);
 
   AdamWRoute route_;
   torch::Tensor found_inf_;
-  std::map<std::pair<size_t, std::string>, DeviceCounters> counters_;  // (group, device)
+  std::map<CounterKey, DeviceCounters> counters_;
 };
 
 }  // namespace stoke::worker

@@ -12,13 +12,14 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "spec/addresses.h"
 #include "stoke/v1/coordinator.grpc.pb.h"
 
 namespace stoke::client {
 
 struct ClientOptions {
   // host:port of the coordinator.
-  std::string address = "127.0.0.1:50051";
+  std::string address = defaults::kCoordinatorAddress;
   // Deadline of each unary call.
   std::chrono::milliseconds call_timeout{10'000};
   // Bearer token for coordinators with --auth-tokens; empty sends none.
@@ -50,6 +51,9 @@ class Client {
   // `code`: a Python model's or a script job's folder (ReadJobCode in job_spec_file.h).
   absl::StatusOr<v1::Job> SubmitJob(const v1::JobSpec& spec, std::string request_id = "",
                                     const v1::CodeBundle& code = {});
+  // Every problem the coordinator finds with a job, storing nothing (see ValidateJob in
+  // coordinator.proto). UNIMPLEMENTED from a coordinator older than the call.
+  absl::StatusOr<v1::ValidateJobResponse> ValidateJob(const v1::ValidateJobRequest& request);
   absl::StatusOr<v1::Job> GetJob(const std::string& id);
   absl::StatusOr<v1::ListJobsResponse> ListJobs(const v1::ListJobsRequest& request);
   absl::StatusOr<v1::Job> CancelJob(const std::string& id, const std::string& reason = "");

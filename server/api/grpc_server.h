@@ -12,6 +12,7 @@
 
 #include "absl/status/statusor.h"
 #include "proto/stoke/v1/limits.h"
+#include "spec/addresses.h"
 
 namespace stoke::server {
 
@@ -19,7 +20,7 @@ class GrpcServer {
  public:
   struct Options {
     // host:port; port 0 picks a free one (see address()).
-    std::string address = "127.0.0.1:50051";
+    std::string address = defaults::kCoordinatorAddress;
     int max_message_bytes = v1::kMaxMessageBytes;
     // Told of every call (for /metrics); may be null. Must outlive the server.
     RpcObserver* observer = nullptr;

@@ -10,12 +10,18 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <exception>
 #include <memory>
+#include <optional>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
+#include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "absl/strings/string_view.h"
 #include "security/credential_file.h"
 #include "spec/flag_sources.h"
 #include "spec/log_setup.h"
@@ -28,10 +34,17 @@
 #include "worker/runtime/devices.h"
 #include "worker/runtime/warm_up.h"
 #include "worker/telemetry/device_sampler.h"
+#include "worker/worker_flags.h"
 
-using namespace stoke::worker;
-
+namespace stoke::worker {
 namespace {
+
+// Prints `line` on stderr and returns 2, the exit status of a worker that cannot work as
+// told: a flag, a file or a user that will not do, or a link that cannot be set up.
+int Fail(absl::string_view line) {
+  std::fprintf(stderr, "%s\n", std::string{line}.c_str());
+  return 2;
+}
 
 // A test hook: STOKE_FAULT_SLOW_STEP_MS=<ms> makes every training step of this worker
 // sleep that long before its forward pass, so before backward's gradient all-reduce: a
@@ -44,8 +57,8 @@ bool ReadSlowStepFault(std::chrono::milliseconds* out, std::string* error) {
   char* end = nullptr;
   const int64_t ms = std::strtoll(text, &end, 10);
   if (*end != '\0' || ms < 0 || ms > 60000) {
-    *error = std::string("STOKE_FAULT_SLOW_STEP_MS=\"") + text +
-             "\": expected a whole number of milliseconds from 0 to 60000";
+    *error = absl::StrCat("STOKE_FAULT_SLOW_STEP_MS=\"", text,
+                          "\": expected a whole number of milliseconds from 0 to 60000");
     return false;
   }
   *out = std::chrono::milliseconds(ms);
@@ -66,13 +79,13 @@ std::string VisibleDevice(const DeviceRef& device) {
 }
 
 // A script job's "python" when its spec names none: $STOKE_PYTHON, else the Python the
-// trainer embeds, else python3 on PATH.
+// trainer embeds, else ScriptOptions' own (python3 on PATH).
 std::string ScriptPython() {
   if (const char* chosen = std::getenv("STOKE_PYTHON"); chosen != nullptr && *chosen != '\0') {
     return chosen;
   }
   const std::string built_with = STOKE_PYTHON_EXECUTABLE;
-  return built_with.empty() ? "python3" : built_with;
+  return built_with.empty() ? ScriptOptions{}.default_python : built_with;
 }
 
 std::string Hostname() {
@@ -81,225 +94,199 @@ std::string Hostname() {
   return name;
 }
 
-}  // namespace
+// --list-devices: one line per CUDA device this process sees.
+int ListDevices() {
+  for (const auto& d : ListCudaDevices()) {
+    std::printf("%s %s %llu %s\n", d.device.Label().c_str(), d.uuid.c_str(),
+                static_cast<unsigned long long>(d.memory_total_bytes), d.name.c_str());
+  }
+  return 0;
+}
 
-int main(int argc, char** argv) {
+// --device, or cuda:0 if there is one, else cpu. The status message is the line to print.
+absl::StatusOr<DeviceRef> ChooseDevice(const std::string& text) {
+  if (text.empty()) {
+    return ListCudaDevices().empty() ? DeviceRef{DeviceKind::kCpu, 0}
+                                     : DeviceRef{DeviceKind::kCuda, 0};
+  }
+  if (auto parsed = ParseDeviceLabel(text)) return *parsed;
+  return absl::InvalidArgumentError(
+      absl::StrCat("--device ", text, ": expected cpu, cpu:N or cuda:N"));
+}
+
+// Before attaching: a job assigned to this worker finds the device ready.
+void WarmUp(const DeviceRef& device) {
+  const auto began = std::chrono::steady_clock::now();
+  WarmUpDevice(device);
+  spdlog::info("{} warmed up in {:.2f} s", device.Label(),
+               std::chrono::duration<double>(std::chrono::steady_clock::now() - began).count());
+}
+
+// The link's options: the flags', completed with this host and device and the join
+// token. The status message is the line to print.
+absl::StatusOr<WorkerAgent::Options> AgentOptions(const WorkerFlags& flags,
+                                                  const DeviceRef& device) {
+  WorkerAgent::Options options = flags.agent;
+  options.host = Hostname();
+  options.device = DescribeDevice(device);
+  if (options.worker_id.empty()) options.worker_id = options.host + "/" + device.Label();
+  options.orphan_timeout = flags.OrphanTimeout();
+  for (const auto& [path, flag] : {std::pair{flags.agent.tls_key, "--tls-key"},
+                                   std::pair{flags.join_token_file, "--join-token-file"}}) {
+    const std::string warning = security::ExposedSecretWarning(path, flag);
+    if (!warning.empty()) spdlog::warn("{}", warning);
+  }
+  if (!flags.join_token_file.empty()) {
+    auto token = security::ReadTokenFromFile(flags.join_token_file, "--join-token-file");
+    if (!token.ok()) return token.status();
+    options.join_token = *token;
+  }
+  return options;
+}
+
+// How models whose code is the user's train: in a child process (stoke-trainer), as
+// --job-user when given. The status message is the line to print.
+absl::StatusOr<TrainerProcessOptions> TrainerOptions(const WorkerFlags& flags,
+                                                     const DeviceRef& device) {
+  TrainerProcessOptions trainer;
+  trainer.trainer_path = TrainerBesideThisProgram();
+  trainer.device = device.Label();
+  trainer.threads = flags.threads;
+  if (flags.job_user.empty()) return trainer;
+  auto user = LookUpJobUser(flags.job_user);
+  if (!user.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("stoke-worker: ", user.status().message()));
+  }
+  if (geteuid() != 0) {
+    return absl::PermissionDeniedError(
+        absl::StrCat("stoke-worker: --job-user ", flags.job_user,
+                     ": only a worker running as root can run processes as another user"));
+  }
+  trainer.job_user = *user;
+  return trainer;
+}
+
+// Script jobs' ranks, started as torchrun starts them.
+ScriptOptions ScriptRunOptions(const DeviceRef& device, const std::optional<JobUser>& job_user) {
+  ScriptOptions script;
+  script.visible_devices = VisibleDevice(device);
+  script.default_python = ScriptPython();
+  script.sdk_path = BesideThisProgram("python");
+  script.job_user = job_user;
+  return script;
+}
+
+// Script jobs run the user's program; models train in Stoke's loop, the user's own in a
+// training process (on GPUs started ahead of its task, where a start takes seconds).
+TrainFunction RunAssignment(const DeviceRef& device, const TrainingProbe& probe,
+                            SpareTrainer& spare_trainer, const ScriptOptions& script) {
+  return
+      [device, probe, &spare_trainer, &script](const stoke::v1::Assignment& assignment,
+                                               TrainingObserver& observer, const TaskStops& stops) {
+        if (assignment.spec().has_command()) {
+          return RunScript(script, assignment, observer, stops.cancel);
+        }
+        auto task = TaskFromAssignment(assignment);
+        if (!task.ok()) {
+          return TrainOutcome{TrainOutcome::Kind::kFailed, std::string{task.status().message()},
+                              /*retryable=*/false};
+        }
+        if (IsUserCode(task->model)) return spare_trainer.Train(assignment, observer, stops);
+        TrainingProbe run_probe = probe;
+        run_probe.preempt_after = &stops.preempt_after;
+        return RunTraining(*task, device, observer, stops.cancel, run_probe);
+      };
+}
+
+// Runs the agent until SIGINT or SIGTERM (blocked by the caller), which a thread of its
+// own takes, or until the agent returns by itself.
+int Serve(WorkerAgent& agent, const sigset_t& stop_signals) {
+  signal(SIGPIPE, SIG_IGN);
+  std::thread stopper([&] {
+    int sig = 0;
+    sigwait(&stop_signals, &sig);
+    spdlog::info("{} received; stopping", strsignal(sig));
+    agent.Stop();
+  });
+  // Returns once the stopper has called Stop(), or at once when TLS cannot be set up.
+  const absl::Status run = agent.Run();
+  // Wakes the stopper when Run returned by itself (TLS files unusable, or the local
+  // coordinator's data dir removed); after a signal, this one stays pending, unread.
+  kill(getpid(), SIGTERM);
+  stopper.join();
+  if (!run.ok()) return Fail(absl::StrCat("stoke-worker: ", run.message()));
+  return 0;
+}
+
+// Everything after the flags: the device, the link's options, the trainers, then serving.
+int RunWorker(const WorkerFlags& flags, std::chrono::milliseconds slow_step) {
+  if (flags.list_devices) return ListDevices();
+  const auto device = ChooseDevice(flags.device);
+  if (!device.ok()) return Fail(device.status().message());
+  SetCpuThreads(flags.threads);
+  WarmUp(*device);
+  auto options = AgentOptions(flags, *device);
+  if (!options.ok()) return Fail(options.status().message());
+  // Blocked before any thread starts, so that every thread inherits the mask and only
+  // Serve's stopper receives them.
+  sigset_t stop_signals;
+  sigemptyset(&stop_signals);
+  sigaddset(&stop_signals, SIGINT);
+  sigaddset(&stop_signals, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
+  // Sampled on its own thread, never from the training loop.
+  std::unique_ptr<DeviceSampler> sampler;
+  if (flags.sampling_seconds > 0) {
+    sampler = std::make_unique<DeviceSampler>(
+        options->device,
+        std::chrono::milliseconds(static_cast<int64_t>(flags.sampling_seconds * 1000)));
+    if (!sampler->unavailable_reason().empty()) {
+      spdlog::warn("no device readings: {}", sampler->unavailable_reason());
+    }
+    options->device_stats = [&sampler] { return sampler->Latest(); };
+  }
+  TrainingProbe probe;
+  if (slow_step.count() > 0) {
+    probe.before_step = [slow_step](uint64_t) { std::this_thread::sleep_for(slow_step); };
+  }
+  const auto trainer = TrainerOptions(flags, *device);
+  if (!trainer.ok()) return Fail(trainer.status().message());
+  SpareTrainer spare_trainer(*trainer, device->kind == DeviceKind::kCuda);
+  const ScriptOptions script = ScriptRunOptions(*device, trainer->job_user);
+  WorkerAgent agent(*options, RunAssignment(*device, probe, spare_trainer, script));
+  spdlog::info("stoke-worker {} on {} ({}), coordinator {}", STOKE_VERSION, device->Label(),
+               options->device.name, options->coordinator_address);
+  return Serve(agent, stop_signals);
+}
+
+// Reads the flags and the test hook, then runs the worker.
+int RunFromCommandLine(int argc, char** argv) {
   CLI::App app{"stoke-worker: trains the jobs a Stoke coordinator assigns, on one device"};
-  const char* env_address = std::getenv("STOKE_ADDRESS");
-  std::string coordinator = env_address ? env_address : "127.0.0.1:50051";
-  std::string device_text;
-  std::string worker_id;
-  bool local = false;
-  bool list_devices = false;
-  int threads = 0;
-  stoke::spec::LogFlags log_flags;
-  app.add_option("--coordinator", coordinator,
-                 "Coordinator address host:port, or several separated by commas: a leader and its "
-                 "standbys ($STOKE_ADDRESS)")
-      ->capture_default_str();
-  std::string address_file;
-  app.add_option("--coordinator-address-file", address_file,
-                 "File holding the coordinator's address, re-read before every attach attempt "
-                 "(a restarted coordinator may listen elsewhere); the worker exits when its "
-                 "folder is removed");
-  app.add_option("--device", device_text,
-                 "cpu, cpu:N or cuda:N (default: cuda:0 if present, else cpu)");
-  app.add_option("--id", worker_id, "Worker id, unique in the cluster (default: HOST/DEVICE)");
-  app.add_flag("--local", local, "Launched by the coordinator on its own host");
-  // A coordinator that was killed leaves its local workers behind; without a limit they
-  // would wait, holding their devices, forever.
-  double orphan_timeout = -1;
-  app.add_option("--orphan-timeout", orphan_timeout,
-                 "Seconds without any coordinator answering after which the worker exits, once "
-                 "its running task (if any) has ended; 0: never (default: 900 for --local "
-                 "workers, 0 for others, which their service manager restarts)")
-      ->check(CLI::NonNegativeNumber);
-  double sample_seconds = 1.0;
-  app.add_option("--device-sampling", sample_seconds,
-                 "Seconds between device readings (NVML or /proc); 0 turns them off")
-      ->capture_default_str()
-      ->check(CLI::NonNegativeNumber);
-  std::string advertise_address;
-  app.add_option("--advertise-address", advertise_address,
-                 "Address other ranks of a job reach this worker at (default: the address "
-                 "the coordinator sees it connect from)");
-  app.add_option("--threads", threads, "Intra-op CPU threads (default: all cores)");
-  app.add_flag("--list-devices", list_devices, "Print the CUDA devices this process sees and exit");
-  stoke::spec::AddLogFlags(app, log_flags);
-  const char* env_ca = std::getenv("STOKE_TLS_CA");
-  std::string tls_ca = env_ca ? env_ca : "", tls_cert, tls_key, join_token_file;
-  app.add_option("--tls-ca", tls_ca, "PEM CA to verify the coordinator with: TLS ($STOKE_TLS_CA)");
-  app.add_option("--tls-cert", tls_cert, "PEM client certificate (mutual TLS)");
-  app.add_option("--tls-key", tls_key, "PEM private key of --tls-cert");
-  app.add_option("--join-token-file", join_token_file,
-                 "File holding the join token (a token of role worker) to attach with");
-  std::string job_user;
-  app.add_option("--job-user", job_user,
-                 "Run the training processes of Python and TorchScript models (the user's code) "
-                 "as this unprivileged user; for workers that run as root");
-  app.footer(
-      "Environment: STOKE_ADDRESS, STOKE_TLS_CA (defaults of the flags above); "
-      "STOKE_TRACE_DIR, STOKE_TRACE_STEPS (Kineto traces of a few steps of every job). "
-      "Test hook: STOKE_FAULT_SLOW_STEP_MS=<ms> sleeps that long in each training step, "
-      "before its gradient all-reduce (a rank slowed on purpose).");
-  stoke::spec::AddFlagSources(app, "STOKE_WORKER_");
-  if (const auto exit = stoke::spec::ParseFlags(app, argc, argv)) return *exit;
-  stoke::spec::ApplyLogFlags(log_flags);
+  WorkerFlags flags;
+  AddWorkerFlags(app, &flags);
+  spec::AddFlagSources(app, "STOKE_WORKER_");
+  if (const auto exit = spec::ParseFlags(app, argc, argv)) return *exit;
+  spec::ApplyLogFlags(flags.log);
   // Not dumpable: a process of the same user (the user's code in a training process among
   // them) cannot read this one's memory, where the join token is, through /proc or ptrace.
   prctl(PR_SET_DUMPABLE, 0);
   std::chrono::milliseconds slow_step{0};
   if (std::string error; !ReadSlowStepFault(&slow_step, &error)) {
-    std::fprintf(stderr, "stoke-worker: %s\n", error.c_str());
-    return 2;
+    return Fail("stoke-worker: " + error);
   }
   if (slow_step.count() > 0) {
     spdlog::warn("test hook STOKE_FAULT_SLOW_STEP_MS: every training step sleeps {} ms",
                  slow_step.count());
   }
+  return RunWorker(flags, slow_step);
+}
 
+}  // namespace
+}  // namespace stoke::worker
+
+int main(int argc, char** argv) {
   try {
-    if (list_devices) {
-      for (const auto& d : ListCudaDevices()) {
-        std::printf("%s %s %llu %s\n", d.device.Label().c_str(), d.uuid.c_str(),
-                    static_cast<unsigned long long>(d.memory_total_bytes), d.name.c_str());
-      }
-      return 0;
-    }
-    DeviceRef device;
-    if (device_text.empty()) {
-      device = ListCudaDevices().empty() ? DeviceRef{DeviceKind::kCpu, 0}
-                                         : DeviceRef{DeviceKind::kCuda, 0};
-    } else if (auto parsed = ParseDeviceLabel(device_text)) {
-      device = *parsed;
-    } else {
-      std::fprintf(stderr, "--device %s: expected cpu, cpu:N or cuda:N\n", device_text.c_str());
-      return 2;
-    }
-    SetCpuThreads(threads);
-    // Before attaching: a job assigned to this worker finds the device ready.
-    const auto warm_up_began = std::chrono::steady_clock::now();
-    WarmUpDevice(device);
-    spdlog::info(
-        "{} warmed up in {:.2f} s", device.Label(),
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - warm_up_began).count());
-    WorkerAgent::Options options;
-    options.coordinator_address = coordinator;
-    options.coordinator_address_file = address_file;
-    options.host = Hostname();
-    options.device = DescribeDevice(device);
-    options.worker_id = worker_id.empty() ? options.host + "/" + device.Label() : worker_id;
-    options.local = local;
-    if (orphan_timeout < 0) orphan_timeout = local ? 900 : 0;
-    options.orphan_timeout = std::chrono::milliseconds(static_cast<int64_t>(orphan_timeout * 1000));
-    options.advertise_address = advertise_address;
-    options.tls_ca = tls_ca;
-    options.tls_cert = tls_cert;
-    options.tls_key = tls_key;
-    for (const auto& [path, flag] :
-         {std::pair{tls_key, "--tls-key"}, std::pair{join_token_file, "--join-token-file"}}) {
-      const std::string warning = stoke::security::ExposedSecretWarning(path, flag);
-      if (!warning.empty()) spdlog::warn("{}", warning);
-    }
-    if (!join_token_file.empty()) {
-      auto token = stoke::security::ReadTokenFromFile(join_token_file, "--join-token-file");
-      if (!token.ok()) {
-        std::fprintf(stderr, "%s\n", std::string(token.status().message()).c_str());
-        return 2;
-      }
-      options.join_token = *token;
-    }
-    // Blocked before any thread starts, so that every thread inherits the mask and only
-    // the stopper below receives them.
-    sigset_t stop_signals;
-    sigemptyset(&stop_signals);
-    sigaddset(&stop_signals, SIGINT);
-    sigaddset(&stop_signals, SIGTERM);
-    pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
-    // Sampled on its own thread, never from the training loop.
-    std::unique_ptr<DeviceSampler> sampler;
-    if (sample_seconds > 0) {
-      sampler = std::make_unique<DeviceSampler>(
-          options.device, std::chrono::milliseconds(static_cast<int64_t>(sample_seconds * 1000)));
-      if (!sampler->unavailable_reason().empty()) {
-        spdlog::warn("no device readings: {}", sampler->unavailable_reason());
-      }
-      options.device_stats = [&sampler] { return sampler->Latest(); };
-    }
-
-    TrainingProbe probe;
-    if (slow_step.count() > 0) {
-      probe.before_step = [slow_step](uint64_t) { std::this_thread::sleep_for(slow_step); };
-    }
-    // Models whose code is the user's train in a child process (stoke-trainer).
-    TrainerProcessOptions trainer;
-    trainer.trainer_path = TrainerBesideThisProgram();
-    trainer.device = device.Label();
-    trainer.threads = threads;
-    if (!job_user.empty()) {
-      auto user = LookUpJobUser(job_user);
-      if (!user.ok()) {
-        std::fprintf(stderr, "stoke-worker: %s\n", std::string(user.status().message()).c_str());
-        return 2;
-      }
-      if (geteuid() != 0) {
-        std::fprintf(stderr,
-                     "stoke-worker: --job-user %s: only a worker running as root can "
-                     "run processes as another user\n",
-                     job_user.c_str());
-        return 2;
-      }
-      trainer.job_user = *user;
-    }
-    // On GPUs started ahead of its task (the first one now), where a start takes seconds.
-    SpareTrainer spare_trainer(trainer, device.kind == DeviceKind::kCuda);
-    // Script jobs' ranks, started as torchrun starts them.
-    ScriptOptions script;
-    script.visible_devices = VisibleDevice(device);
-    script.default_python = ScriptPython();
-    script.sdk_path = BesideThisProgram("python");
-    script.job_user = trainer.job_user;
-    // Script jobs run the user's program; models train in Stoke's loop, the user's own in
-    // a training process.
-    auto run_assignment = [device, probe, &spare_trainer, &script](
-                              const stoke::v1::Assignment& assignment, TrainingObserver& observer,
-                              const TaskStops& stops) {
-      if (assignment.spec().has_command()) {
-        return RunScript(script, assignment, observer, stops.cancel);
-      }
-      auto task = TaskFromAssignment(assignment);
-      if (!task.ok()) {
-        return TrainOutcome{TrainOutcome::Kind::kFailed, std::string{task.status().message()},
-                            /*retryable=*/false};
-      }
-      if (IsUserCode(task->model)) return spare_trainer.Train(assignment, observer, stops);
-      TrainingProbe run_probe = probe;
-      run_probe.preempt_after = &stops.preempt_after;
-      return RunTraining(*task, device, observer, stops.cancel, run_probe);
-    };
-    WorkerAgent agent(options, run_assignment);
-
-    signal(SIGPIPE, SIG_IGN);
-    std::thread stopper([&] {
-      int sig = 0;
-      sigwait(&stop_signals, &sig);
-      spdlog::info("{} received; stopping", strsignal(sig));
-      agent.Stop();
-    });
-
-    spdlog::info("stoke-worker {} on {} ({}), coordinator {}", STOKE_VERSION, device.Label(),
-                 options.device.name, coordinator);
-    // Returns once the stopper has called Stop(), or at once when TLS cannot be set up.
-    const absl::Status run = agent.Run();
-    // Wakes the stopper when Run returned by itself (TLS files unusable, or the local
-    // coordinator's data dir removed); after a signal, this one stays pending, unread.
-    kill(getpid(), SIGTERM);
-    stopper.join();
-    if (!run.ok()) {
-      std::fprintf(stderr, "stoke-worker: %s\n", std::string(run.message()).c_str());
-      return 2;
-    }
-    return 0;
+    return stoke::worker::RunFromCommandLine(argc, argv);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "stoke-worker: %s\n", e.what());
     return 1;

@@ -16,8 +16,7 @@
 #include "client/lib/client.h"
 #include "spec/addresses.h"
 
-using namespace stoke::client;
-
+namespace stoke::client {
 namespace {
 
 // A mistyped command: say which one was meant, not only that one is required. True when
@@ -52,12 +51,12 @@ ClientOptions ConnectionOptions(const CliFlags& flags, const CliConfig& config) 
   auto pick = [](const std::string& flag, const char* env, const std::string& file,
                  const std::string& fallback) {
     if (!flag.empty()) return flag;
-    if (const char* value = std::getenv(env); value && *value) return std::string(value);
+    if (const char* value = std::getenv(env); value && *value) return std::string{value};
     return file.empty() ? fallback : file;
   };
   ClientOptions options;
   options.address =
-      pick(flags.address, "STOKE_ADDRESS", config.address, stoke::defaults::kCoordinatorAddress);
+      pick(flags.address, "STOKE_ADDRESS", config.address, defaults::kCoordinatorAddress);
   options.token = pick("", "STOKE_TOKEN", config.token, "");
   options.tls_ca = pick(flags.tls_ca, "STOKE_TLS_CA", config.tls_ca, "");
   return options;
@@ -88,13 +87,13 @@ int RunRemoteCommand(const CliCommands& commands, const CliFlags& flags, CliCont
 int Connect(const CliCommands& commands, const CliFlags& flags) {
   auto config = ReadCliConfigFile(flags.config_path);
   if (!config.ok()) {
-    std::fprintf(stderr, "stoke: %s\n", std::string(config.status().message()).c_str());
+    std::fprintf(stderr, "stoke: %s\n", std::string{config.status().message()}.c_str());
     return kExitUsage;
   }
   const ClientOptions options = ConnectionOptions(flags, *config);
   auto client = Client::Connect(options);
   if (!client.ok()) {
-    std::fprintf(stderr, "stoke: %s\n", std::string(client.status().message()).c_str());
+    std::fprintf(stderr, "stoke: %s\n", std::string{client.status().message()}.c_str());
     return client.status().code() == absl::StatusCode::kUnauthenticated ? kExitUnauthenticated
                                                                         : kExitUsage;
   }
@@ -102,24 +101,30 @@ int Connect(const CliCommands& commands, const CliFlags& flags) {
   return RunRemoteCommand(commands, flags, cli);
 }
 
+// Parses the command line, then runs the command it names.
+int RunCli(int argc, char** argv) {
+  CLI::App app{"stoke: submit training jobs to a Stoke coordinator and watch them train"};
+  CliFlags flags;
+  const CliCommands commands = AddCliFlags(app, &flags);
+  if (!NamesACommand(app, argc, argv)) return kExitUsage;
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    int code = app.exit(e);
+    return code == 0 ? kExitOk : kExitUsage;
+  }
+  if (const auto local = RunLocalCommand(commands, flags)) return *local;
+  return Connect(commands, flags);
+}
+
 }  // namespace
+}  // namespace stoke::client
 
 int main(int argc, char** argv) {
   try {
-    CLI::App app{"stoke: submit training jobs to a Stoke coordinator and watch them train"};
-    CliFlags flags;
-    const CliCommands commands = AddCliFlags(app, &flags);
-    if (!NamesACommand(app, argc, argv)) return kExitUsage;
-    try {
-      app.parse(argc, argv);
-    } catch (const CLI::ParseError& e) {
-      int code = app.exit(e);
-      return code == 0 ? kExitOk : kExitUsage;
-    }
-    if (const auto local = RunLocalCommand(commands, flags)) return *local;
-    return Connect(commands, flags);
+    return stoke::client::RunCli(argc, argv);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "stoke: %s\n", e.what());
-    return kExitError;
+    return stoke::client::kExitError;
   }
 }

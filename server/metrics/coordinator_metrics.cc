@@ -218,12 +218,26 @@ CoordinatorMetrics::CoordinatorMetrics(const Options& options,
       exposer_(std::move(exposer)),
       registry_(std::make_shared<prometheus::Registry>()),
       snapshot_(std::move(snapshot)) {
+  RegisterClusterFamilies();
+  RegisterJobFamilies();
+  RegisterServiceFamilies();
+  AddFixedSeries();
+  RegisterProcessFamilies();
+  RefreshProcess();
+  scrape_ = std::make_shared<ScrapeRefresh>(this);
+  if (exposer_) exposer_->RegisterCollectable(scrape_);
+  if (snapshot_) refresher_ = std::thread([this] { RefreshLoop(); });
+}
+
+// The cluster and the scheduler: leadership, jobs and workers by state, the queue, quotas
+// and fair share.
+void CoordinatorMetrics::RegisterClusterFamilies() {
   leader_ = &Gauge("stoke_coordinator_leader",
                    "1 on the coordinator that serves; 0 on a standby waiting for the leader "
                    "lease of a shared (PostgreSQL) store")
                  .Add({});
-  leader_->Set(options.leader ? 1 : 0);
-  g_leader = options.leader;
+  leader_->Set(options_.leader ? 1 : 0);
+  g_leader = options_.leader;
   jobs_ = &Gauge("stoke_jobs", "Unfinished jobs by state");
   queue_length_ =
       &Gauge("stoke_queue_length", "Jobs waiting for devices (pending, restarting or preempted)");
@@ -235,6 +249,11 @@ CoordinatorMetrics::CoordinatorMetrics(const Options& options,
   owner_recent_use_ = &Gauge("stoke_owner_recent_device_seconds",
                              "An owner's recent device use for fair share: device seconds, each "
                              "counting half as much per half-life since");
+}
+
+// Each job's series (the job gauge table, diagnoses, devices, stragglers, its name,
+// reported scalars, skipped samples), the device table, and start-up times.
+void CoordinatorMetrics::RegisterJobFamilies() {
   for (const JobGaugeDef& def : kJobGauges) job_families_.push_back(&Gauge(def.name, def.help));
   job_diagnosis_ = &Gauge("stoke_job_diagnosis",
                           "1 while the coordinator diagnoses the job so (input_bound: waits for "
@@ -270,6 +289,11 @@ CoordinatorMetrics::CoordinatorMetrics(const Options& options,
                       .Register(*registry_)
                       .Add({}, prometheus::Histogram::BucketBoundaries{0.1, 0.25, 0.5, 1, 2, 5, 10,
                                                                        30, 60, 120, 300, 600});
+}
+
+// The coordinator as a service: gRPC calls, refused worker reports, preemptions and the
+// telemetry queue.
+void CoordinatorMetrics::RegisterServiceFamilies() {
   rpc_requests_ = &prometheus::BuildCounter()
                        .Name("stoke_rpc_requests_total")
                        .Help("gRPC calls answered, by method and status code")
@@ -308,7 +332,11 @@ CoordinatorMetrics::CoordinatorMetrics(const Options& options,
                             .Add({});
   telemetry_queued_ = &Gauge("stoke_telemetry_queue_events",
                              "Metric samples and log lines received and not yet stored");
+}
 
+// Series that exist from the start, whatever happens: every job and worker state, the
+// queue, the build, and finished jobs by final state.
+void CoordinatorMetrics::AddFixedSeries() {
   // Every state is always present (0 when empty), so dashboards never show gaps.
   for (int s = v1::JOB_STATE_PENDING; s <= v1::JOB_STATE_PREEMPTED; ++s) {
     auto state = static_cast<v1::JobState>(s);
@@ -333,6 +361,10 @@ CoordinatorMetrics::CoordinatorMetrics(const Options& options,
   for (const char* state : {"succeeded", "failed", "cancelled"}) {
     finished_by_state_[state] = &jobs_finished_->Add({{"state", state}});
   }
+}
+
+// The process_* families Prometheus' own clients export.
+void CoordinatorMetrics::RegisterProcessFamilies() {
   process_cpu_ = &prometheus::BuildCounter()
                       .Name("process_cpu_seconds_total")
                       .Help("User and system CPU time spent in seconds")
@@ -347,10 +379,6 @@ CoordinatorMetrics::CoordinatorMetrics(const Options& options,
             "Start time of the process since unix epoch in seconds"}}) {
     process_gauges_[name] = &Gauge(name, help).Add({});
   }
-  RefreshProcess();
-  scrape_ = std::make_shared<ScrapeRefresh>(this);
-  if (exposer_) exposer_->RegisterCollectable(scrape_);
-  if (snapshot_) refresher_ = std::thread([this] { RefreshLoop(); });
 }
 
 CoordinatorMetrics::~CoordinatorMetrics() {
@@ -478,7 +506,14 @@ void CoordinatorMetrics::SetJob(JobSeries& series, const v1::Job& job, bool fini
   for (size_t i = 0; i < std::size(kDiagnoses); ++i) {
     series.diagnoses[i]->Set(live && now.count(kDiagnoses[i]) ? 1 : 0);
   }
-  // Which devices it holds: present while it runs, gone when it stops.
+  SetPlacements(series, job, finished);
+  SetStragglers(series, job, live);
+  CountSkippedSamples(series, job);
+  SetReportedScalars(series, job);
+}
+
+// Which devices it holds: present while it runs, gone when it stops.
+void CoordinatorMetrics::SetPlacements(JobSeries& series, const v1::Job& job, bool finished) {
   std::set<std::string> held;
   if (!finished) {
     for (const auto& p : job.placement()) {
@@ -501,8 +536,11 @@ void CoordinatorMetrics::SetJob(JobSeries& series, const v1::Job& job, bool fini
       it = series.placements.erase(it);
     }
   }
-  // Each straggler while it straggles (and the job runs): a rank that recovers, or whose
-  // cause changes, loses its series rather than keeping one at 0.
+}
+
+// Each straggler while it straggles (and the job runs): a rank that recovers, or whose
+// cause changes, loses its series rather than keeping one at 0.
+void CoordinatorMetrics::SetStragglers(JobSeries& series, const v1::Job& job, bool live) {
   std::set<prometheus::Labels> straggling;
   if (live) {
     for (const auto& st : job.stragglers()) {
@@ -526,8 +564,11 @@ void CoordinatorMetrics::SetJob(JobSeries& series, const v1::Job& job, bool fini
       it = series.stragglers.erase(it);
     }
   }
-  // The worker counts per attempt; the counter sums the attempts (a smaller count than the
-  // last one seen is a new attempt's).
+}
+
+// The worker counts per attempt; the counter sums the attempts (a smaller count than the
+// last one seen is a new attempt's).
+void CoordinatorMetrics::CountSkippedSamples(JobSeries& series, const v1::Job& job) {
   const uint64_t skipped = job.latest_metrics().samples_skipped();
   if (skipped < series.samples_skipped_seen) series.samples_skipped_seen = 0;
   if (skipped > series.samples_skipped_seen) {
@@ -537,8 +578,11 @@ void CoordinatorMetrics::SetJob(JobSeries& series, const v1::Job& job, bool fini
     series.samples_skipped->Increment(static_cast<double>(skipped - series.samples_skipped_seen));
     series.samples_skipped_seen = skipped;
   }
-  // A name once reported keeps its series (the worker sends every name's latest value);
-  // the worker admits at most kMaxReportedScalars names, and so does this.
+}
+
+// A name once reported keeps its series (the worker sends every name's latest value);
+// the worker admits at most kMaxReportedScalars names, and so does this.
+void CoordinatorMetrics::SetReportedScalars(JobSeries& series, const v1::Job& job) {
   for (const auto& [name, value] : job.latest_metrics().scalars()) {
     auto& gauge = series.reported[name];
     if (gauge == nullptr) {

@@ -112,9 +112,21 @@ class CoordinatorMetrics final : public RpcObserver {
   void RefreshDevices(const v1::Cluster& cluster);
   void RefreshFinished(const v1::Cluster& cluster);
   void RefreshProcess();
+  // A job's series from its latest state, family by family (the helpers below).
   void SetJob(JobSeries& series, const v1::Job& job, bool finished);
+  void SetPlacements(JobSeries& series, const v1::Job& job, bool finished);
+  void SetStragglers(JobSeries& series, const v1::Job& job, bool live);
+  void CountSkippedSamples(JobSeries& series, const v1::Job& job);
+  void SetReportedScalars(JobSeries& series, const v1::Job& job);
   void RemoveJob(JobSeries& series);
   GaugeFamily& Gauge(const std::string& name, const std::string& help);
+  // The constructor registers every family once, in these groups, in this order (the
+  // order /metrics lists them in).
+  void RegisterClusterFamilies();
+  void RegisterJobFamilies();
+  void RegisterServiceFamilies();
+  void AddFixedSeries();
+  void RegisterProcessFamilies();
 
   const Options options_;
   std::unique_ptr<prometheus::Exposer> exposer_;

@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <iterator>
 #include <map>
 
 #include "absl/strings/str_cat.h"
@@ -212,6 +213,67 @@ absl::Status SqliteJobStore::Error(int code, const char* what) const {
   }
 }
 
+namespace {
+
+// The schema's history: kMigrations[v] moves a file from version v to v + 1. Each step
+// runs in its own transaction, so an interrupted migration leaves a file some Stoke can
+// open.
+constexpr const char* kMigrations[] = {
+    // Version 1 (from 0, an empty file): jobs and their events.
+    R"sql(
+    BEGIN;
+    CREATE TABLE IF NOT EXISTS jobs (
+      id INTEGER PRIMARY KEY AUTOINCREMENT,
+      state INTEGER NOT NULL,
+      job BLOB NOT NULL
+    );
+    CREATE INDEX IF NOT EXISTS jobs_by_state ON jobs(state, id);
+    CREATE TABLE IF NOT EXISTS events (
+      job_id INTEGER NOT NULL REFERENCES jobs(id),
+      seq INTEGER NOT NULL,
+      event BLOB NOT NULL,
+      PRIMARY KEY (job_id, seq)
+    ) WITHOUT ROWID;
+    PRAGMA user_version = 1;
+    COMMIT;
+    )sql",
+    // Version 2: submit request ids (idempotent retries), job owners (broken out for
+    // `list --mine`), the audit log, and the credential each worker id is bound to. Jobs
+    // stored before have no owner.
+    R"sql(
+    BEGIN;
+    CREATE TABLE IF NOT EXISTS submit_requests (
+      request_id TEXT PRIMARY KEY,
+      job_id INTEGER NOT NULL REFERENCES jobs(id)
+    ) WITHOUT ROWID;
+    ALTER TABLE jobs ADD COLUMN owner TEXT NOT NULL DEFAULT '';
+    CREATE INDEX IF NOT EXISTS jobs_by_owner ON jobs(owner, id);
+    CREATE TABLE IF NOT EXISTS audit (
+      id INTEGER PRIMARY KEY AUTOINCREMENT,
+      entry BLOB NOT NULL
+    );
+    CREATE TABLE IF NOT EXISTS worker_credentials (
+      worker_id TEXT PRIMARY KEY,
+      credential TEXT NOT NULL
+    ) WITHOUT ROWID;
+    PRAGMA user_version = 2;
+    COMMIT;
+    )sql",
+    // Version 3: Python models' code, by its SHA-256.
+    R"sql(
+    BEGIN;
+    CREATE TABLE IF NOT EXISTS code_bundles (
+      sha256 TEXT PRIMARY KEY,
+      bundle BLOB NOT NULL
+    );
+    PRAGMA user_version = 3;
+    COMMIT;
+    )sql",
+};
+static_assert(std::size(kMigrations) == SqliteJobStore::kSchemaVersion);
+
+}  // namespace
+
 absl::Status SqliteJobStore::Migrate() {
   std::lock_guard<std::mutex> lock(mu_);
   Statement version_stmt(db_, "PRAGMA user_version");
@@ -222,74 +284,8 @@ absl::Status SqliteJobStore::Migrate() {
         "job store ", path_, " has schema version ", version, ", newer than this Stoke's ",
         kSchemaVersion, "; run a newer stoke-coordinator or use another --data-dir"));
   }
-  if (version == kSchemaVersion) return absl::OkStatus();
-  // Each step moves the file one version on, in its own transaction, so an interrupted
-  // migration leaves a file some Stoke can open.
-  if (version == 0) {
-    // Version 0 is an empty file: create version 1's tables.
-    if (auto s = Exec(R"sql(
-      BEGIN;
-      CREATE TABLE IF NOT EXISTS jobs (
-        id INTEGER PRIMARY KEY AUTOINCREMENT,
-        state INTEGER NOT NULL,
-        job BLOB NOT NULL
-      );
-      CREATE INDEX IF NOT EXISTS jobs_by_state ON jobs(state, id);
-      CREATE TABLE IF NOT EXISTS events (
-        job_id INTEGER NOT NULL REFERENCES jobs(id),
-        seq INTEGER NOT NULL,
-        event BLOB NOT NULL,
-        PRIMARY KEY (job_id, seq)
-      ) WITHOUT ROWID;
-      PRAGMA user_version = 1;
-      COMMIT;
-    )sql");
-        !s.ok()) {
-      return s;
-    }
-    version = 1;
-  }
-  if (version == 1) {
-    // Version 2: submit request ids (idempotent retries), job owners (broken out for
-    // `list --mine`), the audit log, and the credential each worker id is bound to. Jobs
-    // stored before have no owner.
-    if (auto s = Exec(R"sql(
-      BEGIN;
-      CREATE TABLE IF NOT EXISTS submit_requests (
-        request_id TEXT PRIMARY KEY,
-        job_id INTEGER NOT NULL REFERENCES jobs(id)
-      ) WITHOUT ROWID;
-      ALTER TABLE jobs ADD COLUMN owner TEXT NOT NULL DEFAULT '';
-      CREATE INDEX IF NOT EXISTS jobs_by_owner ON jobs(owner, id);
-      CREATE TABLE IF NOT EXISTS audit (
-        id INTEGER PRIMARY KEY AUTOINCREMENT,
-        entry BLOB NOT NULL
-      );
-      CREATE TABLE IF NOT EXISTS worker_credentials (
-        worker_id TEXT PRIMARY KEY,
-        credential TEXT NOT NULL
-      ) WITHOUT ROWID;
-      PRAGMA user_version = 2;
-      COMMIT;
-    )sql");
-        !s.ok()) {
-      Exec("ROLLBACK").IgnoreError();
-      return s;
-    }
-    version = 2;
-  }
-  if (version == 2) {
-    // Version 3: Python models' code, by its SHA-256.
-    if (auto s = Exec(R"sql(
-      BEGIN;
-      CREATE TABLE IF NOT EXISTS code_bundles (
-        sha256 TEXT PRIMARY KEY,
-        bundle BLOB NOT NULL
-      );
-      PRAGMA user_version = 3;
-      COMMIT;
-    )sql");
-        !s.ok()) {
+  for (; version < kSchemaVersion; ++version) {
+    if (auto s = Exec(kMigrations[version]); !s.ok()) {
       Exec("ROLLBACK").IgnoreError();
       return s;
     }

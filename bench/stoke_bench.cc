@@ -24,9 +24,9 @@
 #include <string>
 #include <vector>
 
-#include "client/lib/job_spec_file.h"
-#include "server/api/data_checks.h"
-#include "server/api/job_spec_rules.h"
+#include "spec/job_spec_file.h"
+#include "spec/data_checks.h"
+#include "spec/job_spec_rules.h"
 #include "spec/code_bundle.h"
 #include "stoke/v1/worker_link.pb.h"
 #include "worker/engine/trainer.h"
@@ -174,28 +174,28 @@ int Run(int argc, char** argv) {
   training["steps"] = timed_end + (trace_path.empty() ? 0 : trace_steps + 1);
   YAML::Emitter emitter;
   emitter << root;
-  auto spec = client::ParseJobSpec(emitter.c_str(), spec_path);
+  auto spec = spec::ParseJobSpec(emitter.c_str(), spec_path);
   if (!spec.ok()) throw std::invalid_argument(std::string(spec.status().message()));
   const std::string dir =
       spec_path.find('/') == std::string::npos ? "." : spec_path.substr(0, spec_path.rfind('/'));
-  client::ResolveRelativePaths(*spec, dir);
-  if (auto s = server::ValidateJobSpec(*spec); !s.ok()) {
+  spec::ResolveRelativePaths(*spec, dir);
+  if (auto s = spec::ValidateJobSpec(*spec); !s.ok()) {
     throw std::invalid_argument(std::string(s.message()));
   }
   // A Python model's code travels as a submitted job's does.
-  auto code = client::ReadJobCode(*spec);
+  auto code = spec::ReadJobCode(*spec);
   if (!code.ok()) throw std::invalid_argument(std::string(code.status().message()));
   if (spec->model().has_python()) {
     if (auto s = spec::RecordCode(*code, *spec->mutable_model()->mutable_python()); !s.ok()) {
       throw std::invalid_argument(std::string(s.message()));
     }
   }
-  auto facts = server::InspectData(*spec, server::DataRoots({"/"}));
+  auto facts = spec::InspectData(*spec, spec::DataRoots({"/"}));
   if (!facts.ok()) throw std::invalid_argument(std::string(facts.status().message()));
-  if (auto s = server::ValidateAgainstData(*spec, *facts); !s.ok()) {
+  if (auto s = spec::ValidateAgainstData(*spec, *facts); !s.ok()) {
     throw std::invalid_argument(std::string(s.message()));
   }
-  server::ApplyJobSpecDefaults(*spec, *facts);
+  spec::ApplyJobSpecDefaults(*spec, *facts);
   v1::Assignment assignment;
   assignment.set_job_id("bench");
   *assignment.mutable_spec() = *spec;

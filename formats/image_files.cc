@@ -16,7 +16,7 @@
 #include "absl/strings/str_split.h"
 #include "formats/image_decode.h"
 #include "formats/tar_index.h"
-#include "worker/common/files.h"
+#include "files/posix_files.h"
 
 namespace stoke::data {
 namespace {

@@ -6,8 +6,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "formats/open_failure.h"
-#include "worker/common/files.h"
-#include "worker/common/rooted_open.h"
+#include "files/posix_files.h"
+#include "files/rooted_open.h"
 
 namespace stoke::data {
 

@@ -13,7 +13,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "formats/open_failure.h"
-#include "worker/common/files.h"
+#include "files/posix_files.h"
 
 namespace stoke::data {
 

@@ -477,7 +477,7 @@ int main(int argc, char** argv) {
     core_options.quotas = *std::move(quotas);
   }
   if (data_roots.empty()) data_roots = {"/usr/share/datasets", data_dir + "/datasets"};
-  DataRoots roots(data_roots);
+  stoke::spec::DataRoots roots(data_roots);
   core_options.data_roots = roots.roots();
   core_options.max_unfinished_jobs_per_owner = max_jobs_per_owner;
   auto core = Coordinator::Create(core_options, *store, hub, clock);

@@ -1,5 +1,5 @@
 // The one table of job defaults: what a job gets for every field it leaves unset. The
-// coordinator fills a submitted spec from it (server/api/job_spec_rules.cc, data_checks.cc),
+// coordinator fills a submitted spec from it (spec/job_spec_rules.cc, data_checks.cc),
 // the worker's plain structs take it as their in-class defaults (worker/common/task.h), and
 // the worker's link falls back to it (worker/link/task_translation.cc), so a TrainTask built
 // directly (tests, stoke-bench) trains as the same job submitted would. Plain constants:

@@ -32,6 +32,9 @@ void AddJobCommands(CLI::App& app, CliFlags* flags, CliCommands* commands) {
       app.add_subcommand("submit", "Submit a job file (YAML or JSON); prints the job id");
   submit->add_option("file", flags->file, "Job spec file")->required();
   submit->add_flag("-w,--watch", flags->watch, "Then watch it train, as `stoke watch`");
+  submit->add_flag("--dry-run", flags->dry_run,
+                   "Check the job as the coordinator would (every problem at once) and submit "
+                   "nothing; with -o json, print it as it would be stored");
 
   auto* watch = commands->watch =
       app.add_subcommand("watch", "Follow a job live until it finishes");

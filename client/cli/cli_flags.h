@@ -28,6 +28,7 @@ struct CliFlags {
   std::string id;    // every command about one job
   std::string reason;
   bool watch = false;
+  bool dry_run = false;  // submit: check only
   bool all = false;
   bool follow = false;
   bool mine = false;

@@ -3,8 +3,11 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <filesystem>
 #include <iostream>
 #include <map>
+#include <optional>
+#include <vector>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
@@ -13,8 +16,8 @@
 #include "absl/time/time.h"
 #include "client/cli/format.h"
 #include "client/cli/progress.h"
-#include "client/lib/job_spec_file.h"
 #include "formats/token_file.h"
+#include "spec/job_spec_file.h"
 #include "spec/preemptible.h"
 
 namespace stoke::client {
@@ -100,19 +103,87 @@ int Report(const CliContext& cli, const absl::Status& status) {
   }
 }
 
-int SubmitCommand(CliContext& cli, const std::string& file, bool watch) {
-  auto spec = LoadJobSpecFile(file);
-  if (!spec.ok()) {
-    std::fprintf(stderr, "stoke: %s\n", std::string(spec.status().message()).c_str());
+namespace {
+
+// Prints each problem as "FILE:LINE:COLUMN: FIELD: what is wrong", a line each.
+int ReportProblems(const std::string& file, const std::vector<spec::JobFileProblem>& problems) {
+  for (const spec::JobFileProblem& p : problems) {
+    std::fprintf(stderr, "%s\n", spec::DescribeProblem(file, p).c_str());
+  }
+  std::fprintf(stderr, "stoke: %s: %zu problem%s; nothing was submitted\n", file.c_str(),
+               problems.size(), problems.size() == 1 ? "" : "s");
+  return kExitUsage;
+}
+
+// The coordinator's verdict on the job, every problem at once, placed in the file (its
+// grammar's problems too: it reads the file with the same code). Sets *answered false for a
+// coordinator too old to answer, or a caller it refuses (SubmitJob still checks).
+absl::Status ValidateOnCoordinator(CliContext& cli, const std::string& file,
+                                   const std::string& text, const v1::CodeBundle& code,
+                                   bool* answered, std::vector<spec::JobFileProblem>* problems,
+                                   v1::JobSpec* completed) {
+  v1::ValidateJobRequest request;
+  request.set_job_file(text);
+  request.set_job_file_name(file);
+  request.set_base_dir(std::filesystem::absolute(file).parent_path().string());
+  *request.mutable_code() = code;
+  auto answer = cli.client.ValidateJob(request);
+  // A caller who may not submit is refused by the submission itself, which the audit log
+  // records.
+  *answered =
+      !absl::IsUnimplemented(answer.status()) && !absl::IsPermissionDenied(answer.status());
+  if (!*answered) return absl::OkStatus();
+  if (!answer.ok()) return answer.status();
+  for (const v1::SpecProblem& p : answer->problems()) {
+    problems->push_back(
+        {p.field(), p.message(), static_cast<int>(p.line()), static_cast<int>(p.column())});
+  }
+  *completed = answer->completed();
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+int SubmitCommand(CliContext& cli, const std::string& file, bool watch, bool dry_run) {
+  auto text = spec::ReadJobFile(file);
+  if (!text.ok()) {
+    std::fprintf(stderr, "stoke: %s\n", std::string(text.status().message()).c_str());
     return kExitUsage;
   }
-  auto code = ReadJobCode(*spec);
+  // Read here too, for the code to send with the job, and for a coordinator too old to
+  // read job files.
+  spec::ParsedJobFile parsed = spec::ParseJobFile(*text, file);
+  spec::ResolveRelativePaths(parsed.spec, std::filesystem::path(file).parent_path().string());
+  absl::StatusOr<v1::CodeBundle> code = v1::CodeBundle();
+  if (parsed.problems.empty()) code = spec::ReadJobCode(parsed.spec);
   if (!code.ok()) {
     std::fprintf(stderr, "stoke: %s: %s\n", file.c_str(),
                  std::string(code.status().message()).c_str());
     return kExitUsage;
   }
-  auto job = cli.client.SubmitJob(*spec, "", *code);
+  bool answered = false;
+  std::vector<spec::JobFileProblem> problems;
+  v1::JobSpec completed;
+  if (auto s = ValidateOnCoordinator(cli, file, *text, *code, &answered, &problems, &completed);
+      !s.ok()) {
+    return Report(cli, s);
+  }
+  if (!answered) problems = parsed.problems;
+  if (!problems.empty()) return ReportProblems(file, problems);
+  if (dry_run && !answered) {
+    std::fprintf(stderr, "stoke: the coordinator at %s cannot check a job without storing it\n",
+                 cli.address.c_str());
+    return kExitError;
+  }
+  if (dry_run) {
+    if (cli.json) {
+      std::cout << ToJson(completed) << std::endl;
+    } else {
+      std::fprintf(stderr, "%s: a valid job; nothing was submitted (--dry-run)\n", file.c_str());
+    }
+    return kExitOk;
+  }
+  auto job = cli.client.SubmitJob(parsed.spec, "", *code);
   if (!job.ok()) return Report(cli, job.status());
   if (cli.json) {
     std::cout << ToJson(*job) << std::endl;

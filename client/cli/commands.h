@@ -28,7 +28,9 @@ struct CliContext {
   bool json = false;
 };
 
-int SubmitCommand(CliContext& cli, const std::string& file, bool watch);
+// Reads the job file and reports every problem at once: the file's own, then the
+// coordinator's (ValidateJob), each placed in the file. Submits the job unless `dry_run`.
+int SubmitCommand(CliContext& cli, const std::string& file, bool watch, bool dry_run);
 int WatchCommand(CliContext& cli, const std::string& id, uint64_t from_seq);
 // `mine`: only the caller's own jobs (asks the coordinator who the caller is).
 int ListCommand(CliContext& cli, const std::vector<std::string>& states, uint32_t limit, bool all,

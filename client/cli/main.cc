@@ -64,7 +64,7 @@ ClientOptions ConnectionOptions(const CliFlags& flags, const CliConfig& config) 
 
 // The commands that call the coordinator.
 int RunRemoteCommand(const CliCommands& commands, const CliFlags& flags, CliContext& cli) {
-  if (*commands.submit) return SubmitCommand(cli, flags.file, flags.watch);
+  if (*commands.submit) return SubmitCommand(cli, flags.file, flags.watch, flags.dry_run);
   if (*commands.watch) return WatchCommand(cli, flags.id, flags.from_seq);
   if (*commands.list) return ListCommand(cli, flags.states, flags.limit, flags.all, flags.mine);
   if (*commands.audit) return AuditCommand(cli, flags.limit, flags.all);

@@ -83,6 +83,15 @@ absl::StatusOr<v1::WhoAmIResponse> Client::WhoAmI() {
   return response;
 }
 
+absl::StatusOr<v1::ValidateJobResponse> Client::ValidateJob(const v1::ValidateJobRequest& request) {
+  grpc::ClientContext context;
+  PrepareContext(context);
+  v1::ValidateJobResponse response;
+  auto status = FromGrpcStatus(stub_->ValidateJob(&context, request, &response));
+  if (!status.ok()) return status;
+  return response;
+}
+
 namespace {
 
 // 128 random bits, in hex: unique among every submission a coordinator will see.

@@ -51,6 +51,9 @@ class Client {
   // `code`: a Python model's or a script job's folder (ReadJobCode in job_spec_file.h).
   absl::StatusOr<v1::Job> SubmitJob(const v1::JobSpec& spec, std::string request_id = "",
                                     const v1::CodeBundle& code = {});
+  // Every problem the coordinator finds with a job, storing nothing (see ValidateJob in
+  // coordinator.proto). UNIMPLEMENTED from a coordinator older than the call.
+  absl::StatusOr<v1::ValidateJobResponse> ValidateJob(const v1::ValidateJobRequest& request);
   absl::StatusOr<v1::Job> GetJob(const std::string& id);
   absl::StatusOr<v1::ListJobsResponse> ListJobs(const v1::ListJobsRequest& request);
   absl::StatusOr<v1::Job> CancelJob(const std::string& id, const std::string& reason = "");

@@ -55,7 +55,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
 
     with stoke.Client(args.address) as client:
         try:
-            jobs = submit_sweep(client, stoke.load_job_spec(args.spec), rates, args.steps)
+            jobs = submit_sweep(client, client.read_job_spec(args.spec), rates, args.steps)
         except stoke.StokeError as error:
             print(f"sweep: {error}", file=sys.stderr)
             return 2

@@ -3,19 +3,23 @@
 #include <google/protobuf/descriptor.h>
 #include <sys/stat.h>
 
+#include <algorithm>
 #include <charconv>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "proto/stoke/v1/limits.h"
 #include "server/api/checked_request_handler.h"
 #include "server/api/file_stream_reactor.h"
 #include "server/api/grpc_status.h"
-#include "server/api/job_spec_rules.h"
+#include "server/api/job_admission.h"
 #include "server/api/model_export.h"
 #include "server/api/watch_reactor.h"
 #include "server/common/time_util.h"
 #include "spec/code_bundle.h"
+#include "spec/job_spec_file.h"
+#include "spec/job_spec_rules.h"
 
 namespace stoke::server {
 namespace {
@@ -23,24 +27,40 @@ namespace {
 using v1::kDefaultPageSize;
 using v1::kMaxPageSize;
 
-// A script job's working folder: sent with the job (recorded by its digest), or a folder
-// beneath a data root that the workers reach at the same path, or none (the program runs
-// in the attempt's own folder).
-absl::Status CheckWorkdir(const v1::CodeBundle& code, const DataRoots& roots,
-                          v1::CommandSpec& command) {
-  command.clear_code_sha256();
-  command.clear_code_bytes();
-  if (code.files_size() > 0) return spec::RecordWorkdir(code, command);
-  if (command.workdir().empty()) return absl::OkStatus();
-  auto folder = roots.Resolve("command.workdir", command.workdir());
-  if (!folder.ok()) return folder.status();
-  struct stat st;
-  if (stat(folder->c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("command.workdir: ", command.workdir(), ": not a folder"));
+// Whether two fields are one, or one lies within the other ("training", "training.steps").
+bool Related(const std::string& a, const std::string& b) {
+  auto within = [](const std::string& inner, const std::string& outer) {
+    return inner.size() > outer.size() && absl::StartsWith(inner, outer) &&
+           (inner[outer.size()] == '.' || inner[outer.size()] == '[');
+  };
+  return a == b || within(a, b) || within(b, a);
+}
+
+// The file's own problems first, then the rules', placed where the file wrote their field.
+// A rule's problem about a field the file could not give (its value was in error) only
+// repeats that error, and is left out.
+void AddProblems(const spec::ParsedJobFile& file, const std::vector<absl::Status>& rules,
+                 v1::ValidateJobResponse& response) {
+  auto add = [&](const spec::JobFileProblem& p) {
+    v1::SpecProblem* out = response.add_problems();
+    out->set_field(p.field);
+    out->set_message(p.message);
+    out->set_line(static_cast<uint32_t>(p.line));
+    out->set_column(static_cast<uint32_t>(p.column));
+  };
+  for (const spec::JobFileProblem& p : file.problems) add(p);
+  for (const absl::Status& status : rules) {
+    spec::JobFileProblem p = spec::ProblemOfStatus(status);
+    const bool repeats =
+        std::any_of(file.problems.begin(), file.problems.end(), [&](const spec::JobFileProblem& q) {
+          return !q.field.empty() && Related(p.field, q.field);
+        });
+    if (repeats) continue;
+    const spec::JobFilePosition at = file.PositionOf(p.field);
+    p.line = at.line;
+    p.column = at.column;
+    add(p);
   }
-  command.set_workdir(*folder);
-  return absl::OkStatus();
 }
 
 absl::Status RequireId(const std::string& id) {
@@ -61,6 +81,7 @@ void CoordinatorService::CheckRequestDecoding() {
   };
   using S = CoordinatorService;
   install("SubmitJob", CheckedUnary(this, &S::SubmitJob));
+  install("ValidateJob", CheckedUnary(this, &S::ValidateJob));
   install("GetJob", CheckedUnary(this, &S::GetJob));
   install("ListJobs", CheckedUnary(this, &S::ListJobs));
   install("CancelJob", CheckedUnary(this, &S::CancelJob));
@@ -130,42 +151,71 @@ absl::Status CoordinatorService::Submit(const Caller& caller, const v1::SubmitJo
     return absl::InvalidArgumentError(
         absl::StrCat("spec: ", bytes, " bytes; a job spec may take at most ", v1::kMaxSpecBytes));
   }
-  auto in_spec = [](const absl::Status& s) {
-    return absl::Status(s.code(), absl::StrCat("spec.", s.message()));
-  };
-  if (auto s = ValidateJobSpec(spec); !s.ok()) return in_spec(s);
-  if (auto s = access_.RequirePriorityAllowed(caller, spec.resources()); !s.ok()) {
-    return in_spec(s);
-  }
-  if (auto s = ResolveDataRootPaths(spec, data_roots_); !s.ok()) return in_spec(s);
   const bool sends_code = request.code().files_size() > 0;
-  if (spec.has_command()) {
-    if (auto s = access_.RequirePythonModels(caller, "command (a script job)"); !s.ok()) return s;
-    if (auto s = CheckWorkdir(request.code(), data_roots_, *spec.mutable_command()); !s.ok()) {
-      return in_spec(s);
-    }
-    ApplyCommandDefaults(spec);
-  } else {
-    if (spec.model().has_python()) {
-      if (auto s = access_.RequirePythonModels(caller, "model.python"); !s.ok()) return s;
-      if (auto s = spec::RecordCode(request.code(), *spec.mutable_model()->mutable_python());
-          !s.ok()) {
-        return in_spec(s);
-      }
-    } else if (sends_code) {
-      return absl::InvalidArgumentError(
-          "code: sent with a job that is neither model.python nor a command");
-    }
-    auto data = InspectData(spec, data_roots_);
-    if (!data.ok()) return in_spec(data.status());
-    if (auto s = ValidateAgainstData(spec, *data); !s.ok()) return in_spec(s);
-    ApplyJobSpecDefaults(spec, *data);
+  Admission admission =
+      AdmitJob(caller, std::move(spec), request.code(), /*check_code=*/true, data_roots_, access_);
+  if (!admission.refused.ok()) {
+    const absl::Status& r = admission.refused;
+    if (!absl::StartsWith(r.message(), "resources.")) return r;
+    return absl::Status(r.code(), absl::StrCat("spec.", r.message()));
   }
+  if (!admission.problems.empty()) {
+    // Fields are named within the request ("spec.training.steps").
+    for (absl::Status& p : admission.problems) {
+      p = absl::Status(p.code(), absl::StrCat("spec.", p.message()));
+    }
+    return spec::JoinProblems(admission.problems);
+  }
+  spec = std::move(admission.completed);
   const v1::AuditEntry entry = audit_.Entry(caller, "SubmitJob", "", absl::OkStatus());
   auto job = core_.SubmitJob(spec, request.request_id(), access_.enabled() ? caller.name : "",
                              &entry, audited, sends_code ? &request.code() : nullptr);
   if (!job.ok()) return job.status();
   *response.mutable_job() = *std::move(job);
+  return absl::OkStatus();
+}
+
+grpc::ServerUnaryReactor* CoordinatorService::ValidateJob(grpc::CallbackServerContext* context,
+                                                          const v1::ValidateJobRequest* request,
+                                                          v1::ValidateJobResponse* response) {
+  return Defer(context, [this, request, response](const Caller& caller) -> absl::Status {
+    if (auto s = AccessControl::Require(caller, security::Role::kSubmitter, "validating jobs");
+        !s.ok()) {
+      return s;
+    }
+    return Validate(caller, *request, *response);
+  });
+}
+
+absl::Status CoordinatorService::Validate(const Caller& caller,
+                                          const v1::ValidateJobRequest& request,
+                                          v1::ValidateJobResponse& response) const {
+  spec::ParsedJobFile file;
+  if (!request.job_file().empty() || !request.job_file_name().empty()) {
+    if (request.job_file().size() > static_cast<size_t>(spec::kMaxJobFileBytes)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("job_file: at most ", spec::kMaxJobFileBytes, " bytes"));
+    }
+    if (!request.base_dir().empty() && request.base_dir()[0] != '/') {
+      return absl::InvalidArgumentError("base_dir: an absolute folder");
+    }
+    file = spec::ParseJobFile(request.job_file(), request.job_file_name());
+    if (!request.base_dir().empty()) spec::ResolveRelativePaths(file.spec, request.base_dir());
+  } else {
+    file.spec = request.spec();
+  }
+  file.spec.DiscardUnknownFields();
+  if (const size_t bytes = file.spec.ByteSizeLong(); bytes > v1::kMaxSpecBytes) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("spec: ", bytes, " bytes; a job spec may take at most ", v1::kMaxSpecBytes));
+  }
+  *response.mutable_spec() = file.spec;
+  Admission admission =
+      AdmitJob(caller, file.spec, request.code(),
+               /*check_code=*/request.code().files_size() > 0, data_roots_, access_);
+  if (!admission.refused.ok()) return admission.refused;
+  AddProblems(file, std::move(admission.problems), response);
+  if (response.problems_size() == 0) *response.mutable_completed() = std::move(admission.completed);
   return absl::OkStatus();
 }
 

@@ -5,11 +5,11 @@
 
 #include "server/api/access_control.h"
 #include "server/api/audit_log.h"
-#include "server/api/data_checks.h"
 #include "server/api/executor.h"
 #include "server/api/stream_quota.h"
 #include "server/core/coordinator.h"
 #include "server/core/event_hub.h"
+#include "spec/data_checks.h"
 #include "stoke/v1/coordinator.grpc.pb.h"
 
 namespace stoke::server {
@@ -20,7 +20,7 @@ class CoordinatorService final : public v1::Coordinator::CallbackService {
   // so that reads (which never take the core's lock) do not queue behind calls waiting
   // for it while a transition syncs to disk.
   CoordinatorService(Coordinator& core, EventHub& hub, Executor& executor, Executor& reads,
-                     DataRoots data_roots, const AccessControl& access, AuditLog& audit)
+                     spec::DataRoots data_roots, const AccessControl& access, AuditLog& audit)
       : core_(core),
         hub_(hub),
         executor_(executor),
@@ -38,6 +38,9 @@ class CoordinatorService final : public v1::Coordinator::CallbackService {
   grpc::ServerUnaryReactor* SubmitJob(grpc::CallbackServerContext* context,
                                       const v1::SubmitJobRequest* request,
                                       v1::SubmitJobResponse* response) override;
+  grpc::ServerUnaryReactor* ValidateJob(grpc::CallbackServerContext* context,
+                                        const v1::ValidateJobRequest* request,
+                                        v1::ValidateJobResponse* response) override;
   grpc::ServerUnaryReactor* GetJob(grpc::CallbackServerContext* context,
                                    const v1::GetJobRequest* request, v1::Job* response) override;
   grpc::ServerUnaryReactor* ListJobs(grpc::CallbackServerContext* context,
@@ -79,6 +82,8 @@ class CoordinatorService final : public v1::Coordinator::CallbackService {
   // `*audited`: set when the new job's audit entry was stored with it.
   absl::Status Submit(const Caller& caller, const v1::SubmitJobRequest& request,
                       v1::SubmitJobResponse& response, bool* audited);
+  absl::Status Validate(const Caller& caller, const v1::ValidateJobRequest& request,
+                        v1::ValidateJobResponse& response) const;
   // The job if `caller` may see it at all, redacted unless it owns it.
   absl::StatusOr<v1::Job> JobFor(const Caller& caller, const std::string& id);
 
@@ -86,7 +91,7 @@ class CoordinatorService final : public v1::Coordinator::CallbackService {
   EventHub& hub_;
   Executor& executor_;
   Executor& reads_;
-  const DataRoots data_roots_;
+  const spec::DataRoots data_roots_;
   const AccessControl& access_;
   AuditLog& audit_;
   StreamQuota watch_quota_{kDefaultWatchStreamsPerCaller};

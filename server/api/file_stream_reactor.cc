@@ -6,7 +6,7 @@
 #include <cerrno>
 #include <cstring>
 
-#include "worker/common/rooted_open.h"
+#include "files/rooted_open.h"
 
 namespace stoke::server {
 namespace {

@@ -4,11 +4,11 @@
 #include <cstdint>
 #include <string>
 
-#include "client/lib/job_spec_file.h"
+#include "spec/job_spec_file.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::string text(reinterpret_cast<const char*>(data), size);
-  auto spec = stoke::client::ParseJobSpec(text, "fuzz.yaml");
+  auto spec = stoke::spec::ParseJobSpec(text, "fuzz.yaml");
   if (!spec.ok() && spec.status().message().rfind("fuzz.yaml", 0) != 0) __builtin_trap();
   return 0;
 }

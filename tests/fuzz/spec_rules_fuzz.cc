@@ -5,9 +5,9 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "server/api/data_checks.h"
-#include "server/api/job_spec_rules.h"
-#include "server/api/model_size.h"
+#include "spec/data_checks.h"
+#include "spec/job_spec_rules.h"
+#include "spec/model_size.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   stoke::v1::JobSpec spec;
@@ -16,24 +16,24 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   auto refused = [](const absl::Status& s) {
     if (s.code() != absl::StatusCode::kInvalidArgument || s.message().empty()) __builtin_trap();
   };
-  if (auto s = stoke::server::ValidateJobSpec(spec); !s.ok()) {
+  if (auto s = stoke::spec::ValidateJobSpec(spec); !s.ok()) {
     refused(s);
     return 0;
   }
   // No data roots: every file path is refused, synthetic data is inspected in full.
-  const stoke::server::DataRoots roots({});
-  auto facts = stoke::server::InspectData(spec, roots);
+  const stoke::spec::DataRoots roots({});
+  auto facts = stoke::spec::InspectData(spec, roots);
   if (!facts.ok()) {
     refused(facts.status());
     return 0;
   }
-  if (auto s = stoke::server::ValidateAgainstData(spec, *facts); !s.ok()) {
+  if (auto s = stoke::spec::ValidateAgainstData(spec, *facts); !s.ok()) {
     refused(s);
     return 0;
   }
-  stoke::server::ApplyJobSpecDefaults(spec, *facts);
-  if (!stoke::server::ValidateJobSpec(spec).ok()) __builtin_trap();
-  auto again = stoke::server::InspectData(spec, roots);
-  if (!again.ok() || !stoke::server::ValidateAgainstData(spec, *again).ok()) __builtin_trap();
+  stoke::spec::ApplyJobSpecDefaults(spec, *facts);
+  if (!stoke::spec::ValidateJobSpec(spec).ok()) __builtin_trap();
+  auto again = stoke::spec::InspectData(spec, roots);
+  if (!again.ok() || !stoke::spec::ValidateAgainstData(spec, *again).ok()) __builtin_trap();
   return 0;
 }

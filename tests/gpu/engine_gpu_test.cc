@@ -13,7 +13,7 @@
 #include "formats/token_file.h"
 #include "tests/support/recording_observer.h"
 #include "tests/support/temp_dir.h"
-#include "worker/common/files.h"
+#include "files/posix_files.h"
 #include "worker/engine/trainer.h"
 
 namespace stoke::worker {

@@ -122,17 +122,52 @@ TEST_F(CliTest, BadJobFilesAreRefusedNamingFileLineAndField) {
   CommandResult result = Stoke({"submit", file});
   EXPECT_EQ(result.exit_code, 2);
   EXPECT_NE(
-      result.err.find(file + ":5: training.bach_size: unknown field; did you mean batch_size?"),
+      result.err.find(file + ":5:3: training.bach_size: unknown field; did you mean batch_size?"),
       std::string::npos)
       << result.err;
   // Well-formed but invalid: the coordinator names the field.
   file = WriteFile("invalid.yaml", "model:\n  mlp: {}\ndata:\n  synthetic: {}\n");
   result = Stoke({"submit", file});
   EXPECT_EQ(result.exit_code, 2);
-  EXPECT_NE(result.err.find("spec.training: set steps or epochs"), std::string::npos) << result.err;
+  EXPECT_NE(result.err.find(file + ": training: set steps or epochs"), std::string::npos)
+      << result.err;
   result = Stoke({"submit", files_.File("missing.yaml")});
   EXPECT_EQ(result.exit_code, 2);
   EXPECT_NE(result.err.find("missing.yaml"), std::string::npos) << result.err;
+}
+
+// The file's problems and the coordinator's come in one answer, each where the file wrote
+// its field, and nothing is stored; --dry-run checks a good file and stores nothing either.
+TEST_F(CliTest, EveryProblemOfAJobFileIsPrintedAtOnceInPlace) {
+  const std::string file = WriteFile("four.yaml",
+                                     "name: four\n"
+                                     "model:\n"
+                                     "  mlp: {hidden: [8], dropout: 2}\n"
+                                     "data: {synthetic: {features: 8}}\n"
+                                     "optimizer: {lr: 50}\n"
+                                     "training:\n"
+                                     "  steps: 0\n"
+                                     "  batch_size: 16\n");
+  CommandResult result = Stoke({"submit", file});
+  EXPECT_EQ(result.exit_code, 2) << result.err;
+  EXPECT_NE(result.err.find(file + ":3:22: model.mlp.dropout: must be in [0, 1)"),
+            std::string::npos)
+      << result.err;
+  EXPECT_NE(result.err.find(file + ":5:13: optimizer.lr: 50 is out of range"), std::string::npos)
+      << result.err;
+  EXPECT_NE(result.err.find(file + ":7:3: training.steps: must be at least 1"), std::string::npos)
+      << result.err;
+  EXPECT_NE(result.err.find(file + ": 3 problems; nothing was submitted"), std::string::npos)
+      << result.err;
+  CommandResult list = Stoke({"list", "-o", "json"});
+  EXPECT_EQ(list.out.find("\"four\""), std::string::npos) << list.out;
+
+  CommandResult dry = Stoke({"-o", "json", "submit", "--dry-run", TinyJobFile(10)});
+  EXPECT_EQ(dry.exit_code, 0) << dry.err;
+  // The job as it would be stored: defaults filled in.
+  EXPECT_NE(dry.out.find("\"max_restarts\""), std::string::npos) << dry.out;
+  list = Stoke({"list", "-o", "json"});
+  EXPECT_EQ(list.out.find("cli-test"), std::string::npos) << list.out;
 }
 
 TEST_F(CliTest, ReadCommandsWorkAndSpeakJson) {

@@ -485,7 +485,9 @@ TEST_F(EngineTest, BadDataIsRefusedAtSubmitNamingFieldAndFile) {
                               "training: {steps: 10}\n");
   CommandResult result = Stoke({"submit", missing});
   EXPECT_EQ(result.exit_code, 2);
-  EXPECT_NE(result.err.find("spec.data.mnist.path: " + files_.File("nowhere")), std::string::npos)
+  // Placed where the file names it: line 2, column 16.
+  EXPECT_NE(result.err.find(missing + ":2:16: data.mnist.path: " + files_.File("nowhere")),
+            std::string::npos)
       << result.err;
   std::string outside = Write("outside.yaml",
                               "model: {cnn: {}}\ndata: {mnist: {path: /etc}}\n"

@@ -23,7 +23,7 @@
 #include "tests/support/subprocess.h"
 #include "tests/support/temp_dir.h"
 #include "tests/support/trainer_jobs.h"
-#include "worker/common/files.h"
+#include "files/posix_files.h"
 #include "worker/link/trainer_process.h"
 
 namespace stoke::testing {

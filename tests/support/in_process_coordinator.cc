@@ -2,7 +2,7 @@
 
 #include <gtest/gtest.h>
 
-#include "server/api/job_spec_rules.h"
+#include "spec/job_spec_rules.h"
 
 namespace stoke::testing {
 
@@ -24,7 +24,7 @@ InProcessCoordinator::InProcessCoordinator(Options options) {
                                      options.max_submitter_priority});
   audit_ = std::make_unique<server::AuditLog>(*store_, clock_);
   coordinator_service_ = std::make_unique<server::CoordinatorService>(
-      *core_, *hub_, *executor_, *read_executor_, server::DataRoots(options.data_roots), *access_,
+      *core_, *hub_, *executor_, *read_executor_, spec::DataRoots(options.data_roots), *access_,
       *audit_);
   coordinator_service_->LimitWatchStreams(options.max_watch_streams_per_caller);
   link_service_ =
@@ -62,8 +62,8 @@ std::string InProcessCoordinator::Submit() {
   spec.mutable_training()->set_steps(10);
   spec.mutable_resources()->set_gpus(1);
   spec.set_max_restarts(100);
-  EXPECT_TRUE(server::ValidateJobSpec(spec).ok());
-  server::ApplyJobSpecDefaults(spec, *server::InspectData(spec, server::DataRoots({})));
+  EXPECT_TRUE(spec::ValidateJobSpec(spec).ok());
+  spec::ApplyJobSpecDefaults(spec, *spec::InspectData(spec, spec::DataRoots({})));
   auto job = core_->SubmitJob(spec);
   EXPECT_TRUE(job.ok()) << job.status();
   return job.ok() ? job->id() : "";

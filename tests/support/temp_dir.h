@@ -1,12 +1,12 @@
 // A directory under $TMPDIR that exists for one test and is removed after it. POSIX
 // calls, not std::filesystem, so that tests linked with the torch wheel can use it (see
-// worker/common/files.h).
+// files/posix_files.h).
 #pragma once
 
 #include <cstdlib>
 #include <string>
 
-#include "worker/common/files.h"
+#include "files/posix_files.h"
 
 namespace stoke::testing {
 

@@ -5,9 +5,9 @@
 #include <atomic>
 #include <thread>
 
-#include "client/lib/job_spec_file.h"
-#include "server/api/data_checks.h"
-#include "server/api/job_spec_rules.h"
+#include "spec/job_spec_file.h"
+#include "spec/data_checks.h"
+#include "spec/job_spec_rules.h"
 #include "spec/code_bundle.h"
 #include "worker/link/trainer_process.h"
 
@@ -16,23 +16,23 @@ namespace stoke::testing {
 v1::Assignment AssignJob(const std::string& yaml, const std::string& base_dir,
                          const std::string& job_dir) {
   v1::Assignment assignment;
-  auto spec = client::ParseJobSpec(yaml, "job.yaml");
+  auto spec = spec::ParseJobSpec(yaml, "job.yaml");
   EXPECT_TRUE(spec.ok()) << spec.status();
   if (!spec.ok()) return assignment;
-  client::ResolveRelativePaths(*spec, base_dir);
-  const absl::Status valid = server::ValidateJobSpec(*spec);
+  spec::ResolveRelativePaths(*spec, base_dir);
+  const absl::Status valid = spec::ValidateJobSpec(*spec);
   EXPECT_TRUE(valid.ok()) << valid;
-  auto code = client::ReadJobCode(*spec);
+  auto code = spec::ReadJobCode(*spec);
   EXPECT_TRUE(code.ok()) << code.status();
   if (!valid.ok() || !code.ok()) return assignment;
   if (spec->model().has_python()) {
     const absl::Status recorded = spec::RecordCode(*code, *spec->mutable_model()->mutable_python());
     EXPECT_TRUE(recorded.ok()) << recorded;
   }
-  auto facts = server::InspectData(*spec, server::DataRoots({"/"}));
+  auto facts = spec::InspectData(*spec, spec::DataRoots({"/"}));
   EXPECT_TRUE(facts.ok()) << facts.status();
   if (!facts.ok()) return assignment;
-  server::ApplyJobSpecDefaults(*spec, *facts);
+  spec::ApplyJobSpecDefaults(*spec, *facts);
   assignment.set_job_id("7");
   assignment.set_attempt(1);
   assignment.set_world_size(1);

@@ -12,7 +12,7 @@
 #include <string>
 
 #include "tests/support/temp_dir.h"
-#include "worker/common/files.h"
+#include "files/posix_files.h"
 #include "worker/models/model_factory.h"
 
 namespace stoke::worker {

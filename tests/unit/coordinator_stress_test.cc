@@ -21,7 +21,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "bench/load/simulated_worker.h"
-#include "server/api/job_spec_rules.h"
+#include "spec/job_spec_rules.h"
 #include "tests/support/in_process_coordinator.h"
 #include "tests/support/wait.h"
 
@@ -344,8 +344,8 @@ TEST(Stress, TheCoreUnderConcurrentWorkersSubmissionsAndCancels) {
   std::thread submitter([&] {
     for (int i = 0; i < kJobs; ++i) {
       v1::JobSpec spec = Spec(i);
-      ASSERT_TRUE(server::ValidateJobSpec(spec).ok());
-      server::ApplyJobSpecDefaults(spec, *server::InspectData(spec, server::DataRoots({})));
+      ASSERT_TRUE(spec::ValidateJobSpec(spec).ok());
+      spec::ApplyJobSpecDefaults(spec, *spec::InspectData(spec, spec::DataRoots({})));
       auto job = core->SubmitJob(spec);
       ASSERT_TRUE(job.ok()) << job.status();
       jobs[i] = job->id();

@@ -12,7 +12,7 @@
 #include <set>
 #include <thread>
 
-#include "server/api/job_spec_rules.h"
+#include "spec/job_spec_rules.h"
 #include "server/store/sqlite_job_store.h"
 #include "tests/support/forwarding_job_store.h"
 #include "tests/support/temp_dir.h"
@@ -146,8 +146,8 @@ class CoordinatorTest : public ::testing::Test {
     spec.mutable_training()->set_steps(10);
     spec.mutable_resources()->set_gpus(devices);
     if (max_restarts) spec.set_max_restarts(*max_restarts);
-    EXPECT_TRUE(ValidateJobSpec(spec).ok());
-    ApplyJobSpecDefaults(spec, *InspectData(spec, DataRoots({})));
+    EXPECT_TRUE(spec::ValidateJobSpec(spec).ok());
+    spec::ApplyJobSpecDefaults(spec, *spec::InspectData(spec, spec::DataRoots({})));
     auto job = core_->SubmitJob(spec);
     EXPECT_TRUE(job.ok()) << job.status();
     return job->id();
@@ -1021,7 +1021,7 @@ TEST(CoordinatorReads, AnswerWhileATransitionWaitsForTheStore) {
   spec.mutable_model()->mutable_mlp();
   spec.mutable_data()->mutable_synthetic();
   spec.mutable_training()->set_steps(10);
-  ApplyJobSpecDefaults(spec, *InspectData(spec, DataRoots({})));
+  spec::ApplyJobSpecDefaults(spec, *spec::InspectData(spec, spec::DataRoots({})));
   const std::string id = core->SubmitJob(spec)->id();
 
   store.Stall();

@@ -1,7 +1,7 @@
 // Submission-time checks of the files a job spec names: what the coordinator refuses
 // (each error starting with the spec field and naming the file), and the facts it learns
 // from data it accepts. The files are written into a temp dir that serves as a data root.
-#include "server/api/data_checks.h"
+#include "spec/data_checks.h"
 
 #include <fcntl.h>
 #include <gtest/gtest.h>
@@ -23,7 +23,7 @@
 #include <vector>
 
 #include "absl/strings/match.h"
-#include "server/api/job_spec_rules.h"
+#include "spec/job_spec_rules.h"
 #include "tests/support/data_files.h"
 #include "tests/support/temp_dir.h"
 
@@ -64,7 +64,7 @@ class DataChecks : public ::testing::Test {
     fs::create_directory(outside_);
   }
 
-  DataRoots Roots() const { return DataRoots({root_}); }
+  spec::DataRoots Roots() const { return spec::DataRoots({root_}); }
 
   // An MNIST folder of 30 training and 12 test images, 7x5, labels 0 to 9.
   std::string MnistFolder(const std::string& parent, const std::string& name,
@@ -115,28 +115,28 @@ class DataChecks : public ::testing::Test {
 
 TEST_F(DataChecks, APathOutsideEveryDataRootIsRefused) {
   const std::string folder = MnistFolder(outside_, "mnist");
-  EXPECT_TRUE(Refused(InspectData(MnistSpec(folder), Roots()).status(), "data.mnist.path",
+  EXPECT_TRUE(Refused(spec::InspectData(MnistSpec(folder), Roots()).status(), "data.mnist.path",
                       {folder, root_, "--data-root"}));
   // A sibling whose name merely starts with the root's is outside it too.
   fs::create_directory(root_ + "2");
   const std::string sibling = MnistFolder(root_ + "2", "mnist");
   EXPECT_TRUE(
-      Refused(InspectData(MnistSpec(sibling), Roots()).status(), "data.mnist.path", {sibling}));
+      Refused(spec::InspectData(MnistSpec(sibling), Roots()).status(), "data.mnist.path", {sibling}));
   // Without any root, nothing is readable.
-  EXPECT_TRUE(Refused(InspectData(MnistSpec(MnistFolder(root_, "mnist")), DataRoots({})).status(),
+  EXPECT_TRUE(Refused(spec::InspectData(MnistSpec(MnistFolder(root_, "mnist")), spec::DataRoots({})).status(),
                       "data.mnist.path", {"none"}));
 }
 
 TEST_F(DataChecks, RootsThatDoNotExistAreDropped) {
-  DataRoots roots({root_, dir_.File("missing")});
+  spec::DataRoots roots({root_, dir_.File("missing")});
   EXPECT_EQ(roots.roots(), std::vector<std::string>{root_});
 }
 
 TEST_F(DataChecks, RelativePathsAreRefused) {
-  DataRoots roots({"/tmp"});
+  spec::DataRoots roots({"/tmp"});
   EXPECT_TRUE(Refused(roots.Resolve("data.mnist.path", "relative/path").status(), "data.mnist.path",
                       {"relative/path", "absolute"}));
-  EXPECT_TRUE(Refused(InspectData(TokenSpec("train.bin", "", 256, 16), Roots()).status(),
+  EXPECT_TRUE(Refused(spec::InspectData(TokenSpec("train.bin", "", 256, 16), Roots()).status(),
                       "data.tokens.train_path", {"train.bin", "absolute"}));
 }
 
@@ -146,31 +146,31 @@ TEST_F(DataChecks, DataRootPathsResolveAgainstTheFirstRootHoldingThem) {
   const std::string second = dir_.File("second-root");
   fs::create_directories(second + "/shards");
   testing::WriteTokens(second + "/text.bin", testing::CountingTokens(4096, 0, 256));
-  const DataRoots roots({root_, second});
+  const spec::DataRoots roots({root_, second});
   const std::string canonical_second = fs::canonical(second).string();
 
   v1::JobSpec spec = TokenSpec("data:text.bin", "", 256, 16);
-  ASSERT_TRUE(ResolveDataRootPaths(spec, roots).ok());
+  ASSERT_TRUE(spec::ResolveDataRootPaths(spec, roots).ok());
   EXPECT_EQ(spec.data().tokens().train_path(), canonical_second + "/text.bin");
-  EXPECT_TRUE(InspectData(spec, roots).ok());
+  EXPECT_TRUE(spec::InspectData(spec, roots).ok());
   // Where the first root holds it too, the first wins.
   Tokens("text.bin", 4096);
   spec = TokenSpec("data:text.bin", "", 256, 16);
-  ASSERT_TRUE(ResolveDataRootPaths(spec, roots).ok());
+  ASSERT_TRUE(spec::ResolveDataRootPaths(spec, roots).ok());
   EXPECT_EQ(spec.data().tokens().train_path(), fs::canonical(root_).string() + "/text.bin");
   // A brace pattern is found by its folder; a safetensors tensor by its file.
   v1::JobSpec shards;
   shards.mutable_data()->mutable_shards()->set_urls("data:shards/train-{0000..0003}.tar");
-  ASSERT_TRUE(ResolveDataRootPaths(shards, roots).ok());
+  ASSERT_TRUE(spec::ResolveDataRootPaths(shards, roots).ok());
   EXPECT_EQ(shards.data().shards().urls(), canonical_second + "/shards/train-{0000..0003}.tar");
 
   v1::JobSpec missing = TokenSpec("data:absent.bin", "", 256, 16);
-  EXPECT_TRUE(Refused(ResolveDataRootPaths(missing, roots), "data.tokens.train_path",
+  EXPECT_TRUE(Refused(spec::ResolveDataRootPaths(missing, roots), "data.tokens.train_path",
                       {"data:absent.bin", "none of the coordinator's data roots", root_}));
   v1::JobSpec climbing = TokenSpec("data:../outside/x.bin", "", 256, 16);
-  EXPECT_TRUE(Refused(ResolveDataRootPaths(climbing, roots), "data.tokens.train_path", {".."}));
+  EXPECT_TRUE(Refused(spec::ResolveDataRootPaths(climbing, roots), "data.tokens.train_path", {".."}));
   v1::JobSpec absolute = TokenSpec("data:/etc/passwd", "", 256, 16);
-  EXPECT_TRUE(Refused(ResolveDataRootPaths(absolute, roots), "data.tokens.train_path",
+  EXPECT_TRUE(Refused(spec::ResolveDataRootPaths(absolute, roots), "data.tokens.train_path",
                       {"relative to the data roots"}));
 }
 
@@ -178,20 +178,20 @@ TEST_F(DataChecks, ADotDotPathOutOfTheRootIsRefused) {
   MnistFolder(outside_, "mnist");
   const std::string sneaky = root_ + "/../outside/mnist";
   EXPECT_TRUE(
-      Refused(InspectData(MnistSpec(sneaky), Roots()).status(), "data.mnist.path", {sneaky}));
+      Refused(spec::InspectData(MnistSpec(sneaky), Roots()).status(), "data.mnist.path", {sneaky}));
 }
 
 TEST_F(DataChecks, ASymlinkInsideARootThatLeadsOutIsRefused) {
   const std::string target = MnistFolder(outside_, "mnist");
   const std::string link = root_ + "/mnist";
   fs::create_directory_symlink(target, link);
-  EXPECT_TRUE(Refused(InspectData(MnistSpec(link), Roots()).status(), "data.mnist.path",
+  EXPECT_TRUE(Refused(spec::InspectData(MnistSpec(link), Roots()).status(), "data.mnist.path",
                       {link, "outside the coordinator's data roots"}));
 
   // A link that stays inside the roots is fine.
   const std::string inner = MnistFolder(root_, "real");
   fs::create_directory_symlink(inner, root_ + "/alias");
-  EXPECT_TRUE(InspectData(MnistSpec(root_ + "/alias"), Roots()).ok());
+  EXPECT_TRUE(spec::InspectData(MnistSpec(root_ + "/alias"), Roots()).ok());
 }
 
 TEST_F(DataChecks, AFileInsideTheFolderThatLinksOutOfTheRootsIsRefused) {
@@ -204,13 +204,13 @@ TEST_F(DataChecks, AFileInsideTheFolderThatLinksOutOfTheRootsIsRefused) {
   const std::string link = folder + "/" + testing::kMnistTrainImages;
   fs::remove(link);
   fs::create_symlink(elsewhere + "/" + testing::kMnistTrainImages, link);
-  EXPECT_TRUE(Refused(InspectData(MnistSpec(folder), Roots()).status(), "data.mnist.path", {link}));
+  EXPECT_TRUE(Refused(spec::InspectData(MnistSpec(folder), Roots()).status(), "data.mnist.path", {link}));
 
   // The same for a token file's link, which Resolve already follows.
   const std::string tokens = outside_ + "/tokens.bin";
   testing::WriteTokens(tokens, testing::CountingTokens(400, 0, 256));
   fs::create_symlink(tokens, root_ + "/tokens.bin");
-  EXPECT_TRUE(Refused(InspectData(TokenSpec(root_ + "/tokens.bin", "", 256, 16), Roots()).status(),
+  EXPECT_TRUE(Refused(spec::InspectData(TokenSpec(root_ + "/tokens.bin", "", 256, 16), Roots()).status(),
                       "data.tokens.train_path", {root_ + "/tokens.bin"}));
 }
 
@@ -244,7 +244,7 @@ TEST_F(DataChecks, AFolderSwappedForALinkOutOfTheRootsAfterItsPathWasCheckedIsNo
   int inside = 0, refused_at_resolve = 0, refused_at_open = 0, read_outside = 0;
   const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(1500);
   while (std::chrono::steady_clock::now() < until) {
-    const absl::Status s = InspectData(TokenSpec(path, "", 256, 16), Roots()).status();
+    const absl::Status s = spec::InspectData(TokenSpec(path, "", 256, 16), Roots()).status();
     const std::string message(s.message());
     if (s.ok()) {
       ++inside;
@@ -270,10 +270,10 @@ TEST_F(DataChecks, AFolderSwappedForALinkOutOfTheRootsAfterItsPathWasCheckedIsNo
 
 TEST_F(DataChecks, AMissingPathIsRefused) {
   const std::string path = root_ + "/nothing-here";
-  EXPECT_TRUE(Refused(InspectData(MnistSpec(path), Roots()).status(), "data.mnist.path",
+  EXPECT_TRUE(Refused(spec::InspectData(MnistSpec(path), Roots()).status(), "data.mnist.path",
                       {path, "No such file"}));
   EXPECT_TRUE(
-      Refused(InspectData(MnistSpec(""), Roots()).status(), "data.mnist.path", {"required"}));
+      Refused(spec::InspectData(MnistSpec(""), Roots()).status(), "data.mnist.path", {"required"}));
 }
 
 TEST_F(DataChecks, ATorchScriptModelOutsideTheRootsIsRefused) {
@@ -281,7 +281,7 @@ TEST_F(DataChecks, ATorchScriptModelOutsideTheRootsIsRefused) {
   testing::WriteBytes(model, "not really a model");
   v1::JobSpec spec = MnistSpec(MnistFolder(root_, "mnist"));
   spec.mutable_model()->mutable_torchscript()->set_path(model);
-  EXPECT_TRUE(Refused(InspectData(spec, Roots()).status(), "model.torchscript.path", {model}));
+  EXPECT_TRUE(Refused(spec::InspectData(spec, Roots()).status(), "model.torchscript.path", {model}));
 }
 
 // --- What the files must hold ----------------------------------------------------------
@@ -289,7 +289,7 @@ TEST_F(DataChecks, ATorchScriptModelOutsideTheRootsIsRefused) {
 TEST_F(DataChecks, AnMnistFolderMissingAFileIsRefused) {
   const std::string folder = MnistFolder(root_, "mnist");
   fs::remove(folder + "/" + testing::kMnistTestImages);
-  EXPECT_TRUE(Refused(InspectData(MnistSpec(folder), Roots()).status(), "data.mnist.path",
+  EXPECT_TRUE(Refused(spec::InspectData(MnistSpec(folder), Roots()).status(), "data.mnist.path",
                       {folder, testing::kMnistTestImages}));
 }
 
@@ -300,7 +300,7 @@ TEST_F(DataChecks, ATruncatedIdxFileIsRefused) {
     const std::string file = folder + "/" + testing::kMnistTrainImages + (gzip ? ".gz" : "");
     fs::resize_file(file, fs::file_size(file) - 20);
     EXPECT_TRUE(
-        Refused(InspectData(MnistSpec(folder), Roots()).status(), "data.mnist.path", {file}));
+        Refused(spec::InspectData(MnistSpec(folder), Roots()).status(), "data.mnist.path", {file}));
   }
 }
 
@@ -309,7 +309,7 @@ TEST_F(DataChecks, AFileWithTheWrongMagicNumberIsRefused) {
   const std::string file = folder + "/" + testing::kMnistTestLabels;
   // A file of images where the labels belong.
   testing::WriteBytes(file, testing::IdxBytes({12, 1, 1}, std::vector<uint8_t>(12)));
-  EXPECT_TRUE(Refused(InspectData(MnistSpec(folder), Roots()).status(), "data.mnist.path",
+  EXPECT_TRUE(Refused(spec::InspectData(MnistSpec(folder), Roots()).status(), "data.mnist.path",
                       {file, "magic number"}));
 }
 
@@ -318,7 +318,7 @@ TEST_F(DataChecks, ImagesAndLabelsOfDifferentCountsAreRefused) {
   testing::WriteBytes(folder + "/" + testing::kMnistTrainLabels,
                       testing::IdxBytes({29}, std::vector<uint8_t>(29)));
   EXPECT_TRUE(Refused(
-      InspectData(MnistSpec(folder), Roots()).status(), "data.mnist.path",
+      spec::InspectData(MnistSpec(folder), Roots()).status(), "data.mnist.path",
       {folder + "/" + testing::kMnistTrainImages, folder + "/" + testing::kMnistTrainLabels}));
 }
 
@@ -329,7 +329,7 @@ TEST_F(DataChecks, ACifarBatchOfPartialRecordsIsRefused) {
   testing::WriteBytes(folder + "/data_batch_2.bin", testing::CifarRecords({1}) + "x");
   v1::JobSpec spec = MnistSpec("");
   spec.mutable_data()->mutable_cifar10()->set_path(folder);
-  EXPECT_TRUE(Refused(InspectData(spec, Roots()).status(), "data.cifar10.path",
+  EXPECT_TRUE(Refused(spec::InspectData(spec, Roots()).status(), "data.cifar10.path",
                       {folder + "/data_batch_2.bin"}));
 }
 
@@ -339,16 +339,16 @@ TEST_F(DataChecks, ATokenIdOutsideTheVocabularyIsRefused) {
   const std::string bad = root_ + "/bad.bin";
   testing::WriteTokens(bad, ids);
   // Where the id is and what the vocabulary holds; never the id read (the file's content).
-  const absl::Status train = InspectData(TokenSpec(bad, "", 256, 16), Roots()).status();
+  const absl::Status train = spec::InspectData(TokenSpec(bad, "", 256, 16), Roots()).status();
   EXPECT_TRUE(Refused(train, "data.tokens.train_path",
                       {bad, "position 77 (byte offset 154)", "data.tokens.vocab_size 256"}));
   EXPECT_FALSE(absl::StrContains(train.message(), "300")) << train;
   const absl::Status val =
-      InspectData(TokenSpec(Tokens("ok.bin", 400), bad, 256, 16), Roots()).status();
+      spec::InspectData(TokenSpec(Tokens("ok.bin", 400), bad, 256, 16), Roots()).status();
   EXPECT_TRUE(Refused(val, "data.tokens.val_path", {bad, "position 77", "vocab_size 256"}));
   EXPECT_FALSE(absl::StrContains(val.message(), "300")) << val;
   // With a vocabulary that holds it, the same file passes.
-  EXPECT_TRUE(InspectData(TokenSpec(bad, "", 301, 16), Roots()).ok());
+  EXPECT_TRUE(spec::InspectData(TokenSpec(bad, "", 301, 16), Roots()).ok());
 }
 
 // The peak resident memory of this process so far, in bytes (each test runs in a process
@@ -370,7 +370,7 @@ TEST_F(DataChecks, ASparseGigabyteCifarBatchIsCheckedInSmallMemory) {
   v1::JobSpec spec = MnistSpec("");
   spec.mutable_data()->mutable_cifar10()->set_path(folder);
   const long before = PeakRssBytes();
-  auto facts = InspectData(spec, Roots());
+  auto facts = spec::InspectData(spec, Roots());
   ASSERT_TRUE(facts.ok()) << facts.status();
   EXPECT_EQ(facts->train_samples, kRecords + 4 * 2);
   EXPECT_LT(PeakRssBytes() - before, 64L << 20) << "the batch was read into memory";
@@ -404,7 +404,7 @@ TEST_F(DataChecks, AGzipBombIsCheckedInSmallMemory) {
   WriteGzipBombMnistFolder(folder);
   ASSERT_LT(fs::file_size(folder + "/" + testing::kMnistTrainImages + ".gz"), 16u << 20);
   const long before = PeakRssBytes();
-  auto facts = InspectData(MnistSpec(folder), Roots());
+  auto facts = spec::InspectData(MnistSpec(folder), Roots());
   ASSERT_TRUE(facts.ok()) << facts.status();
   EXPECT_EQ(facts->train_samples, 1024);
   EXPECT_EQ(facts->sample, (std::vector<int64_t>{1, 1024, 1024}));
@@ -432,7 +432,7 @@ TEST_F(DataChecks, AFifoNamedAsADataFileIsRefusedWithoutWaiting) {
   const std::string fifo = root_ + "/train.bin";
   ASSERT_EQ(mkfifo(fifo.c_str(), 0600), 0);
   EXPECT_TRUE(RefusedWithoutWaiting(
-      [&] { return InspectData(TokenSpec(fifo, "", 256, 16), Roots()).status(); },
+      [&] { return spec::InspectData(TokenSpec(fifo, "", 256, 16), Roots()).status(); },
       "data.tokens.train_path", fifo));
 
   const std::string folder = root_ + "/cifar";
@@ -442,14 +442,14 @@ TEST_F(DataChecks, AFifoNamedAsADataFileIsRefusedWithoutWaiting) {
   ASSERT_EQ(mkfifo((folder + "/test_batch.bin").c_str(), 0600), 0);
   v1::JobSpec spec = MnistSpec("");
   spec.mutable_data()->mutable_cifar10()->set_path(folder);
-  EXPECT_TRUE(RefusedWithoutWaiting([&] { return InspectData(spec, Roots()).status(); },
+  EXPECT_TRUE(RefusedWithoutWaiting([&] { return spec::InspectData(spec, Roots()).status(); },
                                     "data.cifar10.path", folder + "/test_batch.bin"));
 }
 
 TEST_F(DataChecks, ATokenFileOfOddSizeIsRefused) {
   const std::string path = root_ + "/odd.bin";
   testing::WriteBytes(path, std::string(401, 'a'));
-  EXPECT_TRUE(Refused(InspectData(TokenSpec(path, "", 256, 16), Roots()).status(),
+  EXPECT_TRUE(Refused(spec::InspectData(TokenSpec(path, "", 256, 16), Roots()).status(),
                       "data.tokens.train_path", {path}));
 }
 
@@ -458,10 +458,10 @@ TEST_F(DataChecks, ATokenFileTooShortForOneWindowIsRefused) {
   // its one extra target token: 2 * context tokens for one window.
   const std::string path = Tokens("short.bin", 31);
   EXPECT_TRUE(
-      Refused(InspectData(TokenSpec(path, Tokens("val.bin", 64), 256, 16), Roots()).status(),
+      Refused(spec::InspectData(TokenSpec(path, Tokens("val.bin", 64), 256, 16), Roots()).status(),
               "data.tokens.train_path", {path, "data.tokens.context"}));
   EXPECT_TRUE(
-      InspectData(TokenSpec(Tokens("enough.bin", 32), Tokens("val.bin", 64), 256, 16), Roots())
+      spec::InspectData(TokenSpec(Tokens("enough.bin", 32), Tokens("val.bin", 64), 256, 16), Roots())
           .ok());
 }
 
@@ -469,31 +469,31 @@ TEST_F(DataChecks, AValidationFileTooShortForTheWorkersWindowIsRefused) {
   // The same rule as for training data: 31 tokens load no window of 16 on the worker.
   const std::string train = Tokens("train.bin", 400);
   const std::string val = Tokens("val.bin", 31);
-  EXPECT_TRUE(Refused(InspectData(TokenSpec(train, val, 256, 16), Roots()).status(),
+  EXPECT_TRUE(Refused(spec::InspectData(TokenSpec(train, val, 256, 16), Roots()).status(),
                       "data.tokens.val_path", {val}));
-  EXPECT_TRUE(InspectData(TokenSpec(train, Tokens("val32.bin", 32), 256, 16), Roots()).ok());
+  EXPECT_TRUE(spec::InspectData(TokenSpec(train, Tokens("val32.bin", 32), 256, 16), Roots()).ok());
 }
 
 TEST_F(DataChecks, AHeldOutTenthTooShortForOneWindowIsRefused) {
   // 300 tokens: 270 train (16 windows of 16), but the 30 held out hold none.
   const std::string path = Tokens("train.bin", 300);
-  EXPECT_TRUE(Refused(InspectData(TokenSpec(path, "", 256, 16), Roots()).status(),
+  EXPECT_TRUE(Refused(spec::InspectData(TokenSpec(path, "", 256, 16), Roots()).status(),
                       "data.tokens.train_path", {path, "data.tokens.val_path"}));
   // 320 tokens hold out 32: one window.
-  EXPECT_TRUE(InspectData(TokenSpec(Tokens("train320.bin", 320), "", 256, 16), Roots()).ok());
+  EXPECT_TRUE(spec::InspectData(TokenSpec(Tokens("train320.bin", 320), "", 256, 16), Roots()).ok());
 }
 
 TEST_F(DataChecks, ABatchLargerThanTheTrainingSetIsRefused) {
   const std::string folder = MnistFolder(root_, "mnist");  // 30 training images
-  auto facts = InspectData(MnistSpec(folder, 31), Roots());
+  auto facts = spec::InspectData(MnistSpec(folder, 31), Roots());
   ASSERT_TRUE(facts.ok()) << facts.status();
-  EXPECT_TRUE(Refused(ValidateAgainstData(MnistSpec(folder, 31), *facts), "training.batch_size",
+  EXPECT_TRUE(Refused(spec::ValidateAgainstData(MnistSpec(folder, 31), *facts), "training.batch_size",
                       {"31", "30", "data.mnist.path", folder}));
-  EXPECT_TRUE(ValidateAgainstData(MnistSpec(folder, 30), *facts).ok());
+  EXPECT_TRUE(spec::ValidateAgainstData(MnistSpec(folder, 30), *facts).ok());
   // Two ranks split the data: 15 each.
   v1::JobSpec two_ranks = MnistSpec(folder, 16);
   two_ranks.mutable_resources()->set_gpus(2);
-  EXPECT_TRUE(Refused(ValidateAgainstData(two_ranks, *facts), "training.batch_size",
+  EXPECT_TRUE(Refused(spec::ValidateAgainstData(two_ranks, *facts), "training.batch_size",
                       {"15", "each rank", folder}));
 
   // Token windows count as samples: 400 tokens, context 16, no val_path: 360 train
@@ -501,9 +501,9 @@ TEST_F(DataChecks, ABatchLargerThanTheTrainingSetIsRefused) {
   const std::string tokens = Tokens("train.bin", 400);
   v1::JobSpec token_spec = TokenSpec(tokens, "", 256, 16);
   token_spec.mutable_training()->set_batch_size(22);
-  auto token_facts = InspectData(token_spec, Roots());
+  auto token_facts = spec::InspectData(token_spec, Roots());
   ASSERT_TRUE(token_facts.ok()) << token_facts.status();
-  EXPECT_TRUE(Refused(ValidateAgainstData(token_spec, *token_facts), "training.batch_size",
+  EXPECT_TRUE(Refused(spec::ValidateAgainstData(token_spec, *token_facts), "training.batch_size",
                       {"21", tokens}));
 }
 
@@ -513,14 +513,14 @@ TEST_F(DataChecks, AnMnistFolderGivesItsShapeClassesAndSampleCount) {
   for (bool gzip : {false, true}) {
     SCOPED_TRACE(gzip ? "gzip" : "plain");
     const std::string folder = MnistFolder(root_, gzip ? "gz" : "plain", gzip);
-    auto facts = InspectData(MnistSpec(folder), Roots());
+    auto facts = spec::InspectData(MnistSpec(folder), Roots());
     ASSERT_TRUE(facts.ok()) << facts.status();
-    EXPECT_EQ(facts->kind, DataFacts::Kind::kImage);
+    EXPECT_EQ(facts->kind, spec::DataFacts::Kind::kImage);
     EXPECT_EQ(facts->sample, (std::vector<int64_t>{1, 7, 5}));
     EXPECT_EQ(facts->num_classes, 10);
     EXPECT_EQ(facts->train_samples, 30);
     EXPECT_TRUE(absl::StrContains(facts->source, "data.mnist.path")) << facts->source;
-    EXPECT_TRUE(ValidateAgainstData(MnistSpec(folder), *facts).ok());
+    EXPECT_TRUE(spec::ValidateAgainstData(MnistSpec(folder), *facts).ok());
   }
 }
 
@@ -530,9 +530,9 @@ TEST_F(DataChecks, ACifarFolderGivesItsShapeClassesAndSampleCount) {
   testing::WriteCifarFolder(folder, 3, 2);
   v1::JobSpec spec = MnistSpec("");
   spec.mutable_data()->mutable_cifar10()->set_path(folder);
-  auto facts = InspectData(spec, Roots());
+  auto facts = spec::InspectData(spec, Roots());
   ASSERT_TRUE(facts.ok()) << facts.status();
-  EXPECT_EQ(facts->kind, DataFacts::Kind::kImage);
+  EXPECT_EQ(facts->kind, spec::DataFacts::Kind::kImage);
   EXPECT_EQ(facts->sample, (std::vector<int64_t>{3, 32, 32}));
   EXPECT_EQ(facts->num_classes, 10);
   EXPECT_EQ(facts->train_samples, 15);
@@ -541,14 +541,14 @@ TEST_F(DataChecks, ACifarFolderGivesItsShapeClassesAndSampleCount) {
 TEST_F(DataChecks, ATokenFileGivesItsVocabularyContextAndWindows) {
   const std::string train = Tokens("train.bin", 1000);
   // No val_path: the last tenth is held out, 900 tokens train: (900 - 16) / 16 windows.
-  auto held_out = InspectData(TokenSpec(train, "", 300, 16), Roots());
+  auto held_out = spec::InspectData(TokenSpec(train, "", 300, 16), Roots());
   ASSERT_TRUE(held_out.ok()) << held_out.status();
-  EXPECT_EQ(held_out->kind, DataFacts::Kind::kTokens);
+  EXPECT_EQ(held_out->kind, spec::DataFacts::Kind::kTokens);
   EXPECT_EQ(held_out->vocab_size, 300);
   EXPECT_EQ(held_out->sample, (std::vector<int64_t>{16}));
   EXPECT_EQ(held_out->train_samples, 55);
   // With val_path every training token trains: (1000 - 16) / 16.
-  auto with_val = InspectData(TokenSpec(train, Tokens("val.bin", 100), 300, 16), Roots());
+  auto with_val = spec::InspectData(TokenSpec(train, Tokens("val.bin", 100), 300, 16), Roots());
   ASSERT_TRUE(with_val.ok()) << with_val.status();
   EXPECT_EQ(with_val->train_samples, 61);
   EXPECT_EQ(with_val->sample, (std::vector<int64_t>{16}));
@@ -556,7 +556,7 @@ TEST_F(DataChecks, ATokenFileGivesItsVocabularyContextAndWindows) {
 
 TEST_F(DataChecks, TokenDataDefaultsToByteVocabularyAndContext256) {
   const std::string train = Tokens("train.bin", 10000);
-  auto facts = InspectData(TokenSpec(train, "", 0, 0), Roots());
+  auto facts = spec::InspectData(TokenSpec(train, "", 0, 0), Roots());
   ASSERT_TRUE(facts.ok()) << facts.status();
   EXPECT_EQ(facts->vocab_size, 256);
   EXPECT_EQ(facts->sample, (std::vector<int64_t>{256}));

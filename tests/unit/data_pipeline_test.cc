@@ -25,7 +25,7 @@
 #include "formats/token_file.h"
 #include "tests/support/data_files.h"
 #include "tests/support/temp_dir.h"
-#include "worker/common/files.h"
+#include "files/posix_files.h"
 #include "worker/common/status_error.h"
 #include "worker/data/batch_prep.h"
 #include "worker/data/dataset.h"

@@ -17,8 +17,8 @@
 #include "formats/token_file.h"
 #include "tests/support/data_files.h"
 #include "tests/support/temp_dir.h"
-#include "worker/common/files.h"
-#include "worker/common/rooted_open.h"
+#include "files/posix_files.h"
+#include "files/rooted_open.h"
 
 namespace stoke {
 namespace {

@@ -19,7 +19,7 @@
 #include "server/api/executor.h"
 #include "server/api/grpc_server.h"
 #include "server/api/grpc_status.h"
-#include "server/api/job_spec_rules.h"
+#include "spec/job_spec_rules.h"
 #include "server/api/worker_link_service.h"
 #include "server/metrics/coordinator_metrics.h"
 #include "server/store/sqlite_job_store.h"

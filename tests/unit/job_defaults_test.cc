@@ -8,8 +8,8 @@
 #include <tuple>
 #include <variant>
 
-#include "server/api/data_checks.h"
-#include "server/api/job_spec_rules.h"
+#include "spec/data_checks.h"
+#include "spec/job_spec_rules.h"
 #include "tests/support/small_tasks.h"
 #include "worker/link/task_translation.h"
 
@@ -75,11 +75,11 @@ void ExpectSameTask(const TrainTask& direct, const TrainTask& submitted) {
 // What the worker receives for this spec, after the coordinator has checked and completed
 // it.
 TrainTask Submitted(v1::JobSpec spec) {
-  EXPECT_TRUE(server::ValidateJobSpec(spec).ok());
-  auto facts = server::InspectData(spec, server::DataRoots({}));
+  EXPECT_TRUE(spec::ValidateJobSpec(spec).ok());
+  auto facts = spec::InspectData(spec, spec::DataRoots({}));
   EXPECT_TRUE(facts.ok()) << facts.status();
-  EXPECT_TRUE(server::ValidateAgainstData(spec, *facts).ok());
-  server::ApplyJobSpecDefaults(spec, *facts);
+  EXPECT_TRUE(spec::ValidateAgainstData(spec, *facts).ok());
+  spec::ApplyJobSpecDefaults(spec, *facts);
   v1::Assignment assignment;
   assignment.set_job_id("1");
   *assignment.mutable_spec() = spec;

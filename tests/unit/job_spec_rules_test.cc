@@ -1,8 +1,11 @@
 // Submission-time validation names the offending field; defaults complete a valid spec.
-#include "server/api/job_spec_rules.h"
+#include "spec/job_spec_rules.h"
+#include "absl/strings/match.h"
+#include "spec/job_spec_file.h"
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <functional>
 
 namespace stoke::server {
@@ -11,14 +14,14 @@ namespace {
 // Runs the submission rules that need no files, as the coordinator does: the spec alone,
 // then against the synthetic data it describes.
 absl::Status Check(const v1::JobSpec& spec) {
-  if (auto s = ValidateJobSpec(spec); !s.ok()) return s;
-  auto data = InspectData(spec, DataRoots({}));
+  if (auto s = spec::ValidateJobSpec(spec); !s.ok()) return s;
+  auto data = spec::InspectData(spec, spec::DataRoots({}));
   if (!data.ok()) return data.status();
-  return ValidateAgainstData(spec, *data);
+  return spec::ValidateAgainstData(spec, *data);
 }
 
 v1::JobSpec Completed(v1::JobSpec spec) {
-  ApplyJobSpecDefaults(spec, *InspectData(spec, DataRoots({})));
+  spec::ApplyJobSpecDefaults(spec, *spec::InspectData(spec, spec::DataRoots({})));
   return spec;
 }
 
@@ -36,6 +39,38 @@ struct BadCase {
 };
 
 TEST(JobSpecRules, AValidSpecPasses) { EXPECT_TRUE(Check(ValidSpec()).ok()); }
+
+TEST(JobSpecRules, EveryProblemIsFoundNotOnlyTheFirst) {
+  v1::JobSpec spec = ValidSpec();
+  spec.mutable_training()->set_steps(0);
+  spec.mutable_training()->set_batch_size(1u << 30);
+  spec.mutable_optimizer()->set_lr(100);
+  spec.mutable_model()->mutable_mlp()->set_dropout(2);
+  spec.mutable_checkpoint()->set_keep(1000);
+  std::vector<std::string> fields;
+  for (const absl::Status& s : spec::CheckJobSpec(spec)) {
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+    fields.push_back(spec::ProblemOfStatus(s).field);
+  }
+  EXPECT_EQ(fields, (std::vector<std::string>{"model.mlp.dropout", "optimizer.lr", "training.steps",
+                                              "training.batch_size", "checkpoint.keep"}));
+  // Joined, a line each, in the same order.
+  const absl::Status joined = spec::ValidateJobSpec(spec);
+  EXPECT_EQ(std::count(joined.message().begin(), joined.message().end(), '\n'), 4);
+  EXPECT_TRUE(absl::StartsWith(joined.message(), "model.mlp.dropout: "));
+}
+
+TEST(JobSpecRules, AModelThatCannotTakeTheDataIsTheOnlyProblemSaid) {
+  v1::JobSpec spec = ValidSpec();
+  spec.mutable_data()->mutable_synthetic()->set_vocab_size(50);
+  spec.mutable_data()->mutable_synthetic()->set_context(16);
+  spec.mutable_model()->mutable_mlp()->set_input_dim(7);
+  auto data = spec::InspectData(spec, spec::DataRoots({}));
+  ASSERT_TRUE(data.ok());
+  const auto problems = spec::CheckAgainstData(spec, *data);
+  ASSERT_EQ(problems.size(), 1u);
+  EXPECT_TRUE(absl::StartsWith(problems[0].message(), "model.mlp: cannot take the token data"));
+}
 
 TEST(JobSpecRules, EachBadFieldIsNamed) {
   const std::vector<BadCase> cases = {
@@ -180,7 +215,7 @@ TEST(JobSpecRules, UnknownEnumValuesAndOverlongFieldsAreNamed) {
   for (const auto& c : cases) {
     v1::JobSpec spec = ValidSpec();
     c.breaks(spec);
-    absl::Status status = ValidateJobSpec(spec);
+    absl::Status status = spec::ValidateJobSpec(spec);
     EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << c.field;
     EXPECT_EQ(std::string(status.message()).rfind(c.field + ":", 0), 0u)
         << "expected the error to name " << c.field << ", got: " << status.message();
@@ -233,7 +268,7 @@ v1::JobSpec ScriptSpec() {
 }
 
 TEST(JobSpecRules, AScriptJobNeedsItsProgramAndNothingOfStokesLoop) {
-  EXPECT_TRUE(ValidateJobSpec(ScriptSpec()).ok());
+  EXPECT_TRUE(spec::ValidateJobSpec(ScriptSpec()).ok());
   const std::vector<BadCase> cases = {
       {"command.argv", [](v1::JobSpec& s) { s.mutable_command()->clear_argv(); }},
       {"command.argv", [](v1::JobSpec& s) { s.mutable_command()->set_argv(0, ""); }},
@@ -253,7 +288,7 @@ TEST(JobSpecRules, AScriptJobNeedsItsProgramAndNothingOfStokesLoop) {
   for (const auto& c : cases) {
     v1::JobSpec spec = ScriptSpec();
     c.breaks(spec);
-    const absl::Status s = ValidateJobSpec(spec);
+    const absl::Status s = spec::ValidateJobSpec(spec);
     EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << c.field;
     EXPECT_EQ(s.message().rfind(c.field + ":", 0), 0u) << c.field << " -> " << s.message();
   }
@@ -261,13 +296,13 @@ TEST(JobSpecRules, AScriptJobNeedsItsProgramAndNothingOfStokesLoop) {
   v1::JobSpec spec = ScriptSpec();
   spec.mutable_data();
   spec.mutable_command()->add_env("HF_HOME=/data/hf");
-  EXPECT_TRUE(ValidateJobSpec(spec).ok());
+  EXPECT_TRUE(spec::ValidateJobSpec(spec).ok());
 }
 
 TEST(JobSpecRules, AScriptJobGetsItsGraceDevicesAndRestarts) {
   v1::JobSpec spec = ScriptSpec();
   spec.mutable_resources()->set_gpus(2);
-  ApplyCommandDefaults(spec);
+  spec::ApplyCommandDefaults(spec);
   EXPECT_EQ(spec.command().grace_seconds(), 30u);
   EXPECT_EQ(spec.resources().gpus(), 2u);
   EXPECT_EQ(spec.max_restarts(), 3u);

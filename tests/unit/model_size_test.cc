@@ -1,23 +1,23 @@
 // Jobs that cannot allocate are refused at submission, naming the field to change: the
 // size arithmetic is 64-bit and saturating, so no spec overflows its way past the cap.
-#include "server/api/model_size.h"
+#include "spec/model_size.h"
 
 #include <gtest/gtest.h>
 
 #include <cstdint>
 #include <limits>
 
-#include "server/api/job_spec_rules.h"
+#include "spec/job_spec_rules.h"
 
 namespace stoke::server {
 namespace {
 
 // The submission rules as the coordinator runs them on synthetic data.
 absl::Status Check(const v1::JobSpec& spec) {
-  if (auto s = ValidateJobSpec(spec); !s.ok()) return s;
-  auto data = InspectData(spec, DataRoots({}));
+  if (auto s = spec::ValidateJobSpec(spec); !s.ok()) return s;
+  auto data = spec::InspectData(spec, spec::DataRoots({}));
   if (!data.ok()) return data.status();
-  return ValidateAgainstData(spec, *data);
+  return spec::ValidateAgainstData(spec, *data);
 }
 
 v1::JobSpec Images(uint32_t channels, uint32_t height, uint32_t width) {
@@ -48,19 +48,19 @@ void ExpectRefused(const absl::Status& status, const std::string& field) {
 
 TEST(ModelSize, SaturatesInsteadOfWrapping) {
   constexpr uint64_t kMax = std::numeric_limits<uint64_t>::max();
-  EXPECT_EQ(SaturatingMul(uint64_t{1} << 32, uint64_t{1} << 32), kMax);
-  EXPECT_EQ(SaturatingMul(uint64_t{1} << 31, uint64_t{1} << 32), uint64_t{1} << 63);
-  EXPECT_EQ(SaturatingAdd(kMax - 1, 2), kMax);
-  EXPECT_EQ(SaturatingAdd(kMax, kMax), kMax);
+  EXPECT_EQ(spec::SaturatingMul(uint64_t{1} << 32, uint64_t{1} << 32), kMax);
+  EXPECT_EQ(spec::SaturatingMul(uint64_t{1} << 31, uint64_t{1} << 32), uint64_t{1} << 63);
+  EXPECT_EQ(spec::SaturatingAdd(kMax - 1, 2), kMax);
+  EXPECT_EQ(spec::SaturatingAdd(kMax, kMax), kMax);
 }
 
 TEST(ModelSize, CountsTheParametersOfKnownModels) {
   // GPT-2 small: 124M parameters (tied embeddings).
   v1::JobSpec gpt = Gpt(768, 12);
   gpt.mutable_model()->mutable_gpt()->set_heads(12);
-  auto data = InspectData(gpt, DataRoots({}));
+  auto data = spec::InspectData(gpt, spec::DataRoots({}));
   ASSERT_TRUE(data.ok());
-  const ModelSize size = EstimateModelSize(gpt, *data);
+  const spec::ModelSize size = spec::EstimateModelSize(gpt, *data);
   EXPECT_NEAR(static_cast<double>(size.parameters), 124.4e6, 0.5e6);
   EXPECT_EQ(size.state_bytes, size.parameters * 16);  // AdamW: weights, grads, two moments
   // An MLP 784 -> 100 -> 10: 78,500 + 1,010.
@@ -69,10 +69,10 @@ TEST(ModelSize, CountsTheParametersOfKnownModels) {
   mlp.mutable_data()->mutable_synthetic()->set_features(784);
   mlp.mutable_optimizer()->mutable_sgd();
   mlp.mutable_training()->set_steps(1);
-  data = InspectData(mlp, DataRoots({}));
+  data = spec::InspectData(mlp, spec::DataRoots({}));
   ASSERT_TRUE(data.ok());
-  EXPECT_EQ(EstimateModelSize(mlp, *data).parameters, 79'510u);
-  EXPECT_EQ(EstimateModelSize(mlp, *data).state_bytes, 79'510u * 8);  // plain SGD: no state
+  EXPECT_EQ(spec::EstimateModelSize(mlp, *data).parameters, 79'510u);
+  EXPECT_EQ(spec::EstimateModelSize(mlp, *data).state_bytes, 79'510u * 8);  // plain SGD: no state
 }
 
 TEST(ModelSize, OrdinaryJobsPass) {

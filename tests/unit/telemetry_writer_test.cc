@@ -8,7 +8,7 @@
 #include <mutex>
 #include <thread>
 
-#include "server/api/job_spec_rules.h"
+#include "spec/job_spec_rules.h"
 #include "server/core/coordinator.h"
 #include "server/store/sqlite_job_store.h"
 #include "tests/support/forwarding_job_store.h"
@@ -156,8 +156,8 @@ class TelemetryWriterTest : public ::testing::Test {
     spec.mutable_model()->mutable_mlp();
     spec.mutable_data()->mutable_synthetic();
     spec.mutable_training()->set_steps(10);
-    EXPECT_TRUE(ValidateJobSpec(spec).ok());
-    ApplyJobSpecDefaults(spec, *InspectData(spec, DataRoots({})));
+    EXPECT_TRUE(spec::ValidateJobSpec(spec).ok());
+    spec::ApplyJobSpecDefaults(spec, *spec::InspectData(spec, spec::DataRoots({})));
     return spec;
   }
 

@@ -15,7 +15,7 @@
 #include "tests/support/recording_observer.h"
 #include "tests/support/small_tasks.h"
 #include "tests/support/temp_dir.h"
-#include "worker/common/files.h"
+#include "files/posix_files.h"
 
 namespace stoke::worker {
 namespace {

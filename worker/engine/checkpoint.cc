@@ -7,7 +7,7 @@
 #include <mutex>
 #include <stdexcept>
 
-#include "worker/common/files.h"
+#include "files/posix_files.h"
 #include "worker/runtime/torch_device.h"
 
 #if STOKE_WITH_CUDA

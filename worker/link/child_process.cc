@@ -15,7 +15,7 @@
 
 #include "absl/strings/match.h"
 #include "spec/code_bundle.h"
-#include "worker/common/files.h"
+#include "files/posix_files.h"
 
 extern char** environ;
 

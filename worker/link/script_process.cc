@@ -25,7 +25,7 @@
 #include "proto/stoke/v1/limits.h"
 #include "spec/code_bundle.h"
 #include "spec/job_defaults.h"
-#include "worker/common/files.h"
+#include "files/posix_files.h"
 
 namespace stoke::worker {
 namespace {

@@ -23,7 +23,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "stoke/v1/trainer.pb.h"
-#include "worker/common/files.h"
+#include "files/posix_files.h"
 #include "worker/link/child_process.h"
 #include "worker/link/frames.h"
 #include "worker/link/task_translation.h"

@@ -47,8 +47,6 @@ _CLIENT_NAMES = {
     "StateChange": "stoke.events",
     "UnknownEvent": "stoke.events",
     "Job": "stoke.job",
-    "load_job_spec": "stoke.job_spec",
-    "parse_job_spec": "stoke.job_spec",
     "JobState": "stoke.states",
     "JobSpec": "stoke.v1.job_spec_pb2",
 }
@@ -79,7 +77,6 @@ if TYPE_CHECKING:
     )
     from stoke.events import Evaluation, Event, LogLine, Metrics, StateChange, UnknownEvent
     from stoke.job import Job
-    from stoke.job_spec import load_job_spec, parse_job_spec
     from stoke.states import JobState
     from stoke.v1.job_spec_pb2 import JobSpec
 
@@ -111,8 +108,6 @@ __all__ = [
     "UnknownEvent",
     "checkpoint_dir",
     "latest_checkpoint",
-    "load_job_spec",
-    "parse_job_spec",
     "report",
     "should_stop",
 ]

@@ -37,10 +37,10 @@ from stoke.client import _SUBMIT_ATTEMPTS, Checkpoint, Export, TlsOption, _conne
 from stoke.errors import StokeError, Unavailable, error_from_rpc
 from stoke.events import Event, LogLine, Metrics, event_from_proto
 from stoke.job import Job
-from stoke.job_spec import SpecLike, load_job_spec
+from stoke.job_spec import SpecLike, problems_error, validate_request
 from stoke.model_code import read_code
 from stoke.states import StateLike, parse_states
-from stoke.v1 import coordinator_pb2, coordinator_pb2_grpc
+from stoke.v1 import coordinator_pb2, coordinator_pb2_grpc, job_spec_pb2
 from stoke.watch import _FIRST_BACKOFF, _MAX_BACKOFF, _RETRYABLE, _timed_out
 
 __all__ = ["AsyncClient", "AsyncJob"]
@@ -157,7 +157,7 @@ class AsyncClient:
 
     async def submit(self, spec: SpecLike, *, request_id: Optional[str] = None) -> AsyncJob:
         """As :meth:`stoke.Client.submit`: validated, queued, retried with its request id."""
-        message = load_job_spec(spec)
+        message = await self.read_job_spec(spec)
         request = coordinator_pb2.SubmitJobRequest(spec=message)
         if message.model.WhichOneof("kind") == "python":
             request.code.CopyFrom(read_code(message.model.python.file))
@@ -180,6 +180,22 @@ class AsyncClient:
                 if not retryable or attempt + 1 == _SUBMIT_ATTEMPTS:
                     raise error_from_rpc(error, spec=True) from error
         raise AssertionError("unreachable")
+
+    async def validate(self, spec: SpecLike) -> List[coordinator_pb2.SpecProblem]:
+        """As :meth:`stoke.Client.validate`: every problem, storing nothing."""
+        request = validate_request(spec)
+        response = await self._unary(self._stub.ValidateJob, request, spec=True)
+        return list(response.problems)
+
+    async def read_job_spec(self, spec: SpecLike) -> job_spec_pb2.JobSpec:
+        """As :meth:`stoke.Client.read_job_spec`: the coordinator reads the dict or file."""
+        if isinstance(spec, job_spec_pb2.JobSpec):
+            return spec
+        request = validate_request(spec)
+        response = await self._unary(self._stub.ValidateJob, request, spec=True)
+        if response.problems:
+            raise problems_error(request, list(response.problems))
+        return response.spec
 
     async def job(self, job: AsyncJobRef) -> AsyncJob:
         """Reads one job. Raises :class:`stoke.NotFound` for an unknown id."""
@@ -323,11 +339,11 @@ class AsyncClient:
 
     # --- plumbing -------------------------------------------------------------------
 
-    async def _unary(self, method: Any, request: Any) -> Any:
+    async def _unary(self, method: Any, request: Any, *, spec: bool = False) -> Any:
         try:
             return await method(request, timeout=self.timeout, metadata=self._metadata)
         except grpc.RpcError as error:
-            raise error_from_rpc(error) from error
+            raise error_from_rpc(error, spec=spec) from error
 
     async def _watch(
         self, job_id: str, from_seq: int, reconnect_for: float, deadline: Optional[float]

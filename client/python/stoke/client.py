@@ -16,10 +16,10 @@ from stoke.addresses import channel_target
 from stoke.errors import StokeError, error_from_rpc
 from stoke.events import Event
 from stoke.job import Job
-from stoke.job_spec import SpecLike, load_job_spec
+from stoke.job_spec import SpecLike, problems_error, validate_request
 from stoke.model_code import read_code
 from stoke.states import StateLike, parse_states
-from stoke.v1 import coordinator_pb2, coordinator_pb2_grpc
+from stoke.v1 import coordinator_pb2, coordinator_pb2_grpc, job_spec_pb2
 from stoke.watch import WatchTarget, resumable_watch
 
 __all__ = ["Client", "Checkpoint", "Export", "DEFAULT_ADDRESS"]
@@ -188,7 +188,8 @@ class Client:
 
         Args:
             spec: a ``stoke.v1.JobSpec``, a dict in the job-file format, or the path of a
-                YAML/JSON job file (as ``stoke submit`` takes; see :mod:`stoke.job_spec`).
+                YAML/JSON job file (as ``stoke submit`` takes; see :mod:`stoke.job_spec`),
+                which the coordinator reads (:meth:`read_job_spec`).
             request_id: the submission's id (at most 256 characters); a later submission
                 with the same id and spec returns the job this one created.
 
@@ -196,10 +197,11 @@ class Client:
             The job, with its id and its spec with defaults filled in.
 
         Raises:
-            InvalidSpec: the spec is malformed; ``error.field`` names the field
-                (``spec.training.batch_size``), locally or as the coordinator reported it.
+            InvalidSpec: the spec is malformed. A dict's or a file's problems are all in
+                ``error.problems`` (each with its line and column in the file);
+                ``error.field`` names the first (``training.batch_size``).
         """
-        message = load_job_spec(spec)
+        message = self.read_job_spec(spec)
         request = coordinator_pb2.SubmitJobRequest(spec=message)
         if message.model.WhichOneof("kind") == "python":
             # The model's code travels with the job (model.python.file, read here).
@@ -220,6 +222,37 @@ class Client:
                 if not retryable or attempt + 1 == _SUBMIT_ATTEMPTS:
                     raise error_from_rpc(error, spec=True) from error
         raise AssertionError("unreachable")
+
+    def validate(self, spec: SpecLike) -> List[coordinator_pb2.SpecProblem]:
+        """Every problem the coordinator finds with a job, storing nothing.
+
+        The coordinator checks the job as a submission would: the file's grammar (the
+        CLI's own), the spec's rules, the caller's rights and the data the job names.
+        Model code is not read here; :meth:`submit` sends and checks it.
+
+        Returns:
+            ``stoke.v1.SpecProblem`` messages (``field``, ``message``, and ``line`` and
+            ``column`` in the job file); empty when the job would be accepted.
+        """
+        request = validate_request(spec)
+        return list(self._unary(self._stub.ValidateJob, request, spec=True).problems)
+
+    def read_job_spec(self, spec: SpecLike) -> job_spec_pb2.JobSpec:
+        """The ``JobSpec`` a dict or job file stands for, read by the coordinator.
+
+        A ``JobSpec`` is returned as it is. A file's relative data and model paths come back
+        resolved against the file's folder.
+
+        Raises:
+            InvalidSpec: with every problem the coordinator found (``error.problems``).
+        """
+        if isinstance(spec, job_spec_pb2.JobSpec):
+            return spec
+        request = validate_request(spec)
+        response = self._unary(self._stub.ValidateJob, request, spec=True)
+        if response.problems:
+            raise problems_error(request, list(response.problems))
+        return response.spec
 
     def job(self, job: JobRef) -> Job:
         """Reads one job. Raises :class:`NotFound` for an unknown id."""

@@ -61,10 +61,14 @@ class InvalidArgument(StokeError, ValueError):
 
 
 class InvalidSpec(InvalidArgument):
-    """A job spec was rejected: by the local job-file parser or by the coordinator.
+    """A job spec was rejected by the coordinator (or its file could not be read).
 
     Attributes:
-        source: where a locally parsed spec came from (``job.yaml:12``), else ``None``.
+        source: the job file it came from, when the problem is the file's own.
+        problems: every problem the coordinator found (``stoke.v1.SpecProblem``: field,
+            message, line, column), when it checked the job with ``ValidateJob``; the
+            message then holds them all, a line each (``job.yaml:4:3: training.steps:
+            must be at least 1``).
     """
 
     def __init__(
@@ -76,6 +80,7 @@ class InvalidSpec(InvalidArgument):
         source: Optional[str] = None,
     ) -> None:
         self.source = source
+        self.problems: list = []
         super().__init__(details, code=code, field=field)
         if source:
             self.args = (f"{source}: {self.args[0]}",)

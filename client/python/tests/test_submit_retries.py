@@ -27,6 +27,9 @@ class LosesTheFirstAnswer(coordinator_pb2_grpc.CoordinatorServicer):
             context.abort(grpc.StatusCode.UNAVAILABLE, "connection reset")  # ...the answer lost
         return answer
 
+    def ValidateJob(self, request, context):  # noqa: N802 (gRPC's method name)
+        return self._stub.ValidateJob(request)  # the dict's reading: passed through
+
 
 @pytest.fixture
 def proxy(idle_coordinator: Coordinator):

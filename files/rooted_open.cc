@@ -1,4 +1,4 @@
-#include "worker/common/rooted_open.h"
+#include "files/rooted_open.h"
 
 #include <fcntl.h>
 #include <limits.h>

@@ -12,7 +12,7 @@
 #include "absl/status/statusor.h"
 #include "stoke/v1/job_spec.pb.h"
 
-namespace stoke::server {
+namespace stoke::spec {
 
 struct DataFacts {
   enum class Kind { kVector, kImage, kTokens };
@@ -52,4 +52,4 @@ absl::Status ResolveDataRootPaths(v1::JobSpec& spec, const DataRoots& roots);
 // and the file.
 absl::StatusOr<DataFacts> InspectData(const v1::JobSpec& spec, const DataRoots& roots);
 
-}  // namespace stoke::server
+}  // namespace stoke::spec

@@ -1,4 +1,4 @@
-#include "server/api/model_size.h"
+#include "spec/model_size.h"
 
 #include <cstdio>
 #include <limits>
@@ -8,7 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "spec/job_defaults.h"
 
-namespace stoke::server {
+namespace stoke::spec {
 namespace {
 
 constexpr uint64_t kSaturated = std::numeric_limits<uint64_t>::max();
@@ -279,4 +279,4 @@ absl::Status CheckModelSize(const v1::JobSpec& spec, const DataFacts& data) {
   return absl::OkStatus();
 }
 
-}  // namespace stoke::server
+}  // namespace stoke::spec

@@ -9,10 +9,10 @@
 #include <cstdint>
 
 #include "absl/status/status.h"
-#include "server/api/data_checks.h"
+#include "spec/data_checks.h"
 #include "stoke/v1/job_spec.pb.h"
 
-namespace stoke::server {
+namespace stoke::spec {
 
 // One rank holds the whole model (data parallel): its weights, gradients and optimizer
 // state, plus one step's inputs and activations, must fit in this much memory, about one
@@ -42,4 +42,4 @@ ModelSize EstimateModelSize(const v1::JobSpec& spec, const DataFacts& data);
 // layer that alone exceeds it, else the model, else the batch.
 absl::Status CheckModelSize(const v1::JobSpec& spec, const DataFacts& data);
 
-}  // namespace stoke::server
+}  // namespace stoke::spec

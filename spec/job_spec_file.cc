@@ -1,4 +1,4 @@
-#include "client/lib/job_spec_file.h"
+#include "spec/job_spec_file.h"
 
 #include <fcntl.h>
 #include <google/protobuf/descriptor.h>
@@ -29,7 +29,7 @@
 #include "spec/code_bundle.h"
 #include "spec/data_paths.h"
 
-namespace stoke::client {
+namespace stoke::spec {
 namespace {
 
 using google::protobuf::Descriptor;
@@ -38,10 +38,14 @@ using google::protobuf::FieldDescriptor;
 using google::protobuf::Message;
 using google::protobuf::Reflection;
 
-// Converts one YAML document into a message, collecting the first error with its place.
+// Converts one YAML document into a message, collecting every error with its place (a
+// field in error is left out, and reading goes on), and where each field was written.
 class SpecReader {
  public:
   explicit SpecReader(std::string source) : source_(std::move(source)) {}
+
+  std::vector<JobFileProblem>& problems() { return problems_; }
+  std::map<std::string, JobFilePosition>& positions() { return positions_; }
 
   absl::Status Fill(const YAML::Node& node, Message& message, const std::string& path) {
     if (node.IsNull()) return absl::OkStatus();  // "adamw:" with nothing under it
@@ -52,23 +56,30 @@ class SpecReader {
     }
     const Descriptor* descriptor = message.GetDescriptor();
     std::map<const google::protobuf::OneofDescriptor*, std::string> oneofs_set;
+    std::set<std::string> keys;
     for (const auto& entry : node) {
       const std::string key = entry.first.as<std::string>();
+      // A key given twice is CheckDocument's problem; its second value is not read.
+      if (!keys.insert(key).second) continue;
       const std::string field_path = path.empty() ? key : absl::StrCat(path, ".", key);
       const FieldDescriptor* field = descriptor->FindFieldByName(key);
       if (field == nullptr) field = FindByJsonName(descriptor, key);
+      Place(entry.first, field_path);
       if (field == nullptr) {
-        return Error(entry.first, field_path, UnknownFieldMessage(descriptor, key));
+        Error(entry.first, field_path, UnknownFieldMessage(descriptor, key)).IgnoreError();
+        continue;
       }
       if (const auto* oneof = field->real_containing_oneof()) {
         auto [it, inserted] = oneofs_set.emplace(oneof, key);
         if (!inserted) {
-          return Error(entry.first, field_path,
-                       absl::StrCat("conflicts with ", it->second, ": set only one of ",
-                                    OneofMembers(oneof)));
+          Error(entry.first, field_path,
+                absl::StrCat("conflicts with ", it->second, ": set only one of ",
+                             OneofMembers(oneof)))
+              .IgnoreError();
+          continue;
         }
       }
-      if (auto s = SetField(entry.second, message, field, field_path); !s.ok()) return s;
+      SetField(entry.second, message, field, field_path).IgnoreError();  // recorded
     }
     return absl::OkStatus();
   }
@@ -84,10 +95,9 @@ class SpecReader {
         return Error(node, path, absl::StrCat("expected a list, got ", Describe(node)));
       }
       for (size_t i = 0; i < node.size(); ++i) {
-        if (auto s = AddElement(node[i], message, field, absl::StrCat(path, "[", i, "]"));
-            !s.ok()) {
-          return s;
-        }
+        const std::string element = absl::StrCat(path, "[", i, "]");
+        Place(node[i], element);
+        AddElement(node[i], message, field, element).IgnoreError();  // recorded
       }
       return absl::OkStatus();
     }
@@ -294,11 +304,18 @@ class SpecReader {
   }
 
   // "bf16", "BF16" and "PRECISION_BF16" all name PRECISION_BF16.
+  // A switch (on, off, default) also takes true and false, as JSON and Python write them.
   static const google::protobuf::EnumValueDescriptor* FindEnumValue(const EnumDescriptor* type,
                                                                     const std::string& text) {
-    const std::string upper = absl::AsciiStrToUpper(text);
+    std::string upper = absl::AsciiStrToUpper(text);
     if (const auto* v = type->FindValueByName(upper)) return v;
-    return type->FindValueByName(EnumPrefix(type) + upper);
+    const std::string prefix = EnumPrefix(type);
+    if (upper == "TRUE" || upper == "FALSE") {
+      const auto* on = type->FindValueByName(prefix + "ON");
+      const auto* off = type->FindValueByName(prefix + "OFF");
+      if (on != nullptr && off != nullptr) return upper == "TRUE" ? on : off;
+    }
+    return type->FindValueByName(prefix + upper);
   }
 
   // The prefix every value of the enum shares, up to an underscore: "RESNET_STEM_" for
@@ -400,15 +417,26 @@ class SpecReader {
     return Error(node, path, absl::StrCat("expected ", TypeName(field), ", got \"", text, "\""));
   }
 
+  // Records the problem, and returns it for the caller to stop at.
   absl::Status Error(const YAML::Node& node, const std::string& path, const std::string& problem) {
     const YAML::Mark mark = node.Mark();
-    std::string where = source_;
-    if (!mark.is_null()) absl::StrAppend(&where, ":", mark.line + 1);
-    return absl::InvalidArgumentError(
-        absl::StrCat(where, ": ", path.empty() ? "(top level)" : path, ": ", problem));
+    JobFileProblem found{path, problem, 0, 0};
+    if (!mark.is_null()) {
+      found.line = mark.line + 1;
+      found.column = mark.column + 1;
+    }
+    problems_.push_back(found);
+    return absl::InvalidArgumentError(found.message);
+  }
+
+  void Place(const YAML::Node& node, const std::string& path) {
+    const YAML::Mark mark = node.Mark();
+    if (!mark.is_null()) positions_[path] = {mark.line + 1, mark.column + 1};
   }
 
   const std::string source_;
+  std::vector<JobFileProblem> problems_;
+  std::map<std::string, JobFilePosition> positions_;
 };
 
 // Values a job file may hold once its aliases are expanded. A real one holds hundreds; a
@@ -471,11 +499,11 @@ class DocumentShape final : public YAML::EventHandler {
 // What yaml-cpp accepts but a job file must not hold, found before any field is read:
 // a key given twice (yaml-cpp keeps both, and the last would silently win) and tags
 // other than YAML's core ones (a !!binary value would be read as its base64 text).
-absl::Status CheckDocument(const YAML::Node& node, const std::string& source) {
+void CheckDocument(const YAML::Node& node, std::vector<JobFileProblem>& problems) {
   auto error = [&](const YAML::Node& at, const std::string& problem) {
     const YAML::Mark mark = at.Mark();
-    return absl::InvalidArgumentError(absl::StrCat(
-        source, mark.is_null() ? "" : absl::StrCat(":", mark.line + 1), ": ", problem));
+    problems.push_back(
+        {"", problem, mark.is_null() ? 0 : mark.line + 1, mark.is_null() ? 0 : mark.column + 1});
   };
   static const std::set<std::string> kCoreTags = {"",
                                                   "?",
@@ -488,35 +516,31 @@ absl::Status CheckDocument(const YAML::Node& node, const std::string& source) {
                                                   "tag:yaml.org,2002:map",
                                                   "tag:yaml.org,2002:seq"};
   if (!kCoreTags.count(node.Tag())) {
-    return error(node, absl::StrCat("the tag ", node.Tag(),
-                                    " is not supported in job files (write the value plainly)"));
+    error(node, absl::StrCat("the tag ", node.Tag(),
+                             " is not supported in job files (write the value plainly)"));
   }
   if (node.IsSequence()) {
-    for (const auto& element : node) {
-      if (auto s = CheckDocument(element, source); !s.ok()) return s;
-    }
+    for (const auto& element : node) CheckDocument(element, problems);
   } else if (node.IsMap()) {
     std::map<std::string, int> seen;  // key -> line
     for (const auto& entry : node) {
-      if (auto s = CheckDocument(entry.first, source); !s.ok()) return s;
+      CheckDocument(entry.first, problems);
       if (entry.first.IsScalar()) {
         const int line = entry.first.Mark().line + 1;
         auto [it, inserted] = seen.emplace(entry.first.Scalar(), line);
         if (!inserted) {
-          return error(entry.first,
-                       absl::StrCat(entry.first.Scalar(), ": given twice (first on line ",
-                                    it->second, "); keep one"));
+          error(entry.first, absl::StrCat(entry.first.Scalar(), ": given twice (first on line ",
+                                          it->second, "); keep one"));
         }
       }
-      if (auto s = CheckDocument(entry.second, source); !s.ok()) return s;
+      CheckDocument(entry.second, problems);
     }
   }
-  return absl::OkStatus();
 }
 
-}  // namespace
-
-absl::StatusOr<v1::JobSpec> ParseJobSpec(const std::string& text, const std::string& source) {
+// The YAML document of a job file, or the one problem that stops it being read: not YAML,
+// two documents, aliases that expand past reason, nothing at all.
+YAML::Node LoadDocument(const std::string& text, std::vector<JobFileProblem>& problems) {
   YAML::Node root;
   try {
     root = YAML::Load(text);
@@ -529,31 +553,90 @@ absl::StatusOr<v1::JobSpec> ParseJobSpec(const std::string& text, const std::str
     for (int i = 0; i < 2 && parser.HandleNextDocument(shape); ++i) {
     }
     if (shape.marks.size() > 1) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(source, ":", shape.marks[1].line + 1,
-                       ": a second YAML document (after ---); a job file holds one job"));
+      problems.push_back({"", "a second YAML document (after ---); a job file holds one job",
+                          shape.marks[1].line + 1, 0});
+      return {};
     }
     if (shape.expanded > kMaxExpandedValues) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(source, ": its aliases (*name) expand it to more than ", kMaxExpandedValues,
-                       " values; a job file is far smaller: write the repeated parts out"));
+      problems.push_back(
+          {"",
+           absl::StrCat("its aliases (*name) expand it to more than ", kMaxExpandedValues,
+                        " values; a job file is far smaller: write the repeated "
+                        "parts out"),
+           0, 0});
+      return {};
     }
   } catch (const YAML::Exception& e) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        source, ":", e.mark.line + 1, ":", e.mark.column + 1, ": not valid YAML or JSON: ", e.msg));
+    problems.push_back(
+        {"", absl::StrCat("not valid YAML or JSON: ", e.msg), e.mark.line + 1, e.mark.column + 1});
+    return {};
   }
   if (!root || root.IsNull()) {
-    return absl::InvalidArgumentError(absl::StrCat(source, ": the file is empty"));
+    problems.push_back({"", "the file is empty", 0, 0});
+    return {};
   }
-  v1::JobSpec spec;
+  return root;
+}
+
+}  // namespace
+
+JobFilePosition ParsedJobFile::PositionOf(std::string field) const {
+  while (!field.empty()) {
+    if (const auto it = positions.find(field); it != positions.end()) return it->second;
+    // "model.mlp.hidden[1]" -> "model.mlp.hidden" -> "model.mlp" -> "model".
+    const size_t cut = field.find_last_of(".[");
+    field.resize(cut == std::string::npos ? 0 : cut);
+  }
+  return {};
+}
+
+ParsedJobFile ParseJobFile(const std::string& text, const std::string& source) {
+  ParsedJobFile parsed;
+  parsed.source = source;
+  const YAML::Node root = LoadDocument(text, parsed.problems);
+  if (!parsed.problems.empty()) return parsed;
   try {
-    if (auto s = CheckDocument(root, source); !s.ok()) return s;
+    CheckDocument(root, parsed.problems);
     SpecReader reader(source);
-    if (auto s = reader.Fill(root, spec, ""); !s.ok()) return s;
+    reader.Fill(root, parsed.spec, "").IgnoreError();  // its problems are recorded
+    parsed.problems.insert(parsed.problems.end(), reader.problems().begin(),
+                           reader.problems().end());
+    parsed.positions = std::move(reader.positions());
   } catch (const YAML::Exception& e) {
-    return absl::InvalidArgumentError(absl::StrCat(source, ":", e.mark.line + 1, ": ", e.msg));
+    parsed.problems.push_back({"", e.msg, e.mark.line + 1, e.mark.column + 1});
   }
-  return spec;
+  return parsed;
+}
+
+std::string DescribeProblem(const std::string& source, const JobFileProblem& problem) {
+  std::string where = source;
+  if (problem.line > 0) absl::StrAppend(&where, ":", problem.line);
+  if (problem.line > 0 && problem.column > 0) absl::StrAppend(&where, ":", problem.column);
+  if (where.empty()) where = "job";
+  return absl::StrCat(where, ": ", problem.field.empty() ? "" : problem.field + ": ",
+                      problem.message);
+}
+
+JobFileProblem ProblemOfStatus(const absl::Status& status) {
+  const std::string message(status.message());
+  // Rules word a problem "FIELD: what is wrong"; FIELD is a dotted path with indexes.
+  const size_t colon = message.find(": ");
+  const std::string head = message.substr(0, colon == std::string::npos ? 0 : colon);
+  const bool field_like = !head.empty() && std::all_of(head.begin(), head.end(), [](char c) {
+    return std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '.' || c == '[' ||
+           c == ']';
+  });
+  if (!field_like) return {"", message, 0, 0};
+  return {head, message.substr(colon + 2), 0, 0};
+}
+
+absl::StatusOr<v1::JobSpec> ParseJobSpec(const std::string& text, const std::string& source) {
+  ParsedJobFile parsed = ParseJobFile(text, source);
+  if (parsed.problems.empty()) return std::move(parsed.spec);
+  std::vector<std::string> lines;
+  lines.reserve(parsed.problems.size());
+  for (const JobFileProblem& p : parsed.problems) lines.push_back(DescribeProblem(source, p));
+  return absl::InvalidArgumentError(absl::StrJoin(lines, "\n"));
 }
 
 void ResolveRelativePaths(v1::JobSpec& spec, const std::string& base_dir) {
@@ -636,4 +719,4 @@ absl::StatusOr<v1::CodeBundle> ReadJobCode(const v1::JobSpec& spec) {
   return v1::CodeBundle();
 }
 
-}  // namespace stoke::client
+}  // namespace stoke::spec

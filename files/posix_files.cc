@@ -1,4 +1,4 @@
-#include "worker/common/files.h"
+#include "files/posix_files.h"
 
 #include <dirent.h>
 #include <fcntl.h>

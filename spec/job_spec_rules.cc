@@ -1,4 +1,4 @@
-#include "server/api/job_spec_rules.h"
+#include "spec/job_spec_rules.h"
 
 #include <cctype>
 #include <cmath>
@@ -11,11 +11,12 @@
 #include "absl/strings/escaping.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "proto/stoke/v1/limits.h"
-#include "server/api/model_size.h"
 #include "spec/job_defaults.h"
+#include "spec/model_size.h"
 
-namespace stoke::server {
+namespace stoke::spec {
 namespace {
 
 constexpr uint32_t kMaxBatchSize = 1u << 20;
@@ -51,6 +52,20 @@ constexpr double kMaxGradClipNorm = 1e6;
 // every step, so that no step is ever taken.
 constexpr double kMaxLossScale = 4294967296.0;
 
+// Every problem a check finds: checks go on after one, so that a user fixes them all at
+// once. A spec with thousands of bad entries is told of the first kMaxProblems.
+class Problems {
+ public:
+  static constexpr size_t kMaxProblems = 100;
+  void Add(absl::Status status) {
+    if (!status.ok() && found_.size() < kMaxProblems) found_.push_back(std::move(status));
+  }
+  std::vector<absl::Status> Take() { return std::move(found_); }
+
+ private:
+  std::vector<absl::Status> found_;
+};
+
 absl::Status Invalid(absl::string_view field, absl::string_view problem) {
   return absl::InvalidArgumentError(absl::StrCat(field, ": ", problem));
 }
@@ -64,47 +79,49 @@ absl::Status InRange(absl::string_view field, double value, double max) {
 }
 
 // The image fields data.images and data.shards share, under `prefix`.
-absl::Status CheckImageFields(const std::string& prefix, uint32_t size, uint32_t channels,
-                              bool has_min_crop_area, double min_crop_area) {
+void CheckImageFields(const std::string& prefix, uint32_t size, uint32_t channels,
+                      bool has_min_crop_area, double min_crop_area, Problems& problems) {
   if (size != 0 && (size < 8 || size > 4096)) {
-    return Invalid(absl::StrCat(prefix, ".size"), "from 8 to 4096 pixels");
+    problems.Add(Invalid(absl::StrCat(prefix, ".size"), "from 8 to 4096 pixels"));
   }
   if (channels != 0 && channels != 1 && channels != 3) {
-    return Invalid(absl::StrCat(prefix, ".channels"), "1 (grey) or 3 (RGB)");
+    problems.Add(Invalid(absl::StrCat(prefix, ".channels"), "1 (grey) or 3 (RGB)"));
   }
   if (has_min_crop_area && !(min_crop_area > 0 && min_crop_area <= 1)) {
-    return Invalid(absl::StrCat(prefix, ".min_crop_area"), "more than 0, at most 1");
+    problems.Add(Invalid(absl::StrCat(prefix, ".min_crop_area"), "more than 0, at most 1"));
   }
-  return absl::OkStatus();
+  return;
 }
 
-absl::Status ValidateData(const v1::DataSpec& data) {
+void ValidateData(const v1::DataSpec& data, Problems& problems) {
   switch (data.kind_case()) {
     case v1::DataSpec::kSynthetic: {
       const auto& s = data.synthetic();
       if (s.features() > kMaxLayerWidth) {
-        return Invalid("data.synthetic.features", absl::StrCat("at most ", kMaxLayerWidth));
+        problems.Add(Invalid("data.synthetic.features", absl::StrCat("at most ", kMaxLayerWidth)));
       }
-      if (s.num_classes() == 1) return Invalid("data.synthetic.num_classes", "must be at least 2");
+      if (s.num_classes() == 1)
+        problems.Add(Invalid("data.synthetic.num_classes", "must be at least 2"));
       if (s.num_classes() > kMaxLayerWidth) {
-        return Invalid("data.synthetic.num_classes", absl::StrCat("at most ", kMaxLayerWidth));
+        problems.Add(
+            Invalid("data.synthetic.num_classes", absl::StrCat("at most ", kMaxLayerWidth)));
       }
       if (s.image_shape_size() != 0 && s.image_shape_size() != 3) {
-        return Invalid("data.synthetic.image_shape", "must be [channels, height, width]");
+        problems.Add(Invalid("data.synthetic.image_shape", "must be [channels, height, width]"));
       }
       for (uint32_t d : s.image_shape()) {
         if (d == 0 || d > 4096)
-          return Invalid("data.synthetic.image_shape", "sizes from 1 to 4096");
+          problems.Add(Invalid("data.synthetic.image_shape", "sizes from 1 to 4096"));
       }
       if (s.vocab_size() > kMaxVocab) {
-        return Invalid("data.synthetic.vocab_size", absl::StrCat("at most ", kMaxVocab));
+        problems.Add(Invalid("data.synthetic.vocab_size", absl::StrCat("at most ", kMaxVocab)));
       }
       if (s.vocab_size() > 0 && s.image_shape_size() > 0) {
-        return Invalid("data.synthetic.vocab_size",
-                       "set either image_shape or vocab_size, not both");
+        problems.Add(
+            Invalid("data.synthetic.vocab_size", "set either image_shape or vocab_size, not both"));
       }
       if (s.context() > 0 && s.vocab_size() == 0) {
-        return Invalid("data.synthetic.context", "needs vocab_size (token sequences)");
+        problems.Add(Invalid("data.synthetic.context", "needs vocab_size (token sequences)"));
       }
       break;
     }
@@ -114,49 +131,47 @@ absl::Status ValidateData(const v1::DataSpec& data) {
       break;  // paths: data_checks.cc
     case v1::DataSpec::kImages: {
       const auto& i = data.images();
-      if (auto s = CheckImageFields("data.images", i.size(), i.channels(), i.has_min_crop_area(),
-                                    i.min_crop_area());
-          !s.ok()) {
-        return s;
-      }
+      CheckImageFields("data.images", i.size(), i.channels(), i.has_min_crop_area(),
+                       i.min_crop_area(), problems);
       break;  // paths: data_checks.cc
     }
     case v1::DataSpec::kShards: {
       const auto& shards = data.shards();
-      if (shards.urls().empty()) return Invalid("data.shards.urls", "required: a shard pattern");
-      if (auto s = CheckImageFields("data.shards", shards.size(), shards.channels(),
-                                    shards.has_min_crop_area(), shards.min_crop_area());
-          !s.ok()) {
-        return s;
-      }
+      if (shards.urls().empty())
+        problems.Add(Invalid("data.shards.urls", "required: a shard pattern"));
+      CheckImageFields("data.shards", shards.size(), shards.channels(), shards.has_min_crop_area(),
+                       shards.min_crop_area(), problems);
       if (shards.shuffle_buffer() > kMaxShuffleBuffer) {
-        return Invalid("data.shards.shuffle_buffer", absl::StrCat("at most ", kMaxShuffleBuffer));
+        problems.Add(
+            Invalid("data.shards.shuffle_buffer", absl::StrCat("at most ", kMaxShuffleBuffer)));
       }
       if (shards.text_length() > kMaxTextLength) {
-        return Invalid("data.shards.text_length", absl::StrCat("at most ", kMaxTextLength));
+        problems.Add(Invalid("data.shards.text_length", absl::StrCat("at most ", kMaxTextLength)));
       }
       break;  // patterns and files: data_checks.cc
     }
     case v1::DataSpec::kTokens:
       if (data.tokens().vocab_size() > kMaxVocab) {
-        return Invalid("data.tokens.vocab_size",
-                       absl::StrCat("at most ", kMaxVocab, " (token ids are uint16)"));
+        problems.Add(Invalid("data.tokens.vocab_size",
+                             absl::StrCat("at most ", kMaxVocab, " (token ids are uint16)")));
       }
       if (data.tokens().context() > 1u << 16)
-        return Invalid("data.tokens.context", "at most 65536");
+        problems.Add(Invalid("data.tokens.context", "at most 65536"));
       break;
     default:
-      return Invalid(
-          "data", "required: set one of synthetic, mnist, cifar10, tokens, arrays, images, shards");
+      problems.Add(Invalid(
+          "data",
+          "required: set one of synthetic, mnist, cifar10, tokens, arrays, images, shards"));
   }
   if (data.has_max_bad_fraction() &&
       !(data.max_bad_fraction() >= 0 && data.max_bad_fraction() < 1)) {
-    return Invalid("data.max_bad_fraction", "at least 0, below 1");
+    problems.Add(Invalid("data.max_bad_fraction", "at least 0, below 1"));
   }
-  if (data.loader().threads() > 256) return Invalid("data.loader.threads", "at most 256");
-  if (data.loader().prefetch() > 64) return Invalid("data.loader.prefetch", "at most 64");
-  if (data.augment().crop_padding() > 64) return Invalid("data.augment.crop_padding", "at most 64");
-  return absl::OkStatus();
+  if (data.loader().threads() > 256) problems.Add(Invalid("data.loader.threads", "at most 256"));
+  if (data.loader().prefetch() > 64) problems.Add(Invalid("data.loader.prefetch", "at most 64"));
+  if (data.augment().crop_padding() > 64)
+    problems.Add(Invalid("data.augment.crop_padding", "at most 64"));
+  return;
 }
 
 // A dotted name of Python identifiers ("build_model", "models.vit").
@@ -176,164 +191,165 @@ bool IsDottedName(const std::string& text) {
   return !start;
 }
 
-absl::Status ValidatePythonModel(const v1::PythonModelSpec& python) {
+void ValidatePythonModel(const v1::PythonModelSpec& python, Problems& problems) {
   if (!python.module().empty() && !IsDottedName(python.module())) {
-    return Invalid("model.python.module", "a Python module name (\"model\", \"models.vit\")");
+    problems.Add(
+        Invalid("model.python.module", "a Python module name (\"model\", \"models.vit\")"));
   }
   if (!python.factory().empty() && !IsDottedName(python.factory())) {
-    return Invalid("model.python.factory", "a Python name in the module (\"build_model\")");
+    problems.Add(Invalid("model.python.factory", "a Python name in the module (\"build_model\")"));
   }
   if (python.args().ByteSizeLong() > kMaxPythonArgsBytes) {
-    return Invalid("model.python.args", absl::StrCat("at most ", kMaxPythonArgsBytes, " bytes"));
+    problems.Add(
+        Invalid("model.python.args", absl::StrCat("at most ", kMaxPythonArgsBytes, " bytes")));
   }
   for (const auto& [field, dims] :
        {std::pair{"model.python.input_shape", &python.input_shape()},
         std::pair{"model.python.target_shape", &python.target_shape()}}) {
     for (uint32_t d : *dims) {
       if (d == 0 || d > kMaxLayerWidth) {
-        return Invalid(field, absl::StrCat("sizes from 1 to ", kMaxLayerWidth));
+        problems.Add(Invalid(field, absl::StrCat("sizes from 1 to ", kMaxLayerWidth)));
       }
     }
   }
-  return absl::OkStatus();
+  return;
 }
 
-absl::Status ValidateModel(const v1::ModelSpec& model) {
+void ValidateModel(const v1::ModelSpec& model, Problems& problems) {
   switch (model.kind_case()) {
     case v1::ModelSpec::kMlp: {
       const auto& mlp = model.mlp();
       for (int i = 0; i < mlp.hidden_size(); ++i) {
         if (mlp.hidden(i) == 0 || mlp.hidden(i) > kMaxLayerWidth) {
-          return Invalid(absl::StrCat("model.mlp.hidden[", i, "]"),
-                         absl::StrCat("must be between 1 and ", kMaxLayerWidth));
+          problems.Add(Invalid(absl::StrCat("model.mlp.hidden[", i, "]"),
+                               absl::StrCat("must be between 1 and ", kMaxLayerWidth)));
         }
       }
       if (!(mlp.dropout() >= 0.0f && mlp.dropout() < 1.0f)) {
-        return Invalid("model.mlp.dropout", "must be in [0, 1)");
+        problems.Add(Invalid("model.mlp.dropout", "must be in [0, 1)"));
       }
-      return absl::OkStatus();
+      return;
     }
     case v1::ModelSpec::kCnn: {
       const auto& cnn = model.cnn();
       for (int i = 0; i < cnn.channels_size(); ++i) {
         if (cnn.channels(i) == 0 || cnn.channels(i) > 65536) {
-          return Invalid(absl::StrCat("model.cnn.channels[", i, "]"),
-                         "must be between 1 and 65536");
+          problems.Add(
+              Invalid(absl::StrCat("model.cnn.channels[", i, "]"), "must be between 1 and 65536"));
         }
       }
-      if (cnn.channels_size() > 8) return Invalid("model.cnn.channels", "at most 8 stages");
+      if (cnn.channels_size() > 8) problems.Add(Invalid("model.cnn.channels", "at most 8 stages"));
       if (!(cnn.dropout() >= 0.0f && cnn.dropout() < 1.0f)) {
-        return Invalid("model.cnn.dropout", "must be in [0, 1)");
+        problems.Add(Invalid("model.cnn.dropout", "must be in [0, 1)"));
       }
-      return absl::OkStatus();
+      return;
     }
     case v1::ModelSpec::kResnet: {
       const uint32_t depth = model.resnet().depth();
       if (depth != 0 && depth != 18 && depth != 34 && depth != 50) {
-        return Invalid("model.resnet.depth", "must be 18, 34 or 50");
+        problems.Add(Invalid("model.resnet.depth", "must be 18, 34 or 50"));
       }
-      return absl::OkStatus();
+      return;
     }
     case v1::ModelSpec::kGpt: {
       const auto& gpt = model.gpt();
       const uint32_t width = gpt.width() ? gpt.width() : 384;
       const uint32_t heads = gpt.heads() ? gpt.heads() : 6;
-      if (gpt.layers() > 512) return Invalid("model.gpt.layers", "at most 512");
-      if (width > 65536) return Invalid("model.gpt.width", "at most 65536");
+      if (gpt.layers() > 512) problems.Add(Invalid("model.gpt.layers", "at most 512"));
+      if (width > 65536) problems.Add(Invalid("model.gpt.width", "at most 65536"));
       if (width % heads != 0) {
-        return Invalid("model.gpt.heads",
-                       absl::StrCat(heads, " does not divide the width ", width));
+        problems.Add(
+            Invalid("model.gpt.heads", absl::StrCat(heads, " does not divide the width ", width)));
       }
       if (!(gpt.dropout() >= 0.0f && gpt.dropout() < 1.0f)) {
-        return Invalid("model.gpt.dropout", "must be in [0, 1)");
+        problems.Add(Invalid("model.gpt.dropout", "must be in [0, 1)"));
       }
-      return absl::OkStatus();
+      return;
     }
     case v1::ModelSpec::kTorchscript:
-      if (model.torchscript().path().empty()) return Invalid("model.torchscript.path", "required");
+      if (model.torchscript().path().empty())
+        problems.Add(Invalid("model.torchscript.path", "required"));
       if (model.torchscript().loss() == v1::LOSS_MODEL) {
-        return Invalid("model.torchscript.loss", "model applies to model.python only");
+        problems.Add(Invalid("model.torchscript.loss", "model applies to model.python only"));
       }
-      return absl::OkStatus();
-    case v1::ModelSpec::kPython:
-      return ValidatePythonModel(model.python());
+      return;
+    case v1::ModelSpec::kPython: {
+      ValidatePythonModel(model.python(), problems);
+      return;
+    }
     default:
-      return Invalid("model", "required: set one of mlp, cnn, resnet, gpt, torchscript, python");
+      problems.Add(
+          Invalid("model", "required: set one of mlp, cnn, resnet, gpt, torchscript, python"));
   }
 }
 
-absl::Status ValidateOptimizer(const v1::OptimizerSpec& opt) {
-  if (auto s = InRange("optimizer.lr", opt.lr(), kMaxLearningRate); !s.ok()) return s;
-  if (auto s = InRange("optimizer.weight_decay", opt.weight_decay(), kMaxWeightDecay); !s.ok()) {
-    return s;
-  }
-  if (auto s = InRange("optimizer.grad_clip_norm", opt.grad_clip_norm(), kMaxGradClipNorm);
-      !s.ok()) {
-    return s;
-  }
+void ValidateOptimizer(const v1::OptimizerSpec& opt, Problems& problems) {
+  problems.Add(InRange("optimizer.lr", opt.lr(), kMaxLearningRate));
+  problems.Add(InRange("optimizer.weight_decay", opt.weight_decay(), kMaxWeightDecay));
+  problems.Add(InRange("optimizer.grad_clip_norm", opt.grad_clip_norm(), kMaxGradClipNorm));
   if (opt.has_min_lr_ratio() && !(opt.min_lr_ratio() >= 0 && opt.min_lr_ratio() <= 1)) {
-    return Invalid("optimizer.min_lr_ratio", "must be in [0, 1]");
+    problems.Add(Invalid("optimizer.min_lr_ratio", "must be in [0, 1]"));
   }
   if (opt.has_adamw()) {
     const auto& a = opt.adamw();
     if (a.has_beta1() && !(a.beta1() >= 0 && a.beta1() < 1)) {
-      return Invalid("optimizer.adamw.beta1", "must be in [0, 1)");
+      problems.Add(Invalid("optimizer.adamw.beta1", "must be in [0, 1)"));
     }
     if (a.has_beta2() && !(a.beta2() >= 0 && a.beta2() < 1)) {
-      return Invalid("optimizer.adamw.beta2", "must be in [0, 1)");
+      problems.Add(Invalid("optimizer.adamw.beta2", "must be in [0, 1)"));
     }
     if (a.has_eps() && !(a.eps() > 0 && std::isfinite(a.eps()))) {
-      return Invalid("optimizer.adamw.eps", "must be a positive number");
+      problems.Add(Invalid("optimizer.adamw.eps", "must be a positive number"));
     }
     if (!v1::AdamWImplementation_IsValid(a.implementation())) {
-      return Invalid("optimizer.adamw.implementation", "unknown value");
+      problems.Add(Invalid("optimizer.adamw.implementation", "unknown value"));
     }
   }
   if (opt.has_sgd()) {
     if (!(opt.sgd().momentum() >= 0 && opt.sgd().momentum() < 1)) {
-      return Invalid("optimizer.sgd.momentum", "must be in [0, 1)");
+      problems.Add(Invalid("optimizer.sgd.momentum", "must be in [0, 1)"));
     }
     if (opt.sgd().nesterov() && opt.sgd().momentum() == 0) {
-      return Invalid("optimizer.sgd.nesterov", "needs a momentum above 0");
+      problems.Add(Invalid("optimizer.sgd.nesterov", "needs a momentum above 0"));
     }
   }
-  return absl::OkStatus();
+  return;
 }
 
-absl::Status ValidateTraining(const v1::TrainingSpec& t) {
+void ValidateTraining(const v1::TrainingSpec& t, Problems& problems) {
   switch (t.length_case()) {
     case v1::TrainingSpec::kSteps:
-      if (t.steps() == 0) return Invalid("training.steps", "must be at least 1");
+      if (t.steps() == 0) problems.Add(Invalid("training.steps", "must be at least 1"));
       break;
     case v1::TrainingSpec::kEpochs:
-      if (t.epochs() == 0) return Invalid("training.epochs", "must be at least 1");
+      if (t.epochs() == 0) problems.Add(Invalid("training.epochs", "must be at least 1"));
       break;
     default:
-      return Invalid("training", "set steps or epochs");
+      problems.Add(Invalid("training", "set steps or epochs"));
   }
   if (t.batch_size() > kMaxBatchSize) {
-    return Invalid("training.batch_size", absl::StrCat("at most ", kMaxBatchSize));
+    problems.Add(Invalid("training.batch_size", absl::StrCat("at most ", kMaxBatchSize)));
   }
   if (t.grad_accum_steps() > kMaxAccumSteps) {
-    return Invalid("training.grad_accum_steps", absl::StrCat("at most ", kMaxAccumSteps));
+    problems.Add(Invalid("training.grad_accum_steps", absl::StrCat("at most ", kMaxAccumSteps)));
   }
   if (!v1::Precision_IsValid(t.precision())) {
-    return Invalid("training.precision", "unknown value");
+    problems.Add(Invalid("training.precision", "unknown value"));
   }
   if (t.batch_size_auto() && t.batch_size() != 0) {
-    return Invalid("training.batch_size", "set a number or auto, not both");
+    problems.Add(Invalid("training.batch_size", "set a number or auto, not both"));
   }
   if (t.effective_batch_size() > kMaxEffectiveBatchSize) {
-    return Invalid("training.effective_batch_size",
-                   absl::StrCat("at most ", kMaxEffectiveBatchSize));
+    problems.Add(
+        Invalid("training.effective_batch_size", absl::StrCat("at most ", kMaxEffectiveBatchSize)));
   }
   if (t.effective_batch_size() != 0 && !t.batch_size_auto()) {
-    return Invalid("training.effective_batch_size",
-                   "needs batch_size: auto (with a fixed batch, set grad_accum_steps)");
+    problems.Add(Invalid("training.effective_batch_size",
+                         "needs batch_size: auto (with a fixed batch, set grad_accum_steps)"));
   }
   if (t.effective_batch_size() != 0 && t.grad_accum_steps() > 1) {
-    return Invalid("training.grad_accum_steps",
-                   "is chosen from effective_batch_size; set only one of them");
+    problems.Add(Invalid("training.grad_accum_steps",
+                         "is chosen from effective_batch_size; set only one of them"));
   }
   const std::pair<const char*, v1::Switch> switches[] = {
       {"training.cuda_graph", t.cuda_graph()},
@@ -344,34 +360,95 @@ absl::Status ValidateTraining(const v1::TrainingSpec& t) {
       {"training.fused_kernels", t.fused_kernels()},
   };
   for (const auto& [field, value] : switches) {
-    if (!v1::Switch_IsValid(value)) return Invalid(field, "unknown value");
+    if (!v1::Switch_IsValid(value)) problems.Add(Invalid(field, "unknown value"));
   }
   if (t.has_loss_scale()) {
     if (t.precision() != v1::PRECISION_FP16) {
-      return Invalid("training.loss_scale", "applies to precision fp16 only");
+      problems.Add(Invalid("training.loss_scale", "applies to precision fp16 only"));
     }
     const double initial = t.loss_scale().initial();
-    if (auto s = InRange("training.loss_scale.initial", initial, kMaxLossScale); !s.ok()) return s;
+    problems.Add(InRange("training.loss_scale.initial", initial, kMaxLossScale));
   }
-  return absl::OkStatus();
+  return;
 }
 
 int64_t Product(const std::vector<int64_t>& dims) {
   return std::accumulate(dims.begin(), dims.end(), int64_t{1}, std::multiplies<>());
 }
 
-absl::Status MatchClasses(absl::string_view field, uint32_t configured, const DataFacts& data) {
+void MatchClasses(absl::string_view field, uint32_t configured, const DataFacts& data,
+                  Problems& problems) {
   if (!data.regression.empty() && !absl::StartsWith(field, "model.mlp")) {
-    return Invalid(field.substr(0, field.rfind('.')),
-                   absl::StrCat("classifies, and ", data.source,
-                                " has floating (regression) targets; model.mlp or model.python "
-                                "regress"));
+    problems.Add(
+        Invalid(field.substr(0, field.rfind('.')),
+                absl::StrCat("classifies, and ", data.source,
+                             " has floating (regression) targets; model.mlp or model.python "
+                             "regress")));
   }
-  if (!data.regression.empty()) return absl::OkStatus();  // an MLP's outputs: the targets'
+  if (!data.regression.empty()) return;  // an MLP's outputs: the targets'
   if (configured != 0 && configured != data.num_classes) {
-    return Invalid(
+    problems.Add(Invalid(
         field, absl::StrCat(configured, " does not match the ", data.num_classes, " classes of ",
-                            data.source, " (leave it out to take it from the data)"));
+                            data.source, " (leave it out to take it from the data)")));
+  }
+  return;
+}
+
+// Whether the model can take the data at all (a status naming why not), with the
+// problems of a model that can: input width, classes, vocabulary, context.
+absl::Status ModelTakesData(const v1::ModelSpec& model, const DataFacts& data, Problems& problems) {
+  const bool tokens = data.kind == DataFacts::Kind::kTokens;
+  const bool images = data.kind == DataFacts::Kind::kImage;
+  switch (model.kind_case()) {
+    case v1::ModelSpec::kMlp: {
+      if (tokens) {
+        return Invalid("model.mlp", absl::StrCat("cannot take the token data of ", data.source,
+                                                 "; use model.gpt"));
+      }
+      const int64_t inputs = Product(data.sample);
+      if (model.mlp().input_dim() != 0 && model.mlp().input_dim() != inputs) {
+        problems.Add(Invalid("model.mlp.input_dim",
+                             absl::StrCat(model.mlp().input_dim(), " does not match the ", inputs,
+                                          " input values of ", data.source,
+                                          " (leave it out to take it from the data)")));
+      }
+      MatchClasses("model.mlp.num_classes", model.mlp().num_classes(), data, problems);
+      break;
+    }
+    case v1::ModelSpec::kCnn:
+      if (!images) {
+        return Invalid("model.cnn", absl::StrCat("needs images; ", data.source, " holds none"));
+      }
+      MatchClasses("model.cnn.num_classes", model.cnn().num_classes(), data, problems);
+      break;
+    case v1::ModelSpec::kResnet:
+      if (!images) {
+        return Invalid("model.resnet", absl::StrCat("needs images; ", data.source, " holds none"));
+      }
+      MatchClasses("model.resnet.num_classes", model.resnet().num_classes(), data, problems);
+      break;
+    case v1::ModelSpec::kGpt: {
+      if (!tokens) {
+        return Invalid("model.gpt",
+                       absl::StrCat("needs token data (data.tokens, or data.synthetic with "
+                                    "vocab_size); ",
+                                    data.source, " holds none"));
+      }
+      const auto& gpt = model.gpt();
+      if (gpt.vocab_size() != 0 && gpt.vocab_size() < data.vocab_size) {
+        problems.Add(Invalid("model.gpt.vocab_size",
+                             absl::StrCat(gpt.vocab_size(), " is below the data's vocabulary of ",
+                                          data.vocab_size)));
+      }
+      if (gpt.context() != 0 && gpt.context() < data.sample[0]) {
+        problems.Add(Invalid("model.gpt.context",
+                             absl::StrCat(gpt.context(), " is shorter than the data's context of ",
+                                          data.sample[0])));
+      }
+      break;
+    }
+    default:
+      break;
   }
   return absl::OkStatus();
 }
@@ -380,7 +457,8 @@ absl::Status MatchClasses(absl::string_view field, uint32_t configured, const Da
 // an enum holds a value the .proto names (proto3 keeps unknown numbers, and 999 would
 // otherwise run as some default), a string at most kMaxPathBytes, a list at most
 // kMaxRepeatedElements entries.
-absl::Status CheckEveryField(const google::protobuf::Message& message, const std::string& prefix) {
+void CheckEveryField(const google::protobuf::Message& message, const std::string& prefix,
+                     Problems& problems) {
   using google::protobuf::FieldDescriptor;
   const auto* reflection = message.GetReflection();
   std::vector<const FieldDescriptor*> fields;
@@ -391,7 +469,8 @@ absl::Status CheckEveryField(const google::protobuf::Message& message, const std
     if (field->is_repeated()) {
       const int n = reflection->FieldSize(message, field);
       if (n > v1::kMaxRepeatedElements) {
-        return Invalid(path, absl::StrCat(n, " entries; at most ", v1::kMaxRepeatedElements));
+        problems.Add(
+            Invalid(path, absl::StrCat(n, " entries; at most ", v1::kMaxRepeatedElements)));
       }
       for (int i = 0; i < n; ++i) {
         const std::string element = absl::StrCat(path, "[", i, "]");
@@ -399,21 +478,17 @@ absl::Status CheckEveryField(const google::protobuf::Message& message, const std
           case FieldDescriptor::CPPTYPE_ENUM: {
             const int v = reflection->GetRepeatedEnumValue(message, field, i);
             if (!field->enum_type()->FindValueByNumber(v)) {
-              return Invalid(element, absl::StrCat("unknown value ", v));
+              problems.Add(Invalid(element, absl::StrCat("unknown value ", v)));
             }
             break;
           }
           case FieldDescriptor::CPPTYPE_STRING:
             if (reflection->GetRepeatedString(message, field, i).size() > v1::kMaxPathBytes) {
-              return Invalid(element, absl::StrCat("at most ", v1::kMaxPathBytes, " bytes"));
+              problems.Add(Invalid(element, absl::StrCat("at most ", v1::kMaxPathBytes, " bytes")));
             }
             break;
           case FieldDescriptor::CPPTYPE_MESSAGE:
-            if (auto s =
-                    CheckEveryField(reflection->GetRepeatedMessage(message, field, i), element);
-                !s.ok()) {
-              return s;
-            }
+            CheckEveryField(reflection->GetRepeatedMessage(message, field, i), element, problems);
             break;
           default:
             break;
@@ -425,46 +500,44 @@ absl::Status CheckEveryField(const google::protobuf::Message& message, const std
       case FieldDescriptor::CPPTYPE_ENUM: {
         const int v = reflection->GetEnumValue(message, field);
         if (!field->enum_type()->FindValueByNumber(v)) {
-          return Invalid(path, absl::StrCat("unknown value ", v));
+          problems.Add(Invalid(path, absl::StrCat("unknown value ", v)));
         }
         break;
       }
       case FieldDescriptor::CPPTYPE_STRING:
         if (reflection->GetString(message, field).size() > v1::kMaxPathBytes) {
-          return Invalid(path, absl::StrCat("at most ", v1::kMaxPathBytes, " bytes"));
+          problems.Add(Invalid(path, absl::StrCat("at most ", v1::kMaxPathBytes, " bytes")));
         }
         break;
       case FieldDescriptor::CPPTYPE_MESSAGE:
-        if (auto s = CheckEveryField(reflection->GetMessage(message, field), path); !s.ok()) {
-          return s;
-        }
+        CheckEveryField(reflection->GetMessage(message, field), path, problems);
         break;
       default:
         break;
     }
   }
-  return absl::OkStatus();
+  return;
 }
 
 // Where and how often the job runs, for model and script jobs alike.
-absl::Status ValidateJobResources(const v1::JobSpec& spec) {
+void ValidateJobResources(const v1::JobSpec& spec, Problems& problems) {
   if (spec.resources().gpus() > kMaxDevices) {
-    return Invalid("resources.gpus", absl::StrCat("at most ", kMaxDevices));
+    problems.Add(Invalid("resources.gpus", absl::StrCat("at most ", kMaxDevices)));
   }
   if (!v1::DeviceKind_IsValid(spec.resources().device())) {
-    return Invalid("resources.device", "unknown value");
+    problems.Add(Invalid("resources.device", "unknown value"));
   }
   if (spec.max_restarts() > kMaxRestarts) {
-    return Invalid("max_restarts", absl::StrCat("at most ", kMaxRestarts));
+    problems.Add(Invalid("max_restarts", absl::StrCat("at most ", kMaxRestarts)));
   }
   if (spec.distributed().timeout_seconds() > kMaxCollectiveTimeoutSeconds) {
-    return Invalid("distributed.timeout_seconds",
-                   absl::StrCat("at most ", kMaxCollectiveTimeoutSeconds, " (one hour)"));
+    problems.Add(Invalid("distributed.timeout_seconds",
+                         absl::StrCat("at most ", kMaxCollectiveTimeoutSeconds, " (one hour)")));
   }
   if (spec.distributed().bucket_mb() > kMaxBucketMb) {
-    return Invalid("distributed.bucket_mb", absl::StrCat("at most ", kMaxBucketMb));
+    problems.Add(Invalid("distributed.bucket_mb", absl::StrCat("at most ", kMaxBucketMb)));
   }
-  return absl::OkStatus();
+  return;
 }
 
 // What the worker sets for a script job's program: the user's env may not change them.
@@ -485,7 +558,7 @@ bool IsEnvironmentName(absl::string_view name) {
 }
 
 // A script job: its program, and none of what only Stoke's own loop reads.
-absl::Status ValidateCommandJob(const v1::JobSpec& spec) {
+void ValidateCommandJob(const v1::JobSpec& spec, Problems& problems) {
   // An empty section ("data: {}") says nothing, and passes.
   for (const auto& [field, section] :
        {std::pair<const char*, const google::protobuf::Message*>{"model", &spec.model()},
@@ -496,19 +569,21 @@ absl::Status ValidateCommandJob(const v1::JobSpec& spec) {
         {"checkpoint", &spec.checkpoint()},
         {"metrics", &spec.metrics()}}) {
     if (section->ByteSizeLong() > 0) {
-      return Invalid(field,
-                     "a script job (command) takes none: its program builds its own model, "
-                     "data and loop; leave it out, or leave out command to train with Stoke's "
-                     "loop");
+      problems.Add(
+          Invalid(field,
+                  "a script job (command) takes none: its program builds its own model, "
+                  "data and loop; leave it out, or leave out command to train with Stoke's "
+                  "loop"));
     }
   }
   const v1::CommandSpec& command = spec.command();
   if (command.argv_size() == 0 || command.argv(0).empty()) {
-    return Invalid("command.argv", "required: the program and its arguments ([python, train.py])");
+    problems.Add(
+        Invalid("command.argv", "required: the program and its arguments ([python, train.py])"));
   }
   for (int i = 0; i < command.argv_size(); ++i) {
     if (command.argv(i).find('\0') != std::string::npos) {
-      return Invalid(absl::StrCat("command.argv[", i, "]"), "must not contain a NUL byte");
+      problems.Add(Invalid(absl::StrCat("command.argv[", i, "]"), "must not contain a NUL byte"));
     }
   }
   for (int i = 0; i < command.env_size(); ++i) {
@@ -517,128 +592,95 @@ absl::Status ValidateCommandJob(const v1::JobSpec& spec) {
     const size_t equals = entry.find('=');
     if (equals == std::string::npos || !IsEnvironmentName(entry.substr(0, equals)) ||
         entry.find('\0') != std::string::npos) {
-      return Invalid(field, absl::StrCat("\"", absl::CEscape(entry.substr(0, 64)),
-                                         "\": expected NAME=VALUE, NAME of letters, digits and _"));
+      problems.Add(
+          Invalid(field, absl::StrCat("\"", absl::CEscape(entry.substr(0, 64)),
+                                      "\": expected NAME=VALUE, NAME of letters, digits and _")));
     }
     if (SetByStoke(entry.substr(0, equals))) {
-      return Invalid(field, absl::StrCat(entry.substr(0, equals),
-                                         " is set by Stoke for every rank (torchrun's "
-                                         "variables, CUDA_VISIBLE_DEVICES, STOKE_*)"));
+      problems.Add(Invalid(field, absl::StrCat(entry.substr(0, equals),
+                                               " is set by Stoke for every rank (torchrun's "
+                                               "variables, CUDA_VISIBLE_DEVICES, STOKE_*)")));
     }
   }
   if (!command.python().empty() && command.python()[0] != '/') {
-    return Invalid("command.python",
-                   "an absolute path on the worker hosts: an interpreter "
-                   "(/usr/bin/python3) or a virtual environment's folder");
+    problems.Add(Invalid("command.python",
+                         "an absolute path on the worker hosts: an interpreter "
+                         "(/usr/bin/python3) or a virtual environment's folder"));
   }
   if (command.grace_seconds() > kMaxGraceSeconds) {
-    return Invalid("command.grace_seconds", absl::StrCat("at most ", kMaxGraceSeconds));
+    problems.Add(Invalid("command.grace_seconds", absl::StrCat("at most ", kMaxGraceSeconds)));
   }
-  return absl::OkStatus();
+  return;
 }
 
 }  // namespace
 
-absl::Status ValidateJobSpec(const v1::JobSpec& spec) {
+std::vector<absl::Status> CheckJobSpec(const v1::JobSpec& spec) {
+  Problems problems;
   if (spec.name().size() > kMaxNameLength) {
-    return Invalid("name", absl::StrCat("at most ", kMaxNameLength, " characters"));
+    problems.Add(Invalid("name", absl::StrCat("at most ", kMaxNameLength, " characters")));
   }
-  if (auto s = CheckEveryField(spec, ""); !s.ok()) return s;
+  CheckEveryField(spec, "", problems);
   if (spec.has_command()) {
-    if (auto s = ValidateCommandJob(spec); !s.ok()) return s;
-    return ValidateJobResources(spec);
+    ValidateCommandJob(spec, problems);
+    ValidateJobResources(spec, problems);
+    return problems.Take();
   }
-  if (auto s = ValidateData(spec.data()); !s.ok()) return s;
-  if (auto s = ValidateModel(spec.model()); !s.ok()) return s;
-  if (auto s = ValidateOptimizer(spec.optimizer()); !s.ok()) return s;
-  if (auto s = ValidateTraining(spec.training()); !s.ok()) return s;
+  ValidateData(spec.data(), problems);
+  ValidateModel(spec.model(), problems);
+  ValidateOptimizer(spec.optimizer(), problems);
+  ValidateTraining(spec.training(), problems);
   if (spec.checkpoint().keep() > kMaxCheckpointsKept) {
-    return Invalid("checkpoint.keep",
-                   absl::StrCat("at most ", kMaxCheckpointsKept,
-                                " (each is a copy of the model and its optimizer state, on "
-                                "storage every job shares)"));
+    problems.Add(Invalid("checkpoint.keep",
+                         absl::StrCat("at most ", kMaxCheckpointsKept,
+                                      " (each is a copy of the model and its optimizer state, on "
+                                      "storage every job shares)")));
   }
   if (spec.checkpoint().min_interval_seconds() > kMaxCheckpointIntervalSeconds) {
-    return Invalid("checkpoint.min_interval_seconds",
-                   absl::StrCat("at most ", kMaxCheckpointIntervalSeconds, " (a week)"));
+    problems.Add(Invalid("checkpoint.min_interval_seconds",
+                         absl::StrCat("at most ", kMaxCheckpointIntervalSeconds, " (a week)")));
   }
   const v1::Compile compile = spec.training().compile();
   if ((compile == v1::COMPILE_ON || compile == v1::COMPILE_MAX_AUTOTUNE) &&
       !spec.model().has_python()) {
-    return Invalid("training.compile",
-                   "applies to model.python only (Stoke's own models need no compiling)");
+    problems.Add(Invalid("training.compile",
+                         "applies to model.python only (Stoke's own models need no compiling)"));
   }
-  return ValidateJobResources(spec);
+  ValidateJobResources(spec, problems);
+  return problems.Take();
 }
 
-absl::Status ValidateAgainstData(const v1::JobSpec& spec, const DataFacts& data) {
-  const v1::ModelSpec& model = spec.model();
-  const bool tokens = data.kind == DataFacts::Kind::kTokens;
-  const bool images = data.kind == DataFacts::Kind::kImage;
-  switch (model.kind_case()) {
-    case v1::ModelSpec::kMlp: {
-      if (tokens)
-        return Invalid("model.mlp", absl::StrCat("cannot take the token data of ", data.source,
-                                                 "; use model.gpt"));
-      const int64_t inputs = Product(data.sample);
-      if (model.mlp().input_dim() != 0 && model.mlp().input_dim() != inputs) {
-        return Invalid("model.mlp.input_dim",
-                       absl::StrCat(model.mlp().input_dim(), " does not match the ", inputs,
-                                    " input values of ", data.source,
-                                    " (leave it out to take it from the data)"));
-      }
-      if (auto s = MatchClasses("model.mlp.num_classes", model.mlp().num_classes(), data); !s.ok())
-        return s;
-      break;
-    }
-    case v1::ModelSpec::kCnn:
-      if (!images)
-        return Invalid("model.cnn", absl::StrCat("needs images; ", data.source, " holds none"));
-      if (auto s = MatchClasses("model.cnn.num_classes", model.cnn().num_classes(), data); !s.ok())
-        return s;
-      break;
-    case v1::ModelSpec::kResnet:
-      if (!images)
-        return Invalid("model.resnet", absl::StrCat("needs images; ", data.source, " holds none"));
-      if (auto s = MatchClasses("model.resnet.num_classes", model.resnet().num_classes(), data);
-          !s.ok())
-        return s;
-      break;
-    case v1::ModelSpec::kGpt: {
-      if (!tokens) {
-        return Invalid("model.gpt",
-                       absl::StrCat("needs token data (data.tokens, or data.synthetic with "
-                                    "vocab_size); ",
-                                    data.source, " holds none"));
-      }
-      const auto& gpt = model.gpt();
-      if (gpt.vocab_size() != 0 && gpt.vocab_size() < data.vocab_size) {
-        return Invalid(
-            "model.gpt.vocab_size",
-            absl::StrCat(gpt.vocab_size(), " is below the data's vocabulary of ", data.vocab_size));
-      }
-      if (gpt.context() != 0 && gpt.context() < data.sample[0]) {
-        return Invalid(
-            "model.gpt.context",
-            absl::StrCat(gpt.context(), " is shorter than the data's context of ", data.sample[0]));
-      }
-      break;
-    }
-    default:
-      break;
-  }
-  if (auto s = CheckModelSize(spec, data); !s.ok()) return s;
+absl::Status ValidateJobSpec(const v1::JobSpec& spec) { return JoinProblems(CheckJobSpec(spec)); }
+
+std::vector<absl::Status> CheckAgainstData(const v1::JobSpec& spec, const DataFacts& data) {
+  Problems problems;
+  // A model that cannot take this data at all: nothing else about it is worth saying.
+  if (auto s = ModelTakesData(spec.model(), data, problems); !s.ok()) return {s};
+  problems.Add(CheckModelSize(spec, data));
   const uint32_t batch = spec.training().batch_size_auto() ? 1
                          : spec.training().batch_size()    ? spec.training().batch_size()
                                                            : kDefaultBatchSize;
   const int64_t per_rank = data.train_samples / std::max<uint32_t>(1, spec.resources().gpus());
   if (batch > per_rank) {
-    return Invalid(
+    problems.Add(Invalid(
         "training.batch_size",
         absl::StrCat(batch, " is larger than the ", per_rank, " training samples ",
-                     spec.resources().gpus() > 1 ? "each rank gets from " : "in ", data.source));
+                     spec.resources().gpus() > 1 ? "each rank gets from " : "in ", data.source)));
   }
-  return absl::OkStatus();
+  return problems.Take();
+}
+
+absl::Status ValidateAgainstData(const v1::JobSpec& spec, const DataFacts& data) {
+  return JoinProblems(CheckAgainstData(spec, data));
+}
+
+absl::Status JoinProblems(const std::vector<absl::Status>& problems) {
+  if (problems.empty()) return absl::OkStatus();
+  if (problems.size() == 1) return problems.front();
+  std::vector<std::string> lines;
+  lines.reserve(problems.size());
+  for (const absl::Status& p : problems) lines.emplace_back(p.message());
+  return absl::InvalidArgumentError(absl::StrJoin(lines, "\n"));
 }
 
 void ApplyCommandDefaults(v1::JobSpec& spec) {
@@ -759,4 +801,4 @@ void ApplyJobSpecDefaults(v1::JobSpec& spec, const DataFacts& data) {
   }
 }
 
-}  // namespace stoke::server
+}  // namespace stoke::spec

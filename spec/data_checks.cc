@@ -1,4 +1,4 @@
-#include "server/api/data_checks.h"
+#include "spec/data_checks.h"
 
 #include <limits.h>
 #include <stdlib.h>
@@ -20,7 +20,7 @@
 #include "spec/data_paths.h"
 #include "spec/job_defaults.h"
 
-namespace stoke::server {
+namespace stoke::spec {
 namespace {
 
 // What an unset field of the data spec will be (the job defaults).
@@ -457,4 +457,4 @@ absl::StatusOr<DataFacts> InspectData(const v1::JobSpec& spec, const DataRoots& 
   }
 }
 
-}  // namespace stoke::server
+}  // namespace stoke::spec

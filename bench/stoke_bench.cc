@@ -24,10 +24,10 @@
 #include <string>
 #include <vector>
 
-#include "spec/job_spec_file.h"
-#include "spec/data_checks.h"
-#include "spec/job_spec_rules.h"
 #include "spec/code_bundle.h"
+#include "spec/data_checks.h"
+#include "spec/job_spec_file.h"
+#include "spec/job_spec_rules.h"
 #include "stoke/v1/worker_link.pb.h"
 #include "worker/engine/trainer.h"
 #include "worker/link/task_translation.h"

@@ -14,9 +14,9 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "files/posix_files.h"
 #include "formats/image_decode.h"
 #include "formats/tar_index.h"
-#include "files/posix_files.h"
 
 namespace stoke::data {
 namespace {

@@ -5,9 +5,9 @@
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
-#include "formats/open_failure.h"
 #include "files/posix_files.h"
 #include "files/rooted_open.h"
+#include "formats/open_failure.h"
 
 namespace stoke::data {
 

@@ -12,8 +12,8 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "formats/open_failure.h"
 #include "files/posix_files.h"
+#include "formats/open_failure.h"
 
 namespace stoke::data {
 

@@ -130,8 +130,7 @@ absl::Status ValidateOnCoordinator(CliContext& cli, const std::string& file,
   auto answer = cli.client.ValidateJob(request);
   // A caller who may not submit is refused by the submission itself, which the audit log
   // records.
-  *answered =
-      !absl::IsUnimplemented(answer.status()) && !absl::IsPermissionDenied(answer.status());
+  *answered = !absl::IsUnimplemented(answer.status()) && !absl::IsPermissionDenied(answer.status());
   if (!*answered) return absl::OkStatus();
   if (!answer.ok()) return answer.status();
   for (const v1::SpecProblem& p : answer->problems()) {

@@ -10,10 +10,10 @@
 #include <fstream>
 #include <iostream>
 
+#include "files/posix_files.h"
 #include "formats/token_file.h"
 #include "tests/support/recording_observer.h"
 #include "tests/support/temp_dir.h"
-#include "files/posix_files.h"
 #include "worker/engine/trainer.h"
 
 namespace stoke::worker {

@@ -19,11 +19,11 @@
 #include <thread>
 
 #include "absl/strings/str_split.h"
+#include "files/posix_files.h"
 #include "tests/support/recording_observer.h"
 #include "tests/support/subprocess.h"
 #include "tests/support/temp_dir.h"
 #include "tests/support/trainer_jobs.h"
-#include "files/posix_files.h"
 #include "worker/link/trainer_process.h"
 
 namespace stoke::testing {

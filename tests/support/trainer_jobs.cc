@@ -5,10 +5,10 @@
 #include <atomic>
 #include <thread>
 
-#include "spec/job_spec_file.h"
-#include "spec/data_checks.h"
-#include "spec/job_spec_rules.h"
 #include "spec/code_bundle.h"
+#include "spec/data_checks.h"
+#include "spec/job_spec_file.h"
+#include "spec/job_spec_rules.h"
 #include "worker/link/trainer_process.h"
 
 namespace stoke::testing {

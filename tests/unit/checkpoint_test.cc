@@ -11,8 +11,8 @@
 #include <iostream>
 #include <string>
 
-#include "tests/support/temp_dir.h"
 #include "files/posix_files.h"
+#include "tests/support/temp_dir.h"
 #include "worker/models/model_factory.h"
 
 namespace stoke::worker {

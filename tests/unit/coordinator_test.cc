@@ -12,8 +12,8 @@
 #include <set>
 #include <thread>
 
-#include "spec/job_spec_rules.h"
 #include "server/store/sqlite_job_store.h"
+#include "spec/job_spec_rules.h"
 #include "tests/support/forwarding_job_store.h"
 #include "tests/support/temp_dir.h"
 

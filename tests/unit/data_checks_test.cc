@@ -120,11 +120,12 @@ TEST_F(DataChecks, APathOutsideEveryDataRootIsRefused) {
   // A sibling whose name merely starts with the root's is outside it too.
   fs::create_directory(root_ + "2");
   const std::string sibling = MnistFolder(root_ + "2", "mnist");
-  EXPECT_TRUE(
-      Refused(spec::InspectData(MnistSpec(sibling), Roots()).status(), "data.mnist.path", {sibling}));
+  EXPECT_TRUE(Refused(spec::InspectData(MnistSpec(sibling), Roots()).status(), "data.mnist.path",
+                      {sibling}));
   // Without any root, nothing is readable.
-  EXPECT_TRUE(Refused(spec::InspectData(MnistSpec(MnistFolder(root_, "mnist")), spec::DataRoots({})).status(),
-                      "data.mnist.path", {"none"}));
+  EXPECT_TRUE(Refused(
+      spec::InspectData(MnistSpec(MnistFolder(root_, "mnist")), spec::DataRoots({})).status(),
+      "data.mnist.path", {"none"}));
 }
 
 TEST_F(DataChecks, RootsThatDoNotExistAreDropped) {
@@ -168,7 +169,8 @@ TEST_F(DataChecks, DataRootPathsResolveAgainstTheFirstRootHoldingThem) {
   EXPECT_TRUE(Refused(spec::ResolveDataRootPaths(missing, roots), "data.tokens.train_path",
                       {"data:absent.bin", "none of the coordinator's data roots", root_}));
   v1::JobSpec climbing = TokenSpec("data:../outside/x.bin", "", 256, 16);
-  EXPECT_TRUE(Refused(spec::ResolveDataRootPaths(climbing, roots), "data.tokens.train_path", {".."}));
+  EXPECT_TRUE(
+      Refused(spec::ResolveDataRootPaths(climbing, roots), "data.tokens.train_path", {".."}));
   v1::JobSpec absolute = TokenSpec("data:/etc/passwd", "", 256, 16);
   EXPECT_TRUE(Refused(spec::ResolveDataRootPaths(absolute, roots), "data.tokens.train_path",
                       {"relative to the data roots"}));
@@ -204,14 +206,16 @@ TEST_F(DataChecks, AFileInsideTheFolderThatLinksOutOfTheRootsIsRefused) {
   const std::string link = folder + "/" + testing::kMnistTrainImages;
   fs::remove(link);
   fs::create_symlink(elsewhere + "/" + testing::kMnistTrainImages, link);
-  EXPECT_TRUE(Refused(spec::InspectData(MnistSpec(folder), Roots()).status(), "data.mnist.path", {link}));
+  EXPECT_TRUE(
+      Refused(spec::InspectData(MnistSpec(folder), Roots()).status(), "data.mnist.path", {link}));
 
   // The same for a token file's link, which Resolve already follows.
   const std::string tokens = outside_ + "/tokens.bin";
   testing::WriteTokens(tokens, testing::CountingTokens(400, 0, 256));
   fs::create_symlink(tokens, root_ + "/tokens.bin");
-  EXPECT_TRUE(Refused(spec::InspectData(TokenSpec(root_ + "/tokens.bin", "", 256, 16), Roots()).status(),
-                      "data.tokens.train_path", {root_ + "/tokens.bin"}));
+  EXPECT_TRUE(
+      Refused(spec::InspectData(TokenSpec(root_ + "/tokens.bin", "", 256, 16), Roots()).status(),
+              "data.tokens.train_path", {root_ + "/tokens.bin"}));
 }
 
 // A folder inside a root swapped, again and again, with a link to a folder outside the
@@ -281,7 +285,8 @@ TEST_F(DataChecks, ATorchScriptModelOutsideTheRootsIsRefused) {
   testing::WriteBytes(model, "not really a model");
   v1::JobSpec spec = MnistSpec(MnistFolder(root_, "mnist"));
   spec.mutable_model()->mutable_torchscript()->set_path(model);
-  EXPECT_TRUE(Refused(spec::InspectData(spec, Roots()).status(), "model.torchscript.path", {model}));
+  EXPECT_TRUE(
+      Refused(spec::InspectData(spec, Roots()).status(), "model.torchscript.path", {model}));
 }
 
 // --- What the files must hold ----------------------------------------------------------
@@ -460,9 +465,9 @@ TEST_F(DataChecks, ATokenFileTooShortForOneWindowIsRefused) {
   EXPECT_TRUE(
       Refused(spec::InspectData(TokenSpec(path, Tokens("val.bin", 64), 256, 16), Roots()).status(),
               "data.tokens.train_path", {path, "data.tokens.context"}));
-  EXPECT_TRUE(
-      spec::InspectData(TokenSpec(Tokens("enough.bin", 32), Tokens("val.bin", 64), 256, 16), Roots())
-          .ok());
+  EXPECT_TRUE(spec::InspectData(TokenSpec(Tokens("enough.bin", 32), Tokens("val.bin", 64), 256, 16),
+                                Roots())
+                  .ok());
 }
 
 TEST_F(DataChecks, AValidationFileTooShortForTheWorkersWindowIsRefused) {
@@ -487,8 +492,8 @@ TEST_F(DataChecks, ABatchLargerThanTheTrainingSetIsRefused) {
   const std::string folder = MnistFolder(root_, "mnist");  // 30 training images
   auto facts = spec::InspectData(MnistSpec(folder, 31), Roots());
   ASSERT_TRUE(facts.ok()) << facts.status();
-  EXPECT_TRUE(Refused(spec::ValidateAgainstData(MnistSpec(folder, 31), *facts), "training.batch_size",
-                      {"31", "30", "data.mnist.path", folder}));
+  EXPECT_TRUE(Refused(spec::ValidateAgainstData(MnistSpec(folder, 31), *facts),
+                      "training.batch_size", {"31", "30", "data.mnist.path", folder}));
   EXPECT_TRUE(spec::ValidateAgainstData(MnistSpec(folder, 30), *facts).ok());
   // Two ranks split the data: 15 each.
   v1::JobSpec two_ranks = MnistSpec(folder, 16);

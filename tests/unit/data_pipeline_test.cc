@@ -20,12 +20,12 @@
 #include <thread>
 #include <vector>
 
+#include "files/posix_files.h"
 #include "formats/idx_file.h"
 #include "formats/image_set.h"
 #include "formats/token_file.h"
 #include "tests/support/data_files.h"
 #include "tests/support/temp_dir.h"
-#include "files/posix_files.h"
 #include "worker/common/status_error.h"
 #include "worker/data/batch_prep.h"
 #include "worker/data/dataset.h"

@@ -11,14 +11,14 @@
 #include <string>
 #include <vector>
 
+#include "files/posix_files.h"
+#include "files/rooted_open.h"
 #include "formats/idx_file.h"
 #include "formats/image_set.h"
 #include "formats/read_options.h"
 #include "formats/token_file.h"
 #include "tests/support/data_files.h"
 #include "tests/support/temp_dir.h"
-#include "files/posix_files.h"
-#include "files/rooted_open.h"
 
 namespace stoke {
 namespace {

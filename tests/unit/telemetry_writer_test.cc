@@ -8,9 +8,9 @@
 #include <mutex>
 #include <thread>
 
-#include "spec/job_spec_rules.h"
 #include "server/core/coordinator.h"
 #include "server/store/sqlite_job_store.h"
+#include "spec/job_spec_rules.h"
 #include "tests/support/forwarding_job_store.h"
 #include "tests/support/temp_dir.h"
 

@@ -11,11 +11,11 @@
 #include <chrono>
 #include <vector>
 
+#include "files/posix_files.h"
 #include "tests/support/data_files.h"
 #include "tests/support/recording_observer.h"
 #include "tests/support/small_tasks.h"
 #include "tests/support/temp_dir.h"
-#include "files/posix_files.h"
 
 namespace stoke::worker {
 namespace {

@@ -14,8 +14,8 @@
 #include <cstring>
 
 #include "absl/strings/match.h"
-#include "spec/code_bundle.h"
 #include "files/posix_files.h"
+#include "spec/code_bundle.h"
 
 extern char** environ;
 

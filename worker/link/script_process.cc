@@ -22,10 +22,10 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "files/posix_files.h"
 #include "proto/stoke/v1/limits.h"
 #include "spec/code_bundle.h"
 #include "spec/job_defaults.h"
-#include "files/posix_files.h"
 
 namespace stoke::worker {
 namespace {

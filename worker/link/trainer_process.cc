@@ -22,8 +22,8 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
-#include "stoke/v1/trainer.pb.h"
 #include "files/posix_files.h"
+#include "stoke/v1/trainer.pb.h"
 #include "worker/link/child_process.h"
 #include "worker/link/frames.h"
 #include "worker/link/task_translation.h"

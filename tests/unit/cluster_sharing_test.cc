@@ -11,6 +11,7 @@
 #include <string>
 #include <thread>
 
+#include "absl/strings/str_cat.h"
 #include "bench/load/simulated_worker.h"
 #include "security/token_hash.h"
 #include "tests/support/in_process_coordinator.h"
@@ -115,6 +116,54 @@ class ClusterSharing : public ::testing::Test {
   std::unique_ptr<v1::WorkerLink::Stub> link_;
   std::vector<std::unique_ptr<load::SimulatedWorker>> workers_;
 };
+
+// ValidateJob checks as SubmitJob would, the caller's limits included, answers every
+// problem placed in the file, and stores nothing.
+TEST_F(ClusterSharing, ValidateJobAnswersEveryProblemInPlaceAndStoresNothing) {
+  Start(3, /*with_tokens=*/true);
+  auto validate = [&](const v1::ValidateJobRequest& request, v1::ValidateJobResponse* response) {
+    grpc::ClientContext context;
+    context.AddMetadata("authorization", "Bearer alice-secret");
+    return stub_->ValidateJob(&context, request, response);
+  };
+  v1::ValidateJobRequest request;
+  request.set_job_file_name("job.yaml");
+  request.set_job_file(
+      "model: {mlp: {dropout: 3}}\n"
+      "data: {synthetic: {}}\n"
+      "training:\n"
+      "  steps: 0\n"
+      "  colour: red\n");
+  v1::ValidateJobResponse response;
+  ASSERT_TRUE(validate(request, &response).ok());
+  std::vector<std::string> found;
+  for (const auto& p : response.problems()) {
+    found.push_back(absl::StrCat(p.line(), ":", p.column(), " ", p.field()));
+  }
+  EXPECT_EQ(found, (std::vector<std::string>{"5:3 training.colour", "1:15 model.mlp.dropout",
+                                             "4:3 training.steps"}));
+  EXPECT_EQ(response.spec().training().steps(), 0u);  // as read
+  EXPECT_FALSE(response.has_completed());
+
+  // A valid job comes back as it would be stored, every default filled in.
+  request.Clear();
+  *request.mutable_spec() = Spec(2);
+  response.Clear();
+  ASSERT_TRUE(validate(request, &response).ok());
+  EXPECT_EQ(response.problems_size(), 0);
+  EXPECT_TRUE(response.completed().has_max_restarts());
+  EXPECT_GT(response.completed().training().batch_size(), 0u);
+
+  // The submitter's priority cap holds here as in SubmitJob.
+  *request.mutable_spec() = Spec(5);
+  EXPECT_EQ(validate(request, &response).error_code(), grpc::StatusCode::PERMISSION_DENIED);
+
+  grpc::ClientContext context;
+  context.AddMetadata("authorization", "Bearer root-secret");
+  v1::ListJobsResponse jobs;
+  ASSERT_TRUE(stub_->ListJobs(&context, v1::ListJobsRequest(), &jobs).ok());
+  EXPECT_EQ(jobs.jobs_size(), 0);
+}
 
 TEST_F(ClusterSharing, SubmittersStayWithinTheirPriorityAndOnlyAdminsProtectLowPriorityJobs) {
   Start(3, /*with_tokens=*/true);

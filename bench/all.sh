@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Everything the GPU machine measures, in one call: builds build-gpu/ once, then runs the
+# Everything the GPU machine measures, in one run: builds build-gpu/ once, then runs the
 # parts asked for, the single-GPU ones in two lanes on two GPUs at once when there are
 # two (each part sees one GPU through CUDA_VISIBLE_DEVICES), and packs what they wrote
 # into $OUT/results.tgz beside $OUT/summary.md (the device tool returns at most 8 files).

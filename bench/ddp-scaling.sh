@@ -15,7 +15,7 @@
 # while they all train, against the 2-GPU job that ran alone just before. BUCKET_MB:
 # the jobs' distributed.bucket_mb (default 25). STOKE_BIN: the folder of the
 # stoke-coordinator, stoke-worker and stoke binaries to time (another build, to compare
-# two versions in one call; default build-gpu/bin, built if missing). PY_ARGS: more
+# two versions in one run; default build-gpu/bin, built if missing). PY_ARGS: more
 # arguments for ddp_train.py (e.g. "--compile max-autotune-no-cudagraphs"). Scaling
 # efficiency = N-GPU samples/s / (N x the best 1-GPU samples/s of either runtime).
 set -uo pipefail

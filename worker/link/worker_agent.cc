@@ -233,8 +233,8 @@ absl::Status WorkerAgent::Run() {
       security::MakeChannelCredentials({options_.tls_ca, options_.tls_cert, options_.tls_key});
   if (!credentials.ok()) return credentials.status();
   grpc::ChannelArguments args;
-  args.SetInt(GRPC_ARG_KEEPALIVE_TIME_MS, 10'000);
-  args.SetInt(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, 10'000);
+  args.SetInt(GRPC_ARG_KEEPALIVE_TIME_MS, v1::kWorkerKeepaliveMs);
+  args.SetInt(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, v1::kKeepaliveTimeoutMs);
   args.SetInt(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
   args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 2'000);
   // The coordinator's own limit, so that whatever it accepts reaches its workers.

@@ -1,6 +1,6 @@
-// Sizes every side of the Stoke API agrees on: the coordinator's server, its workers'
-// links and the client. One number each, so that nothing the coordinator accepts is
-// refused further down (a spec the server took but a worker could not receive used to
+// Sizes and timings every side of the Stoke API agrees on: the coordinator's server, its
+// workers' links and the client. One number each, so that nothing the coordinator accepts
+// is refused further down (a spec the server took but a worker could not receive used to
 // break that worker's link on every assignment).
 #pragma once
 
@@ -29,6 +29,13 @@ inline constexpr int kMaxRepeatedElements = 64;  // repeated fields in a spec
 // name's length. Each name is a label value on /metrics, so the set stays bounded.
 inline constexpr size_t kMaxReportedScalars = 32;
 inline constexpr size_t kMaxScalarNameBytes = 64;
+
+// Keepalive pings on the long-lived streams (WorkerLink, WatchJob). A worker pings its
+// idle link this often, and the coordinator accepts pings that often: gRPC closes the
+// connection of a peer that pings more often than its server permits.
+inline constexpr int kWorkerKeepaliveMs = 10'000;
+// A ping unanswered this long means the peer is gone, on either side.
+inline constexpr int kKeepaliveTimeoutMs = 10'000;
 
 // ListJobs: a page holds at most this many jobs (page_size 0 means kDefaultPageSize).
 inline constexpr unsigned kMaxPageSize = 1000;

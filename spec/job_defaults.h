@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstdint>
+#include <limits>
 
 namespace stoke::defaults {
 
@@ -36,7 +37,15 @@ inline constexpr int64_t kTextLength = 256;
 inline constexpr double kMaxBadFraction = 0.001;
 
 // model.*: an MLP's one hidden layer is this many times its input width.
-inline constexpr int64_t kMlpHiddenPerInput = 4;
+inline constexpr uint64_t kMlpHiddenPerInput = 4;
+// That layer's width for `input` inputs, the rule's one home; UINT64_MAX where the true
+// width does not fit (the size estimate saturates; the worker refuses any input large
+// enough to come near).
+constexpr uint64_t DefaultMlpHidden(uint64_t input) {
+  return input > std::numeric_limits<uint64_t>::max() / kMlpHiddenPerInput
+             ? std::numeric_limits<uint64_t>::max()
+             : input * kMlpHiddenPerInput;
+}
 // resources.preemptible, when unset: true for priorities below this (spec/preemptible.h).
 inline constexpr int32_t kPreemptibleBelowPriority = 0;
 inline constexpr int64_t kCnnChannels[] = {32, 64};

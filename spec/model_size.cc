@@ -66,8 +66,7 @@ Estimate Mlp(const v1::MlpSpec& mlp, const DataFacts& data) {
   uint64_t in = mlp.input_dim() ? mlp.input_dim() : Product(data.sample);
   std::vector<std::pair<std::string, uint64_t>> widths;
   if (mlp.hidden_size() == 0) {
-    widths.push_back({"model.mlp.hidden (default: 4 x input_dim)",
-                      SaturatingMul(defaults::kMlpHiddenPerInput, in)});
+    widths.push_back({"model.mlp.hidden (default: 4 x input_dim)", defaults::DefaultMlpHidden(in)});
   }
   for (int i = 0; i < mlp.hidden_size(); ++i) {
     widths.push_back({absl::StrCat("model.mlp.hidden[", i, "]"), mlp.hidden(i)});

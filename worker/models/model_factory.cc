@@ -67,7 +67,10 @@ struct Builder {
       c.num_classes = Classes(c.num_classes, data, "model.mlp.num_classes");
     }
     if (c.hidden.empty()) {
-      c.hidden = {Checked({defaults::kMlpHiddenPerInput, c.input_dim}, "model.mlp.hidden")};
+      // The input checked first, the default width made of it then cannot overflow.
+      const auto input = static_cast<uint64_t>(Checked({c.input_dim}, "model.mlp.input_dim"));
+      c.hidden = {Checked({static_cast<int64_t>(defaults::DefaultMlpHidden(input))},
+                          "model.mlp.hidden (default: 4 x input_dim)")};
     }
     int64_t in = c.input_dim;
     for (int64_t width : c.hidden) {

@@ -13,17 +13,17 @@ namespace {
 
 constexpr uint64_t kSaturated = std::numeric_limits<uint64_t>::max();
 
-// Parameters of the ResNet body (every block, without the stem's convolution and the
-// classifier), by depth: He et al. 2016's networks as worker/models/resnet.cc builds them,
-// rounded up.
+// Parameters of the ResNet body (every block, without the stem and the classifier), by
+// depth: He et al. 2016's networks as worker/models/resnet.cc builds them, exactly
+// (tests/unit/model_size_match_test.cc counts the modules).
 uint64_t ResNetBodyParameters(uint32_t depth) {
   switch (depth) {
     case 34:
-      return 21'300'000;
+      return 21'275'136;
     case 50:
-      return 23'600'000;
+      return 23'498'496;
     default:
-      return 11'200'000;
+      return 11'166'976;
   }
 }
 
@@ -118,9 +118,10 @@ Estimate ResNet(const v1::ResNetSpec& resnet, const DataFacts& data) {
       resnet.stem() == v1::RESNET_STEM_SMALL ||
       (resnet.stem() != v1::RESNET_STEM_IMAGENET && height <= 64 && width <= 64);
   const uint64_t kernel = small_stem ? 3 : 7;
-  e.layers.push_back({"model.resnet.stem",
-                      absl::StrCat(channels, " x 64 x ", kernel, " x ", kernel),
-                      SaturatingMul(channels, 64 * kernel * kernel)});
+  // A convolution without bias, and its batch norm's scale and shift.
+  e.layers.push_back(
+      {"model.resnet.stem", absl::StrCat(channels, " x 64 x ", kernel, " x ", kernel),
+       SaturatingAdd(SaturatingMul(channels, 64 * kernel * kernel), uint64_t{2} * 64)});
   e.layers.push_back(
       {"model.resnet.depth", absl::StrCat("ResNet-", depth), ResNetBodyParameters(depth)});
   e.layers.push_back(Dense("model.resnet.num_classes", depth == 50 ? 2048 : 512,
@@ -145,6 +146,9 @@ Estimate Gpt(const v1::GptSpec& gpt, const DataFacts& data) {
       SaturatingAdd(SaturatingMul(12, SaturatingMul(width, width)), SaturatingMul(13, width));
   e.layers.push_back(
       {"model.gpt.width", absl::StrCat("one block of width ", width), block, layers});
+  // The layer norm after the last block; the output layer is the token embedding (tied).
+  e.layers.push_back({"model.gpt.width", absl::StrCat("the final layer norm of width ", width),
+                      SaturatingMul(2, width)});
   e.layers.push_back({"model.gpt.vocab_size", absl::StrCat(vocab, " x ", width, " embedding"),
                       SaturatingMul(vocab, width)});
   e.layers.push_back({"model.gpt.context", absl::StrCat(context, " x ", width, " positions"),

@@ -26,29 +26,11 @@ if [[ ! -f "$build/compile_commands.json" ]]; then
   exit 1
 fi
 
-# clang-tidy reads a copy of the build's compile_commands.json, changed in two ways:
-# - a unity build (STOKE_UNITY_BUILD) compiles a batch of files as one unity_N_cxx.cxx,
-#   and the database names only the batches: each file of a batch gets the batch's command;
-# - GCC's precompiled header (STOKE_TORCH_PCH) is not one clang can load: it is left out,
-#   and each file is read with the includes it names itself.
+# clang-tidy reads a copy of the build's compile_commands.json with each file of a unity
+# batch given its own command and GCC's precompiled header left out (tidy-database.py).
 database=$(mktemp -d)
 trap 'rm -rf "$database"' EXIT
-python3 - "$build/compile_commands.json" "$database/compile_commands.json" <<'EOF'
-import json, re, sys
-entries = []
-for entry in json.load(open(sys.argv[1])):
-    if not re.search(r"/Unity/unity_\d+_cxx\.cxx$", entry["file"]):
-        entries.append(entry)
-        continue
-    for source in re.findall(r'^#include "([^"]+)"$', open(entry["file"]).read(), re.M):
-        own = dict(entry, file=source)
-        own["command"] = entry["command"].replace(entry["file"], source)
-        entries.append(own)
-for entry in entries:
-    entry["command"] = re.sub(r"(-Winvalid-pch )?-include \S+/cmake_pch\.hxx ", "",
-                              entry["command"])
-json.dump(entries, open(sys.argv[2], "w"), indent=0)
-EOF
+python3 scripts/tidy-database.py "$build/compile_commands.json" "$database/compile_commands.json"
 
 line_filter=""
 if [[ $# -gt 0 ]]; then

@@ -727,7 +727,7 @@ void ApplyJobSpecDefaults(v1::JobSpec& spec, const DataFacts& data) {
     if (!mlp->input_dim()) mlp->set_input_dim(static_cast<uint32_t>(Product(data.sample)));
     if (!mlp->num_classes()) mlp->set_num_classes(classes);
     if (mlp->hidden_size() == 0) {
-      mlp->add_hidden(static_cast<uint32_t>(defaults::kMlpHiddenPerInput) * mlp->input_dim());
+      mlp->add_hidden(static_cast<uint32_t>(defaults::DefaultMlpHidden(mlp->input_dim())));
     }
     if (mlp->activation() == v1::ACTIVATION_UNSPECIFIED) mlp->set_activation(v1::ACTIVATION_GELU);
   } else if (model->has_cnn()) {

@@ -146,7 +146,8 @@ absl::Status ValidateOnCoordinator(CliContext& cli, const std::string& file,
 int SubmitCommand(CliContext& cli, const std::string& file, bool watch, bool dry_run) {
   auto text = spec::ReadJobFile(file);
   if (!text.ok()) {
-    std::fprintf(stderr, "stoke: %s\n", std::string(text.status().message()).c_str());
+    const std::string why(text.status().message());
+    std::fprintf(stderr, "stoke: %s\n", why.c_str());
     return kExitUsage;
   }
   // Read here too, for the code to send with the job, and for a coordinator too old to
@@ -156,8 +157,8 @@ int SubmitCommand(CliContext& cli, const std::string& file, bool watch, bool dry
   absl::StatusOr<v1::CodeBundle> code = v1::CodeBundle();
   if (parsed.problems.empty()) code = spec::ReadJobCode(parsed.spec);
   if (!code.ok()) {
-    std::fprintf(stderr, "stoke: %s: %s\n", file.c_str(),
-                 std::string(code.status().message()).c_str());
+    const std::string why(code.status().message());
+    std::fprintf(stderr, "stoke: %s: %s\n", file.c_str(), why.c_str());
     return kExitUsage;
   }
   bool answered = false;

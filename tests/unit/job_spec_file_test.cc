@@ -41,10 +41,10 @@ TEST(JobSpecFile, EveryProblemIsFoundEachWithItsLineAndColumn) {
                        "job.yaml:9:1: optimizer: given twice (first on line 8); keep one",
                        "job.yaml:3:10: training.steps: expected a whole number >= 0, got \"ten\"",
                        "job.yaml:4:3: training.bach_size: unknown field; did you mean batch_size?",
-                       "job.yaml:6:21: model.mlp.hidden[1]: expected a whole number >= 0, got "
-                       "\"wide\"",
-                       "job.yaml:7:3: model.cnn: conflicts with mlp: set only one of mlp, cnn, "
-                       "resnet, gpt, torchscript, python",
+                       std::string("job.yaml:6:21: model.mlp.hidden[1]: expected a whole "
+                                   "number >= 0, got \"wide\""),
+                       std::string("job.yaml:7:3: model.cnn: conflicts with mlp: set only one "
+                                   "of mlp, cnn, resnet, gpt, torchscript, python"),
                    }));
   // What could be read was: the first optimizer, the good list entry, the name.
   EXPECT_EQ(parsed.spec.name(), "many");

@@ -214,7 +214,7 @@ absl::Status CoordinatorService::Validate(const Caller& caller,
       AdmitJob(caller, file.spec, request.code(),
                /*check_code=*/request.code().files_size() > 0, data_roots_, access_);
   if (!admission.refused.ok()) return admission.refused;
-  AddProblems(file, std::move(admission.problems), response);
+  AddProblems(file, admission.problems, response);
   if (response.problems_size() == 0) *response.mutable_completed() = std::move(admission.completed);
   return absl::OkStatus();
 }

@@ -125,7 +125,9 @@ absl::Status ValidateOnCoordinator(CliContext& cli, const std::string& file,
   v1::ValidateJobRequest request;
   request.set_job_file(text);
   request.set_job_file_name(file);
-  request.set_base_dir(std::filesystem::absolute(file).parent_path().string());
+  std::error_code ec;  // no folder to resolve against (the current one is gone): none sent
+  const std::filesystem::path absolute = std::filesystem::absolute(file, ec);
+  if (!ec) request.set_base_dir(absolute.parent_path().string());
   *request.mutable_code() = code;
   auto answer = cli.client.ValidateJob(request);
   // A caller who may not submit is refused by the submission itself, which the audit log

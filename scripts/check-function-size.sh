@@ -16,18 +16,8 @@ cd "$(dirname "$0")/.."
 build="${1:?usage: $0 BUILD_DIR [FILE.cc ...]}"
 shift
 max_lines="${STOKE_MAX_FUNCTION_LINES:-80}"
-tidy="${CLANG_TIDY:-$(command -v clang-tidy || true)}"
-if [[ -z "$tidy" ]]; then
-  echo "check-function-size: SKIPPED: no clang-tidy (Debian's clang-tidy package)"
-  exit 77
-fi
-if [[ ! -f "$build/compile_commands.json" ]]; then
-  echo "check-function-size: no $build/compile_commands.json: configure the build first" >&2
-  exit 1
-fi
-database=$(mktemp -d)
-trap 'rm -rf "$database"' EXIT
-python3 scripts/tidy-database.py "$build/compile_commands.json" "$database/compile_commands.json"
+tool=check-function-size
+source scripts/tidy-prelude.sh
 
 if [[ $# -gt 0 ]]; then
   files=("$@")

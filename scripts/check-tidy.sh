@@ -16,21 +16,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 build="${1:?usage: $0 BUILD_DIR [FILE.cc ...]}"
 shift
-tidy="${CLANG_TIDY:-$(command -v clang-tidy || true)}"
-if [[ -z "$tidy" ]]; then
-  echo "check-tidy: SKIPPED: no clang-tidy (Debian's clang-tidy package)"
-  exit 77
-fi
-if [[ ! -f "$build/compile_commands.json" ]]; then
-  echo "check-tidy: no $build/compile_commands.json: configure the build first" >&2
-  exit 1
-fi
-
-# clang-tidy reads a copy of the build's compile_commands.json with each file of a unity
-# batch given its own command and GCC's precompiled header left out (tidy-database.py).
-database=$(mktemp -d)
-trap 'rm -rf "$database"' EXIT
-python3 scripts/tidy-database.py "$build/compile_commands.json" "$database/compile_commands.json"
+tool=check-tidy
+source scripts/tidy-prelude.sh
 
 line_filter=""
 if [[ $# -gt 0 ]]; then

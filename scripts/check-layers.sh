@@ -51,7 +51,9 @@ torch_free_folders="files proto security formats spec server client"
 if git rev-parse --is-inside-work-tree >/dev/null 2>&1; then
   mapfile -t folders < <(git ls-files | grep / | cut -d/ -f1 | sort -u)
 else
-  mapfile -t folders < <(find . -mindepth 1 -maxdepth 1 -type d -not -name '.*' -printf '%f\n')
+  # A folder holding a CMakeCache.txt is a build tree, not the project's.
+  mapfile -t folders < <(find . -mindepth 1 -maxdepth 1 -type d -not -name '.*' \
+    -not -exec test -e '{}/CMakeCache.txt' \; -printf '%f\n')
 fi
 for folder in "${folders[@]}"; do
   if [[ -z "${top_allowed[$folder]+set}" ]]; then
@@ -61,7 +63,7 @@ for folder in "${folders[@]}"; do
   fi
   allowed_here="${top_allowed[$folder]}"
   sources="$(find "$folder" \( -name '*.h' -o -name '*.cc' -o -name '*.cpp' -o -name '*.cu' \) \
-    -not -path '*/node_modules/*' | head -1)"
+    -not -path '*/node_modules/*' -print -quit)"
   if [[ "$allowed_here" == "-" ]]; then
     if [[ -n "$sources" ]]; then
       echo "check-layers: $folder/ is marked as holding no C++, but holds $sources"

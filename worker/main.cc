@@ -131,6 +131,8 @@ absl::StatusOr<WorkerAgent::Options> AgentOptions(const WorkerFlags& flags,
   options.device = DescribeDevice(device);
   if (options.worker_id.empty()) options.worker_id = options.host + "/" + device.Label();
   options.orphan_timeout = flags.OrphanTimeout();
+  options.stop_grace =
+      std::chrono::milliseconds(static_cast<int64_t>(flags.stop_grace_seconds * 1000));
   for (const auto& [path, flag] : {std::pair{flags.agent.tls_key, "--tls-key"},
                                    std::pair{flags.join_token_file, "--join-token-file"}}) {
     const std::string warning = security::ExposedSecretWarning(path, flag);

@@ -51,6 +51,13 @@ void AddPlaceFlags(CLI::App& app, WorkerFlags* flags) {
                               " for --local workers, 0 for others, which their service manager "
                               "restarts)"))
       ->check(CLI::NonNegativeNumber);
+  app.add_option("--stop-grace", flags->stop_grace_seconds,
+                 "On SIGTERM or SIGINT, seconds the running task may take to stop at a step "
+                 "boundary with a checkpoint of that step, when the coordinator preempts it "
+                 "(its job resumes from that step elsewhere); then it is cancelled (the job "
+                 "resumes from its newest checkpoint). 0: cancel it at once")
+      ->capture_default_str()
+      ->check(CLI::Range(0.0, 3600.0));
   app.add_option("--device-sampling", flags->sampling_seconds,
                  "Seconds between device readings (NVML or /proc); 0 turns them off")
       ->capture_default_str()

@@ -31,6 +31,9 @@ struct WorkerFlags {
   std::string device;
   // Seconds; negative: kLocalOrphanTimeoutSeconds for --local workers, 0 for others.
   double orphan_timeout_seconds = -1;
+  // Seconds a running task may take to stop at a step boundary on SIGTERM; 0: cancel it.
+  double stop_grace_seconds =
+      std::chrono::duration<double>(WorkerAgent::Options{}.stop_grace).count();
   // Seconds between device readings; 0: none.
   double sampling_seconds = 1.0;
   int threads = 0;  // intra-op CPU threads; 0: every core

@@ -45,8 +45,8 @@ void Attempt::Postpone(absl::Duration gap) {
   if (preemption_) preemption_->ordered_at += gap;
 }
 
-void Attempt::Preempt(absl::Time ordered_at, std::string for_job) {
-  preemption_ = Preemption{ordered_at, std::move(for_job)};
+void Attempt::Preempt(absl::Time ordered_at, std::string why) {
+  preemption_ = Preemption{ordered_at, std::move(why)};
 }
 
 bool Attempt::RankStopped(uint32_t rank) {

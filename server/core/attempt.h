@@ -57,14 +57,14 @@ class Attempt {
   // The coordinator stood still for `gap`: its deadlines move by as much.
   void Postpone(absl::Duration gap);
 
-  // A preemption ordered at `ordered_at`, for the waiting job `for_job`: the ranks stop at
-  // a step boundary and the job goes back to the queue.
+  // A preemption ordered at `ordered_at`, `why` ("for job X", or because a worker is
+  // shutting down): the ranks stop at a step boundary and the job goes back to the queue.
   struct Preemption {
     absl::Time ordered_at;
-    std::string for_job;
+    std::string why;
   };
   const std::optional<Preemption>& preemption() const { return preemption_; }
-  void Preempt(absl::Time ordered_at, std::string for_job);
+  void Preempt(absl::Time ordered_at, std::string why);
   // Rank `rank` has stopped for the preemption: true when that makes every rank stopped.
   bool RankStopped(uint32_t rank);
 

@@ -184,6 +184,10 @@ class Coordinator {
   void OnTaskReport(const std::string& worker_id, const v1::TaskReport& report);
   void OnTaskFinished(const std::string& worker_id, const v1::TaskFinished& finished);
   void OnLeaving(const std::string& worker_id, const v1::Leaving& leaving);
+  // A busy worker leaving with a grace: its job is preempted, to stop at a step boundary
+  // and resume from there, and the worker is given no more work. False when it runs no
+  // live attempt (it then leaves at once, as without a grace).
+  bool PreemptForLeaving(WorkerEntry& worker, const std::string& reason);
   // A message about a job the sender does not hold (stale, or forged): ignored, counted.
   void RefuseReport(const std::string& worker_id, const char* kind, const std::string& job_id);
 
@@ -238,6 +242,9 @@ class Coordinator {
   void NoteStepTime(const v1::Job& job, const v1::TaskReport& report);
   // Asks `victim`'s ranks to stop at a step boundary, for `for_job`.
   void OrderPreemption(const v1::Job& victim, const v1::Job& for_job);
+  // Asks `victim`'s ranks to stop at a step boundary: `why` goes into its history
+  // ("preempted <why>: ..."), `reason` to its ranks.
+  void OrderPreemption(const v1::Job& victim, std::string why, const std::string& reason);
   // The preempted attempt has stopped (`how`): the job goes back to the queue, PREEMPTED.
   void FinishPreemption(const std::string& job_id, uint32_t attempt, const std::string& how);
   // Tick: preempted attempts still running past the grace are cancelled.

@@ -3,6 +3,7 @@
 // victim's ranks stop at a step boundary with a checkpoint of that step, and the job goes
 // back to the queue as PREEMPTED, to resume from that step; one that has not stopped
 // within the grace is cancelled, to resume from its newest checkpoint.
+// A worker shutting down with a grace (SIGTERM) has its job preempted the same way.
 #include <spdlog/spdlog.h>
 
 #include <cmath>
@@ -66,13 +67,17 @@ void Coordinator::PreemptForWaiting(const std::vector<QueuedJob>& waiting,
 }
 
 void Coordinator::OrderPreemption(const v1::Job& victim, const v1::Job& for_job) {
+  OrderPreemption(victim, absl::StrCat("for job ", for_job.id()),
+                  absl::StrCat("job ", for_job.id(), " (priority ",
+                               for_job.spec().resources().priority(), ") needs its devices"));
+}
+
+void Coordinator::OrderPreemption(const v1::Job& victim, std::string why,
+                                  const std::string& reason) {
   Attempt* attempt = CurrentAttempt(victim);
   if (attempt == nullptr) return;
-  attempt->Preempt(clock_.Now(), for_job.id());
+  attempt->Preempt(clock_.Now(), std::move(why));
   ++preemptions_;
-  const std::string reason =
-      absl::StrCat("job ", for_job.id(), " (priority ", for_job.spec().resources().priority(),
-                   ") needs its devices");
   const uint64_t after_step = victim.placement_size() > 1 ? AgreedStopStep(victim) : 0;
   spdlog::info(
       "job {} attempt {}: preempting it: {}; stopping after {}", victim.id(), victim.attempt(),
@@ -102,7 +107,7 @@ void Coordinator::FinishPreemption(const std::string& job_id, uint32_t attempt_n
                       std::max(1, job->placement_size());
   preemption_lost_seconds_ += lost;
   const std::string message =
-      absl::StrCat("preempted for job ", preemption.for_job, ": ", how, "; queued again");
+      absl::StrCat("preempted ", preemption.why, ": ", how, "; queued again");
   spdlog::info("job {} {}", job_id, message);
   RecordTransition(job_id, attempt_number, v1::JOB_STATE_PREEMPTED, message, [lost](v1::Job& j) {
     j.set_preemptions(j.preemptions() + 1);

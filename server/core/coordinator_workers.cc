@@ -428,6 +428,7 @@ void Coordinator::OnLeaving(const std::string& worker_id, const v1::Leaving& lea
   std::lock_guard<std::mutex> lock(mu_);
   WorkerEntry* worker = workers_.Find(worker_id);
   if (!worker) return;
+  if (leaving.stop_grace_ms() > 0 && PreemptForLeaving(*worker, leaving.reason())) return;
   auto entry = workers_.Detach(worker_id, worker->connection.get());
   spdlog::info("worker {} is leaving: {}", worker_id, leaving.reason());
   if (entry->info.state() == v1::WORKER_STATE_BUSY) {
@@ -436,6 +437,24 @@ void Coordinator::OnLeaving(const std::string& worker_id, const v1::Leaving& lea
         absl::StrCat("worker ", worker_id, " is shutting down (", leaving.reason(), ")"));
   }
   Schedule();
+}
+
+bool Coordinator::PreemptForLeaving(WorkerEntry& worker, const std::string& reason) {
+  if (worker.info.state() != v1::WORKER_STATE_BUSY) return false;
+  const v1::Job* job = jobs_.FindActive(worker.info.job_id());
+  if (job == nullptr || job->attempt() != worker.attempt || !IsLive(job->state())) return false;
+  const Attempt* attempt = CurrentAttempt(*job);
+  if (attempt == nullptr) return false;
+  // It stays attached, given no more work, until its task's outcome is in and it closes.
+  workers_.MarkLeaving(worker.info.id());
+  spdlog::info("worker {} is leaving ({}); job {} stops at a step boundary first", worker.info.id(),
+               reason, job->id());
+  if (!attempt->preemption()) {
+    OrderPreemption(*job, absl::StrCat("because worker ", worker.info.id(), " shut down"),
+                    absl::StrCat("worker ", worker.info.id(), " is shutting down (", reason, ")"));
+  }
+  Schedule();
+  return true;
 }
 
 void Coordinator::RefuseReport(const std::string& worker_id, const char* kind,

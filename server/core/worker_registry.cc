@@ -58,6 +58,10 @@ void WorkerRegistry::MarkDraining(const std::string& worker_id) {
   if (WorkerEntry* w = Find(worker_id)) w->info.set_state(v1::WORKER_STATE_DRAINING);
 }
 
+void WorkerRegistry::MarkLeaving(const std::string& worker_id) {
+  if (WorkerEntry* w = Find(worker_id)) w->leaving = true;
+}
+
 void WorkerRegistry::MarkIdle(const std::string& worker_id) {
   if (WorkerEntry* w = Find(worker_id)) {
     w->info.set_state(v1::WORKER_STATE_IDLE);
@@ -70,7 +74,7 @@ void WorkerRegistry::MarkIdle(const std::string& worker_id) {
 std::vector<FreeDevice> WorkerRegistry::FreeDevices() const {
   std::vector<FreeDevice> free;
   for (const auto& [id, w] : workers_) {
-    if (w.info.state() != v1::WORKER_STATE_IDLE) continue;
+    if (w.info.state() != v1::WORKER_STATE_IDLE || w.leaving) continue;
     free.push_back({id, w.info.host(), w.info.device().type(), w.info.device().index()});
   }
   return free;
@@ -78,7 +82,9 @@ std::vector<FreeDevice> WorkerRegistry::FreeDevices() const {
 
 DeviceCapacity WorkerRegistry::Capacity() const {
   DeviceCapacity capacity;
-  for (const auto& [id, w] : workers_) ++capacity[w.info.device().type()];
+  for (const auto& [id, w] : workers_) {
+    if (!w.leaving) ++capacity[w.info.device().type()];
+  }
   return capacity;
 }
 

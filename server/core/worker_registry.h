@@ -20,6 +20,8 @@ struct WorkerEntry {
   std::shared_ptr<WorkerConnection> connection;
   uint32_t attempt = 0;  // attempt of info.job_id() it runs or drains
   absl::Time last_seen;
+  // Shutting down once its task has stopped: given no more work.
+  bool leaving = false;
 };
 
 class WorkerRegistry {
@@ -40,7 +42,9 @@ class WorkerRegistry {
                 uint32_t rank);
   void MarkDraining(const std::string& worker_id);
   void MarkIdle(const std::string& worker_id);
+  void MarkLeaving(const std::string& worker_id);
 
+  // Idle workers that are not leaving, and the devices of all that are not leaving.
   std::vector<FreeDevice> FreeDevices() const;
   DeviceCapacity Capacity() const;
   // Counts every worker as heard from at `now` (after the coordinator itself stood still).

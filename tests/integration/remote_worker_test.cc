@@ -1,6 +1,6 @@
 // A worker started on its own (as on another host) attaches to a coordinator by address,
 // runs jobs, survives a coordinator crash by reconnecting, and when it is shut down its
-// job goes back to the queue.
+// job stops at a step boundary and goes back to the queue.
 #include <gtest/gtest.h>
 #include <signal.h>
 
@@ -79,17 +79,56 @@ TEST(RemoteWorker, AttachesRunsJobsAndOutlivesACoordinatorCrash) {
       << coordinator->Log();
   EXPECT_TRUE(running(1));
 
-  // A worker shut down cleanly says so first: it gets no new work, and its job goes back
-  // to the queue without spending one of the job's restarts.
+  // A worker shut down cleanly says so first and lets its task stop at a step boundary: the
+  // job goes back to the queue as PREEMPTED, with a checkpoint of the very step it stopped
+  // after (no step lost), without spending one of its restarts; the worker gets no new work.
   worker.Kill(SIGTERM);
   ASSERT_TRUE(WaitFor([&] { return !HasWorker(coordinator->client(), "remote-a"); }, seconds(15)));
   std::this_thread::sleep_for(std::chrono::milliseconds(500));
   auto job = coordinator->client().GetJob(endless->id());
   ASSERT_TRUE(job.ok());
-  EXPECT_EQ(job->state(), v1::JOB_STATE_PENDING) << job->message();
+  EXPECT_EQ(job->state(), v1::JOB_STATE_PREEMPTED) << job->message();
   EXPECT_EQ(job->restarts(), 0u);
   EXPECT_EQ(job->attempt(), 1u) << "no attempt may start on a worker that is leaving";
-  EXPECT_NE(job->message().find("remote-a is shutting down"), std::string::npos) << job->message();
+  EXPECT_NE(job->message().find("because worker remote-a shut down"), std::string::npos)
+      << job->message();
+  const std::string after = "preempted after step ";
+  const size_t at = job->message().find(after);
+  ASSERT_NE(at, std::string::npos) << job->message();
+  const uint64_t stopped_after =
+      std::strtoull(job->message().c_str() + at + after.size(), nullptr, 10);
+  EXPECT_GT(stopped_after, step);
+  auto checkpoints = coordinator->client().ListCheckpoints(endless->id());
+  ASSERT_TRUE(checkpoints.ok()) << checkpoints.status();
+  ASSERT_GT(checkpoints->checkpoints_size(), 0);
+  EXPECT_EQ(checkpoints->checkpoints(checkpoints->checkpoints_size() - 1).step(), stopped_after);
+}
+
+// With --stop-grace 0, a worker shut down cancels its task at once: the job goes back to the
+// queue as it was, to resume from its newest checkpoint.
+TEST(RemoteWorker, WithNoStopGraceAShutDownWorkersJobIsQueuedAtOnce) {
+  TempDir dir;
+  CoordinatorProcess::Options options;
+  options.data_dir = dir.path();
+  options.address = "127.0.0.1:" + std::to_string(FreePort());
+  options.local_workers = "0";
+  auto coordinator = CoordinatorProcess::Start(options);
+  ASSERT_NE(coordinator, nullptr);
+  WorkerProcess worker(options.address, "remote-b", dir.File("worker.log"), -1,
+                       {"--stop-grace", "0"});
+  ASSERT_TRUE(WaitFor([&] { return HasWorker(coordinator->client(), "remote-b"); }, seconds(30)));
+  auto endless = coordinator->client().SubmitJob(Job(1'000'000'000));
+  ASSERT_TRUE(endless.ok());
+  ASSERT_TRUE(WaitFor(
+      [&] { return coordinator->client().GetJob(endless->id())->latest_metrics().step() > 0; },
+      seconds(30)));
+  worker.Kill(SIGTERM);
+  ASSERT_TRUE(WaitFor([&] { return !HasWorker(coordinator->client(), "remote-b"); }, seconds(15)));
+  auto job = coordinator->client().GetJob(endless->id());
+  ASSERT_TRUE(job.ok());
+  EXPECT_EQ(job->state(), v1::JOB_STATE_PENDING) << job->message();
+  EXPECT_EQ(job->restarts(), 0u);
+  EXPECT_NE(job->message().find("remote-b is shutting down"), std::string::npos) << job->message();
 }
 
 // A worker whose coordinator never comes back trains its task to the end, then exits once

@@ -40,6 +40,13 @@ class RecordingConnection final : public WorkerConnection {
     }
     return out;
   }
+  std::vector<v1::PreemptTask> Preempts() const {
+    std::vector<v1::PreemptTask> out;
+    for (const auto& m : sent) {
+      if (m.has_preempt()) out.push_back(m.preempt());
+    }
+    return out;
+  }
 
   std::vector<v1::CoordinatorMessage> sent;
   std::string closed_because;
@@ -632,6 +639,54 @@ TEST_F(CoordinatorTest, ASilentWorkersIdIsTakenOverAndItsJobRequeuedWithoutARest
   // The old stream closing later must not remove the new registration.
   core_->DetachWorker("w1", old_connection.get(), "old stream closed");
   EXPECT_EQ(core_->GetCluster().workers_size(), 1);
+}
+
+// A worker shut down with a grace (stoke-worker on SIGTERM) has its job preempted: the
+// rank stops at a step boundary with a checkpoint of that step, the job waits as
+// PREEMPTED without spending a restart, and it resumes on another worker, never on the
+// one leaving.
+TEST_F(CoordinatorTest, ALeavingWorkersJobStopsAtAStepBoundaryAndResumesElsewhere) {
+  auto w1 = Attach("w1");
+  const std::string id = Submit();
+  Started("w1", id, 1);
+  v1::WorkerMessage leaving;
+  leaving.mutable_leaving()->set_reason("maintenance");
+  leaving.mutable_leaving()->set_stop_grace_ms(20'000);
+  Send("w1", leaving);
+  ASSERT_EQ(w1->Preempts().size(), 1u);
+  EXPECT_EQ(w1->Preempts()[0].job_id(), id);
+  EXPECT_EQ(w1->Preempts()[0].attempt(), 1u);
+  EXPECT_EQ(w1->Preempts()[0].after_step(), 0u) << "one rank stops after the step under way";
+  EXPECT_NE(w1->Preempts()[0].reason().find("w1 is shutting down (maintenance)"),
+            std::string::npos);
+  EXPECT_EQ(GetJob(id).state(), v1::JOB_STATE_RUNNING) << "it trains on to a step boundary";
+
+  Finished("w1", id, 1, v1::TASK_OUTCOME_PREEMPTED);
+  v1::Job stopped = GetJob(id);
+  EXPECT_EQ(stopped.state(), v1::JOB_STATE_PREEMPTED);
+  EXPECT_EQ(stopped.restarts(), 0u);
+  EXPECT_EQ(stopped.preemptions(), 1u);
+  EXPECT_NE(stopped.message().find("preempted because worker w1 shut down"), std::string::npos)
+      << stopped.message();
+  EXPECT_EQ(w1->Assignments().size(), 1u) << "nothing new for a worker that is leaving";
+  EXPECT_EQ(WorkerState("w1"), v1::WORKER_STATE_IDLE);
+
+  auto w2 = Attach("w2");
+  ASSERT_EQ(w2->Assignments().size(), 1u);
+  EXPECT_EQ(w2->Assignments()[0].job_id(), id);
+  EXPECT_EQ(w2->Assignments()[0].attempt(), 2u);
+  EXPECT_EQ(GetJob(id).restarts(), 0u);
+}
+
+// A worker leaving with a grace while idle, or holding no live attempt, leaves at once.
+TEST_F(CoordinatorTest, AnIdleWorkerLeavingWithAGraceLeavesAtOnce) {
+  auto w1 = Attach("w1");
+  v1::WorkerMessage leaving;
+  leaving.mutable_leaving()->set_reason("maintenance");
+  leaving.mutable_leaving()->set_stop_grace_ms(20'000);
+  Send("w1", leaving);
+  EXPECT_EQ(core_->GetCluster().workers_size(), 0);
+  EXPECT_TRUE(w1->Preempts().empty());
 }
 
 TEST_F(CoordinatorTest, LeavingWorkerGetsNoMoreWorkAndItsJobIsRequeuedWithoutARestart) {

@@ -236,7 +236,9 @@ absl::Status WorkerAgent::Run() {
   args.SetInt(GRPC_ARG_KEEPALIVE_TIME_MS, v1::kWorkerKeepaliveMs);
   args.SetInt(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, v1::kKeepaliveTimeoutMs);
   args.SetInt(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
-  args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 2'000);
+  // gRPC's own reconnects wait no longer than ours between attach attempts.
+  args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS,
+              static_cast<int>(options_.max_reconnect_backoff.count()));
   // The coordinator's own limit, so that whatever it accepts reaches its workers.
   args.SetMaxReceiveMessageSize(v1::kMaxMessageBytes);
   args.SetMaxSendMessageSize(v1::kMaxMessageBytes);
@@ -342,6 +344,7 @@ bool WorkerAgent::Serve(v1::WorkerLink::Stub& stub, const std::string& address) 
     active_context_ = &context;
   }
   auto clear_context = [&] {
+    attached_ = false;
     std::lock_guard<std::mutex> lock(stop_mu_);
     active_context_ = nullptr;
     stop_cv_.notify_all();
@@ -378,6 +381,7 @@ bool WorkerAgent::Serve(v1::WorkerLink::Stub& stub, const std::string& address) 
     clear_context();
     return false;
   }
+  attached_ = true;
   if (reply.registered().heartbeat_interval_ms() > 0) {
     heartbeat_interval_ = std::chrono::milliseconds(reply.registered().heartbeat_interval_ms());
   }
@@ -581,15 +585,32 @@ void WorkerAgent::StopTask() {
   if (running.joinable()) running.join();
 }
 
+void WorkerAgent::AwaitTaskStop() {
+  spdlog::info("letting the task stop at a step boundary first (up to {} ms)",
+               options_.stop_grace.count());
+  const auto deadline = std::chrono::steady_clock::now() + options_.stop_grace;
+  std::unique_lock<std::mutex> lock(task_mu_);
+  // Polled, not only woken: a lost link must end the wait too.
+  while (task_running_ && attached_ && std::chrono::steady_clock::now() < deadline) {
+    task_done_cv_.wait_for(lock, std::chrono::milliseconds(50));
+  }
+}
+
 void WorkerAgent::Stop() {
   if (stopping_.exchange(true)) return;
-  // First tell the coordinator to send nothing more and to re-queue what runs here; then
-  // stop the task (its outcome joins the queue) and let the sender deliver it all and
-  // half-close. Cancelling the call instead could drop messages the coordinator had
-  // received but not yet read.
+  // First tell the coordinator to send nothing more and to re-queue what runs here (with a
+  // grace, it preempts the task to stop at a step boundary); then stop the task (its
+  // outcome joins the queue) and let the sender deliver it all and half-close. Cancelling
+  // the call instead could drop messages the coordinator had received but not yet read.
+  const bool let_stop = options_.stop_grace.count() > 0 && attached_ && task_running_;
   v1::WorkerMessage leaving;
   leaving.mutable_leaving()->set_reason("stoke-worker stopped");
+  if (let_stop) {
+    leaving.mutable_leaving()->set_stop_grace_ms(
+        static_cast<uint32_t>(options_.stop_grace.count()));
+  }
   outbox_->Push(std::move(leaving));
+  if (let_stop) AwaitTaskStop();
   StopTask();
   close_requested_ = true;
   outbox_->Wake();

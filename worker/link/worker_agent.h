@@ -67,6 +67,12 @@ class WorkerAgent {
     // peer is gone. Past this grace the process exits (code 75) rather than hold its
     // device until the collective times out; its supervisor starts it again.
     std::chrono::milliseconds cancel_grace{15'000};
+    // On Stop() with a task running and the coordinator attached: how long the task may
+    // run on to stop at a step boundary, with a checkpoint of that step, when the
+    // coordinator preempts it (as it does for a worker leaving); then it is cancelled.
+    // Zero: cancelled at once, to resume from its newest checkpoint. Under the 30 s a
+    // service manager or Kubernetes waits before SIGKILL.
+    std::chrono::milliseconds stop_grace{20'000};
     // The device's newest reading, sent with every heartbeat; unset or empty: none.
     std::function<std::optional<DeviceStats>()> device_stats;
   };
@@ -100,6 +106,9 @@ class WorkerAgent {
   // Asks the task to stop at a step boundary (a script job's program: to stop at once).
   void PreemptTask(const v1::PreemptTask& preempt);
   void StopTask();
+  // Within Stop(): waits up to stop_grace for the task to end, while the coordinator
+  // stays attached (it is what asks the task to stop at a step boundary).
+  void AwaitTaskStop();
   // Exits the process if the task being cancelled has not ended within cancel_grace.
   void WatchCancel(std::string job_id, uint32_t attempt);
   void SendLoop(Stream& stream, grpc::ClientContext& context);
@@ -113,6 +122,7 @@ class WorkerAgent {
   std::mutex stop_mu_;
   std::condition_variable stop_cv_;
   grpc::ClientContext* active_context_ = nullptr;  // guarded by stop_mu_
+  std::atomic<bool> attached_{false};              // registered with a coordinator, stream open
 
   // The running task, if any.
   std::mutex task_mu_;

@@ -29,6 +29,15 @@ v1::JobSpec Job(uint64_t steps) {
   return spec;
 }
 
+// A coordinator on a port of its own, with no local workers: only the test's attach.
+CoordinatorProcess::Options WithoutLocalWorkers(const TempDir& dir) {
+  CoordinatorProcess::Options options;
+  options.data_dir = dir.path();
+  options.address = "127.0.0.1:" + std::to_string(FreePort());
+  options.local_workers = "0";
+  return options;
+}
+
 bool HasWorker(client::Client& client, const std::string& id) {
   auto cluster = client.GetCluster();
   if (!cluster.ok()) return false;
@@ -40,10 +49,7 @@ bool HasWorker(client::Client& client, const std::string& id) {
 
 TEST(RemoteWorker, AttachesRunsJobsAndOutlivesACoordinatorCrash) {
   TempDir dir;
-  CoordinatorProcess::Options options;
-  options.data_dir = dir.path();
-  options.address = "127.0.0.1:" + std::to_string(FreePort());
-  options.local_workers = "0";
+  const CoordinatorProcess::Options options = WithoutLocalWorkers(dir);
   auto coordinator = CoordinatorProcess::Start(options);
   ASSERT_NE(coordinator, nullptr);
   WorkerProcess worker(options.address, "remote-a", dir.File("worker.log"));
@@ -108,10 +114,7 @@ TEST(RemoteWorker, AttachesRunsJobsAndOutlivesACoordinatorCrash) {
 // queue as it was, to resume from its newest checkpoint.
 TEST(RemoteWorker, WithNoStopGraceAShutDownWorkersJobIsQueuedAtOnce) {
   TempDir dir;
-  CoordinatorProcess::Options options;
-  options.data_dir = dir.path();
-  options.address = "127.0.0.1:" + std::to_string(FreePort());
-  options.local_workers = "0";
+  const CoordinatorProcess::Options options = WithoutLocalWorkers(dir);
   auto coordinator = CoordinatorProcess::Start(options);
   ASSERT_NE(coordinator, nullptr);
   WorkerProcess worker(options.address, "remote-b", dir.File("worker.log"), -1,
@@ -135,10 +138,7 @@ TEST(RemoteWorker, WithNoStopGraceAShutDownWorkersJobIsQueuedAtOnce) {
 // no coordinator has answered for --orphan-timeout, and says so in its log.
 TEST(RemoteWorker, AnOrphanFinishesItsTaskThenExitsAfterTheOrphanTimeout) {
   TempDir dir;
-  CoordinatorProcess::Options options;
-  options.data_dir = dir.path();
-  options.address = "127.0.0.1:" + std::to_string(FreePort());
-  options.local_workers = "0";
+  const CoordinatorProcess::Options options = WithoutLocalWorkers(dir);
   auto coordinator = CoordinatorProcess::Start(options);
   ASSERT_NE(coordinator, nullptr);
   setenv("STOKE_FAULT_SLOW_STEP_MS", "50", 1);  // 200 steps: about 10 s of training

@@ -678,6 +678,36 @@ TEST_F(CoordinatorTest, ALeavingWorkersJobStopsAtAStepBoundaryAndResumesElsewher
   EXPECT_EQ(GetJob(id).restarts(), 0u);
 }
 
+// One rank's worker leaving stops the whole gang after one step chosen ahead of every
+// rank; the other rank's device is free again once it has stopped, the leaving one's not.
+TEST_F(CoordinatorTest, ALeavingWorkersGangStopsEveryRankAfterTheSameStep) {
+  auto w1 = Attach("w1");
+  auto w2 = Attach("w2");
+  const std::string gang = Submit(2);
+  Started("w1", gang, 1);
+  Started("w2", gang, 1);
+  v1::WorkerMessage leaving;
+  leaving.mutable_leaving()->set_reason("node drained");
+  leaving.mutable_leaving()->set_stop_grace_ms(20'000);
+  Send("w2", leaving);
+  ASSERT_EQ(w1->Preempts().size(), 1u);
+  ASSERT_EQ(w2->Preempts().size(), 1u);
+  EXPECT_GT(w1->Preempts()[0].after_step(), 0u) << "ranks of a gang stop after one agreed step";
+  EXPECT_EQ(w1->Preempts()[0].after_step(), w2->Preempts()[0].after_step());
+
+  Finished("w1", gang, 1, v1::TASK_OUTCOME_PREEMPTED);
+  EXPECT_EQ(GetJob(gang).state(), v1::JOB_STATE_RUNNING) << "until every rank has stopped";
+  Finished("w2", gang, 1, v1::TASK_OUTCOME_PREEMPTED);
+  EXPECT_EQ(GetJob(gang).state(), v1::JOB_STATE_PREEMPTED);
+  EXPECT_EQ(GetJob(gang).restarts(), 0u);
+  // One device is left, the leaving worker's is not counted: the gang of two waits.
+  const std::string single = Submit(1);
+  ASSERT_EQ(w1->Assignments().size(), 2u);
+  EXPECT_EQ(w1->Assignments()[1].job_id(), single);
+  EXPECT_EQ(w2->Assignments().size(), 1u);
+  EXPECT_EQ(GetJob(gang).state(), v1::JOB_STATE_PREEMPTED) << GetJob(gang).message();
+}
+
 // A worker leaving with a grace while idle, or holding no live attempt, leaves at once.
 TEST_F(CoordinatorTest, AnIdleWorkerLeavingWithAGraceLeavesAtOnce) {
   auto w1 = Attach("w1");

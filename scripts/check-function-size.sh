@@ -25,15 +25,7 @@ else
   mapfile -t files < <({ find server -name '*.cc'; echo worker/main.cc; echo client/cli/main.cc; } |
     sort)
 fi
-compiled=()
-for f in "${files[@]}"; do
-  if grep -q "\"file\": \"$PWD/$f\"" "$database/compile_commands.json" ||
-    grep -q "\"file\": \"$f\"" "$database/compile_commands.json"; then
-    compiled+=("$f")
-  else
-    echo "check-function-size: not compiled by $build, left out: $f"
-  fi
-done
+keep_compiled "${files[@]}"
 if [[ ${#compiled[@]} -eq 0 ]]; then
   echo "check-function-size: no file that $build compiles" >&2
   exit 1

@@ -52,15 +52,7 @@ for line in sys.stdin:
 print(json.dumps([{"name": n, "lines": r} for n, r in ranges.items()]))')
 fi
 
-compiled=()
-for f in "${files[@]}"; do
-  if grep -q "\"file\": \"$PWD/$f\"" "$database/compile_commands.json" ||
-    grep -q "\"file\": \"$f\"" "$database/compile_commands.json"; then
-    compiled+=("$f")
-  else
-    echo "check-tidy: not compiled by $build, left out: $f"
-  fi
-done
+keep_compiled "${files[@]}"
 if [[ ${#compiled[@]} -eq 0 ]]; then
   echo "check-tidy: SKIPPED: no changed C++ file that $build compiles"
   exit 77

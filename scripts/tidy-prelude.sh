@@ -19,3 +19,18 @@ fi
 database=$(mktemp -d)
 trap 'rm -rf "$database"' EXIT
 python3 scripts/tidy-database.py "$build/compile_commands.json" "$database/compile_commands.json"
+
+# Sets the array `compiled` to those of the files given that the build compiles, saying
+# which it leaves out (a header, or a file of a part the build leaves out).
+keep_compiled() {  # FILE...
+  local f
+  compiled=()
+  for f in "$@"; do
+    if grep -q "\"file\": \"$PWD/$f\"" "$database/compile_commands.json" ||
+      grep -q "\"file\": \"$f\"" "$database/compile_commands.json"; then
+      compiled+=("$f")
+    else
+      echo "$tool: not compiled by $build, left out: $f"
+    fi
+  done
+}

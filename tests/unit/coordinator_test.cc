@@ -181,6 +181,15 @@ class CoordinatorTest : public ::testing::Test {
     Send(worker, m);
   }
 
+  // The worker says it is shutting down; with a grace, it lets its task stop at a step
+  // boundary first.
+  void Leave(const std::string& worker, const std::string& reason, uint32_t stop_grace_ms = 0) {
+    v1::WorkerMessage m;
+    m.mutable_leaving()->set_reason(reason);
+    m.mutable_leaving()->set_stop_grace_ms(stop_grace_ms);
+    Send(worker, m);
+  }
+
   v1::Job GetJob(const std::string& id) { return *core_->GetJob(id); }
   v1::WorkerState WorkerState(const std::string& id) {
     const v1::Cluster cluster = core_->GetCluster();
@@ -649,10 +658,7 @@ TEST_F(CoordinatorTest, ALeavingWorkersJobStopsAtAStepBoundaryAndResumesElsewher
   auto w1 = Attach("w1");
   const std::string id = Submit();
   Started("w1", id, 1);
-  v1::WorkerMessage leaving;
-  leaving.mutable_leaving()->set_reason("maintenance");
-  leaving.mutable_leaving()->set_stop_grace_ms(20'000);
-  Send("w1", leaving);
+  Leave("w1", "maintenance", /*stop_grace_ms=*/20'000);
   ASSERT_EQ(w1->Preempts().size(), 1u);
   EXPECT_EQ(w1->Preempts()[0].job_id(), id);
   EXPECT_EQ(w1->Preempts()[0].attempt(), 1u);
@@ -686,10 +692,7 @@ TEST_F(CoordinatorTest, ALeavingWorkersGangStopsEveryRankAfterTheSameStep) {
   const std::string gang = Submit(2);
   Started("w1", gang, 1);
   Started("w2", gang, 1);
-  v1::WorkerMessage leaving;
-  leaving.mutable_leaving()->set_reason("node drained");
-  leaving.mutable_leaving()->set_stop_grace_ms(20'000);
-  Send("w2", leaving);
+  Leave("w2", "node drained", /*stop_grace_ms=*/20'000);
   ASSERT_EQ(w1->Preempts().size(), 1u);
   ASSERT_EQ(w2->Preempts().size(), 1u);
   EXPECT_GT(w1->Preempts()[0].after_step(), 0u) << "ranks of a gang stop after one agreed step";
@@ -711,10 +714,7 @@ TEST_F(CoordinatorTest, ALeavingWorkersGangStopsEveryRankAfterTheSameStep) {
 // A worker leaving with a grace while idle, or holding no live attempt, leaves at once.
 TEST_F(CoordinatorTest, AnIdleWorkerLeavingWithAGraceLeavesAtOnce) {
   auto w1 = Attach("w1");
-  v1::WorkerMessage leaving;
-  leaving.mutable_leaving()->set_reason("maintenance");
-  leaving.mutable_leaving()->set_stop_grace_ms(20'000);
-  Send("w1", leaving);
+  Leave("w1", "maintenance", /*stop_grace_ms=*/20'000);
   EXPECT_EQ(core_->GetCluster().workers_size(), 0);
   EXPECT_TRUE(w1->Preempts().empty());
 }
@@ -723,9 +723,7 @@ TEST_F(CoordinatorTest, LeavingWorkerGetsNoMoreWorkAndItsJobIsRequeuedWithoutARe
   auto w1 = Attach("w1");
   std::string id = Submit();
   Started("w1", id, 1);
-  v1::WorkerMessage leaving;
-  leaving.mutable_leaving()->set_reason("maintenance");
-  Send("w1", leaving);
+  Leave("w1", "maintenance");
   v1::Job job = GetJob(id);
   EXPECT_EQ(job.state(), v1::JOB_STATE_PENDING);
   EXPECT_EQ(job.restarts(), 0u);

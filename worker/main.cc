@@ -131,8 +131,7 @@ absl::StatusOr<WorkerAgent::Options> AgentOptions(const WorkerFlags& flags,
   options.device = DescribeDevice(device);
   if (options.worker_id.empty()) options.worker_id = options.host + "/" + device.Label();
   options.orphan_timeout = flags.OrphanTimeout();
-  options.stop_grace =
-      std::chrono::milliseconds(static_cast<int64_t>(flags.stop_grace_seconds * 1000));
+  options.stop_grace = Milliseconds(flags.stop_grace_seconds);
   for (const auto& [path, flag] : {std::pair{flags.agent.tls_key, "--tls-key"},
                                    std::pair{flags.join_token_file, "--join-token-file"}}) {
     const std::string warning = security::ExposedSecretWarning(path, flag);
@@ -239,9 +238,8 @@ int RunWorker(const WorkerFlags& flags, std::chrono::milliseconds slow_step) {
   // Sampled on its own thread, never from the training loop.
   std::unique_ptr<DeviceSampler> sampler;
   if (flags.sampling_seconds > 0) {
-    sampler = std::make_unique<DeviceSampler>(
-        options->device,
-        std::chrono::milliseconds(static_cast<int64_t>(flags.sampling_seconds * 1000)));
+    sampler =
+        std::make_unique<DeviceSampler>(options->device, Milliseconds(flags.sampling_seconds));
     if (!sampler->unavailable_reason().empty()) {
       spdlog::warn("no device readings: {}", sampler->unavailable_reason());
     }

@@ -17,10 +17,14 @@ WorkerAgent::Options DefaultAgentOptions() {
   return options;
 }
 
+std::chrono::milliseconds Milliseconds(double seconds) {
+  return std::chrono::milliseconds(static_cast<int64_t>(seconds * 1000));
+}
+
 std::chrono::milliseconds WorkerFlags::OrphanTimeout() const {
   double seconds = orphan_timeout_seconds;
   if (seconds < 0) seconds = agent.local ? kLocalOrphanTimeoutSeconds : 0;
-  return std::chrono::milliseconds(static_cast<int64_t>(seconds * 1000));
+  return Milliseconds(seconds);
 }
 
 namespace {

@@ -22,6 +22,9 @@ inline constexpr double kLocalOrphanTimeoutSeconds = 900;
 // default address) and verified with $STOKE_TLS_CA.
 WorkerAgent::Options DefaultAgentOptions();
 
+// A flag's seconds as the link and the sampler take them.
+std::chrono::milliseconds Milliseconds(double seconds);
+
 struct WorkerFlags {
   // --coordinator, --coordinator-address-file, --id, --local, --advertise-address,
   // --tls-ca, --tls-cert, --tls-key. The host, the device and the join token are filled

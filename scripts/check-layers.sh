@@ -43,7 +43,7 @@ declare -A top_allowed=(
   [worker]="files formats spec security proto stoke"
   [bench]="files formats spec security proto stoke client worker"
   [tests]="*"
-  [.ci]="-" [dashboards]="-" [deploy]="-" [docs]="-" [examples]="-" [scripts]="-"
+  [.ci]="-" [cmake]="-" [dashboards]="-" [deploy]="-" [docs]="-" [examples]="-" [scripts]="-"
 )
 torch_free_folders="files proto security formats spec server client"
 # The folders git tracks (a build or output folder is none of the project's); every one

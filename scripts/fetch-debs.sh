@@ -29,6 +29,10 @@ wanted=(
   libspdlog-dev libfmt-dev libgtest-dev libgmock-dev zlib1g-dev libjpeg62-turbo-dev libpng-dev
   "$@"
 )
+# Pulled in by apt, used by nothing Stoke builds: Catch2 (libcli11-dev's own tests) and
+# GoogleTest's sources (libgtest-dev already holds the built libraries). Left out, they
+# leave room for the data a GPU host is sent with the tree.
+not_needed=(catch2 googletest)
 host_has=(
   libc6 libc6-dev libc-dev-bin linux-libc-dev libcrypt1 libcrypt-dev libnsl2 libnsl-dev
   libtirpc3 libtirpc-dev libtirpc-common rpcsvc-proto libgcc-s1 libstdc++6 gcc-12-base
@@ -46,7 +50,8 @@ if ! apt-cache show "${wanted[@]}" > /dev/null 2>&1; then
   echo "fetch-debs: run 'apt-get update' once (on Debian 12) and retry" >&2
   exit 1
 fi
-mapfile -t packages < <(comm -23 <(closure "${wanted[@]}") <(printf '%s\n' "${host_has[@]}" | sort))
+mapfile -t packages < <(comm -23 <(closure "${wanted[@]}") \
+  <(printf '%s\n' "${host_has[@]}" "${not_needed[@]}" | sort))
 
 mkdir -p "$dir"
 dir="$(cd "$dir" && pwd)"

@@ -11,6 +11,7 @@
 #include <string>
 #include <tuple>
 
+#include "tests/support/require_cuda.h"
 #include "worker/ops/fused_batch_norm.h"
 
 namespace stoke::worker {
@@ -23,7 +24,7 @@ struct Shape {
 class BatchNormGpuTest : public ::testing::TestWithParam<std::tuple<at::ScalarType, Shape>> {
  protected:
   void SetUp() override {
-    if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device";
+    STOKE_SKIP_WITHOUT_CUDA();
     torch::nn::BatchNorm2d probe(8);
     probe->to(torch::kCUDA);
     const torch::Tensor x =
@@ -150,7 +151,7 @@ INSTANTIATE_TEST_SUITE_P(ChannelTilings, BatchNormGpuTest,
 
 // Where the kernels do not apply, the same call is the module, the add and the ReLU.
 TEST(BatchNormActFallbackTest, EvalModeAndFp32TakeTheModule) {
-  if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device";
+  STOKE_SKIP_WITHOUT_CUDA();
   torch::manual_seed(3);
   torch::nn::BatchNorm2d norm = NormWithParams(16);
   const auto cuda = torch::TensorOptions().device(torch::kCUDA);

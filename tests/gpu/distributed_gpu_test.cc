@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "tests/support/data_files.h"
+#include "tests/support/require_cuda.h"
 #include "tests/support/subprocess.h"
 #include "tests/support/temp_dir.h"
 
@@ -64,16 +65,12 @@ void ExpectTwoGpusMatchOne(const std::string& optimizer, double rtol, double ato
 }
 
 TEST(DistributedGpu, TwoRanksOnTwoGpusEndIdenticalAndCloseToOneProcess) {
-  if (!torch::cuda::is_available() || torch::cuda::device_count() < 2) {
-    GTEST_SKIP() << "needs two CUDA devices";
-  }
+  STOKE_SKIP_WITHOUT_CUDA(2);
   ExpectTwoGpusMatchOne("sgd", 2e-2, 2e-3);
 }
 
 TEST(DistributedGpu, TwoRanksWithFusedAdamWUpdatingBucketByBucketEndIdentical) {
-  if (!torch::cuda::is_available() || torch::cuda::device_count() < 2) {
-    GTEST_SKIP() << "needs two CUDA devices";
-  }
+  STOKE_SKIP_WITHOUT_CUDA(2);
   // AdamW divides by its running gradient scale, so rounding differences weigh more.
   ExpectTwoGpusMatchOne("adamw", 5e-2, 5e-3);
 }

@@ -13,6 +13,7 @@
 #include "files/posix_files.h"
 #include "formats/token_file.h"
 #include "tests/support/recording_observer.h"
+#include "tests/support/require_cuda.h"
 #include "tests/support/temp_dir.h"
 #include "worker/engine/trainer.h"
 
@@ -24,9 +25,7 @@ const DeviceRef kGpu{DeviceKind::kCuda, 0};
 
 class EngineGpuTest : public ::testing::Test {
  protected:
-  void SetUp() override {
-    if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device";
-  }
+  void SetUp() override { STOKE_SKIP_WITHOUT_CUDA(); }
 };
 
 std::string FashionMnist() {

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "tests/support/own_kernels.h"
+#include "tests/support/require_cuda.h"
 #include "worker/ops/half_linear.h"
 #include "worker/ops/half_weights.h"
 #include "worker/ops/step_context.h"
@@ -364,7 +365,7 @@ TEST(HalfLinearGpu, WithoutGradientsItMatchesAtenAndKeepsNoCastOfEachWeight) {
 }
 
 TEST(HalfLinearGpu, OutsideAutocastOrWithoutABiasItIsAtensLinear) {
-  if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device";
+  STOKE_SKIP_WITHOUT_CUDA();
   const auto cuda = torch::TensorOptions().device(torch::kCUDA);
   const torch::Tensor x = torch::randn({8, 16}, cuda);
   const torch::Tensor w = torch::randn({4, 16}, cuda);

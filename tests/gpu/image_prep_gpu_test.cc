@@ -16,6 +16,7 @@
 #include <utility>
 #include <vector>
 
+#include "tests/support/require_cuda.h"
 #include "worker/common/task.h"
 #include "worker/data/batch_prep.h"
 #include "worker/ops/image_prep.h"
@@ -33,7 +34,7 @@ bool KernelAvailable() {
 
 #define SKIP_WITHOUT_KERNEL()                                                     \
   do {                                                                            \
-    if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device";           \
+    STOKE_SKIP_WITHOUT_CUDA();                                                    \
     if (!KernelAvailable()) GTEST_SKIP() << "built without Stoke's CUDA kernels"; \
   } while (false)
 
@@ -138,7 +139,7 @@ INSTANTIATE_TEST_SUITE_P(Shapes, ImagePrepKernelTest,
                          CaseName);
 
 TEST(ImagePrepGpu, BatchDrawsCoverEveryOffsetAndFlipAboutHalf) {
-  if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device";
+  STOKE_SKIP_WITHOUT_CUDA();
   torch::manual_seed(3);
   const int64_t n = 4096, p = 4;
   const std::vector<Decoded> at = Decode(DrawCropsAndFlips(n, p, true, torch::kCUDA), p);

@@ -12,6 +12,7 @@
 #include <tuple>
 
 #include "tests/support/own_kernels.h"
+#include "tests/support/require_cuda.h"
 #include "worker/ops/chunked_cross_entropy.h"
 #include "worker/ops/linear_cross_entropy.h"
 #include "worker/ops/softmax_cross_entropy.h"
@@ -22,9 +23,7 @@ namespace {
 
 class LossGpuTest : public ::testing::TestWithParam<std::tuple<at::ScalarType, int64_t>> {
  protected:
-  void SetUp() override {
-    if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device";
-  }
+  void SetUp() override { STOKE_SKIP_WITHOUT_CUDA(); }
 };
 
 struct LossAndGrad {
@@ -83,7 +82,7 @@ INSTANTIATE_TEST_SUITE_P(
     });
 
 TEST(LossGpu, AConfidentTargetKeepsItsSmallGradient) {
-  if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device";
+  STOKE_SKIP_WITHOUT_CUDA();
   const auto cuda = torch::TensorOptions().device(torch::kCUDA);
   // 1,000 logits of 0 and a target logit of 15: p = 0.99969, so d loss / d target = p - 1
   // = -3.06e-4. Computed from a rounded p it would be 0 or -3.9e-3.
@@ -102,7 +101,7 @@ TEST(LossGpu, AConfidentTargetKeepsItsSmallGradient) {
 }
 
 TEST(LossGpu, TheIncomingGradientScalesTheResultOnTheDevice) {
-  if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device";
+  STOKE_SKIP_WITHOUT_CUDA();
   const auto cuda = torch::TensorOptions().device(torch::kCUDA);
   torch::manual_seed(3);
   const torch::Tensor logits = torch::randn({64, 512}, cuda).to(torch::kHalf);
@@ -114,7 +113,7 @@ TEST(LossGpu, TheIncomingGradientScalesTheResultOnTheDevice) {
 }
 
 TEST(LossGpu, TheChunkedOutputLayerGivesTheLossAndGradientsOfTheWholeOne) {
-  if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device";
+  STOKE_SKIP_WITHOUT_CUDA();
   const auto cuda = torch::TensorOptions().device(torch::kCUDA);
   torch::manual_seed(11);
   const torch::Tensor hidden = torch::randn({1000, 64}, cuda);

@@ -11,6 +11,7 @@
 #include <string>
 #include <tuple>
 
+#include "tests/support/require_cuda.h"
 #include "worker/ops/fused_max_pool.h"
 
 namespace stoke::worker {
@@ -25,7 +26,7 @@ struct Case {
 class MaxPoolGpuTest : public ::testing::TestWithParam<Case> {
  protected:
   void SetUp() override {
-    if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device";
+    STOKE_SKIP_WITHOUT_CUDA();
     const torch::Tensor probe =
         torch::zeros({1, 8, 4, 4},
                      torch::TensorOptions().device(torch::kCUDA).dtype(torch::kBFloat16))

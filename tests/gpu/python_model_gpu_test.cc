@@ -10,6 +10,7 @@
 #include <fstream>
 #include <string>
 
+#include "tests/support/cuda_driver.h"
 #include "tests/support/recording_observer.h"
 #include "tests/support/subprocess.h"
 #include "tests/support/temp_dir.h"
@@ -45,8 +46,11 @@ def build_model(**args):
 class PythonModelGpuTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    const CommandResult devices = RunCommand({STOKE_WORKER_BINARY, "--list-devices"});
-    if (devices.out.find("cuda:0") == std::string::npos) GTEST_SKIP() << "no CUDA device";
+    // Skips only where the driver has no device; a worker that cannot list it fails.
+    if (const std::string why = WhyNoCudaDevice(); !why.empty()) GTEST_SKIP() << why;
+    const std::string blind =
+        WhyProgramDoesNotSee({STOKE_WORKER_BINARY, "--list-devices"}, "cuda:0");
+    ASSERT_TRUE(blind.empty()) << blind;
     std::ofstream(dir_.File("vit.py")) << kVit;
   }
 

@@ -10,6 +10,7 @@
 #include <string>
 
 #include "tests/support/coordinator_process.h"
+#include "tests/support/cuda_driver.h"
 #include "tests/support/subprocess.h"
 #include "tests/support/temp_dir.h"
 #include "tests/support/wait.h"
@@ -34,8 +35,10 @@ while time.monotonic() - began < 90 and not stoke.should_stop():
 )PY";
 
 TEST(ScriptJobGpu, TheDeviceReadingsOfAScriptJobAppearInStokeTop) {
-  const CommandResult devices = RunCommand({STOKE_WORKER_BINARY, "--list-devices"});
-  if (devices.out.find("cuda:0") == std::string::npos) GTEST_SKIP() << "no CUDA device";
+  // Skips only where the driver has no device; a worker that cannot list it fails.
+  if (const std::string why = WhyNoCudaDevice(); !why.empty()) GTEST_SKIP() << why;
+  const std::string blind = WhyProgramDoesNotSee({STOKE_WORKER_BINARY, "--list-devices"}, "cuda:0");
+  ASSERT_TRUE(blind.empty()) << blind;
   TempDir dir;
   CoordinatorProcess::Options options{dir.File("coordinator")};
   options.local_workers = "auto";

@@ -13,6 +13,7 @@
 #include <iostream>
 
 #include "tests/support/recording_observer.h"
+#include "tests/support/require_cuda.h"
 #include "worker/engine/trainer.h"
 #include "worker/ops/fused_layer_norm.h"
 #include "worker/ops/step_context.h"
@@ -31,9 +32,7 @@ const DeviceRef kGpu{DeviceKind::kCuda, 0};
 
 class SpeedGpuTest : public ::testing::Test {
  protected:
-  void SetUp() override {
-    if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device";
-  }
+  void SetUp() override { STOKE_SKIP_WITHOUT_CUDA(); }
 };
 
 TrainTask MlpJob() {

@@ -9,13 +9,14 @@
 
 #include <stdexcept>
 
+#include "tests/support/require_cuda.h"
 #include "worker/engine/step_graph.h"
 
 namespace stoke::worker {
 namespace {
 
 TEST(StepGraphGpu, AFailedCaptureLeavesRandomDrawsWorking) {
-  if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device";
+  STOKE_SKIP_WITHOUT_CUDA();
   if (!StepGraph::Supported()) GTEST_SKIP() << "this build has no CUDA graphs";
   const auto cuda = torch::TensorOptions().device(torch::kCUDA);
   StepGraph graph(torch::Device(torch::kCUDA, 0));

@@ -6,6 +6,7 @@
 #include <atomic>
 
 #include "tests/support/recording_observer.h"
+#include "tests/support/require_cuda.h"
 #include "worker/engine/trainer.h"
 #include "worker/runtime/devices.h"
 
@@ -14,9 +15,7 @@ namespace {
 
 class GpuTest : public ::testing::Test {
  protected:
-  void SetUp() override {
-    if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device";
-  }
+  void SetUp() override { STOKE_SKIP_WITHOUT_CUDA(); }
 };
 
 using Recorder = stoke::testing::RecordingObserver;

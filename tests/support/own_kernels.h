@@ -4,14 +4,14 @@
 //   if (const std::string why = WhyNoOwnKernels(); !why.empty()) GTEST_SKIP() << why;
 #pragma once
 
-#include <torch/cuda.h>
-
 #include <string>
+
+#include "tests/support/require_cuda.h"
 
 namespace stoke::testing {
 
 inline std::string WhyNoOwnKernels() {
-  if (!torch::cuda::is_available()) return "no CUDA device";
+  if (std::string why = WhyTooFewCudaDevices(); !why.empty()) return why;
   if (STOKE_WITH_CUDA_KERNELS == 0) return "built without Stoke's CUDA kernels";
   return "";
 }

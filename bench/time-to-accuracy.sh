@@ -68,39 +68,7 @@ for spec in "${specs[@]}"; do
     events="$out/tta-$name-$run.jsonl"
     id=$("$bin/stoke" submit "$job_file" 2>> "$out/tta-submit.log") || { echo "submit of $spec failed" >&2; exit 1; }
     timeout "${JOB_TIMEOUT:-300}" "$bin/stoke" -o json watch "$id" > "$events" 2>&1
-    result=$("$python" - "$events" "$target" <<'EOF'
-import json, sys
-from datetime import datetime
-def seconds(stamp):  # RFC 3339 with nanoseconds; datetime takes microseconds
-    day, frac = stamp.rstrip("Z").split(".") if "." in stamp else (stamp.rstrip("Z"), "0")
-    return datetime.fromisoformat(day).timestamp() + float("0." + frac)
-submitted = first_step = reached = None
-best, state = 0.0, "?"
-for line in open(sys.argv[1]):
-    if not line.startswith("{"):
-        continue
-    e = json.loads(line)
-    t = seconds(e["time"])
-    change = e.get("state_change")
-    if change:
-        state = change["state"].replace("JOB_STATE_", "")
-        if submitted is None and state == "PENDING":
-            submitted = t
-    m = e.get("metrics", {})
-    if "eval" in m:
-        acc = m["eval"].get("accuracy", 0.0)
-        best = max(best, acc)
-        if reached is None and acc >= float(sys.argv[2]):
-            reached = (t, int(m.get("step", 0)))
-    elif m and first_step is None:
-        first_step = t
-if submitted is None:
-    print("no-submit-event ? ? ? " + state)
-else:
-    to_target = f"{reached[0] - submitted:.2f} {reached[1]}" if reached else "never ?"
-    print(f"{to_target} {100 * best:.2f} {state}")
-EOF
-)
+    result=$("$python" bench/python/seconds_to_accuracy.py "$events" "$target")
     read -r secs step best state <<< "$result"
     started=$("$bin/stoke" status "$id" 2>/dev/null | grep -o 'started in [^(]*' | head -1)
     echo "$name run $run (job $id): ${secs} s to ${target} at step ${step}; best ${best}%;" \

@@ -1,50 +1,61 @@
 #!/usr/bin/env bash
-# On a GPU host, in one go, from a clean clone: build Stoke against the CUDA LibTorch there,
-# run the GPU tests and the unit tests, then start a coordinator with one worker per GPU
-# and train the example jobs on CUDA through the CLI. Exits non-zero, with a summary of
-# what failed, when any of it fails. From the repository root:
+# The one command for a GPU host, end to end, within ten minutes. From the repository root:
 #   scripts/gpu-check.sh
+# In order:
+#   1. build: the daemons, the CLI and the GPU test programs, against the CUDA LibTorch;
+#   2. daemons: stoke-coordinator and stoke-worker start (--help) and the worker lists the
+#      GPUs the driver reports;
+#   3. gpu_tests, python_model_gpu_tests, script_job_gpu_tests;
+#   4. a real coordinator with one local worker per GPU, used through the CLI: the
+#      Fashion-MNIST fast example to 94% (seconds from submit recorded), the Python ViT
+#      example to SUCCEEDED, a one-GPU script job to SUCCEEDED, and /metrics scraped and
+#      checked (promtool where the host has it, else the Python prometheus_client parser;
+#      the scrape is kept in the output folder to check with promtool elsewhere).
+# It prints one line a part (ok / FAILED / skipped, with why), ends with "N passed, N
+# failed", and exits non-zero when any part failed. A part whose prerequisite failed is
+# skipped, saying which.
 # Libraries: on a host with no package registry, carry the Debian packages of
 # `scripts/fetch-debs.sh .gpu-deps` with the tree; they are unpacked and used from there
 # (STOKE_GPU_DEPS names another folder). Otherwise the host's own packages are used.
-# LibTorch: what scripts/find-libtorch.sh finds ($STOKE_LIBTORCH, python3's torch wheel,
-# /opt/libtorch, ...); it must be a CUDA build.
-# Data the host may lack travels in .gpu-data/ (git-ignored): fashion-mnist/ (from
-# Debian's dataset-fashion-mnist) and GPL-3 (any text, for the language model).
-# Logs land in $OUT (or ./gpu-out). STOKE_GPU_CHECK_INTEGRATION=1 adds the integration
-# tests (they use CPU workers, as CI does).
+# LibTorch: what scripts/find-libtorch.sh finds; it must be a CUDA build.
+# Data the host may lack travels in .gpu-data/ (git-ignored): fashion-mnist/ (from Debian's
+# dataset-fashion-mnist). Logs land in $OUT (or ./gpu-out).
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
 root=$PWD
 out="${OUT:-$root/gpu-out}"
 mkdir -p "$out"
 build="build-gpu"
+bin="$root/$build/bin"
+began=$(date +%s)
 
-failed=()
-passed=()
-# check NAME COMMAND...: runs one step, records whether it passed.
-check() {
-  local name="$1"
-  shift
-  if "$@"; then
-    passed+=("$name")
-  else
-    failed+=("$name")
-    echo "FAILED: $name" >&2
-  fi
+lines=()
+passed=0
+failed=0
+# note ok|FAILED|skipped PART DETAIL: records one part's outcome and prints it at once.
+note() {
+  local line
+  line=$(printf '%-8s %-24s %s' "$1" "$2" "$3")
+  lines+=("$line")
+  echo "$line"
+  case $1 in
+    ok) passed=$((passed + 1)) ;;
+    FAILED) failed=$((failed + 1)) ;;
+  esac
 }
 summary() {
-  echo
-  echo "== gpu-check: ${#passed[@]} passed, ${#failed[@]} failed (logs in $out)"
-  local name
-  for name in "${passed[@]}"; do echo "  ok      $name"; done
-  for name in "${failed[@]}"; do echo "  FAILED  $name"; done
-  [ ${#failed[@]} -eq 0 ]
+  {
+    echo
+    echo "== gpu-check at $(git rev-parse --short=12 HEAD 2> /dev/null || echo '?'):" \
+      "$(head -n 1 "$out/machine.txt" 2> /dev/null), $(($(date +%s) - began)) s (logs in $out)"
+    printf '%s\n' "${lines[@]}"
+    echo "$passed passed, $failed failed"
+  } | tee "$out/summary.txt"
+  [ "$failed" -eq 0 ]
 }
-# Steps after a failed prerequisite cannot run; say so and stop.
+# give_up PART DETAIL: a prerequisite failed; the rest cannot run.
 give_up() {
-  echo "gpu-check: $1" >&2
-  failed+=("$1")
+  note FAILED "$1" "$2"
   summary
   exit 1
 }
@@ -52,105 +63,178 @@ give_up() {
 deps="${STOKE_GPU_DEPS:-.gpu-deps}"
 if [ -f "$deps/setup.sh" ]; then
   # shellcheck source=/dev/null
-  source "$deps/setup.sh" "$deps" > "$out/deps.log" 2>&1 || {
-    cat "$out/deps.log" >&2
-    give_up "unpack the carried packages in $deps"
-  }
+  source "$deps/setup.sh" "$deps" > "$out/deps.log" 2>&1 ||
+    give_up deps "unpacking the carried packages in $deps failed ($out/deps.log)"
 fi
 
+gpus=$(nvidia-smi -L 2> /dev/null | grep -c '^GPU ')
 {
-  echo "date: $(date -u +%FT%TZ)"
-  nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
-} > "$out/machine.txt" 2>&1 || give_up "nvidia-smi: no GPU visible ($(tail -n 1 "$out/machine.txt"))"
-torch=$(scripts/find-libtorch.sh) || give_up "find a LibTorch (STOKE_LIBTORCH)"
-echo "libtorch: $torch" >> "$out/machine.txt"
-cat "$out/machine.txt"
+  nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>&1 | head -n 1
+  echo "date: $(date -u +%FT%TZ), GPUs: $gpus"
+} > "$out/machine.txt"
+[ "$gpus" -gt 0 ] || give_up machine "nvidia-smi lists no GPU: this is no GPU host"
+torch=$(scripts/find-libtorch.sh) || give_up machine "no LibTorch found (STOKE_LIBTORCH)"
+python3 -c 'import torch; print("torch", torch.__version__, "cuda", torch.version.cuda)' \
+  >> "$out/machine.txt" 2>&1
 [[ "$torch" == cuda\ * ]] ||
-  give_up "find a CUDA LibTorch (found: $torch); set STOKE_LIBTORCH, or install the CUDA torch wheel for python3"
+  give_up machine "LibTorch is not a CUDA build ($torch): set STOKE_LIBTORCH"
+note ok machine "$(tr '\n' ' ' < "$out/machine.txt")"
 
-if [ -d .gpu-data/fashion-mnist ] && [ ! -d /usr/share/datasets/fashion-mnist ]; then
+fmnist=/usr/share/datasets/fashion-mnist
+if [ -d .gpu-data/fashion-mnist ] && [ ! -d "$fmnist" ]; then
   mkdir -p /usr/share/datasets && cp -r .gpu-data/fashion-mnist /usr/share/datasets/
 fi
-[ -f .gpu-data/GPL-3 ] && export STOKE_TEXT_FILE="$root/.gpu-data/GPL-3"
 
-# Build: configure, then every target (tests and benchmarks included).
+# 1. Build what the check runs (the benchmarks and the CPU suites are not needed here).
 mapfile -t torch_args < <(scripts/find-libtorch.sh --cmake-args)
+t0=$(date +%s)
 cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DSTOKE_WERROR=OFF \
-  "${torch_args[@]}" > "$out/build.log" 2>&1 || {
-  tail -n 40 "$out/build.log" >&2
-  give_up "configure (CMake; $out/build.log)"
-}
-grep 'Stoke: LibTorch' "$out/build.log"
-ninja -C "$build" >> "$out/build.log" 2>&1 || {
-  grep -E "error|Error" -A3 "$out/build.log" | head -n 60 >&2
-  give_up "build (ninja; $out/build.log)"
-}
-echo "build ok, $(grep -c 'warning:' "$out/build.log") warnings"
-passed+=("build")
+  "${torch_args[@]}" > "$out/build.log" 2>&1 ||
+  give_up build "configure failed: $(grep -m 1 -A 3 'CMake Error' "$out/build.log" | tr '\n' ' ')"
+ninja -C "$build" stoke-coordinator stoke-worker stoke-trainer stoke stoke_rank_runner \
+  gpu_tests python_model_gpu_tests script_job_gpu_tests >> "$out/build.log" 2>&1 ||
+  give_up build "ninja failed: $(grep -m 1 -E 'error' "$out/build.log")"
+note ok build "$(grep 'Stoke: LibTorch' "$out/build.log" | sed 's/.*Stoke: //'), $(($(date +%s) - t0)) s"
 
-# GPU tests first, run directly so their measurements print.
-gpu_tests() {
-  "$build/bin/gpu_tests" > "$out/gpu-tests.log" 2>&1
-  local rc=$?
-  grep -E "^\[  |on cuda" "$out/gpu-tests.log"
-  return $rc
+# 2. The daemons start, and the worker sees what the driver sees.
+daemons_start() {
+  local program rc
+  for program in "stoke-coordinator --help" "stoke-worker --help" "stoke-worker --list-devices"; do
+    # shellcheck disable=SC2086  # the program and its flag
+    "$bin"/$program > "$out/daemon.log" 2>&1
+    rc=$?
+    if [ $rc -ne 0 ]; then
+      [ $rc -gt 128 ] && echo "$program died of signal $((rc - 128)) ($(kill -l $((rc - 128))))" ||
+        echo "$program exited $rc: $(tail -n 1 "$out/daemon.log")"
+      return 1
+    fi
+  done
+  local listed
+  listed=$(grep -c 'cuda:' "$out/daemon.log")
+  [ "$listed" -ge "$gpus" ] || { echo "stoke-worker --list-devices lists $listed GPUs, the driver $gpus"; return 1; }
+  echo "start; the worker lists $listed GPUs"
 }
-check "GPU tests (gpu_tests; $out/gpu-tests.log)" gpu_tests
+if detail=$(daemons_start); then note ok daemons "$detail"; else give_up daemons "$detail"; fi
 
-# Parallel test processes each with all cores' worth of threads would thrash.
-labels="unit"
-[ "${STOKE_GPU_CHECK_INTEGRATION:-0}" = 1 ] && labels="unit|integration"
-ctest_run() {
-  (cd "$build" && OMP_NUM_THREADS=2 ctest -L "$labels" --output-on-failure -j 8 \
-    > "$out/ctest.log" 2>&1)
-  local rc=$?
-  grep -E "tests passed|Failed|\*\*\*" "$out/ctest.log" | tail -n 8
-  return $rc
+# 3. The GPU test programs. gtest_count LOG: "N passed, N skipped, N failed".
+gtest_count() {
+  local ran skipped failures
+  ran=$(grep -c '^\[       OK \]' "$1")
+  skipped=$(grep -c '^\[  SKIPPED \].*(.* ms)$' "$1")
+  failures=$(grep -c '^\[  FAILED  \].*(' "$1")
+  echo "$ran passed, $skipped skipped, $failures failed"
 }
-check "$labels tests (ctest -L '$labels'; $out/ctest.log)" ctest_run
+gpu_suite() {  # gpu_suite NAME
+  local log="$out/$1.log" rc
+  "$bin/$1" > "$log" 2>&1
+  rc=$?
+  if [ $rc -eq 0 ]; then
+    note ok "$1" "$(gtest_count "$log")"
+  else
+    note FAILED "$1" "$(gtest_count "$log"): $(grep -m 3 '^\[  FAILED  \].*(' "$log" | tr '\n' ' ')"
+  fi
+}
+gpu_suite gpu_tests
+gpu_suite python_model_gpu_tests
+gpu_suite script_job_gpu_tests
 
-# End to end on CUDA, as a user would run it: a coordinator with one local worker per GPU.
-bin="$root/$build/bin"
+# 4. End to end on CUDA, as a user would: a coordinator with one local worker per GPU.
 data=$(mktemp -d)
-# The check leaves nothing running behind it: its workers stop with the coordinator.
-"$bin/stoke-coordinator" --address 127.0.0.1:0 --data-dir "$data" --metrics-address "" \
-  --stop-workers-on-exit \
-  > "$out/e2e.log" 2>&1 &
+"$bin/stoke-coordinator" --address 127.0.0.1:0 --metrics-address 127.0.0.1:0 \
+  --data-dir "$data" --stop-workers-on-exit > "$out/coordinator.log" 2>&1 &
 coordinator=$!
-trap 'kill -TERM $coordinator 2> /dev/null; wait $coordinator 2> /dev/null; rm -rf "$data"' EXIT
+stop_coordinator() {
+  kill -TERM "$coordinator" 2> /dev/null && wait "$coordinator" 2> /dev/null
+  cp "$data"/logs/worker-*.log "$out/" 2> /dev/null
+  rm -rf "$data"
+}
+trap stop_coordinator EXIT
 for _ in $(seq 1 120); do [ -f "$data/coordinator.address" ] && break; sleep 0.5; done
-[ -f "$data/coordinator.address" ] || give_up "start the coordinator ($out/e2e.log)"
+[ -f "$data/coordinator.address" ] || give_up coordinator "no address after 60 s ($out/coordinator.log)"
 STOKE_ADDRESS=$(cat "$data/coordinator.address")
 export STOKE_ADDRESS
-gpus_attached() { "$bin/stoke" -o json cluster 2> /dev/null | grep -q DEVICE_TYPE_CUDA; }
-for _ in $(seq 1 120); do gpus_attached && break; sleep 0.5; done
-"$bin/stoke" cluster 2>&1 | tee -a "$out/e2e.log"
-gpus_attached || give_up "attach one worker per GPU ($out/e2e.log, $data/logs)"
+cuda_workers() { "$bin/stoke" -o json cluster 2> /dev/null | grep -c DEVICE_TYPE_CUDA; }
+for _ in $(seq 1 120); do [ "$(cuda_workers)" -ge "$gpus" ] && break; sleep 0.5; done
+"$bin/stoke" cluster > "$out/cluster.txt" 2>&1
+[ "$(cuda_workers)" -ge "$gpus" ] ||
+  give_up coordinator "$(cuda_workers) of $gpus GPU workers attached ($out/cluster.txt)"
+note ok coordinator "up with $gpus local GPU workers"
 
-# train_example NAME: submits examples/NAME.yaml, watches it, and passes when it ended
-# SUCCEEDED on a CUDA device.
-train_example() {
-  local example="$1" log="$out/e2e-$1.log" rc
-  "$bin/stoke" submit "examples/$example.yaml" --watch > "$log" 2>&1
-  rc=$?
-  # The progress lines of the first 90% are noise here.
-  grep -vE "step [0-9]+/[0-9]+ \((([1-9]|[1-8][0-9])%)" "$log" | tee -a "$out/e2e.log"
-  [ $rc -eq 0 ] && grep -q 'SUCCEEDED' "$log" && grep -q 'cuda:' "$log"
+# submit_and_watch NAME JOBFILE: submits, watches to the end; sets `id`, the job's events in
+# $out/NAME.jsonl; passes when the job SUCCEEDED on a CUDA device.
+submit_and_watch() {
+  local name=$1 file=$2
+  id=$("$bin/stoke" submit "$file" 2> "$out/$name.submit.log") || {
+    echo "submit failed: $(tail -n 1 "$out/$name.submit.log")"
+    return 1
+  }
+  timeout 300 "$bin/stoke" -o json watch "$id" > "$out/$name.jsonl" 2>&1
+  "$bin/stoke" status "$id" > "$out/$name.status.txt" 2>&1
+  if ! grep -q 'SUCCEEDED' "$out/$name.status.txt" ||
+    ! grep -q 'cuda:' "$out/$name.status.txt" "$out/$name.jsonl"; then
+    echo "job $id: $(grep -m 2 -iE 'state|placement' "$out/$name.status.txt" | tr '\n' ' ')"
+    return 1
+  fi
 }
-check "example job mlp-synthetic on CUDA ($out/e2e-mlp-synthetic.log)" \
-  train_example mlp-synthetic
-if [ -d /usr/share/datasets/fashion-mnist ]; then
-  check "example job fashion-mnist on CUDA ($out/e2e-fashion-mnist.log)" \
-    train_example fashion-mnist
+
+if [ -d "$fmnist" ]; then
+  fast() {
+    submit_and_watch fashion-mnist-fast examples/fashion-mnist-fast.yaml || return 1
+    local seconds step best
+    read -r seconds step best _ < <(python3 bench/python/seconds_to_accuracy.py \
+      "$out/fashion-mnist-fast.jsonl" 0.94)
+    [ "$seconds" != never ] || { echo "job $id never reached 94% (best $best%)"; return 1; }
+    echo "job $id: 94% at step $step, $seconds s from submit; best $best%"
+  }
+  if detail=$(fast); then note ok fashion-mnist-fast "$detail"; else note FAILED fashion-mnist-fast "$detail"; fi
+  vit() {
+    submit_and_watch vit examples/python/vit-fashion-mnist.yaml || return 1
+    local best
+    best=$(python3 bench/python/seconds_to_accuracy.py "$out/vit.jsonl" 1 | cut -d' ' -f3)
+    echo "job $id SUCCEEDED; best held-out accuracy $best%"
+  }
+  if detail=$(vit); then note ok python-vit "$detail"; else note FAILED python-vit "$detail"; fi
 else
-  echo "fashion-mnist: skipped (no /usr/share/datasets/fashion-mnist; carry it in .gpu-data/)"
+  note skipped fashion-mnist-fast "no $fmnist (carry it in .gpu-data/fashion-mnist)"
+  note skipped python-vit "no $fmnist"
 fi
-{
-  "$bin/stoke" list
-  "$bin/stoke" checkpoints 1
-} 2>&1 | tee -a "$out/e2e.log"
-kill -TERM $coordinator
-wait $coordinator
-trap 'rm -rf "$data"' EXIT
-cat "$data"/logs/worker-*.log >> "$out/e2e.log" 2> /dev/null
+
+# The example DDP script on one GPU: the same script, one rank.
+sed -e 's/resources: {gpus: 2}/resources: {gpus: 1}/' \
+  -e "s#workdir: \.#workdir: $root/examples/scripts#" examples/scripts/ddp-train.yaml \
+  > "$data/script-one-gpu.yaml"
+script() {
+  submit_and_watch script-one-gpu "$data/script-one-gpu.yaml" || return 1
+  echo "job $id SUCCEEDED on $(grep -oE 'cuda:[0-9]+' "$out/script-one-gpu.status.txt" | head -n 1)"
+}
+if detail=$(script); then note ok script-job "$detail"; else note FAILED script-job "$detail"; fi
+
+# /metrics: the exposition format, the GPUs' readings and the finished jobs.
+metrics() {
+  local address scrape="$out/metrics.txt" checker
+  address=$(cat "$data/metrics.address" 2> /dev/null) || { echo "no metrics.address"; return 1; }
+  python3 -c "import sys, urllib.request; sys.stdout.write(urllib.request.urlopen(
+    'http://$address/metrics', timeout=10).read().decode())" > "$scrape" ||
+    { echo "scrape of http://$address/metrics failed"; return 1; }
+  if command -v promtool > /dev/null; then
+    checker=promtool
+    promtool check metrics < "$scrape" > "$out/metrics-check.log" 2>&1 ||
+      { echo "promtool: $(head -n 3 "$out/metrics-check.log" | tr '\n' ' ')"; return 1; }
+  else
+    checker="prometheus_client's parser (no promtool here)"
+    python3 -c "import sys; from prometheus_client.parser import text_string_to_metric_families as p
+list(p(open(sys.argv[1]).read()))" "$scrape" > "$out/metrics-check.log" 2>&1 ||
+      { echo "parser: $(tail -n 1 "$out/metrics-check.log")"; return 1; }
+  fi
+  local gpu_series succeeded
+  gpu_series=$(grep -c '^stoke_device_memory_total_bytes{.*gpu="[^"]' "$scrape")
+  succeeded=$(sed -n 's/^stoke_jobs_finished_total{state="succeeded"} //p' "$scrape")
+  [ "$gpu_series" -ge "$gpus" ] || { echo "$gpu_series GPUs in stoke_device_memory_total_bytes"; return 1; }
+  [ "${succeeded%.*}" -ge 1 ] 2> /dev/null || { echo "stoke_jobs_finished_total{succeeded} is '$succeeded'"; return 1; }
+  echo "$(grep -vc '^#' "$scrape") samples valid ($checker); $gpu_series GPUs read; $succeeded jobs succeeded"
+}
+if detail=$(metrics); then note ok metrics "$detail"; else note FAILED metrics "$detail"; fi
+
+stop_coordinator
+trap - EXIT
 summary

@@ -109,11 +109,11 @@ Batch SyntheticSource::Draw(const at::Generator& generator, torch::Device where,
   if (config_.vocab_size > 0) {
     const auto ids = on_device.dtype(torch::kLong);
     torch::Tensor start = torch::randint(config_.vocab_size, {batch_size_, 1}, generator, ids);
-    torch::Tensor sequence =
-        (start + torch::arange(config_.context + 1, ids).view({1, -1}) * token_step_)
-            .remainder(config_.vocab_size);
-    batch.inputs = sequence.narrow(1, 0, config_.context);
-    batch.targets = sequence.narrow(1, 1, config_.context);
+    // Inputs and targets each in a tensor of its own, not two views of one sequence: user
+    // code (nanoGPT's `targets.view(-1)`) relies on contiguous batches, as a DataLoader's.
+    const torch::Tensor offsets = torch::arange(config_.context, ids).view({1, -1}) * token_step_;
+    batch.inputs = (start + offsets).remainder(config_.vocab_size);
+    batch.targets = (start + token_step_ + offsets).remainder(config_.vocab_size);
   } else if (!config_.input_shape.empty()) {
     std::vector<int64_t> shape = {batch_size_};
     shape.insert(shape.end(), config_.input_shape.begin(), config_.input_shape.end());

@@ -19,6 +19,9 @@ namespace {
 constexpr const char* kTrainable = "uint8, int32, int64, float16, bfloat16 or float32";
 // A safetensors header larger than this is no header: the format caps it at 100 MB.
 constexpr uint64_t kMaxSafetensorsHeader = 100u << 20;
+// More dimensions than this are no array's: NumPy's own limit (NPY_MAXDIMS in NumPy 2;
+// 32 before) and PyTorch's. Refused before the shape is kept or quoted in a message.
+constexpr size_t kMaxDimensions = 64;
 
 struct Layout {
   ArrayDtype dtype = ArrayDtype::kUInt8;
@@ -28,6 +31,72 @@ struct Layout {
 
 absl::Status Bad(const std::string& name, const std::string& problem) {
   return absl::InvalidArgumentError(absl::StrCat(name, ": ", problem));
+}
+
+// A safetensors header nests three deep at most (the header object, a tensor's entry, its
+// shape or data_offsets) and holds a few values per tensor: more than kMaxHeaderValues of
+// them (tens of thousands of tensors; a data set holds a few) is no header Stoke reads.
+// Checked by walking the JSON before it is parsed into a document, which costs ten to
+// twenty times its text (a 100 MB header of "[]," would take 2 GB).
+constexpr int kMaxHeaderDepth = 3;
+constexpr int64_t kMaxHeaderValues = int64_t{1} << 18;
+
+class HeaderBounds : public nlohmann::json_sax<nlohmann::json> {
+ public:
+  bool exceeded() const { return exceeded_; }
+
+  bool null() override { return Value(); }
+  bool boolean(bool /*value*/) override { return Value(); }
+  bool number_integer(number_integer_t /*value*/) override { return Value(); }
+  bool number_unsigned(number_unsigned_t /*value*/) override { return Value(); }
+  bool number_float(number_float_t /*value*/, const string_t& /*text*/) override { return Value(); }
+  bool string(string_t& /*value*/) override { return Value(); }
+  bool binary(binary_t& /*value*/) override { return Value(); }
+  bool key(string_t& /*value*/) override { return Value(); }
+  bool start_object(std::size_t /*elements*/) override { return Open(); }
+  bool end_object() override { return Close(); }
+  bool start_array(std::size_t /*elements*/) override { return Open(); }
+  bool end_array() override { return Close(); }
+  bool parse_error(std::size_t /*position*/, const std::string& /*token*/,
+                   const nlohmann::detail::exception& /*error*/) override {
+    return false;
+  }
+
+ private:
+  bool Value() {
+    exceeded_ = ++values_ > kMaxHeaderValues;
+    return !exceeded_;
+  }
+  bool Open() {
+    exceeded_ = ++depth_ > kMaxHeaderDepth;
+    return !exceeded_ && Value();
+  }
+  bool Close() {
+    --depth_;
+    return true;
+  }
+
+  int depth_ = 0;
+  int64_t values_ = 0;
+  bool exceeded_ = false;
+};
+
+// The header's JSON as a document; INVALID_ARGUMENT naming `name` when it is no JSON
+// object, or larger than any safetensors header Stoke reads (HeaderBounds).
+absl::StatusOr<nlohmann::json> ParseHeaderJson(const std::string& name, const uint8_t* begin,
+                                               const uint8_t* end) {
+  HeaderBounds bounds;
+  nlohmann::json::sax_parse(begin, end, &bounds);
+  if (bounds.exceeded()) {
+    return Bad(name, absl::StrCat("a safetensors header nested deeper than ", kMaxHeaderDepth,
+                                  " or of more than ", kMaxHeaderValues,
+                                  " values: more than Stoke reads"));
+  }
+  auto header = nlohmann::json::parse(begin, end, nullptr, /*allow_exceptions=*/false);
+  if (header.is_discarded() || !header.is_object()) {
+    return Bad(name, "not a safetensors file (its header is not a JSON object)");
+  }
+  return header;
 }
 
 // The elements `shape` holds, or -1 when a dimension is negative or the product exceeds
@@ -55,6 +124,14 @@ absl::Status CheckSize(const std::string& name, const Layout& layout, size_t fil
   }
   if (layout.shape.empty()) return Bad(name, "a scalar: arrays of samples need a first dimension");
   if (layout.shape[0] == 0) return Bad(name, "holds no samples (its first dimension is 0)");
+  // Rows of no bytes would let the first dimension claim any count (2^62 rows in a file
+  // of a hundred bytes) that readers then loop over or size buffers by: the rows must be
+  // in the file.
+  for (size_t i = 1; i < layout.shape.size(); ++i) {
+    if (layout.shape[i] == 0) {
+      return Bad(name, absl::StrCat("its samples hold no values (dimension ", i, " is 0)"));
+    }
+  }
   return absl::OkStatus();
 }
 
@@ -75,7 +152,9 @@ std::string NpyValue(const std::string& header, const std::string& key) {
                                      : header.substr(begin, end - begin);
 }
 
-absl::StatusOr<Layout> ParseNpy(const std::string& name, const uint8_t* p, size_t size) {
+// `size` bytes of a .npy file or member of `whole` bytes (its head, when fewer).
+absl::StatusOr<Layout> ParseNpy(const std::string& name, const uint8_t* p, size_t size,
+                                uint64_t whole) {
   if (size < 10 || std::memcmp(p, "\x93NUMPY", 6) != 0) {
     return Bad(name, "not a .npy file (it does not start with NumPy's magic bytes)");
   }
@@ -92,7 +171,11 @@ absl::StatusOr<Layout> ParseNpy(const std::string& name, const uint8_t* p, size_
   } else {
     return Bad(name, absl::StrCat(".npy format version ", major, " is not one Stoke reads (1-3)"));
   }
-  if (header_bytes > size - header_at) return Bad(name, "a .npy header cut off");
+  if (header_bytes > whole - header_at) return Bad(name, "a .npy header cut off");
+  if (header_bytes > size - header_at) {
+    return Bad(name, absl::StrCat("a .npy header of ", header_bytes, " bytes, more than the ",
+                                  size - header_at, " Stoke reads of one"));
+  }
   const std::string header(reinterpret_cast<const char*>(p + header_at), header_bytes);
   const std::string descr = NpyValue(header, "descr");
   const std::string fortran = NpyValue(header, "fortran_order");
@@ -129,6 +212,9 @@ absl::StatusOr<Layout> ParseNpy(const std::string& name, const uint8_t* p, size_
     char* end = nullptr;
     const int64_t d = std::strtoll(shape.c_str() + i, &end, 10);
     if (end == shape.c_str() + i) return Bad(name, "a .npy header whose shape is not numbers");
+    if (layout.shape.size() == kMaxDimensions) {
+      return Bad(name, absl::StrCat("a shape of more than ", kMaxDimensions, " dimensions"));
+    }
     layout.shape.push_back(d);
     i = static_cast<size_t>(end - shape.c_str());
   }
@@ -142,11 +228,9 @@ absl::StatusOr<Layout> ParseSafetensors(const std::string& name, const std::stri
   if (size < 8 || header_bytes > kMaxSafetensorsHeader || header_bytes > size - 8) {
     return Bad(name, "not a safetensors file (its first 8 bytes give no header length that fits)");
   }
-  const auto header = nlohmann::json::parse(p + 8, p + 8 + header_bytes, nullptr,
-                                            /*allow_exceptions=*/false);
-  if (header.is_discarded() || !header.is_object()) {
-    return Bad(name, "not a safetensors file (its header is not a JSON object)");
-  }
+  auto parsed = ParseHeaderJson(name, p + 8, p + 8 + header_bytes);
+  if (!parsed.ok()) return parsed.status();
+  const nlohmann::json& header = *parsed;
   std::vector<std::string> names;
   for (const auto& [key, value] : header.items()) {
     if (key != "__metadata__") names.push_back(key);
@@ -184,6 +268,10 @@ absl::StatusOr<Layout> ParseSafetensors(const std::string& name, const std::stri
   }
   Layout layout;
   layout.dtype = known->second;
+  if (entry["shape"].size() > kMaxDimensions) {
+    return Bad(name, absl::StrCat("tensor ", chosen, ": a shape of more than ", kMaxDimensions,
+                                  " dimensions"));
+  }
   for (const auto& d : entry["shape"]) {
     if (!d.is_number_integer()) return Bad(name, absl::StrCat("tensor ", chosen, ": bad shape"));
     layout.shape.push_back(d.get<int64_t>());
@@ -254,9 +342,10 @@ int64_t ElementBytes(ArrayDtype dtype) {
   return 1;
 }
 
-absl::StatusOr<NpyHeader> ReadNpyHeader(const std::string& name, const uint8_t* bytes,
-                                        size_t size) {
-  auto layout = ParseNpy(name, bytes, size);
+absl::StatusOr<NpyHeader> ReadNpyHeader(const std::string& name, const uint8_t* bytes, size_t size,
+                                        int64_t whole) {
+  const uint64_t all = whole < 0 ? size : std::max<uint64_t>(static_cast<uint64_t>(whole), size);
+  auto layout = ParseNpy(name, bytes, size, all);
   if (!layout.ok()) return layout.status();
   NpyHeader header;
   header.dtype = layout->dtype;
@@ -267,9 +356,9 @@ absl::StatusOr<NpyHeader> ReadNpyHeader(const std::string& name, const uint8_t* 
       __builtin_mul_overflow(elements, ElementBytes(layout->dtype), &header.data_bytes)) {
     return Bad(name, "its shape is larger than any file");
   }
-  if (static_cast<uint64_t>(header.data_bytes) > size - layout->offset) {
+  if (static_cast<uint64_t>(header.data_bytes) > all - layout->offset) {
     return Bad(name, absl::StrCat("the header promises ", header.data_bytes, " bytes of data, ",
-                                  size - layout->offset, " follow; was it cut off?"));
+                                  all - layout->offset, " follow; was it cut off?"));
   }
   return header;
 }
@@ -297,13 +386,12 @@ absl::StatusOr<std::vector<std::string>> ListArrays(const std::string& path,
     read = pread(*opened, header.data(), header_bytes, 8) == static_cast<ssize_t>(header_bytes);
   }
   close(*opened);
-  const auto parsed =
-      read ? nlohmann::json::parse(header, nullptr, /*allow_exceptions=*/false) : nlohmann::json();
-  if (!read || parsed.is_discarded() || !parsed.is_object()) {
-    return Bad(path, "not a safetensors file (no JSON header that fits)");
-  }
+  if (!read) return Bad(path, "not a safetensors file (no JSON header that fits)");
+  const auto* text = reinterpret_cast<const uint8_t*>(header.data());
+  auto parsed = ParseHeaderJson(path, text, text + header.size());
+  if (!parsed.ok()) return parsed.status();
   std::vector<std::string> names;
-  for (const auto& [key, value] : parsed.items()) {
+  for (const auto& [key, value] : parsed->items()) {
     if (key != "__metadata__") names.push_back(absl::StrCat(path, ":", key));
   }
   return names;
@@ -335,7 +423,7 @@ absl::StatusOr<std::shared_ptr<const ArrayFile>> ArrayFile::Open(const std::stri
   file->map_bytes_ = static_cast<size_t>(size);
   const auto* bytes = static_cast<const uint8_t*>(map);
   auto layout = safetensors ? ParseSafetensors(name, tensor, bytes, file->map_bytes_)
-                            : ParseNpy(name, bytes, file->map_bytes_);
+                            : ParseNpy(name, bytes, file->map_bytes_, file->map_bytes_);
   if (!layout.ok()) return layout.status();
   if (auto s = CheckSize(name, *layout, file->map_bytes_); !s.ok()) return s;
   file->dtype_ = layout->dtype;

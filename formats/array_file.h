@@ -70,14 +70,16 @@ absl::StatusOr<std::vector<std::string>> ListArrays(const std::string& path,
 // The header of one .npy file held in memory (a member of a tar shard, one sample): the
 // elements' dtype, the array's shape (no rows dimension implied) and where its data begins.
 // INVALID_ARGUMENT naming `name` for what ArrayFile::Open refuses, or data shorter than the
-// header promises.
+// header promises. `bytes` may be only the first `size` of the file's `whole` bytes (its
+// head; -1: they are all of it): the header must lie within them, the data within `whole`.
 struct NpyHeader {
   ArrayDtype dtype = ArrayDtype::kUInt8;
   std::vector<int64_t> shape;
   size_t data_offset = 0;
   int64_t data_bytes = 0;
 };
-absl::StatusOr<NpyHeader> ReadNpyHeader(const std::string& name, const uint8_t* bytes, size_t size);
+absl::StatusOr<NpyHeader> ReadNpyHeader(const std::string& name, const uint8_t* bytes, size_t size,
+                                        int64_t whole = -1);
 
 // Splits "file.safetensors:tensor" into the file and the tensor's name (empty when none
 // is named); any other name is a file.

@@ -31,6 +31,38 @@ absl::Status NeitherFormat() {
   return absl::InvalidArgumentError("neither JPEG nor PNG (by its first bytes)");
 }
 
+// INVALID_ARGUMENT for a header declaring more pixels than Stoke decodes (kMaxImagePixels).
+// Both sides are below 2^32, so their product fits.
+absl::Status CheckPixels(const char* format, uint64_t width, uint64_t height) {
+  const uint64_t pixels = width * height;
+  if (pixels <= static_cast<uint64_t>(kMaxImagePixels)) return absl::OkStatus();
+  return absl::InvalidArgumentError(
+      absl::StrCat(format, " declares ", width, "x", height, " pixels (", pixels,
+                   "), more than the ", kMaxImagePixels, " (", kMaxImagePixels / 1000000,
+                   " megapixels) Stoke decodes; refused before decoding"));
+}
+
+// A PNG's size from its IHDR chunk, which must come first (after the signature): its
+// length, "IHDR", then width and height, big-endian. Checked against kMaxImagePixels here,
+// before libpng reads anything.
+absl::StatusOr<ImageSize> PngSize(const uint8_t* data, size_t size) {
+  if (size < 24 || std::memcmp(data + 12, "IHDR", 4) != 0) {
+    return absl::DataLossError("damaged PNG: no IHDR chunk first");
+  }
+  auto big_endian = [&](size_t at) {
+    return (uint32_t{data[at]} << 24) | (uint32_t{data[at + 1]} << 16) |
+           (uint32_t{data[at + 2]} << 8) | data[at + 3];
+  };
+  const uint32_t width = big_endian(16), height = big_endian(20);
+  if (width == 0 || height == 0) return absl::DataLossError("damaged PNG: a size of zero");
+  // The format's own limit on a side.
+  if (width > 0x7fffffffu || height > 0x7fffffffu) {
+    return absl::DataLossError("damaged PNG: a side over 2^31 - 1 pixels");
+  }
+  if (auto s = CheckPixels("PNG", width, height); !s.ok()) return s;
+  return ImageSize{static_cast<int>(width), static_cast<int>(height)};
+}
+
 ImageRegion Clip(const ImageRegion& r, int width, int height) {
   ImageRegion c;
   c.x = std::clamp(r.x, 0, std::max(width - 1, 0));
@@ -85,9 +117,10 @@ absl::Status Jpeg(const uint8_t* data, size_t size, int channels, const ImageReg
   const int width = static_cast<int>(cinfo.image_width);
   const int height = static_cast<int>(cinfo.image_height);
   *dimensions = {width, height};
-  if (out == nullptr) {
+  // Too many pixels: refused from the header, before libjpeg sizes a buffer from it.
+  if (out == nullptr || int64_t{width} * height > kMaxImagePixels) {
     jpeg_destroy_decompress(&cinfo);
-    return absl::OkStatus();
+    return CheckPixels("JPEG", cinfo.image_width, cinfo.image_height);
   }
   const ImageRegion r = Clip(*region, width, height);
   // The DCT-domain scale: each halving is nearly free, and decoding fewer pixels is most of
@@ -137,11 +170,17 @@ absl::Status Jpeg(const uint8_t* data, size_t size, int channels, const ImageReg
 
 absl::StatusOr<DecodedImage> Png(const uint8_t* data, size_t size, int channels,
                                  const ImageRegion& region) {
+  // The declared size first, from the IHDR bytes: nothing is decoded or sized beyond it.
+  if (auto declared = PngSize(data, size); !declared.ok()) return declared.status();
   png_image image;
   std::memset(&image, 0, sizeof(image));
   image.version = PNG_IMAGE_VERSION;
   if (!png_image_begin_read_from_memory(&image, data, size)) {
     return absl::DataLossError(absl::StrCat("damaged PNG: ", image.message));
+  }
+  if (auto s = CheckPixels("PNG", image.width, image.height); !s.ok()) {
+    png_image_free(&image);
+    return s;
   }
   image.format = channels == 1 ? PNG_FORMAT_GRAY : PNG_FORMAT_RGB;
   std::vector<uint8_t> full(PNG_IMAGE_SIZE(image));
@@ -172,21 +211,7 @@ absl::StatusOr<ImageSize> ReadImageSize(const uint8_t* data, size_t size) {
     if (auto s = Jpeg(data, size, 3, nullptr, 0, &dimensions, nullptr); !s.ok()) return s;
     return dimensions;
   }
-  if (IsPng(data, size)) {
-    // IHDR follows the signature: length, "IHDR", then width and height big-endian.
-    if (size < 24 || std::memcmp(data + 12, "IHDR", 4) != 0) {
-      return absl::DataLossError("damaged PNG: no IHDR chunk first");
-    }
-    auto big_endian = [&](size_t at) {
-      return static_cast<int>((uint32_t{data[at]} << 24) | (uint32_t{data[at + 1]} << 16) |
-                              (uint32_t{data[at + 2]} << 8) | data[at + 3]);
-    };
-    ImageSize dimensions{big_endian(16), big_endian(20)};
-    if (dimensions.width <= 0 || dimensions.height <= 0) {
-      return absl::DataLossError("damaged PNG: a size of zero");
-    }
-    return dimensions;
-  }
+  if (IsPng(data, size)) return PngSize(data, size);
   return NeitherFormat();
 }
 

@@ -6,7 +6,9 @@
 #include <cctype>
 #include <cmath>
 #include <cstring>
+#include <functional>
 #include <map>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <sstream>
 
@@ -25,6 +27,11 @@ namespace {
 constexpr int kMaxDepth = 8;
 // A manifest larger than this is no manifest (a billion short lines at most).
 constexpr size_t kMaxManifestBytes = size_t{1} << 34;
+// A manifest line longer than this is no "path,label" line (a path is at most PATH_MAX,
+// 4096 bytes, on Linux), and a manifest is read in pieces of kManifestPiece bytes: what one
+// holds in memory is what it lists, never the file's size (a sparse file of zeros).
+constexpr size_t kMaxManifestLine = 64 * 1024;
+constexpr size_t kManifestPiece = 1 << 20;
 
 absl::Status Bad(const std::string& what, const std::string& problem) {
   return absl::InvalidArgumentError(absl::StrCat(what, ": ", problem));
@@ -50,19 +57,90 @@ void CollectImages(const std::string& dir, int depth, std::vector<std::string>* 
   }
 }
 
+// Calls `each` with every line of `path` (without its newline) and its number from 1,
+// reading the file a piece at a time. A line longer than kMaxManifestLine stops it.
+absl::Status ForEachLine(const std::string& path, const ReadOptions& options,
+                         const std::function<absl::Status(absl::string_view, int64_t)>& each) {
+  long long size = 0;  // NOLINT(google-runtime-int): OpenDataFile's type
+  auto opened = OpenDataFile(path, options, &size);
+  if (!opened.ok()) return opened.status();
+  const int fd = *opened;
+  const std::unique_ptr<const int, void (*)(const int*)> closer(&fd,
+                                                                [](const int* f) { close(*f); });
+  if (static_cast<unsigned long long>(size) > kMaxManifestBytes) {
+    return Bad(path, absl::StrCat(size, " bytes, more than the ", kMaxManifestBytes,
+                                  " such a file may hold"));
+  }
+  std::string piece(std::min(static_cast<size_t>(size), kManifestPiece), '\0');
+  std::string carry;  // the start of a line that an earlier piece began
+  int64_t number = 0;
+  auto too_long = [&] {
+    return Bad(absl::StrCat(path, ":", number + 1),
+               absl::StrCat("a line longer than ", kMaxManifestLine,
+                            " bytes; a manifest line is a path and a label"));
+  };
+  for (int64_t offset = 0; offset < size;) {
+    if (options.cancelled()) return ReadCancelled(path);
+    const int64_t want = std::min<int64_t>(size - offset, static_cast<int64_t>(piece.size()));
+    const int64_t got = ReadFully(fd, offset, want, piece.data());
+    if (got <= 0) {
+      return absl::DataLossError(
+          absl::StrCat(path, ": ended after ", offset, " bytes, short of its ", size));
+    }
+    offset += got;
+    absl::string_view rest(piece.data(), static_cast<size_t>(got));
+    for (size_t end = rest.find('\n'); end != absl::string_view::npos; end = rest.find('\n')) {
+      absl::string_view line = rest.substr(0, end);
+      if (!carry.empty()) {
+        if (carry.size() + line.size() > kMaxManifestLine) return too_long();
+        carry.append(line.data(), line.size());
+        line = carry;
+      }
+      if (line.size() > kMaxManifestLine) return too_long();
+      if (auto s = each(line, ++number); !s.ok()) return s;
+      carry.clear();
+      rest.remove_prefix(end + 1);
+    }
+    if (carry.size() + rest.size() > kMaxManifestLine) return too_long();
+    carry.append(rest.data(), rest.size());
+  }
+  if (!carry.empty()) return each(carry, ++number);
+  return absl::OkStatus();
+}
+
 // Labels as given: all integers are class indices; otherwise names, numbered in sorted
-// order.
+// order. `lines[i]` is the manifest line of labels[i]. Integer labels must lie below the
+// files listed (or `classes`, where larger): each index up to the largest becomes a class
+// name, so the bound is checked before any is made, and the classes stay as many as the
+// manifest has lines.
 absl::Status NumberLabels(const std::string& manifest, const std::vector<std::string>& labels,
-                          ImageList* list) {
+                          const std::vector<int64_t>& lines, int64_t classes, ImageList* list) {
+  const int64_t files = static_cast<int64_t>(labels.size());
+  const int64_t bound = std::max(files, classes);
   bool integers = true;
   int64_t largest = -1;
-  for (const std::string& label : labels) {
+  size_t first_over = labels.size();  // the first integer label at or over the bound
+  int64_t over = 0;                   // its value (quoted as parsed, not as the file's text)
+  for (size_t i = 0; i < labels.size(); ++i) {
     int64_t value = 0;
-    if (!absl::SimpleAtoi(label, &value) || value < 0) {
+    if (!absl::SimpleAtoi(labels[i], &value) || value < 0) {
       integers = false;
       break;
     }
+    if (value >= bound && first_over == labels.size()) {
+      first_over = i;
+      over = value;
+    }
     largest = std::max(largest, value);
+  }
+  if (integers && first_over < labels.size()) {
+    return Bad(
+        absl::StrCat(manifest, ":", lines[first_over]),
+        absl::StrCat(
+            "label ", over, " is over the ", files, " files listed",
+            classes > files ? absl::StrCat(" and the ", classes, " classes of the training images")
+                            : "",
+            "; numeric labels count classes from 0, so they run from 0 to ", bound - 1, " here"));
   }
   if (integers) {
     for (size_t i = 0; i < labels.size(); ++i) {
@@ -70,6 +148,7 @@ absl::Status NumberLabels(const std::string& manifest, const std::vector<std::st
       (void)absl::SimpleAtoi(labels[i], &value);
       list->files[i].label = value;
     }
+    list->classes.reserve(static_cast<size_t>(largest + 1));
     for (int64_t c = 0; c <= largest; ++c) list->classes.push_back(std::to_string(c));
     return absl::OkStatus();
   }
@@ -109,6 +188,11 @@ absl::StatusOr<SampledSides> CheckImageHeaders(const std::vector<ImageFile>& fil
 absl::Status ReadImageBytes(const ImageFile& file, const ReadOptions& options, size_t max_size,
                             std::string* bytes) {
   if (file.offset < 0) return ReadDataFile(file.path, options, max_size, bytes);
+  // A member's length, from its tar header, is refused as a whole file's size is.
+  if (file.length < 0 || static_cast<uint64_t>(file.length) > max_size) {
+    return Bad(DescribeImageFile(file, options), absl::StrCat(file.length, " bytes, more than the ",
+                                                              max_size, " such a file may hold"));
+  }
   return ReadDataFileRange(file.path, options, file.offset, file.length, bytes);
 }
 
@@ -159,19 +243,16 @@ absl::StatusOr<ImageList> ListImageFolder(const std::string& folder, const ReadO
   return list;
 }
 
-absl::StatusOr<ImageList> ReadImageManifest(const std::string& manifest,
-                                            const ReadOptions& options) {
-  std::string text;
-  if (auto s = ReadDataFile(manifest, options, kMaxManifestBytes, &text); !s.ok()) return s;
+absl::StatusOr<ImageList> ReadImageManifest(const std::string& manifest, const ReadOptions& options,
+                                            int64_t classes) {
   const std::string base = manifest.substr(0, manifest.rfind('/') + 1);
   const bool jsonl = manifest.size() > 6 && manifest.compare(manifest.size() - 6, 6, ".jsonl") == 0;
   ImageList list;
   std::vector<std::string> labels;
-  int64_t line_number = 0;
-  for (absl::string_view line : absl::StrSplit(text, '\n')) {
-    ++line_number;
+  std::vector<int64_t> lines;  // of each label
+  auto read_line = [&](absl::string_view line, int64_t line_number) -> absl::Status {
     line = absl::StripAsciiWhitespace(line);
-    if (line.empty()) continue;
+    if (line.empty()) return absl::OkStatus();
     std::string path, label;
     const std::string where = absl::StrCat(manifest, ":", line_number);
     if (jsonl) {
@@ -188,15 +269,20 @@ absl::StatusOr<ImageList> ReadImageManifest(const std::string& manifest,
       if (comma == absl::string_view::npos) return Bad(where, "not a \"path,label\" line");
       path = Stripped(line.substr(0, comma));
       label = Stripped(line.substr(comma + 1));
-      if (line_number == 1 && path == "path" && label == "label") continue;  // a header
+      if (line_number == 1 && path == "path" && label == "label") {
+        return absl::OkStatus();  // a header
+      }
     }
     if (path.empty() || label.empty()) return Bad(where, "a path and a label, both non-empty");
     if (!IsImageFileName(path)) return Bad(where, absl::StrCat(path, ": not a .jpg or .png file"));
     list.files.push_back({path[0] == '/' ? path : base + path, 0});
     labels.push_back(std::move(label));
-  }
+    lines.push_back(line_number);
+    return absl::OkStatus();
+  };
+  if (auto s = ForEachLine(manifest, options, read_line); !s.ok()) return s;
   if (list.files.empty()) return Bad(manifest, "lists no image");
-  if (auto s = NumberLabels(manifest, labels, &list); !s.ok()) return s;
+  if (auto s = NumberLabels(manifest, labels, lines, classes, &list); !s.ok()) return s;
   if (list.classes.size() < 2) return Bad(manifest, "names one class only");
   return list;
 }
@@ -206,14 +292,18 @@ absl::StatusOr<ImageSplit> ListImageSplit(const ImageSplitNames& names,
   auto in_field = [](const char* field, const absl::Status& s) {
     return absl::Status(s.code(), absl::StrCat("data.images.", field, ": ", s.message()));
   };
+  ImageSplit split;  // the training classes bound a held-out manifest's labels
   auto list = [&](const std::string& folder, const std::string& manifest, const char* folder_field,
                   const char* manifest_field) -> absl::StatusOr<ImageList> {
     if (!folder.empty() && !manifest.empty()) {
       return Bad(absl::StrCat("data.images.", folder_field),
                  absl::StrCat("set ", folder_field, " or ", manifest_field, ", not both"));
     }
+    // A held-out manifest's labels may reach every class of the training images.
     auto listed =
-        folder.empty() ? ReadImageManifest(manifest, options) : ListImageFolder(folder, options);
+        folder.empty()
+            ? ReadImageManifest(manifest, options, static_cast<int64_t>(split.train.classes.size()))
+            : ListImageFolder(folder, options);
     if (!listed.ok()) {
       return in_field(folder.empty() ? manifest_field : folder_field, listed.status());
     }
@@ -222,7 +312,6 @@ absl::StatusOr<ImageSplit> ListImageSplit(const ImageSplitNames& names,
   if (names.path.empty() && names.manifest.empty()) {
     return absl::InvalidArgumentError("data.images.path: required (or data.images.manifest)");
   }
-  ImageSplit split;
   auto train = list(names.path, names.manifest, "path", "manifest");
   if (!train.ok()) return train.status();
   split.train = *std::move(train);

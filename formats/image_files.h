@@ -22,7 +22,8 @@ struct ImageFile {
 };
 
 // The encoded bytes of `file` (the whole file, or its member of a shard), at most
-// `limit` of them (a header); INVALID_ARGUMENT for a whole file larger than `max_size`.
+// `limit` of them (a header); INVALID_ARGUMENT, before reading, for a whole file or member
+// larger than `max_size`.
 absl::Status ReadImageBytes(const ImageFile& file, const ReadOptions& options, size_t max_size,
                             std::string* bytes);
 absl::Status ReadImageHead(const ImageFile& file, const ReadOptions& options, size_t limit,
@@ -47,9 +48,14 @@ absl::StatusOr<ImageList> ListImageFolder(const std::string& folder,
 // A manifest: "path,label" lines (CSV, a first line "path,label" skipped) or JSON lines
 // {"path": ..., "label": ...} (a .jsonl file). Paths relative to the manifest's folder;
 // labels integers (class indices) or names (numbered in sorted order). Errors name the
-// manifest and the line.
+// manifest and the line ("MANIFEST:LINE: ...").
+// Integer labels count classes from 0 and must lie below the number of files listed, or
+// below `classes` where that is larger (a held-out manifest's labels may reach every
+// class of the training set): one class name is made per index, so an index is refused
+// before anything is sized from it. Read a piece at a time (lines of at most 64 KiB), so a
+// file that is no manifest is refused at its first bad line, unread beyond it.
 absl::StatusOr<ImageList> ReadImageManifest(const std::string& manifest,
-                                            const ReadOptions& options = {});
+                                            const ReadOptions& options = {}, int64_t classes = 0);
 
 struct ImageSplitNames {
   std::string path;          // class folders, or

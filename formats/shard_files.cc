@@ -1,5 +1,7 @@
 #include "formats/shard_files.h"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <atomic>
 #include <cmath>
@@ -213,9 +215,15 @@ absl::StatusOr<std::vector<ImageFile>> ListShardSamples(const std::string& shard
 absl::StatusOr<NpyHeader> ReadShardArrayHeader(const ImageFile& sample, const ReadOptions& options,
                                                size_t max_bytes) {
   std::string bytes;
-  if (auto s = ReadImageBytes(sample, options, max_bytes, &bytes); !s.ok()) return s;
+  if (auto s = ReadImageHead(sample, options, max_bytes, &bytes); !s.ok()) return s;
+  long long whole = sample.length;  // NOLINT(google-runtime-int): OpenDataFile's type
+  if (sample.offset < 0) {          // a whole file: its size
+    auto opened = OpenDataFile(sample.path, options, &whole);
+    if (!opened.ok()) return opened.status();
+    close(*opened);
+  }
   return ReadNpyHeader(DescribeImageFile(sample, options),
-                       reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size());
+                       reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size(), whole);
 }
 
 int64_t SamplesPerRank(const std::vector<int64_t>& per_shard, int world_size) {

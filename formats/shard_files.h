@@ -38,11 +38,13 @@ absl::StatusOr<std::vector<ImageFile>> ListShardSamples(const std::string& shard
                                                         const ReadOptions& options = {},
                                                         ShardInput* input = nullptr);
 
-// The header of an array sample's .npy member, read whole (at most `max_bytes`): errors
-// name the member ("SHARD:MEMBER").
+// The header of an array sample's .npy member, from its first `max_bytes` only (a header
+// longer than that is refused): the member's size, which its tar header gives and no more
+// than the file's, is checked against the shape, never read or allocated. Errors name the
+// member ("SHARD:MEMBER").
 absl::StatusOr<NpyHeader> ReadShardArrayHeader(const ImageFile& sample,
                                                const ReadOptions& options = {},
-                                               size_t max_bytes = size_t{1} << 30);
+                                               size_t max_bytes = size_t{1} << 20);
 
 struct ShardSplitNames {
   std::string urls;      // the training shards' pattern

@@ -72,15 +72,24 @@ bool AllZero(const Header& h) {
   return std::all_of(h.begin(), h.end(), [](unsigned char c) { return c == 0; });
 }
 
-// The "path" record of a pax extended header ("LEN path=VALUE\n" records); empty if none.
+// The "path" record of a pax extended header ("LEN path=VALUE\n" records, LEN in decimal
+// counting the whole record); empty if none. A record whose length is not digits, or does
+// not reach past its own "LEN " and end in a newline within the text, ends the search.
 std::string PaxPath(const std::string& records) {
   size_t at = 0;
   while (at < records.size()) {
     const size_t space = records.find(' ', at);
-    if (space == std::string::npos) break;
-    const size_t length = std::strtoull(records.c_str() + at, nullptr, 10);
-    if (length == 0 || at + length > records.size()) break;
-    const std::string record = records.substr(space + 1, at + length - space - 2);
+    if (space == std::string::npos || space == at || space - at > 19) break;
+    size_t length = 0;
+    for (size_t i = at; i < space; ++i) {
+      if (records[i] < '0' || records[i] > '9') return "";
+      length = length * 10 + static_cast<size_t>(records[i] - '0');
+    }
+    // The record holds its length, the space, at least one byte and the newline.
+    if (length < space - at + 3 || length > records.size() - at) break;
+    const size_t end = at + length - 1;  // its newline
+    if (records[end] != '\n') break;
+    const std::string record = records.substr(space + 1, end - space - 1);
     if (record.rfind("path=", 0) == 0) return record.substr(5);
     at += length;
   }
@@ -134,7 +143,8 @@ absl::StatusOr<std::vector<TarMember>> ReadTarIndex(
     const int64_t size = Number(h, kSizeAt, kSizeSize);
     if (size < 0) return damaged(offset, "a header with no size");
     const int64_t contents = offset + kBlock;
-    if (contents + size > file_size) {
+    // Against what is left of the file, so that a size near 2^63 cannot overflow the sum.
+    if (contents > file_size || size > file_size - contents) {
       return damaged(offset, absl::StrCat("a member of ", size, " bytes runs past the file's end"));
     }
     const char type = static_cast<char>(h[kTypeAt]);

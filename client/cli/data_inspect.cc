@@ -114,11 +114,13 @@ absl::StatusOr<std::string> DescribeArrayFile(const std::string& name) {
 absl::StatusOr<std::string> DescribeTokens(const std::string& path) {
   auto opened = data::TokenFile::Open(path);
   if (!opened.ok()) return opened.status();
-  int64_t largest = 0;
-  // Every id is below 65536: the first at or above largest + 1, raised until none is.
-  for (int64_t id = 0; (*opened)->FirstOutOfVocabulary(largest + 1, &id) >= 0;) largest = id;
+  // One pass: raising a bound until no id is at or over it rescans the file for each new
+  // largest id (65535 times, for ids that climb near its end).
+  const data::TokenFile& tokens = **opened;
+  const uint16_t largest =
+      tokens.size() > 0 ? *std::max_element(tokens.tokens(), tokens.tokens() + tokens.size()) : 0;
   return absl::StrCat("data.tokens file: ", (*opened)->size(), " uint16 token ids, the largest ",
-                      largest, " (data.tokens.vocab_size at least ", largest + 1, ")");
+                      largest, " (data.tokens.vocab_size at least ", int64_t{largest} + 1, ")");
 }
 
 }  // namespace

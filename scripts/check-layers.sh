@@ -9,6 +9,7 @@
 # never include generated protobuf headers, and worker/link never includes a torch header:
 #   common <- runtime <- ops <- models <- data, dist <- engine <- link / main
 #   models <- python (the embedded CPython; only the trainer's main above it)
+#   common <- sandbox (stoke-sandbox, torch-free; the link layer starts it) <- link
 # Only the worker (and the bench and tests above it) may include torch.
 # Exit status: 0 clean, 1 with each offending line printed.
 set -euo pipefail
@@ -24,7 +25,8 @@ declare -A allowed=(
   [engine]="common runtime ops models data dist engine"
   [python]="common runtime ops models python"
   [telemetry]="common telemetry"
-  [link]="common telemetry link"
+  [sandbox]="common sandbox"
+  [link]="common telemetry sandbox link"
 )
 torch_layers="common runtime ops models data dist engine python telemetry"
 
@@ -106,8 +108,8 @@ for layer in "${!allowed[@]}"; do
     fi
   fi
 done
-if grep -rnE '^\s*#\s*include [<"](torch|ATen|c10)/' worker/link worker/telemetry; then
-  echo "check-layers: worker/link and worker/telemetry must not include torch (above)"
+if grep -rnE '^\s*#\s*include [<"](torch|ATen|c10)/' worker/link worker/telemetry worker/sandbox; then
+  echo "check-layers: worker/link, worker/telemetry and worker/sandbox must not include torch (above)"
   failed=1
 fi
 # The embedded Python is one layer's: nothing else includes Python's or libtorch_python's

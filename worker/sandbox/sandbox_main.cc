@@ -1,0 +1,192 @@
+// stoke-sandbox: runs a user's program (a Python model's training process, a script job's
+// rank) contained, in place of the program itself: see --help, mounts.h, cgroups.h and
+// process_tree.h for what contains it, and sandbox_exit.h for how it ends. Single-
+// threaded; every descriptor it opens is close-on-exec, so PROGRAM inherits exactly the
+// descriptors the worker handed over.
+#include <fcntl.h>
+#include <sched.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+#include "worker/sandbox/cgroups.h"
+#include "worker/sandbox/mounts.h"
+#include "worker/sandbox/process_tree.h"
+#include "worker/sandbox/sandbox_exit.h"
+#include "worker/sandbox/sandbox_options.h"
+
+namespace stoke::sandbox {
+namespace {
+
+// How long the outer waits for the attempt's leftovers to die before it gives up on them.
+constexpr std::chrono::seconds kCleanupBound(5);
+
+struct Attempt {
+  SandboxOptions options;
+  AttemptCgroup cgroup;
+  ProgramSpec program;
+};
+
+// The inner process: pid 1 of the new pid namespace. It joins the cgroup, builds the root,
+// becomes the user, starts PROGRAM and stays as its init until PROGRAM ends.
+[[noreturn]] void RunInit(const Attempt& attempt, int parent_alive) {
+  // A group of its own: a signal to the outer's group reaches it only through the outer.
+  setpgid(0, 0);
+  if (!DieWithParent(parent_alive)) _exit(kSandboxSetupFailed);
+  const SandboxOptions& options = attempt.options;
+  std::string error;
+  if (!attempt.cgroup.Join(&error) ||
+      !EnterSandboxRoot({options.read_only, options.read_write, options.hidden}, &error) ||
+      !DropPrivileges({options.uid, options.gid}, &error)) {
+    ExitSaying(kSandboxSetupFailed, error);
+  }
+  // The change of user cleared the parent-death signal.
+  if (!DieWithParent(parent_alive)) _exit(kSandboxSetupFailed);
+  close(parent_alive);
+  const pid_t program = fork();
+  if (program < 0) ExitSaying(kSandboxSetupFailed, absl::StrCat("cannot fork: ", strerror(errno)));
+  if (program == 0) ExecProgram(attempt.program);
+  setpgid(program, program);  // as PROGRAM does: no signal finds the group missing
+  // Exiting takes the rest of the namespace with it (the kernel SIGKILLs it).
+  _exit(ExitCodeOf(WaitForwarding(program, true, true)));
+}
+
+// Namespaces refused here (an unprivileged caller, a container without CAP_SYS_ADMIN, a
+// kernel without them): the caller falls back to the subreaper.
+bool NamespacesRefused(int error) { return error == EPERM || error == EINVAL || error == ENOSYS; }
+
+// PROGRAM under an init of its own in new pid, mount, IPC and UTS namespaces (not the
+// network's: a job's ranks reach each other and the coordinator over TCP). The outer
+// unshares the mount namespace too, only to learn up front whether it may: the init makes
+// its own. Returns PROGRAM's exit code, or -1 when the namespaces were refused.
+int RunInNamespaces(const Attempt& attempt) {
+  if (unshare(CLONE_NEWPID | CLONE_NEWNS | CLONE_NEWIPC | CLONE_NEWUTS) != 0) {
+    if (!NamespacesRefused(errno)) {
+      SayLine(absl::StrCat("cannot make namespaces: ", strerror(errno)));
+      return kSandboxSetupFailed;
+    }
+    SayLine(absl::StrCat("no namespaces here (unshare: ", strerror(errno),
+                         "): only the process tree is contained"));
+    return -1;
+  }
+  int alive[2];
+  if (pipe2(alive, O_CLOEXEC) != 0) return kSandboxSetupFailed;
+  const pid_t init = fork();
+  if (init < 0) {
+    SayLine(absl::StrCat("cannot fork: ", strerror(errno)));
+    return kSandboxSetupFailed;
+  }
+  if (init == 0) {
+    close(alive[1]);
+    RunInit(attempt, alive[0]);
+  }
+  close(alive[0]);
+  setpgid(init, init);
+  const int status = WaitForwarding(init, false, false);
+  close(alive[1]);
+  return ExitCodeOf(status);
+}
+
+// Without namespaces: PROGRAM as the outer's child, the outer a subreaper that kills all
+// PROGRAM left behind once PROGRAM ends.
+int RunAsSubreaper(const Attempt& attempt) {
+  int alive[2];
+  if (prctl(PR_SET_CHILD_SUBREAPER, 1) != 0 || pipe2(alive, O_CLOEXEC) != 0) {
+    SayLine(absl::StrCat("cannot become a subreaper: ", strerror(errno)));
+    return kSandboxSetupFailed;
+  }
+  const pid_t program = fork();
+  if (program == 0) {
+    close(alive[1]);
+    std::string error;
+    if (!attempt.cgroup.Join(&error) ||
+        !DropPrivileges({attempt.options.uid, attempt.options.gid}, &error)) {
+      ExitSaying(kSandboxSetupFailed, error);
+    }
+    if (!DieWithParent(alive[0])) _exit(kSandboxSetupFailed);
+    close(alive[0]);
+    ExecProgram(attempt.program);
+  }
+  close(alive[0]);
+  if (program < 0) return kSandboxSetupFailed;
+  setpgid(program, program);
+  const int status = WaitForwarding(program, true, true);
+  if (!KillDescendants(kCleanupBound)) SayLine("some processes of the attempt would not die");
+  close(alive[1]);
+  return ExitCodeOf(status);
+}
+
+std::string MiB(uint64_t bytes) {
+  char text[32];
+  const double mib = static_cast<double>(bytes) / (1 << 20);
+  snprintf(text, sizeof text, bytes % (1 << 20) == 0 ? "%.0f" : "%.1f", mib);
+  return text;
+}
+
+// After PROGRAM: nothing of the attempt left in its cgroup, the OOM killer's verdict
+// read, the cgroup removed.
+int Finish(const Attempt& attempt, int exit_code) {
+  if (attempt.cgroup.empty()) return exit_code;
+  if (!attempt.cgroup.KillAllAndWaitEmpty(kCleanupBound)) {
+    SayLine("the attempt's cgroup would not empty: its processes are left behind");
+  }
+  const bool out_of_memory = attempt.cgroup.OutOfMemory(exit_code);
+  std::string error;
+  if (!attempt.cgroup.Remove(&error)) SayLine(error);
+  if (!out_of_memory) return exit_code;
+  SayLine(absl::StrCat("the job went over its memory limit of ", MiB(attempt.options.memory_bytes),
+                       " MiB and was killed"));
+  return kSandboxOutOfMemory;
+}
+
+// The options, checked; exits on --help (0) or a mistake (126).
+SandboxOptions OptionsOrExit(int argc, char** argv) {
+  SandboxOptions options;
+  std::string error;
+  if (!ParseSandboxOptions(argc, argv, &options, &error)) ExitSaying(kSandboxSetupFailed, error);
+  if (options.help) {
+    fputs(SandboxUsage().c_str(), stdout);
+    exit(0);
+  }
+  if (!CheckSandboxOptions(options, geteuid() == 0, &error)) {
+    ExitSaying(kSandboxSetupFailed, error);
+  }
+  return options;
+}
+
+int Run(int argc, char** argv) {
+  // A parent that ignored SIGCHLD would have its children reaped by the kernel, out of
+  // waitpid's sight; PROGRAM gets the default as well.
+  signal(SIGCHLD, SIG_DFL);
+  Attempt attempt;
+  attempt.options = OptionsOrExit(argc, argv);
+  const SandboxOptions& options = attempt.options;
+  char start_dir[4096];
+  attempt.program = {options.program, options.workdir,
+                     getcwd(start_dir, sizeof start_dir) ? start_dir : "", BlockSignals()};
+  if (!options.cgroup.empty()) {
+    std::vector<std::string> notes;
+    std::string error;
+    const bool created = attempt.cgroup.Create(
+        options.cgroup_parent, options.cgroup,
+        {options.memory_bytes, options.pids, options.cpu_weight}, &notes, &error);
+    for (const std::string& note : notes) SayLine(note);
+    if (!created) {
+      SayLine(error);
+      return Finish(attempt, kSandboxSetupFailed);
+    }
+  }
+  int exit_code = options.namespaces ? RunInNamespaces(attempt) : -1;
+  if (exit_code < 0) exit_code = RunAsSubreaper(attempt);
+  return Finish(attempt, exit_code);
+}
+
+}  // namespace
+}  // namespace stoke::sandbox
+
+int main(int argc, char** argv) { return stoke::sandbox::Run(argc, argv); }

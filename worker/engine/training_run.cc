@@ -80,6 +80,7 @@ Layout PrepareNetwork(Network& net, const TrainTask& task, const torch::Device& 
   layout.channels_last =
       device.is_cuda() && net.PrefersChannelsLast() && Resolve(task.training.channels_last, true);
   if (layout.channels_last) ToChannelsLast(net);
+  layout.inputs_channels_last = layout.channels_last && !net.WantsContiguousInputs();
   layout.checkpoint_blocks = Resolve(task.training.activation_checkpointing, false) &&
                              net.SupportsActivationCheckpointing();
   net.SetActivationCheckpointing(layout.checkpoint_blocks);
@@ -120,7 +121,7 @@ void ChooseBatchSize(TrainTask& task, const DeviceRef& device_ref, const torch::
     const BatchSearchResult found = SearchBatchSize(
         [&](int64_t batch) {
           return MeasureBatch(*net, shape, device_ref, math.autocast, math.dtype == at::kHalf,
-                              layout.channels_last, batch, reserve);
+                              layout.inputs_channels_last, batch, reserve);
         },
         SearchLimit(device_ref, samples_per_rank), capacity);
     observer.OnLog(DescribeSearch(found, capacity));
@@ -164,7 +165,9 @@ std::string Describe(const TrainTask& task, Network& net, const DeviceInfo& devi
     out << " x " << task.training.grad_accum_steps << " accumulated";
   }
   out << ", " << math.label;
-  if (layout.channels_last) out << ", channels_last";
+  if (layout.channels_last) {
+    out << (layout.inputs_channels_last ? ", channels_last" : ", channels_last weights");
+  }
   if (layout.checkpoint_blocks) out << ", activation checkpointing";
   if (device.device.kind == DeviceKind::kCuda && !own_kernels) {
     out << ", ATen's kernels only (fused_kernels off)";
@@ -181,8 +184,8 @@ void PreparePythonModel(TrainingRun& r, TrainingObserver& observer) {
   const std::string compile = net.SetCompile(r.task.training.compile, r.device.is_cuda());
   const double setting_up = SecondsSince(began);
   if (!compile.empty()) observer.OnLog("model.python: " + compile);
-  const FakeBatch fake =
-      MakeFakeBatch(net, r.shape, r.task.training.batch_size, r.device, r.layout.channels_last);
+  const FakeBatch fake = MakeFakeBatch(net, r.shape, r.task.training.batch_size, r.device,
+                                       r.layout.inputs_channels_last);
   Network::Preparation prepared;
   {
     compat::AutocastScope autocast(r.device.type(), r.math.dtype, r.math.autocast);
@@ -251,8 +254,8 @@ std::unique_ptr<TrainingRun> BuildTrainingRun(const TrainTask& job_task,
   }
   r.layout = PrepareNetwork(net, task, device);
   // Image batches come out of their preparation in the layout the network takes.
-  r.data.train->SetImagesChannelsLast(r.layout.channels_last);
-  r.data.eval->SetImagesChannelsLast(r.layout.channels_last);
+  r.data.train->SetImagesChannelsLast(r.layout.inputs_channels_last);
+  r.data.eval->SetImagesChannelsLast(r.layout.inputs_channels_last);
   if (std::holds_alternative<PythonConfig>(task.model)) PreparePythonModel(r, observer);
   r.parameters = net.parameters();
   r.optimizer = MakeOptimizer(task.optimizer, r.parameters, device);
@@ -298,7 +301,7 @@ std::unique_ptr<TrainingRun> BuildTrainingRun(const TrainTask& job_task,
   parts.device = device;
   parts.autocast = math.autocast;
   parts.autocast_dtype = math.dtype;
-  parts.channels_last = r.layout.channels_last;
+  parts.channels_last = r.layout.inputs_channels_last;
   parts.context = r.context.get();
   parts.verify_capture = std::holds_alternative<PythonConfig>(task.model);
   // TorchScript modules may branch on host state that a captured graph would freeze, so

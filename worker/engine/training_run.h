@@ -41,7 +41,8 @@ struct MathChoice {
 };
 
 struct Layout {
-  bool channels_last = false;
+  bool channels_last = false;         // the network's weights (and so its activations) NHWC
+  bool inputs_channels_last = false;  // the image batches it is given NHWC too
   bool checkpoint_blocks = false;
 };
 

@@ -37,6 +37,9 @@ class Network : public torch::nn::Module {
   // Convolutional models run faster on GPUs with activations and weights in NHWC
   // ("channels last") order, which cuDNN's tensor-core kernels use natively.
   virtual bool PrefersChannelsLast() const { return false; }
+  // A user's model gets its input batches contiguous, as a PyTorch DataLoader gives them,
+  // even when its weights are channels last: its forward may call inputs.view(n, -1).
+  virtual bool WantsContiguousInputs() const { return false; }
 
   int64_t ParameterCount() {
     int64_t n = 0;

@@ -37,6 +37,7 @@ class PythonModelImpl : public Network {
   int64_t TrainingFlopsPerSample() const override { return flops_; }
   LossKind loss() const override { return config_.loss; }
   bool PrefersChannelsLast() const override { return convolutional_; }
+  bool WantsContiguousInputs() const override { return true; }
   // Also module.train(on): dropout and batch norm read the Python module's flag.
   void train(bool on) override;
   std::string SetCompile(CompileMode mode, bool cuda) override;

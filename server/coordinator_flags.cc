@@ -119,6 +119,13 @@ void AddPlaceFlags(CLI::App& app, CoordinatorFlags* flags) {
   app.add_option("--local-workers", flags->local_workers,
                  "Workers to launch here: auto (one per GPU, else 2 CPU workers), N, cpu:N, or 0")
       ->capture_default_str();
+  app.add_option("--job-users", flags->local_job_users,
+                 "Local workers run each owner's code as a uid of its own from this range, "
+                 "FIRST-LAST (61000-61999), contained (stoke-worker --sandbox); the "
+                 "coordinator must run as root");
+  app.add_option("--local-worker-flag", flags->local_worker_flags,
+                 "A flag for every local worker, as stoke-worker takes it "
+                 "(--local-worker-flag=--job-memory=8G); repeatable");
   // Whole seconds, as the flag always took them.
   absl::Duration* retention = &flags->metrics.finished_job_retention;
   app.add_option_function<int>(

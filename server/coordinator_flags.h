@@ -53,6 +53,10 @@ struct CoordinatorFlags {
   std::string data_dir = DefaultDataDir();
   std::string store_url;  // --store: PostgreSQL instead of SQLite in data_dir
   std::string local_workers = "auto";
+  // --job-users for the local workers: each owner's code as a uid of its own.
+  std::string local_job_users;
+  // More flags for every local worker, each as given (--local-worker-flag=--job-pids=256).
+  std::vector<std::string> local_worker_flags;
   std::string worker_binary = DefaultWorkerBinary();
   // FIRST-LAST, checked when the core is built (into core's two rendezvous ports).
   std::string rendezvous_ports = RendezvousPortsText(core);

@@ -145,35 +145,91 @@ absl::StatusOr<WorkerAgent::Options> AgentOptions(const WorkerFlags& flags,
   return options;
 }
 
-// How models whose code is the user's train: in a child process (stoke-trainer), as
-// --job-user when given. The status message is the line to print.
+// Who user code runs as: --job-users (a uid per owner) or --job-user (one for all), both
+// for a worker that runs as root.
+absl::Status SetJobUsers(const WorkerFlags& flags, TrainerProcessOptions& trainer) {
+  const bool root = geteuid() == 0;
+  if (!flags.job_users.empty()) {
+    auto range = ParseUidRange(flags.job_users);
+    if (!range.ok()) return range.status();
+    if (!root) {
+      return absl::PermissionDeniedError(
+          absl::StrCat("--job-users ", flags.job_users,
+                       ": only a worker running as root can run processes as other users"));
+    }
+    trainer.job_users = *range;
+    trainer.job_users_table = flags.job_users_table;
+  }
+  if (flags.job_user.empty()) return absl::OkStatus();
+  auto user = LookUpJobUser(flags.job_user);
+  if (!user.ok()) return user.status();
+  if (!root) {
+    return absl::PermissionDeniedError(
+        absl::StrCat("--job-user ", flags.job_user,
+                     ": only a worker running as root can run processes as another user"));
+  }
+  trainer.job_user = *user;
+  return absl::OkStatus();
+}
+
+// --sandbox: stoke-sandbox beside this program, the worker's programs readable inside, its
+// credentials hidden, and each attempt's limits.
+absl::StatusOr<SandboxSettings> Sandbox(const WorkerFlags& flags, const DeviceRef& device,
+                                        const TrainerProcessOptions& trainer) {
+  SandboxSettings sandbox;
+  if (!flags.sandbox) return sandbox;
+  if (!trainer.job_users && !trainer.job_user) {
+    return absl::InvalidArgumentError(
+        "--sandbox: needs --job-users (or --job-user): user code never runs as root");
+  }
+  sandbox.program = BesideThisProgram("stoke-sandbox");
+  if (sandbox.program.empty()) {
+    return absl::FailedPreconditionError("--sandbox: no stoke-sandbox beside stoke-worker");
+  }
+  sandbox.read_only = {sandbox.program.substr(0, sandbox.program.rfind('/'))};
+  for (const std::string& secret :
+       {flags.join_token_file, flags.agent.tls_key, flags.agent.tls_cert, flags.job_users_table}) {
+    if (!secret.empty()) sandbox.hidden.push_back(secret);
+  }
+  if (flags.job_memory.empty()) {
+    sandbox.memory_bytes = DefaultJobMemory(device.kind == DeviceKind::kCuda);
+  } else {
+    auto bytes = ParseByteCount(flags.job_memory, "--job-memory");
+    if (!bytes.ok()) return bytes.status();
+    sandbox.memory_bytes = *bytes;
+  }
+  sandbox.pids = flags.job_pids;
+  return sandbox;
+}
+
+// How models whose code is the user's train: in a child process (stoke-trainer), as a job
+// user and in a sandbox when the flags say so. The status message is the line to print.
 absl::StatusOr<TrainerProcessOptions> TrainerOptions(const WorkerFlags& flags,
                                                      const DeviceRef& device) {
   TrainerProcessOptions trainer;
   trainer.trainer_path = TrainerBesideThisProgram();
   trainer.device = device.Label();
   trainer.threads = flags.threads;
-  if (flags.job_user.empty()) return trainer;
-  auto user = LookUpJobUser(flags.job_user);
-  if (!user.ok()) {
-    return absl::InvalidArgumentError(absl::StrCat("stoke-worker: ", user.status().message()));
+  absl::Status users = SetJobUsers(flags, trainer);
+  auto sandbox = users.ok() ? Sandbox(flags, device, trainer) : users;
+  if (!sandbox.ok()) {
+    return absl::Status(sandbox.status().code(),
+                        absl::StrCat("stoke-worker: ", sandbox.status().message()));
   }
-  if (geteuid() != 0) {
-    return absl::PermissionDeniedError(
-        absl::StrCat("stoke-worker: --job-user ", flags.job_user,
-                     ": only a worker running as root can run processes as another user"));
-  }
-  trainer.job_user = *user;
+  trainer.sandbox = *sandbox;
   return trainer;
 }
 
 // Script jobs' ranks, started as torchrun starts them.
-ScriptOptions ScriptRunOptions(const DeviceRef& device, const std::optional<JobUser>& job_user) {
+ScriptOptions ScriptRunOptions(const DeviceRef& device, const TrainerProcessOptions& trainer) {
   ScriptOptions script;
   script.visible_devices = VisibleDevice(device);
   script.default_python = ScriptPython();
   script.sdk_path = BesideThisProgram("python");
-  script.job_user = job_user;
+  script.job_user = trainer.job_user;
+  script.job_users = trainer.job_users;
+  script.job_users_table = trainer.job_users_table;
+  script.sandbox = trainer.sandbox;
   return script;
 }
 
@@ -252,7 +308,7 @@ int RunWorker(const WorkerFlags& flags, std::chrono::milliseconds slow_step) {
   const auto trainer = TrainerOptions(flags, *device);
   if (!trainer.ok()) return Fail(trainer.status().message());
   SpareTrainer spare_trainer(*trainer, device->kind == DeviceKind::kCuda);
-  const ScriptOptions script = ScriptRunOptions(*device, trainer->job_user);
+  const ScriptOptions script = ScriptRunOptions(*device, *trainer);
   WorkerAgent agent(*options, RunAssignment(*device, probe, spare_trainer, script));
   spdlog::info("stoke-worker {} on {} ({}), coordinator {}", STOKE_VERSION, device->Label(),
                options->device.name, options->coordinator_address);

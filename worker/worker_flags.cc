@@ -86,6 +86,25 @@ void AddTrainingAndSecurityFlags(CLI::App& app, WorkerFlags* flags) {
   app.add_option("--job-user", flags->job_user,
                  "Run the training processes of Python and TorchScript models (the user's code) "
                  "as this unprivileged user; for workers that run as root");
+  app.add_option("--job-users", flags->job_users,
+                 "Run each owner's code (Python and TorchScript models, scripts) as a uid of its "
+                 "own from this range, FIRST-LAST (61000-61999): owners cannot reach each "
+                 "other's jobs; for workers that run as root")
+      ->excludes("--job-user");
+  app.add_option("--sandbox", flags->sandbox,
+                 "Run user code contained (stoke-sandbox): a root of its own showing only the "
+                 "system, its job's folder and the data roots, new namespaces, and a cgroup per "
+                 "attempt that nothing outlives; needs --job-user or --job-users")
+      ->capture_default_str();
+  app.add_option("--job-memory", flags->job_memory,
+                 "With --sandbox: each attempt's memory limit (16G, 512M; default: the host's "
+                 "memory divided among its GPUs, or half of it on a CPU worker)");
+  app.add_option("--job-pids", flags->job_pids,
+                 "With --sandbox: each attempt's processes and threads at most")
+      ->capture_default_str();
+  app.add_option("--job-users-table", flags->job_users_table,
+                 "The file that keeps which uid each owner has (shared by the host's workers)")
+      ->capture_default_str();
 }
 
 }  // namespace

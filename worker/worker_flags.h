@@ -9,6 +9,7 @@
 #include <string>
 
 #include "spec/log_setup.h"
+#include "worker/link/job_users.h"
 #include "worker/link/worker_agent.h"
 
 namespace stoke::worker {
@@ -43,6 +44,13 @@ struct WorkerFlags {
   bool list_devices = false;
   std::string join_token_file;
   std::string job_user;
+  std::string job_users;  // "61000-61999": a uid of its own for each owner's code
+  std::string job_users_table = kDefaultJobUsersTable;
+  // User code in stoke-sandbox (its own root, namespaces and cgroup). Off until every
+  // worker kind has run with it; needs --job-user or --job-users, and root.
+  bool sandbox = false;
+  std::string job_memory;  // each attempt's memory limit ("16G"); "": the default
+  uint64_t job_pids = 16384;
   spec::LogFlags log;
 
   // --orphan-timeout as the link takes it, once --local is known.

@@ -130,6 +130,7 @@ void Coordinator::StartJob(const PlannedStart& start) {
     a->set_rank(static_cast<uint32_t>(rank));
     a->set_world_size(static_cast<uint32_t>(start.worker_ids.size()));
     a->set_job_dir(absl::StrCat(options_.jobs_dir, "/", job->id()));
+    a->set_owner(job->owner());
     a->set_rendezvous_address(job->rendezvous_address());
     a->set_advertise_address(worker->info.address());
     for (const auto& root : options_.data_roots) a->add_data_roots(root);

@@ -251,6 +251,7 @@ pid_t LocalWorkerSupervisor::Spawn(size_t index) {
     args.push_back("--tls-ca");
     args.push_back(options_.tls_ca);
   }
+  args.insert(args.end(), options_.worker_flags.begin(), options_.worker_flags.end());
   std::vector<char*> argv;
   for (auto& a : args) argv.push_back(a.data());
   argv.push_back(nullptr);

@@ -46,6 +46,8 @@ class LocalWorkerSupervisor {
     // Passed on as --join-token-file and --tls-ca when set.
     std::string join_token_file;
     std::string tls_ca;
+    // More flags for every local worker, as they are (--job-users RANGE ...).
+    std::vector<std::string> worker_flags;
     absl::Duration min_restart_delay = absl::Seconds(1);
     absl::Duration max_restart_delay = absl::Seconds(30);
   };

@@ -15,7 +15,6 @@
 
 #include "absl/strings/match.h"
 #include "files/posix_files.h"
-#include "spec/code_bundle.h"
 
 extern char** environ;
 
@@ -46,15 +45,6 @@ bool Inherited(const std::string& name) {
     if (absl::StartsWith(name, prefix)) return true;
   }
   return false;
-}
-
-void GiveToUser(const std::string& path, const JobUser& user, int depth) {
-  if (lchown(path.c_str(), user.uid, user.gid) != 0 || depth > 32) return;
-  struct stat st;
-  if (lstat(path.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) return;
-  for (const std::string& name : files::ListDirectory(path)) {
-    GiveToUser(absl::StrCat(path, "/", name), user, depth + 1);
-  }
 }
 
 }  // namespace
@@ -166,28 +156,6 @@ pid_t SpawnChild(const std::vector<std::string>& args, const std::vector<std::st
   prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0);
   execve(argv[0], argv.data(), envp.data());
   _exit(127);
-}
-
-void GiveToUser(const std::string& path, const JobUser& user) { GiveToUser(path, user, 0); }
-
-absl::StatusOr<std::string> PrepareAttemptFolder(const v1::Assignment& a,
-                                                 const std::string& scratch_dir,
-                                                 const std::optional<JobUser>& user) {
-  const std::string folder =
-      a.job_dir().empty()
-          ? absl::StrCat(scratch_dir, "/stoke-", a.job_id(), "-", a.attempt(), "-", a.rank(), "-",
-                         getpid())
-          : absl::StrCat(a.job_dir(), "/attempts/", a.attempt(), "/rank-", a.rank());
-  std::string error;
-  files::RemoveTree(folder + "/code");
-  if (!files::MakeDirectories(folder, &error)) {
-    return absl::InternalError(absl::StrCat("cannot create ", folder, ": ", error));
-  }
-  if (a.code().files_size() > 0) {
-    if (auto s = spec::WriteCodeBundle(a.code(), folder + "/code"); !s.ok()) return s;
-  }
-  if (user) GiveToUser(a.job_dir().empty() ? folder : a.job_dir(), *user);
-  return folder;
 }
 
 std::string BesideThisProgram(const std::string& name) {

@@ -59,18 +59,6 @@ pid_t SpawnChild(const std::vector<std::string>& argv, const std::vector<std::st
                  const std::vector<int>& fds, const std::optional<JobUser>& user,
                  const std::string& workdir = "");
 
-// Hands everything beneath `path` (the job's folder) to the job user, so that the child
-// can write there. Links are not followed.
-void GiveToUser(const std::string& path, const JobUser& user);
-
-// The attempt's own folder for this rank, <job>/attempts/<n>/rank-<r> (each rank its own,
-// so that ranks sharing the job folder never write the same files), or one beneath
-// `scratch_dir` for a task without a job folder; the assignment's code (if any) written
-// into its code/ folder afresh; the job's folder handed to `user` when there is one.
-absl::StatusOr<std::string> PrepareAttemptFolder(const v1::Assignment& assignment,
-                                                 const std::string& scratch_dir,
-                                                 const std::optional<JobUser>& user);
-
 // The file or folder `name` beside the running program (stoke-trainer beside stoke-worker),
 // or "" when there is none.
 std::string BesideThisProgram(const std::string& name);

@@ -26,6 +26,8 @@
 #include "proto/stoke/v1/limits.h"
 #include "spec/code_bundle.h"
 #include "spec/job_defaults.h"
+#include "worker/link/attempt_folder.h"
+#include "worker/sandbox/sandbox_exit.h"
 
 namespace stoke::worker {
 namespace {
@@ -106,6 +108,18 @@ absl::StatusOr<std::string> WorkingFolder(const v1::Assignment& a, const std::st
   }
   return absl::FailedPreconditionError(absl::StrCat("command.workdir: ", command.workdir(),
                                                     " is outside the coordinator's data roots"));
+}
+
+// The environment a script's interpreter lives in (command.python: a virtual environment
+// on the workers), for its sandbox to show: none when it is the system's.
+std::vector<std::string> InterpreterFolder(const std::vector<std::string>& argv) {
+  if (argv.empty() || argv[0].empty() || argv[0][0] != '/') return {};
+  for (const char* system : {"/usr/", "/bin/", "/sbin/", "/lib", "/opt/", "/etc/"}) {
+    if (absl::StartsWith(argv[0], system)) return {};
+  }
+  // <env>/bin/python: the environment is two folders up.
+  const std::string bin = argv[0].substr(0, argv[0].rfind('/'));
+  return {bin.substr(0, std::max<size_t>(1, bin.rfind('/')))};
 }
 
 // MASTER_ADDR and MASTER_PORT: the gang's rendezvous (rank 0's host and a port the
@@ -243,6 +257,8 @@ TrainOutcome OutcomeOf(const ScriptEnd& end, uint32_t grace_seconds) {
   }
   if (exited && code == 126) {
     message = "cannot set up the program (its working folder, descriptors or --job-user)";
+  } else if (exited && code == sandbox::kSandboxOutOfMemory) {
+    message = "the program went over the job's memory limit (stoke-worker --job-memory)";
   } else if (exited) {
     message = absl::StrCat("the program exited with status ", code);
   } else {
@@ -338,32 +354,21 @@ std::optional<MetricSample> ReportWindow::Take(Clock::time_point now) {
   return sample;
 }
 
-TrainOutcome RunScript(const ScriptOptions& options, const v1::Assignment& a,
+TrainOutcome RunScript(const ScriptOptions& given, const v1::Assignment& a,
                        TrainingObserver& observer, const std::atomic<bool>& cancel) {
+  const auto owned = WithOwnersUser(given, a);
+  if (!owned.ok()) return Failed(std::string{owned.status().message()});
+  const ScriptOptions& options = *owned;
   const v1::CommandSpec& command = a.spec().command();
   if (command.argv_size() == 0) return Failed("command.argv: empty", /*retryable=*/false);
   const uint32_t grace_seconds =
       command.grace_seconds() > 0 ? command.grace_seconds() : defaults::kGraceSeconds;
   const std::chrono::milliseconds grace{grace_seconds * 1000LL};
 
-  // The checkpoints folder first, so that handing the job's folder to the job user
-  // (PrepareAttemptFolder) covers it.
-  std::string error;
-  const std::string job_checkpoints =
-      a.job_dir().empty() ? "" : absl::StrCat(a.job_dir(), "/checkpoints");
-  if (!job_checkpoints.empty() && !files::MakeDirectories(job_checkpoints, &error)) {
-    return Failed(absl::StrCat("cannot create ", job_checkpoints, ": ", error));
-  }
-  auto folder = PrepareAttemptFolder(a, options.scratch_dir, options.job_user);
-  if (!folder.ok()) return Failed(std::string{folder.status().message()});
-  const std::string checkpoint_dir =
-      job_checkpoints.empty() ? *folder + "/checkpoints" : job_checkpoints;
-  if (job_checkpoints.empty()) {
-    if (!files::MakeDirectories(checkpoint_dir, &error)) {
-      return Failed(absl::StrCat("cannot create ", checkpoint_dir, ": ", error));
-    }
-    if (options.job_user) GiveToUser(*folder, *options.job_user);
-  }
+  auto folders = PrepareAttemptFolder(a, options.scratch_dir, options.job_user);
+  if (!folders.ok()) return Failed(std::string{folders.status().message()});
+  const std::string* folder = &folders->rank;
+  const std::string& checkpoint_dir = folders->checkpoints;
   auto workdir = WorkingFolder(a, *folder);
   if (!workdir.ok()) return Failed(std::string{workdir.status().message()}, false);
   auto launch = PrepareLaunch(options, a, *workdir, checkpoint_dir);
@@ -383,9 +388,13 @@ TrainOutcome RunScript(const ScriptOptions& options, const v1::Assignment& a,
   observer.OnLog(absl::StrCat("rank ", a.rank(), " of ", std::max(1u, a.world_size()), ": ",
                               absl::StrJoin(launch->argv, " "), " (in ", *workdir, ")"));
   const Clock::time_point began = Clock::now();
-  const pid_t pid =
-      SpawnChild(launch->argv, launch->env, {null_in, output.write, output.write, child_end},
-                 options.job_user, *workdir);
+  const bool sandboxed = options.sandbox.enabled() && options.job_user.has_value();
+  const pid_t pid = SpawnChild(
+      sandboxed ? SandboxedCommand(options.sandbox, *options.job_user, a, folders->base,
+                                   InterpreterFolder(launch->argv), *workdir, launch->argv)
+                : launch->argv,
+      launch->env, {null_in, output.write, output.write, child_end},
+      sandboxed ? std::nullopt : options.job_user, sandboxed ? "" : *workdir);
   close(null_in);
   Pipe::Close(output.write);
   Pipe::Close(child_end);
@@ -460,7 +469,7 @@ TrainOutcome RunScript(const ScriptOptions& options, const v1::Assignment& a,
   kill(-pid, SIGKILL);  // whatever it started and left behind goes with it
   output.CloseBoth();
   Pipe::Close(report);
-  if (a.job_dir().empty()) files::RemoveTree(*folder);
+  if (a.job_dir().empty()) files::RemoveTree(folders->base);
   end.last_lines = out.Last();
   return OutcomeOf(end, grace_seconds);
 }

@@ -24,6 +24,8 @@
 #include "stoke/v1/worker_link.pb.h"
 #include "worker/common/task.h"
 #include "worker/link/child_process.h"
+#include "worker/link/job_users.h"
+#include "worker/link/sandbox_command.h"
 
 namespace stoke::worker {
 
@@ -36,6 +38,12 @@ struct ScriptOptions {
   // A folder holding the SDK's `stoke` package, put on the program's PYTHONPATH ("": none).
   std::string sdk_path;
   std::optional<JobUser> job_user;
+  // With a range (--job-users), each owner's code runs as a uid of its own from it, kept
+  // in the table at job_users_table; job_user is then set for each task.
+  std::optional<UidRange> job_users;
+  std::string job_users_table = kDefaultJobUsersTable;
+  // When enabled (with a job user), each rank runs in a sandbox of its attempt's own.
+  SandboxSettings sandbox;
   // Where the rank's folder goes for a task without a job folder.
   std::string scratch_dir = "/tmp";
   // Metric samples are sent at most this often.

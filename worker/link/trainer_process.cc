@@ -24,9 +24,11 @@
 #include "absl/strings/str_cat.h"
 #include "files/posix_files.h"
 #include "stoke/v1/trainer.pb.h"
+#include "worker/link/attempt_folder.h"
 #include "worker/link/child_process.h"
 #include "worker/link/frames.h"
 #include "worker/link/task_translation.h"
+#include "worker/sandbox/sandbox_exit.h"
 
 namespace stoke::worker {
 namespace {
@@ -91,7 +93,11 @@ struct TrainerChild {
   }
 };
 
-absl::StatusOr<std::unique_ptr<TrainerChild>> StartTrainer(const TrainerProcessOptions& options) {
+// Starts a trainer: for `folders`' task in its sandbox when the options have one (the
+// sandbox binds the task's folders, so such a trainer cannot start ahead of its task).
+absl::StatusOr<std::unique_ptr<TrainerChild>> StartTrainer(
+    const TrainerProcessOptions& options, const v1::Assignment* task = nullptr,
+    const AttemptFolders* folders = nullptr) {
   if (options.trainer_path.empty()) {
     return absl::FailedPreconditionError(
         "this worker has no stoke-trainer beside it, which trains Python and TorchScript "
@@ -107,12 +113,18 @@ absl::StatusOr<std::unique_ptr<TrainerChild>> StartTrainer(const TrainerProcessO
   const std::vector<std::string> env =
       ChildEnvironment(options.job_user, {"PYTHONUNBUFFERED=1", "PYTHONDONTWRITEBYTECODE=1"});
   child->started_at = Clock::now();
-  const pid_t pid = SpawnChild({options.trainer_path, "--device", options.device, "--threads",
-                                std::to_string(options.threads)},
-                               env,
+  std::vector<std::string> argv = {options.trainer_path, "--device", options.device, "--threads",
+                                   std::to_string(options.threads)};
+  std::optional<JobUser> user = options.job_user;
+  if (options.sandbox.enabled() && task != nullptr && folders != nullptr && user) {
+    // The sandbox becomes the user itself, after building the child's root as root.
+    argv = SandboxedCommand(options.sandbox, *user, *task, folders->base, {}, folders->rank, argv);
+    user.reset();
+  }
+  const pid_t pid = SpawnChild(argv, env,
                                {child->commands.read, child->output.write, child->output.write,
                                 child->events.write, child->progress.Descriptor()},
-                               options.job_user);
+                               user);
   Pipe::Close(child->commands.read);
   Pipe::Close(child->output.write);
   Pipe::Close(child->events.write);
@@ -224,15 +236,21 @@ TrainOutcome OutcomeOf(const TrainerEnd& end, const TrainerProcessOptions& optio
   if (code == 127)
     message = absl::StrCat("cannot run ", options.trainer_path, " (exit status 127)");
   if (code == 126) message = "cannot set up the training process (its descriptors or --job-user)";
+  if (code == sandbox::kSandboxOutOfMemory) {
+    message = absl::StrCat("the training process went over the job's memory limit (stoke-worker ",
+                           "--job-memory) ", AtStep(end.step));
+  }
   if (!end.last_lines.empty()) absl::StrAppend(&message, ": ", end.last_lines);
   return Failed(message, retryable);
 }
 
 // Runs one task in `child` (started by StartTrainer, perhaps a while ago) to its end and
 // reaps it.
+// The task's folders are made here, unless `prepared` holds them (a sandboxed trainer's,
+// made before it started).
 TrainOutcome RunTask(TrainerChild& child, const TrainerProcessOptions& options,
                      const v1::Assignment& assignment, TrainingObserver& observer,
-                     const TaskStops& stops) {
+                     const TaskStops& stops, const AttemptFolders* prepared = nullptr) {
   if (assignment.spec().model().has_python() && assignment.code().files_size() == 0) {
     return Failed(
         absl::StrCat("model.python: the assignment came without the model's code (sha256 ",
@@ -241,8 +259,11 @@ TrainOutcome RunTask(TrainerChild& child, const TrainerProcessOptions& options,
         /*retryable=*/false);
   }
   const Clock::time_point task_began = Clock::now();
-  auto folder = PrepareAttemptFolder(assignment, options.scratch_dir, options.job_user);
-  if (!folder.ok()) return Failed(std::string{folder.status().message()});
+  auto folders = prepared != nullptr
+                     ? absl::StatusOr<AttemptFolders>(*prepared)
+                     : PrepareAttemptFolder(assignment, options.scratch_dir, options.job_user);
+  if (!folders.ok()) return Failed(std::string{folders.status().message()});
+  const std::string* folder = &folders->rank;
   v1::TrainerCommand start;
   *start.mutable_start()->mutable_assignment() = assignment;
   start.mutable_start()->mutable_assignment()->clear_code();
@@ -317,28 +338,37 @@ TrainOutcome RunTask(TrainerChild& child, const TrainerProcessOptions& options,
   child.commands.CloseBoth();
   child.output.CloseBoth();
   child.events.CloseBoth();
-  if (assignment.job_dir().empty()) files::RemoveTree(*folder);
+  if (assignment.job_dir().empty()) files::RemoveTree(folders->base);
   end.reported = relay.Reported();
   end.step = child.progress.Step();
   end.last_lines = lines.Last();
   return OutcomeOf(end, options);
 }
 
-TrainOutcome TrainInChildProcess(const TrainerProcessOptions& options,
+TrainOutcome TrainInChildProcess(const TrainerProcessOptions& given,
                                  const v1::Assignment& assignment, TrainingObserver& observer,
                                  const TaskStops& stops) {
-  auto child = StartTrainer(options);
+  const auto options = WithOwnersUser(given, assignment);
+  if (!options.ok()) return Failed(std::string{options.status().message()});
+  std::optional<AttemptFolders> folders;
+  if (options->sandbox.enabled()) {
+    auto made = PrepareAttemptFolder(assignment, options->scratch_dir, options->job_user);
+    if (!made.ok()) return Failed(std::string{made.status().message()});
+    folders = *made;
+  }
+  auto child = StartTrainer(*options, &assignment, folders ? &*folders : nullptr);
   if (!child.ok()) {
     return Failed(std::string{child.status().message()},
                   child.status().code() != absl::StatusCode::kFailedPrecondition);
   }
-  return RunTask(**child, options, assignment, observer, stops);
+  return RunTask(**child, *options, assignment, observer, stops, folders ? &*folders : nullptr);
 }
 
+// With a user per owner, a trainer cannot start before its task: it would not know whose.
 SpareTrainer::SpareTrainer(TrainerProcessOptions options, bool ahead)
     : options_(std::move(options)),
-      ahead_(ahead),
-      wanted_(ahead),
+      ahead_(ahead && !options_.job_users && !options_.sandbox.enabled()),
+      wanted_(ahead_),
       launcher_([this] { Launch(); }) {}
 
 SpareTrainer::~SpareTrainer() {

@@ -22,6 +22,8 @@
 #include "stoke/v1/worker_link.pb.h"
 #include "worker/common/task.h"
 #include "worker/link/child_process.h"
+#include "worker/link/job_users.h"
+#include "worker/link/sandbox_command.h"
 
 namespace stoke::worker {
 
@@ -30,6 +32,12 @@ struct TrainerProcessOptions {
   std::string device;        // its --device: "cpu:0", "cuda:1"
   int threads = 0;           // its --threads; 0: every core
   std::optional<JobUser> job_user;
+  // With a range (--job-users), each owner's code runs as a uid of its own from it, kept
+  // in the table at job_users_table; job_user is then set for each task.
+  std::optional<UidRange> job_users;
+  std::string job_users_table = kDefaultJobUsersTable;
+  // When enabled (with a job user), each trainer runs in a sandbox of its task's own.
+  SandboxSettings sandbox;
   // Where the code of a task without a job folder goes (stoke-bench's in-process runs).
   std::string scratch_dir = "/tmp";
   // After a cancel, the child has this long to stop at a step boundary before it is killed.

@@ -1,0 +1,83 @@
+#include "worker/link/sandbox_command.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <fstream>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "files/posix_files.h"
+
+namespace stoke::worker {
+
+absl::StatusOr<uint64_t> ParseByteCount(const std::string& text, const std::string& flag) {
+  uint64_t number = 0;
+  size_t digits = 0;
+  while (digits < text.size() && text[digits] >= '0' && text[digits] <= '9' && digits < 15) {
+    number = number * 10 + static_cast<uint64_t>(text[digits++] - '0');
+  }
+  const std::string unit = text.substr(digits);
+  int shift = -1;
+  for (const auto& [name, bits] :
+       {std::pair<const char*, int>{"", 0}, {"K", 10}, {"M", 20}, {"G", 30}, {"T", 40}}) {
+    if (unit == name) shift = bits;
+  }
+  if (digits == 0 || shift < 0 || number == 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(flag, " ", text, ": expected a byte count like 16G, 512M or 1048576"));
+  }
+  return number << shift;
+}
+
+uint64_t DefaultJobMemory(bool cuda_worker) {
+  std::ifstream meminfo("/proc/meminfo");
+  std::string name;
+  uint64_t kib = 0;
+  while (meminfo >> name >> kib && name != "MemTotal:") meminfo.ignore(256, '\n');
+  int gpus = 0;
+  for (const std::string& entry : files::ListDirectory("/dev")) {
+    if (entry.size() > 6 && entry.rfind("nvidia", 0) == 0 &&
+        entry.find_first_not_of("0123456789", 6) == std::string::npos) {
+      ++gpus;
+    }
+  }
+  const uint64_t share = cuda_worker ? std::max(1, gpus) : 2;
+  return kib * 1024 / share;
+}
+
+std::vector<std::string> SandboxedCommand(const SandboxSettings& settings, const JobUser& user,
+                                          const v1::Assignment& a, const std::string& job_folder,
+                                          const std::vector<std::string>& extra_readable,
+                                          const std::string& workdir,
+                                          const std::vector<std::string>& argv) {
+  std::vector<std::string> command = {settings.program, "--uid", absl::StrCat(user.uid), "--gid",
+                                      absl::StrCat(user.gid)};
+  const auto add = [&command](const char* flag, const std::string& path) {
+    command.push_back(flag);
+    command.push_back(path);
+  };
+  add("--rw", job_folder);
+  for (const std::string& path : extra_readable) {
+    if (files::Exists(path)) add("--ro", path);
+  }
+  for (const std::string& root : a.data_roots()) {
+    if (files::Exists(root)) add("--ro", root);
+  }
+  for (const std::string& path : settings.read_only) {
+    if (files::Exists(path)) add("--ro", path);
+  }
+  for (const std::string& path : settings.hidden) add("--hide", path);
+  if (!workdir.empty()) add("--workdir", workdir);
+  // One group per rank of each attempt on this host; the worker's pid keeps two workers
+  // of one host (or a restarted one) from sharing a name.
+  add("--cgroup", absl::StrCat("job-", a.job_id(), "-attempt-", a.attempt(), "-rank-", a.rank(),
+                               "-worker-", getpid()));
+  if (settings.memory_bytes > 0) add("--memory", absl::StrCat(settings.memory_bytes));
+  if (settings.pids > 0) add("--pids", absl::StrCat(settings.pids));
+  command.push_back("--");
+  command.insert(command.end(), argv.begin(), argv.end());
+  return command;
+}
+
+}  // namespace stoke::worker

@@ -10,7 +10,9 @@
 #      Fashion-MNIST fast example to 94% (seconds from submit recorded), the Python ViT
 #      example to SUCCEEDED, a one-GPU script job to SUCCEEDED, and /metrics scraped and
 #      checked (promtool where the host has it, else the Python prometheus_client parser;
-#      the scrape is kept in the output folder to check with promtool elsewhere).
+#      the scrape is kept in the output folder to check with promtool elsewhere);
+#   5. as root, user code contained: 300 steps of the ViT example on a coordinator with
+#      --job-users (a uid of its own, in stoke-sandbox).
 # It prints one line a part (ok / FAILED / skipped, with why), ends with "N passed, N
 # failed", and exits non-zero when any part failed. A part whose prerequisite failed is
 # skipped, saying which.
@@ -237,4 +239,42 @@ if detail=$(metrics); then note ok metrics "$detail"; else note FAILED metrics "
 
 stop_coordinator
 trap - EXIT
+
+# 5. User code contained (--job-users: a uid per owner, stoke-sandbox), on CUDA: a short
+# run of the ViT example, compiled, as a user of its own in a sandbox. Root only.
+sandboxed() {
+  local data rc
+  data=$(mktemp -d)
+  chmod 755 "$data"
+  "$bin/stoke-coordinator" --address 127.0.0.1:0 --metrics-address "" --data-dir "$data/d" \
+    --local-workers 1 --job-users 61000-61999 --stop-workers-on-exit \
+    > "$out/sandboxed-coordinator.log" 2>&1 &
+  local pid=$!
+  for _ in $(seq 1 120); do [ -f "$data/d/coordinator.address" ] && break; sleep 0.5; done
+  sed -e 's/epochs: 1/steps: 300/' examples/python/vit-fashion-mnist.yaml \
+    -e "s#file: vit.py#file: $root/examples/python/vit.py#" > "$data/vit.yaml"
+  STOKE_ADDRESS=$(cat "$data/d/coordinator.address" 2> /dev/null) \
+    timeout 240 "$bin/stoke" submit "$data/vit.yaml" --watch > "$out/sandboxed-vit.log" 2>&1
+  rc=$?
+  kill -TERM "$pid" 2> /dev/null && wait "$pid" 2> /dev/null
+  cp "$data"/d/logs/worker-*.log "$out/" 2> /dev/null
+  local owner
+  owner=$(stat -c %u "$data"/d/jobs/1 2> /dev/null)
+  rm -rf "$data"
+  if [ $rc -ne 0 ] || ! grep -q SUCCEEDED "$out/sandboxed-vit.log"; then
+    echo "job failed: $(grep -m 2 -E 'FAILED|error' "$out/sandboxed-vit.log" | tr '\n' ' ')"
+    return 1
+  fi
+  echo "the ViT example SUCCEEDED as uid $owner in stoke-sandbox ($(grep -m 1 -o 'compile[^,]*' \
+    "$out/sandboxed-vit.log" || echo 'not compiled'))"
+}
+if [ "$(id -u)" -ne 0 ]; then
+  note skipped sandboxed "needs root (--job-users)"
+elif [ ! -d "$fmnist" ]; then
+  note skipped sandboxed "no $fmnist"
+elif detail=$(sandboxed); then
+  note ok sandboxed "$detail"
+else
+  note FAILED sandboxed "$detail"
+fi
 summary

@@ -69,6 +69,14 @@ void AdmitTraining(const Caller& caller, v1::JobSpec& spec, const v1::CodeBundle
     if (check_code || code.files_size() > 0) {
       Note(spec::RecordCode(code, *spec.mutable_model()->mutable_python()), admission);
     }
+  } else if (spec.model().has_torchscript()) {
+    // A scripted module is code too: its TorchScript runs in the training process.
+    if (!Note(access.RequirePythonModels(caller, "model.torchscript"), admission)) return;
+    if (code.files_size() > 0) {
+      Note(absl::InvalidArgumentError(
+               "code: sent with a job that is neither model.python nor a command"),
+           admission);
+    }
   } else if (code.files_size() > 0) {
     Note(absl::InvalidArgumentError(
              "code: sent with a job that is neither model.python nor a command"),

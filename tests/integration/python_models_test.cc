@@ -197,6 +197,15 @@ TEST_F(PythonModelsTest, CoordinatorWithPythonModelsOffRefusesThem) {
   const CommandResult submit = Stoke({"submit", JobFile("{}", 10)}, closed->address());
   EXPECT_EQ(submit.exit_code, 7) << submit.out << submit.err;
   EXPECT_NE(submit.err.find("--python-models off"), std::string::npos) << submit.err;
+  // A TorchScript module is code as well: refused alike, whatever file it names.
+  const std::string scripted = files_.File("scripted.yaml");
+  std::ofstream(scripted) << "model:\n  torchscript: {path: /usr/share/datasets/model.pt}\n"
+                          << "data:\n  synthetic: {features: 16, num_classes: 4}\n";
+  const CommandResult torchscript = Stoke({"submit", scripted}, closed->address());
+  EXPECT_EQ(torchscript.exit_code, 7) << torchscript.out << torchscript.err;
+  EXPECT_NE(torchscript.err.find("model.torchscript: this coordinator runs no submitted code"),
+            std::string::npos)
+      << torchscript.err;
 }
 
 }  // namespace

@@ -1,5 +1,6 @@
 #include "server/api/file_stream_reactor.h"
 
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -53,6 +54,11 @@ void FileStreamReactor::ReadNext() {
                                      ? grpc::StatusCode::UNAVAILABLE
                                      : grpc::StatusCode::FAILED_PRECONDITION,
                                  path_ + ": " + error);
+        } else if (struct stat st; fstat(fd_, &st) != 0 || st.st_nlink != 1) {
+          // A file of the job's folder with another name elsewhere (a hard link the job's
+          // code made to a file it could not read) is not the job's to hand out.
+          failure = grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
+                                 path_ + ": has other names (a hard link); not sent");
         } else if (size > kMaxFileBytes) {
           failure = grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
                                  path_ + ": larger than any model file (1 TiB)");

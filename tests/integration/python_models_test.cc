@@ -128,6 +128,13 @@ TEST_F(PythonModelsTest, SubmittedWithItsCodeItTrainsAndTheJobNamesTheCode) {
     EXPECT_NE(refused.exit_code, 0) << target;
     EXPECT_NE(refused.err.find("state_dict.pt"), std::string::npos) << refused.err;
   }
+  // A hard link the job's code made to a file it could not read is not sent either.
+  ASSERT_EQ(std::remove(planted.c_str()), 0);
+  std::ofstream(files_.File("secret")) << "not the job's";
+  ASSERT_EQ(link(files_.File("secret").c_str(), planted.c_str()), 0);
+  const CommandResult linked = Stoke({"export", job->id(), files_.File("leak")});
+  EXPECT_NE(linked.exit_code, 0);
+  EXPECT_NE(linked.err.find("hard link"), std::string::npos) << linked.err;
   ASSERT_EQ(std::remove(planted.c_str()), 0);
   ASSERT_EQ(mkfifo(planted.c_str(), 0644), 0);
   const auto began = std::chrono::steady_clock::now();

@@ -145,29 +145,27 @@ absl::StatusOr<WorkerAgent::Options> AgentOptions(const WorkerFlags& flags,
   return options;
 }
 
+// Refuses `flag` with `value` to a worker that does not run as root.
+absl::Status NeedsRoot(const std::string& flag, const std::string& value) {
+  if (geteuid() == 0) return absl::OkStatus();
+  return absl::PermissionDeniedError(absl::StrCat(
+      flag, " ", value, ": only a worker running as root can run processes as other users"));
+}
+
 // Who user code runs as: --job-users (a uid per owner) or --job-user (one for all), both
 // for a worker that runs as root.
 absl::Status SetJobUsers(const WorkerFlags& flags, TrainerProcessOptions& trainer) {
-  const bool root = geteuid() == 0;
   if (!flags.job_users.empty()) {
     auto range = ParseUidRange(flags.job_users);
     if (!range.ok()) return range.status();
-    if (!root) {
-      return absl::PermissionDeniedError(
-          absl::StrCat("--job-users ", flags.job_users,
-                       ": only a worker running as root can run processes as other users"));
-    }
+    if (auto s = NeedsRoot("--job-users", flags.job_users); !s.ok()) return s;
     trainer.job_users = *range;
     trainer.job_users_table = flags.job_users_table;
   }
   if (flags.job_user.empty()) return absl::OkStatus();
   auto user = LookUpJobUser(flags.job_user);
   if (!user.ok()) return user.status();
-  if (!root) {
-    return absl::PermissionDeniedError(
-        absl::StrCat("--job-user ", flags.job_user,
-                     ": only a worker running as root can run processes as another user"));
-  }
+  if (auto s = NeedsRoot("--job-user", flags.job_user); !s.ok()) return s;
   trainer.job_user = *user;
   return absl::OkStatus();
 }

@@ -147,6 +147,11 @@ class HostileJobsTest : public ::testing::Test {
                         << (checkpoint_every > 0 ? "checkpoint: {interval_steps: " +
                                                        std::to_string(checkpoint_every) + "}\n"
                                                  : "");
+    return SubmitAndWait(path, token);
+  }
+
+  // Submits the job file at `path` as `token`'s owner; the job's id, once ended.
+  static std::string SubmitAndWait(const std::string& path, const std::string& token) {
     const CommandResult submit =
         RunCommand({STOKE_CLI_BINARY, "--address", coordinator_->address(), "submit", path},
                    {"STOKE_TOKEN=" + token});
@@ -237,18 +242,7 @@ TEST_F(HostileJobsTest, AScriptCannotReachTheCoordinatorOrOutliveItsAttempt) {
   std::ofstream(path) << "name: script\ncommand:\n  argv: [python, probe.py, " << dir_->File("data")
                       << ", " << dir_->File("tokens") << ", " << JobFolder("1") << ", '" << kMarker
                       << "']\n  workdir: " << folder << "\nmax_restarts: 0\n";
-  const CommandResult submit =
-      RunCommand({STOKE_CLI_BINARY, "--address", coordinator_->address(), "submit", path},
-                 {"STOKE_TOKEN=stk_alice"});
-  ASSERT_EQ(submit.exit_code, 0) << submit.err;
-  const std::string id = submit.out.substr(0, submit.out.find('\n'));
-  ASSERT_TRUE(WaitFor(
-      [&] {
-        auto job = coordinator_->client().GetJob(id);
-        return job.ok() &&
-               (job->state() == v1::JOB_STATE_SUCCEEDED || job->state() == v1::JOB_STATE_FAILED);
-      },
-      std::chrono::seconds(120)));
+  const std::string id = SubmitAndWait(path, "stk_alice");
   const std::string logs = Logs(id);
   EXPECT_EQ(Job(id).state(), v1::JOB_STATE_SUCCEEDED) << Job(id).message() << logs;
   EXPECT_NE(logs.find("PROBE store: contained"), std::string::npos) << logs;

@@ -13,39 +13,17 @@
 #include "formats/idx_file.h"
 #include "formats/image_set.h"
 #include "formats/token_file.h"
-
-namespace {
-
-const std::string& Folder() {
-  static const std::string folder = [] {
-    const char* tmp = std::getenv("TMPDIR");
-    std::string pattern = std::string(tmp && *tmp ? tmp : "/tmp") + "/stoke-fuzz-XXXXXX";
-    if (mkdtemp(pattern.data()) == nullptr) std::abort();
-    return pattern;
-  }();
-  return folder;
-}
-
-void Write(const std::string& path, const uint8_t* data, size_t size) {
-  FILE* f = std::fopen(path.c_str(), "wb");
-  if (f == nullptr) std::abort();
-  if (size > 0) std::fwrite(data, 1, size, f);
-  std::fclose(f);
-}
-
-}  // namespace
+#include "tests/fuzz/fuzz_files.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (size < 1) return 0;
   const uint8_t which = data[0] % 4;
   ++data;
   --size;
-  const std::string& folder = Folder();
   switch (which) {
     case 0:
     case 1: {
-      const std::string path = folder + "/file.idx";
-      Write(path, data, size);
+      const std::string path = stoke::fuzz::Write("file.idx", data, size);
       const int dims = which == 0 ? 1 : 3;
       auto shape = stoke::data::InspectIdxFile(path, dims, /*scan_max=*/which == 0);
       auto array = stoke::data::ReadIdxFile(path, dims);
@@ -54,8 +32,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       break;
     }
     case 2: {
-      const std::string path = folder + "/tokens.bin";
-      Write(path, data, size);
+      const std::string path = stoke::fuzz::Write("tokens.bin", data, size);
       auto file = stoke::data::TokenFile::Open(path);
       if (file.ok()) {
         int64_t id = 0;
@@ -66,8 +43,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     default: {
       for (const char* name : {"data_batch_1.bin", "data_batch_2.bin", "data_batch_3.bin",
                                "data_batch_4.bin", "data_batch_5.bin", "test_batch.bin"}) {
-        Write(folder + "/" + name, data, size);
+        stoke::fuzz::Write(name, data, size);
       }
+      const std::string& folder = stoke::fuzz::Folder();
       auto shape = stoke::data::InspectCifar10Folder(folder);
       auto loaded = stoke::data::ReadCifar10Folder(folder);
       if (shape.ok() != loaded.ok()) __builtin_trap();

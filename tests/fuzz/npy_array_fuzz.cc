@@ -10,23 +10,15 @@
 
 #include "formats/array_file.h"
 #include "formats/array_set.h"
+#include "tests/fuzz/array_invariants.h"
 #include "tests/fuzz/fuzz_files.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::string path = stoke::fuzz::Write("array.npy", data, size);
   auto file = stoke::data::ArrayFile::Open(path);
   if (file.ok()) {
-    const auto& array = **file;
-    // Every row lies in the file: rows of no bytes are refused.
-    if (array.row_bytes() <= 0 || array.rows() <= 0 ||
-        array.rows() > static_cast<int64_t>(size) / array.row_bytes()) {
-      __builtin_trap();
-    }
-    if (stoke::data::IsInteger(array.dtype())) {
-      int64_t min = 0, max = 0;
-      if (!array.IntegerRange(0, array.rows(), &min, &max).ok() || min > max) __builtin_trap();
-    }
-    (void)stoke::data::DescribeArray(array);
+    stoke::fuzz::CheckArray(**file, size);
+    (void)stoke::data::DescribeArray(**file);
   }
   // As data.arrays' inputs and targets at once: the labels scanned, the rows split.
   (void)stoke::data::OpenArraySet({path, path, "", "", 0.25});

@@ -9,6 +9,7 @@
 #include <string>
 
 #include "formats/array_file.h"
+#include "tests/fuzz/array_invariants.h"
 #include "tests/fuzz/fuzz_files.h"
 
 namespace {
@@ -16,15 +17,7 @@ namespace {
 void Check(const std::string& name, size_t size) {
   auto file = stoke::data::ArrayFile::Open(name);
   if (!file.ok()) return;
-  const auto& array = **file;
-  if (array.row_bytes() <= 0 || array.rows() <= 0 ||
-      array.rows() > static_cast<int64_t>(size) / array.row_bytes()) {
-    __builtin_trap();
-  }
-  if (stoke::data::IsInteger(array.dtype())) {
-    int64_t min = 0, max = 0;
-    if (!array.IntegerRange(0, array.rows(), &min, &max).ok() || min > max) __builtin_trap();
-  }
+  stoke::fuzz::CheckArray(**file, size);
 }
 
 }  // namespace

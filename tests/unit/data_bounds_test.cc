@@ -43,12 +43,12 @@ using ::stoke::testing::WriteBytes;
 
 // What a reader may add to the process's peak resident size while refusing a file whose
 // claim would take gigabytes.
-constexpr long kSmallMemory = 64L << 20;
+constexpr int64_t kSmallMemory = int64_t{64} << 20;
 
-long PeakRssBytes() {
+int64_t PeakRssBytes() {
   rusage usage{};
   getrusage(RUSAGE_SELF, &usage);
-  return usage.ru_maxrss * 1024L;
+  return int64_t{usage.ru_maxrss} * 1024;
 }
 
 // Refused as INVALID_ARGUMENT, the message naming each of `names`.
@@ -191,7 +191,7 @@ TEST(ImageSizeBounds, TheBoundIsOneHundredMegapixels) {
 TEST(ImageSizeBounds, APngDeclaring30000By30000IsRefusedFromItsHeaderBeforeDecoding) {
   const std::string png = HugePng();
   ASSERT_LT(png.size(), 200u);
-  const long before = PeakRssBytes();
+  const int64_t before = PeakRssBytes();
   EXPECT_TRUE(RefusedNaming(data::ReadImageSize(Data(png), png.size()).status(),
                             {"PNG declares 30000x30000 pixels", "100 megapixels"}));
   // Not the DATA_LOSS of a decoder that ran out of data: refused before libpng read on.
@@ -204,7 +204,7 @@ TEST(ImageSizeBounds, AJpegDeclaring30000By30000IsRefusedFromItsHeaderBeforeDeco
   const std::string jpeg = JpegBytes(16, 16, 30000, 30000);
   auto header_only = data::ReadImageSize(Data(jpeg), jpeg.size());
   EXPECT_TRUE(RefusedNaming(header_only.status(), {"JPEG declares 30000x30000 pixels"}));
-  const long before = PeakRssBytes();
+  const int64_t before = PeakRssBytes();
   for (int channels : {1, 3}) {
     auto decoded =
         data::DecodeImageRegion(Data(jpeg), jpeg.size(), channels, {0, 0, 30000, 30000}, 30000);
@@ -255,8 +255,9 @@ TEST(ImageSizeBounds, TheHeaderCheckNamesTheFileAndItsDeclaredSize) {
 std::string Manifest(const TempDir& dir, const std::vector<std::string>& labels,
                      const std::string& name = "labels.csv") {
   std::string text = "path,label\n";
-  for (size_t i = 0; i < labels.size(); ++i)
+  for (size_t i = 0; i < labels.size(); ++i) {
     absl::StrAppend(&text, "a", i, ".jpg,", labels[i], "\n");
+  }
   WriteBytes(dir.File(name), text);
   return dir.File(name);
 }
@@ -266,7 +267,7 @@ const std::vector<std::string> kLabelBomb = {"0", "1099511627776", "1", "0", "1"
 TEST(ManifestBounds, AnIntegerLabelNearTwoToTheFortyIsRefusedNamingTheFileAndLine) {
   TempDir dir;
   const std::string manifest = Manifest(dir, kLabelBomb);  // the bomb on line 3
-  const long before = PeakRssBytes();
+  const int64_t before = PeakRssBytes();
   auto listed = data::ReadImageManifest(manifest);
   EXPECT_TRUE(RefusedNaming(listed.status(),
                             {manifest + ":3: label 1099511627776 is over the 8 files listed",
@@ -350,7 +351,7 @@ TEST(ManifestBounds, AManifestOfManyPiecesListsEveryLine) {
 TEST(ManifestBounds, AFileOfZerosIsRefusedAtItsFirstLineUnread) {
   TempDir dir;
   WriteSparse(dir.File("zeros.csv"), "", int64_t{1} << 30);
-  const long before = PeakRssBytes();
+  const int64_t before = PeakRssBytes();
   EXPECT_TRUE(RefusedNaming(data::ReadImageManifest(dir.File("zeros.csv")).status(),
                             {dir.File("zeros.csv") + ":1: a line longer than 65536 bytes"}));
   EXPECT_LT(PeakRssBytes() - before, kSmallMemory) << "the file was read whole";
@@ -457,13 +458,13 @@ TEST(ArrayBounds, ASafetensorsHeaderOfMillionsOfValuesIsRefusedBeforeItIsParsed)
   TempDir dir;
   std::string header = R"({"x":{"dtype":"U8","shape":[1],"data_offsets":[0,1],"pad":[)";
   constexpr int kValues = 10'000'000;  // 20 MB of "0,": about 200 MB as a document
-  header.reserve(header.size() + 2 * kValues + 8);
+  header.reserve(header.size() + size_t{2} * kValues + 8);
   for (int i = 0; i < kValues; ++i) header += i ? ",0" : "0";
   header += "]}}";
   WriteBytes(dir.File("wide.safetensors"), SafetensorsBytes(header, std::string(1, '\0')));
   header.clear();
   header.shrink_to_fit();
-  const long before = PeakRssBytes();
+  const int64_t before = PeakRssBytes();
   EXPECT_TRUE(RefusedNaming(data::ArrayFile::Open(dir.File("wide.safetensors")).status(),
                             {dir.File("wide.safetensors"), "of more than 262144 values"}));
   EXPECT_TRUE(RefusedNaming(data::ListArrays(dir.File("wide.safetensors")).status(),
@@ -574,7 +575,7 @@ TEST(TarBounds, AShardArrayHeaderIsReadFromTheMembersHeadNotItsWhole) {
   ASSERT_TRUE(samples.ok()) << samples.status();
   ASSERT_EQ(samples->size(), 1u);
   EXPECT_EQ((*samples)[0].length, kMember);
-  const long before = PeakRssBytes();
+  const int64_t before = PeakRssBytes();
   auto header = data::ReadShardArrayHeader((*samples)[0]);
   ASSERT_TRUE(header.ok()) << header.status();
   EXPECT_EQ(header->shape, (std::vector<int64_t>{kMember - 128}));

@@ -11,30 +11,13 @@
 #include <cstring>
 #include <utility>
 
+#include "files/descriptor.h"
+
 namespace stoke::files {
 namespace {
 
 // As many links as the kernel follows in one lookup (MAXSYMLINKS).
 constexpr int kMaxLinks = 40;
-
-class Descriptor {
- public:
-  explicit Descriptor(int fd) : fd_(fd) {}
-  Descriptor(Descriptor&& other) noexcept : fd_(std::exchange(other.fd_, -1)) {}
-  Descriptor& operator=(Descriptor&& other) noexcept {
-    std::swap(fd_, other.fd_);
-    return *this;
-  }
-  Descriptor(const Descriptor&) = delete;
-  Descriptor& operator=(const Descriptor&) = delete;
-  ~Descriptor() {
-    if (fd_ >= 0) close(fd_);
-  }
-  int get() const { return fd_; }
-
- private:
-  int fd_;
-};
 
 // The components of `path`, last first (so that the next one is at the back), without
 // empty ones ("a//b") or ".".

@@ -8,7 +8,6 @@
 #include <cstring>
 #include <functional>
 #include <map>
-#include <memory>
 #include <nlohmann/json.hpp>
 #include <sstream>
 
@@ -16,6 +15,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "files/descriptor.h"
 #include "files/posix_files.h"
 #include "formats/image_decode.h"
 #include "formats/tar_index.h"
@@ -64,9 +64,8 @@ absl::Status ForEachLine(const std::string& path, const ReadOptions& options,
   long long size = 0;  // NOLINT(google-runtime-int): OpenDataFile's type
   auto opened = OpenDataFile(path, options, &size);
   if (!opened.ok()) return opened.status();
-  const int fd = *opened;
-  const std::unique_ptr<const int, void (*)(const int*)> closer(&fd,
-                                                                [](const int* f) { close(*f); });
+  const files::Descriptor file(*opened);
+  const int fd = file.get();
   if (static_cast<unsigned long long>(size) > kMaxManifestBytes) {
     return Bad(path, absl::StrCat(size, " bytes, more than the ", kMaxManifestBytes,
                                   " such a file may hold"));

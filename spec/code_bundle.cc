@@ -19,6 +19,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
 #include "absl/strings/str_split.h"
+#include "files/descriptor.h"
 
 namespace stoke::spec {
 namespace {
@@ -34,14 +35,6 @@ std::string TooLarge(const std::string& what) {
                       "from there");
 }
 
-// Closes a descriptor however the reading ends.
-struct Descriptor {
-  int fd = -1;
-  ~Descriptor() {
-    if (fd >= 0) close(fd);
-  }
-};
-
 // Files and folders of a walk, opened relative to their folder's descriptor and never
 // through a symbolic link, so what is read is what was listed.
 class Reader {
@@ -50,9 +43,10 @@ class Reader {
 
   absl::Status AddFile(int dir_fd, const std::string& name, const std::string& shown,
                        const std::string& bundle_path) {
-    Descriptor file{openat(dir_fd, name.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC)};
-    if (file.fd < 0) return Unreadable(shown);
-    return AddOpened(file.fd, shown, bundle_path);
+    files::Descriptor file{
+        openat(dir_fd, name.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC)};
+    if (file.get() < 0) return Unreadable(shown);
+    return AddOpened(file.get(), shown, bundle_path);
   }
 
   // Reads an open descriptor (non-blocking: a FIFO is refused, not waited on).
@@ -89,10 +83,10 @@ class Reader {
   absl::Status AddFolder(int parent_fd, const std::string& name, const std::string& shown,
                          const std::string& bundle_path, int depth) {
     if (depth > 32) return Invalid(field_, absl::StrCat(shown, ": folders nested too deeply"));
-    Descriptor dir{
+    files::Descriptor dir{
         openat(parent_fd, name.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)};
-    if (dir.fd < 0) return Unreadable(shown);
-    DIR* stream = fdopendir(dup(dir.fd));
+    if (dir.get() < 0) return Unreadable(shown);
+    DIR* stream = fdopendir(dup(dir.get()));
     if (stream == nullptr) return Unreadable(shown);
     std::vector<std::string> names;
     while (const dirent* entry = readdir(stream)) {
@@ -110,14 +104,14 @@ class Reader {
       const std::string entry_shown = absl::StrCat(shown, "/", entry_name);
       const std::string entry_path = absl::StrCat(bundle_path, "/", entry_name);
       struct stat st;
-      if (fstatat(dir.fd, entry_name.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0) {
+      if (fstatat(dir.get(), entry_name.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0) {
         return Unreadable(entry_shown);
       }
       absl::Status added;
       if (S_ISDIR(st.st_mode)) {
-        added = AddFolder(dir.fd, entry_name, entry_shown, entry_path, depth + 1);
+        added = AddFolder(dir.get(), entry_name, entry_shown, entry_path, depth + 1);
       } else if (S_ISREG(st.st_mode)) {
-        added = AddFile(dir.fd, entry_name, entry_shown, entry_path);
+        added = AddFile(dir.get(), entry_name, entry_shown, entry_path);
       } else {
         added = Invalid(field_,
                         absl::StrCat(entry_shown, S_ISLNK(st.st_mode) ? ": a symbolic link" : "",
@@ -177,24 +171,24 @@ absl::StatusOr<v1::CodeBundle> ReadCodeBundle(const std::string& path, const std
   if (name.empty() || name == "/" || name == "." || name == "..") {
     return Invalid(field, absl::StrCat(path, ": name the .py file or the package folder itself"));
   }
-  Descriptor parent{open(ParentOf(path).c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC)};
+  files::Descriptor parent{open(ParentOf(path).c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC)};
   struct stat st;
-  if (parent.fd < 0 || fstatat(parent.fd, name.c_str(), &st, 0) != 0) {
+  if (parent.get() < 0 || fstatat(parent.get(), name.c_str(), &st, 0) != 0) {
     return Invalid(field, absl::StrCat(path, ": ", std::strerror(errno)));
   }
   v1::CodeBundle bundle;
   Reader reader(field, bundle);
   if (S_ISDIR(st.st_mode)) {
-    if (auto s = reader.AddFolder(parent.fd, name, path, name, 0); !s.ok()) return s;
+    if (auto s = reader.AddFolder(parent.get(), name, path, name, 0); !s.ok()) return s;
     if (bundle.files_size() == 0) return Invalid(field, absl::StrCat(path, ": an empty folder"));
   } else if (S_ISREG(st.st_mode)) {
     if (!absl::EndsWith(name, ".py")) {
       return Invalid(field, absl::StrCat(path, ": expected a .py file or a package folder"));
     }
     // The file named is read even through a link; a folder's walk follows none.
-    Descriptor file{open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC)};
-    if (file.fd < 0) return Invalid(field, absl::StrCat(path, ": ", std::strerror(errno)));
-    if (auto s = reader.AddOpened(file.fd, path, name); !s.ok()) return s;
+    files::Descriptor file{open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC)};
+    if (file.get() < 0) return Invalid(field, absl::StrCat(path, ": ", std::strerror(errno)));
+    if (auto s = reader.AddOpened(file.get(), path, name); !s.ok()) return s;
   } else {
     return Invalid(field, absl::StrCat(path, ": expected a .py file or a package folder"));
   }
@@ -378,14 +372,15 @@ absl::Status WriteCodeBundle(const v1::CodeBundle& bundle, const std::string& di
       if (auto s = MakeFolders(dir, file.path().substr(0, slash)); !s.ok()) return s;
     }
     const std::string path = absl::StrCat(dir, "/", file.path());
-    Descriptor out{open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644)};
-    if (out.fd < 0) {
+    files::Descriptor out{
+        open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644)};
+    if (out.get() < 0) {
       return absl::InternalError(absl::StrCat("cannot create ", path, ": ", std::strerror(errno)));
     }
     const std::string& content = file.content();
     size_t written = 0;
     while (written < content.size()) {
-      const ssize_t n = write(out.fd, content.data() + written, content.size() - written);
+      const ssize_t n = write(out.get(), content.data() + written, content.size() - written);
       if (n < 0 && errno == EINTR) continue;
       if (n < 0) {
         return absl::InternalError(absl::StrCat("cannot write ", path, ": ", std::strerror(errno)));

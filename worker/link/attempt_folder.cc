@@ -11,32 +11,19 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "files/descriptor.h"
 #include "files/posix_files.h"
 #include "spec/code_bundle.h"
 
 namespace stoke::worker {
 namespace {
 
-// A descriptor that closes itself.
-class Folder {
- public:
-  Folder() = default;
-  explicit Folder(int fd) : fd_(fd) {}
-  Folder(Folder&& other) noexcept : fd_(other.fd_) { other.fd_ = -1; }
-  Folder& operator=(Folder&& other) noexcept {
-    std::swap(fd_, other.fd_);
-    return *this;
-  }
-  ~Folder() {
-    if (fd_ >= 0) close(fd_);
-  }
-  int fd() const { return fd_; }
-  // The path that reaches this very folder whatever is renamed above it.
-  std::string Path() const { return absl::StrCat("/proc/self/fd/", fd_); }
+using files::Descriptor;
 
- private:
-  int fd_ = -1;
-};
+// The path that reaches this very folder, whatever is renamed above it.
+std::string ThroughDescriptor(const Descriptor& folder) {
+  return absl::StrCat("/proc/self/fd/", folder.get());
+}
 
 absl::Status Failed(const std::string& what, const std::string& path) {
   return absl::InternalError(absl::StrCat("cannot ", what, " ", path, ": ", std::strerror(errno)));
@@ -53,21 +40,21 @@ bool MoveAside(int parent, const std::string& name) {
 // The folder `name` inside `parent`, made if missing (handed to `user` only when made
 // here); a link or file in its place is moved aside first. `fresh`: an existing folder
 // is moved aside too, so that the one returned holds nothing anyone else put there.
-absl::StatusOr<Folder> OpenFolder(const Folder& parent, const std::string& name, mode_t mode,
-                                  bool fresh, const std::string& shown) {
+absl::StatusOr<Descriptor> OpenFolder(const Descriptor& parent, const std::string& name,
+                                      mode_t mode, bool fresh, const std::string& shown) {
   for (int tries = 0; tries < 3; ++tries) {
-    if (fresh && faccessat(parent.fd(), name.c_str(), F_OK, AT_SYMLINK_NOFOLLOW) == 0 &&
-        !MoveAside(parent.fd(), name)) {
+    if (fresh && faccessat(parent.get(), name.c_str(), F_OK, AT_SYMLINK_NOFOLLOW) == 0 &&
+        !MoveAside(parent.get(), name)) {
       return Failed("move aside", shown);
     }
-    if (mkdirat(parent.fd(), name.c_str(), mode) != 0 && errno != EEXIST) {
+    if (mkdirat(parent.get(), name.c_str(), mode) != 0 && errno != EEXIST) {
       return Failed("create", shown);
     }
-    Folder folder(
-        openat(parent.fd(), name.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
-    if (folder.fd() >= 0) return folder;
+    Descriptor folder(
+        openat(parent.get(), name.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+    if (folder.get() >= 0) return folder;
     // ELOOP: a link; ENOTDIR: a file. Neither is followed; either is moved aside.
-    if ((errno != ELOOP && errno != ENOTDIR) || !MoveAside(parent.fd(), name)) {
+    if ((errno != ELOOP && errno != ENOTDIR) || !MoveAside(parent.get(), name)) {
       return Failed("open", shown);
     }
   }
@@ -76,9 +63,9 @@ absl::StatusOr<Folder> OpenFolder(const Folder& parent, const std::string& name,
 
 // Hands everything beneath `folder` to `user`, deepest first: each folder stays root's,
 // and so closed to the user, until what it holds is handed over.
-absl::Status GiveContents(const Folder& folder, const JobUser& user, int depth) {
+absl::Status GiveContents(const Descriptor& folder, const JobUser& user, int depth) {
   if (depth > 64) return absl::InternalError("code folders nest too deep");
-  DIR* dir = fdopendir(dup(folder.fd()));
+  DIR* dir = fdopendir(dup(folder.get()));
   if (dir == nullptr) return Failed("list", "a code folder");
   std::vector<std::string> names;
   while (const dirent* entry = readdir(dir)) {
@@ -87,12 +74,12 @@ absl::Status GiveContents(const Folder& folder, const JobUser& user, int depth) 
   }
   closedir(dir);
   for (const std::string& name : names) {
-    Folder child(
-        openat(folder.fd(), name.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
-    if (child.fd() >= 0) {
+    Descriptor child(
+        openat(folder.get(), name.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+    if (child.get() >= 0) {
       if (auto s = GiveContents(child, user, depth + 1); !s.ok()) return s;
-      if (fchown(child.fd(), user.uid, user.gid) != 0) return Failed("hand over", name);
-    } else if (fchownat(folder.fd(), name.c_str(), user.uid, user.gid, AT_SYMLINK_NOFOLLOW) != 0) {
+      if (fchown(child.get(), user.uid, user.gid) != 0) return Failed("hand over", name);
+    } else if (fchownat(folder.get(), name.c_str(), user.uid, user.gid, AT_SYMLINK_NOFOLLOW) != 0) {
       return Failed("hand over", name);
     }
   }
@@ -100,20 +87,20 @@ absl::Status GiveContents(const Folder& folder, const JobUser& user, int depth) 
 }
 
 // The job folder (or the scratch folder) and its trusted parent, which the operator made.
-absl::StatusOr<Folder> OpenBase(const std::string& path, const std::optional<JobUser>& user) {
+absl::StatusOr<Descriptor> OpenBase(const std::string& path, const std::optional<JobUser>& user) {
   const size_t slash = path.rfind('/');
   const std::string parent_path = slash == 0 ? "/" : path.substr(0, slash);
   std::string error;
   if (!files::MakeDirectories(parent_path, &error)) {
     return absl::InternalError(absl::StrCat("cannot create ", parent_path, ": ", error));
   }
-  Folder parent(open(parent_path.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
-  if (parent.fd() < 0) return Failed("open", parent_path);
+  Descriptor parent(open(parent_path.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  if (parent.get() < 0) return Failed("open", parent_path);
   auto base = OpenFolder(parent, path.substr(slash + 1), 0700, false, path);
   // The job folder's entry lies in the operator's folder, where the user cannot swap it:
   // handing this very folder over is safe even when it was there before.
   if (base.ok() && user &&
-      (fchown(base->fd(), user->uid, user->gid) != 0 || fchmod(base->fd(), 0700) != 0)) {
+      (fchown(base->get(), user->uid, user->gid) != 0 || fchmod(base->get(), 0700) != 0)) {
     return Failed("hand over", path);
   }
   return base;
@@ -144,15 +131,16 @@ absl::StatusOr<AttemptFolders> PrepareAttemptFolder(const v1::Assignment& a,
   if (!folder.ok()) return folder.status();
   // Written through the descriptor's own path while the folder is still root's alone.
   if (a.code().files_size() > 0) {
-    if (auto s = spec::WriteCodeBundle(a.code(), folder->Path() + "/code"); !s.ok()) return s;
+    if (auto s = spec::WriteCodeBundle(a.code(), ThroughDescriptor(*folder) + "/code"); !s.ok())
+      return s;
   }
   if (user) {
     if (auto s = GiveContents(*folder, *user, 0); !s.ok()) return s;
     // Reached by descriptor, not by path: handing these over cannot be redirected. Each
     // is a folder inside the user's own job folder, which only the user could have put
     // there (a folder owned by another cannot be moved in).
-    for (const Folder* made : {&*checkpoints, &*attempts, &*numbered, &*folder}) {
-      if (fchown(made->fd(), user->uid, user->gid) != 0) return Failed("hand over", paths.rank);
+    for (const Descriptor* made : {&*checkpoints, &*attempts, &*numbered, &*folder}) {
+      if (fchown(made->get(), user->uid, user->gid) != 0) return Failed("hand over", paths.rank);
     }
   }
   return paths;

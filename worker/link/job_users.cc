@@ -12,6 +12,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "files/descriptor.h"
 #include "files/posix_files.h"
 
 namespace stoke::worker {
@@ -87,13 +88,12 @@ absl::StatusOr<JobUser> JobUserForOwner(const std::string& table_path, UidRange 
   if (!folder.empty() && !files::MakeDirectories(folder, &error)) {
     return absl::InternalError(absl::StrCat("--job-users table ", table_path, ": ", error));
   }
-  const int fd = open(table_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
+  // Every worker of the host reads and appends under this lock, released as it closes: no
+  // uid is given twice.
+  const files::Descriptor table_file(
+      open(table_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600));
+  const int fd = table_file.get();
   if (fd < 0) return TableError(table_path, "open it");
-  // Every worker of the host reads and appends under this lock: no uid is given twice.
-  const struct Closer {
-    int fd;
-    ~Closer() { close(fd); }  // also releases the lock
-  } closer{fd};
   if (flock(fd, LOCK_EX) != 0) return TableError(table_path, "lock it");
   std::string table;
   if (!ReadAll(fd, &table)) return TableError(table_path, "read it");

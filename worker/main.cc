@@ -25,6 +25,7 @@
 #include "security/credential_file.h"
 #include "spec/flag_sources.h"
 #include "spec/log_setup.h"
+#include "worker/common/byte_units.h"
 #include "worker/common/task.h"
 #include "worker/engine/trainer.h"
 #include "worker/link/script_process.h"
@@ -192,9 +193,10 @@ absl::StatusOr<SandboxSettings> Sandbox(const WorkerFlags& flags, const DeviceRe
   if (flags.job_memory.empty()) {
     sandbox.memory_bytes = DefaultJobMemory(device.kind == DeviceKind::kCuda);
   } else {
-    auto bytes = ParseByteCount(flags.job_memory, "--job-memory");
-    if (!bytes.ok()) return bytes.status();
-    sandbox.memory_bytes = *bytes;
+    if (!ParseByteCount(flags.job_memory, &sandbox.memory_bytes) || sandbox.memory_bytes == 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--job-memory ", flags.job_memory, ": expected a byte count like 16G, 512M or 1048576"));
+    }
   }
   sandbox.pids = flags.job_pids;
   return sandbox;

@@ -4,31 +4,11 @@
 
 #include <algorithm>
 #include <fstream>
-#include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "files/posix_files.h"
 
 namespace stoke::worker {
-
-absl::StatusOr<uint64_t> ParseByteCount(const std::string& text, const std::string& flag) {
-  uint64_t number = 0;
-  size_t digits = 0;
-  while (digits < text.size() && text[digits] >= '0' && text[digits] <= '9' && digits < 15) {
-    number = number * 10 + static_cast<uint64_t>(text[digits++] - '0');
-  }
-  const std::string unit = text.substr(digits);
-  int shift = -1;
-  for (const auto& [name, bits] :
-       {std::pair<const char*, int>{"", 0}, {"K", 10}, {"M", 20}, {"G", 30}, {"T", 40}}) {
-    if (unit == name) shift = bits;
-  }
-  if (digits == 0 || shift < 0 || number == 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(flag, " ", text, ": expected a byte count like 16G, 512M or 1048576"));
-  }
-  return number << shift;
-}
 
 uint64_t DefaultJobMemory(bool cuda_worker) {
   std::ifstream meminfo("/proc/meminfo");

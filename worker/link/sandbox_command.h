@@ -9,7 +9,6 @@
 #include <string>
 #include <vector>
 
-#include "absl/status/statusor.h"
 #include "stoke/v1/worker_link.pb.h"
 #include "worker/link/child_process.h"
 
@@ -23,9 +22,6 @@ struct SandboxSettings {
   std::vector<std::string> hidden;     // files children never see, even inside those
   bool enabled() const { return !program.empty(); }
 };
-
-// "16G", "512M", "1048576": INVALID_ARGUMENT naming `flag` for anything else.
-absl::StatusOr<uint64_t> ParseByteCount(const std::string& text, const std::string& flag);
 
 // An attempt's memory limit when none is given: the host's memory shared among its GPUs
 // (one attempt each), or half of it on a CPU worker (two of which run by default).

@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "worker/common/byte_units.h"
 
 namespace stoke::sandbox {
 namespace {
@@ -19,30 +20,6 @@ bool ParseCount(const std::string& text, uint64_t max, uint64_t* out) {
     value = value * 10 + digit;
   }
   *out = value;
-  return true;
-}
-
-// "67108864", "64M", "64MiB", "2g": binary multiples, as the worker's memory figures are.
-bool ParseBytes(const std::string& text, uint64_t* out) {
-  size_t digits = 0;
-  while (digits < text.size() && std::isdigit(static_cast<unsigned char>(text[digits]))) ++digits;
-  std::string unit = text.substr(digits);
-  for (char& c : unit) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
-  int shift = 0;
-  if (!unit.empty() && unit != "B") {
-    const std::string prefixes = "KMGT";
-    const size_t at = prefixes.find(unit[0]);
-    if (at == std::string::npos ||
-        (unit.size() > 1 && unit.substr(1) != "B" && unit.substr(1) != "IB")) {
-      return false;
-    }
-    shift = 10 * static_cast<int>(at + 1);
-  }
-  uint64_t count = 0;
-  if (!ParseCount(text.substr(0, digits), std::numeric_limits<uint64_t>::max() >> shift, &count)) {
-    return false;
-  }
-  *out = count << shift;
   return true;
 }
 
@@ -87,7 +64,7 @@ bool ApplyNumber(const std::string& flag, const std::string& value, SandboxOptio
                  std::string* error) {
   uint64_t number = 0;
   if (flag == "--memory") {
-    if (ParseBytes(value, &options->memory_bytes)) return true;
+    if (worker::ParseByteCount(value, &options->memory_bytes)) return true;
     *error = absl::StrCat("--memory: not a byte count (like 67108864 or 64M): ", value);
   } else if (flag == "--pids") {
     if (ParseCount(value, 1u << 22, &options->pids)) return true;

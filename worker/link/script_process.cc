@@ -367,11 +367,9 @@ TrainOutcome RunScript(const ScriptOptions& given, const v1::Assignment& a,
 
   auto folders = PrepareAttemptFolder(a, options.scratch_dir, options.job_user);
   if (!folders.ok()) return Failed(std::string{folders.status().message()});
-  const std::string* folder = &folders->rank;
-  const std::string& checkpoint_dir = folders->checkpoints;
-  auto workdir = WorkingFolder(a, *folder);
+  auto workdir = WorkingFolder(a, folders->rank);
   if (!workdir.ok()) return Failed(std::string{workdir.status().message()}, false);
-  auto launch = PrepareLaunch(options, a, *workdir, checkpoint_dir);
+  auto launch = PrepareLaunch(options, a, *workdir, folders->checkpoints);
   if (!launch.ok()) return Failed(std::string{launch.status().message()}, false);
 
   Pipe output;

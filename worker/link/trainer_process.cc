@@ -244,13 +244,11 @@ TrainOutcome OutcomeOf(const TrainerEnd& end, const TrainerProcessOptions& optio
   return Failed(message, retryable);
 }
 
-// Runs one task in `child` (started by StartTrainer, perhaps a while ago) to its end and
-// reaps it.
-// The task's folders are made here, unless `prepared` holds them (a sandboxed trainer's,
-// made before it started).
-TrainOutcome RunTask(TrainerChild& child, const TrainerProcessOptions& options,
-                     const v1::Assignment& assignment, TrainingObserver& observer,
-                     const TaskStops& stops, const AttemptFolders* prepared = nullptr) {
+// What ends a task before a trainer runs it: the assignment came without its model's code,
+// or its folders cannot be made. Otherwise `folders` holds them, made before the trainer
+// starts (a sandboxed one binds them).
+std::optional<TrainOutcome> PrepareTask(const TrainerProcessOptions& options,
+                                        const v1::Assignment& assignment, AttemptFolders* folders) {
   if (assignment.spec().model().has_python() && assignment.code().files_size() == 0) {
     return Failed(
         absl::StrCat("model.python: the assignment came without the model's code (sha256 ",
@@ -258,16 +256,24 @@ TrainOutcome RunTask(TrainerChild& child, const TrainerProcessOptions& options,
                      "); the coordinator's store has none under it"),
         /*retryable=*/false);
   }
-  const Clock::time_point task_began = Clock::now();
-  auto folders = prepared != nullptr
-                     ? absl::StatusOr<AttemptFolders>(*prepared)
-                     : PrepareAttemptFolder(assignment, options.scratch_dir, options.job_user);
-  if (!folders.ok()) return Failed(std::string{folders.status().message()});
-  const std::string* folder = &folders->rank;
+  auto made = PrepareAttemptFolder(assignment, options.scratch_dir, options.job_user);
+  if (!made.ok()) return Failed(std::string{made.status().message()});
+  *folders = *std::move(made);
+  return std::nullopt;
+}
+
+// Runs one task in `child` (started by StartTrainer, perhaps a while ago) in its `folders`
+// to its end and reaps it; `task_began` is when the task came.
+TrainOutcome RunTask(TrainerChild& child, const TrainerProcessOptions& options,
+                     const v1::Assignment& assignment, const AttemptFolders& folders,
+                     Clock::time_point task_began, TrainingObserver& observer,
+                     const TaskStops& stops) {
   v1::TrainerCommand start;
   *start.mutable_start()->mutable_assignment() = assignment;
   start.mutable_start()->mutable_assignment()->clear_code();
-  if (assignment.code().files_size() > 0) start.mutable_start()->set_code_dir(*folder + "/code");
+  if (assignment.code().files_size() > 0) {
+    start.mutable_start()->set_code_dir(folders.rank + "/code");
+  }
   // Command bytes not yet written, written as the pipe takes them: the child reads its
   // start only once its interpreter and device are up, and meanwhile what it prints must
   // be read.
@@ -338,7 +344,7 @@ TrainOutcome RunTask(TrainerChild& child, const TrainerProcessOptions& options,
   child.commands.CloseBoth();
   child.output.CloseBoth();
   child.events.CloseBoth();
-  if (assignment.job_dir().empty()) files::RemoveTree(folders->base);
+  if (assignment.job_dir().empty()) files::RemoveTree(folders.base);
   end.reported = relay.Reported();
   end.step = child.progress.Step();
   end.last_lines = lines.Last();
@@ -350,18 +356,15 @@ TrainOutcome TrainInChildProcess(const TrainerProcessOptions& given,
                                  const TaskStops& stops) {
   const auto options = WithOwnersUser(given, assignment);
   if (!options.ok()) return Failed(std::string{options.status().message()});
-  std::optional<AttemptFolders> folders;
-  if (options->sandbox.enabled()) {
-    auto made = PrepareAttemptFolder(assignment, options->scratch_dir, options->job_user);
-    if (!made.ok()) return Failed(std::string{made.status().message()});
-    folders = *made;
-  }
-  auto child = StartTrainer(*options, &assignment, folders ? &*folders : nullptr);
+  const Clock::time_point task_began = Clock::now();
+  AttemptFolders folders;
+  if (auto ended = PrepareTask(*options, assignment, &folders)) return *ended;
+  auto child = StartTrainer(*options, &assignment, &folders);
   if (!child.ok()) {
     return Failed(std::string{child.status().message()},
                   child.status().code() != absl::StatusCode::kFailedPrecondition);
   }
-  return RunTask(**child, *options, assignment, observer, stops, folders ? &*folders : nullptr);
+  return RunTask(**child, *options, assignment, folders, task_began, observer, stops);
 }
 
 // With a user per owner, a trainer cannot start before its task: it would not know whose.
@@ -421,15 +424,19 @@ TrainOutcome SpareTrainer::Train(const v1::Assignment& assignment, TrainingObser
                     failure.code() != absl::StatusCode::kFailedPrecondition);
     }
   }
+  const Clock::time_point task_began = Clock::now();
+  AttemptFolders folders;
+  std::optional<TrainOutcome> ended = PrepareTask(options_, assignment, &folders);
   // A spare that died while it waited (its device failed, say) is replaced now.
   int status = 0;
-  if (waitpid(child->pid, &status, WNOHANG) == child->pid) {
+  if (!ended && waitpid(child->pid, &status, WNOHANG) == child->pid) {
     child->pid = -1;
     auto fresh = StartTrainer(options_);
     if (!fresh.ok()) return Failed(std::string{fresh.status().message()});
     child = *std::move(fresh);
   }
-  TrainOutcome outcome = RunTask(*child, options_, assignment, observer, stops);
+  TrainOutcome outcome =
+      ended ? *ended : RunTask(*child, options_, assignment, folders, task_began, observer, stops);
   child.reset();
   {
     // The next task's trainer starts now that this one's is gone: one holds the device

@@ -215,7 +215,7 @@ TEST_F(HostileJobsTest, AModelCannotReachTheCoordinatorAnotherJobOrOutliveItsAtt
         << logs;
   }
   EXPECT_EQ(logs.find("LEAKED"), std::string::npos) << logs;
-  // The grandchild that left the session and the bomb's children ended with the attempt.
+  // The grandchild that called setsid() and the bomb's children ended with the attempt.
   EXPECT_TRUE(WaitFor([] { return Survivors() == 0; }, std::chrono::seconds(10)))
       << Survivors() << " processes outlived their job";
   EXPECT_EQ(files::ListDirectory(JobFolder(bobs) + "/checkpoints"), bobs_files_before);

@@ -182,7 +182,7 @@ TEST_F(SandboxTest, TmpIsPrivate) {
   EXPECT_NE(access(("/tmp/" + name).c_str(), F_OK), 0) << "the program's /tmp file is the host's";
 }
 
-// Starts sleeps that leave the program's session and tree (setsid, a shell that exits),
+// Starts sleeps that leave the program's process group and tree (setsid, a shell that exits),
 // checks that they run, and exits 0 without waiting for them.
 std::string LeaveSleepsBehind(const std::string& duration) {
   return absl::StrCat(
@@ -210,7 +210,7 @@ TEST_F(SandboxTest, NothingOutlivesTheAttemptWithoutNamespaces) {
 
 // The worker's last word to an attempt, its grace over, is SIGKILL to stoke-sandbox: the
 // attempt's init dies with it (PR_SET_PDEATHSIG), and the kernel kills the rest of its pid
-// namespace, sessions of their own included.
+// namespace, those that called setsid() included.
 TEST_F(SandboxTest, KillingTheSandboxKillsTheAttempt) {
   RequireNamespaces();
   const std::string duration = MarkerDuration(4);

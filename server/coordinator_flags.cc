@@ -121,8 +121,9 @@ void AddPlaceFlags(CLI::App& app, CoordinatorFlags* flags) {
       ->capture_default_str();
   app.add_option("--job-users", flags->local_job_users,
                  "Local workers run each owner's code as a uid of its own from this range, "
-                 "FIRST-LAST (61000-61999), contained (stoke-worker --sandbox); the "
-                 "coordinator must run as root");
+                 "FIRST-LAST (default, as root: 61000-61999); the coordinator must run as root. "
+                 "Local workers contain user code either way (--local-worker-flag=--sandbox=false "
+                 "turns that off)");
   app.add_option("--local-worker-flag", flags->local_worker_flags,
                  "A flag for every local worker, as stoke-worker takes it "
                  "(--local-worker-flag=--job-memory=8G); repeatable");
@@ -174,6 +175,16 @@ void AddLimitFlags(CLI::App& app, CoordinatorFlags* flags) {
                  "Bytes one owner's job folders may hold together (500G, 2T: powers of 1024; 0: no "
                  "limit); "
                  "past it the owner's running jobs fail and submissions are refused")
+      ->transform(CLI::AsSizeValue(false))
+      ->capture_default_str();
+  app.add_option("--job-log-rate", core.log_limits.bytes_per_second,
+                 "Bytes a second of log lines one job may store (32K; 0: no limit), beyond a "
+                 "burst of 1M; lines over it are dropped and counted in the job's log")
+      ->transform(CLI::AsSizeValue(false))
+      ->capture_default_str();
+  app.add_option("--job-log-max", core.log_limits.total_bytes,
+                 "Bytes of log lines one job may store in all (64M; 0: no limit); lines past "
+                 "it are dropped and counted")
       ->transform(CLI::AsSizeValue(false))
       ->capture_default_str();
 }

@@ -353,11 +353,13 @@ CoordinatorProcess::Exit CoordinatorProcess::SuperviseLocalWorkers() {
   if (!flags_.tls.cert_path.empty() && std::getenv("STOKE_TLS_CA") == nullptr) {
     options.tls_ca = flags_.tls.cert_path;
   }
+  // Local workers contain user code (stoke-worker's --sandbox is on by default); as root,
+  // one table of owners' uids for the host's local workers, beside the jobs whose folders
+  // it owns.
+  options.worker_flags = {"--job-users-table", data_dir + "/job-users"};
   if (!flags_.local_job_users.empty()) {
-    // One table for the host's local workers, beside the jobs whose folders it owns.
-    options.worker_flags = {"--job-users",       flags_.local_job_users,
-                            "--job-users-table", data_dir + "/job-users",
-                            "--sandbox",         "true"};
+    options.worker_flags.insert(options.worker_flags.end(),
+                                {"--job-users", flags_.local_job_users});
   }
   options.worker_flags.insert(options.worker_flags.end(), flags_.local_worker_flags.begin(),
                               flags_.local_worker_flags.end());

@@ -156,10 +156,14 @@ absl::Status NeedsRoot(const std::string& flag, const std::string& value) {
 // Who user code runs as: --job-users (a uid per owner) or --job-user (one for all), both
 // for a worker that runs as root.
 absl::Status SetJobUsers(const WorkerFlags& flags, TrainerProcessOptions& trainer) {
-  if (!flags.job_users.empty()) {
-    auto range = ParseUidRange(flags.job_users);
+  // A sandboxing root worker never runs user code as root: a uid per owner unless told.
+  const bool default_range =
+      flags.sandbox && geteuid() == 0 && flags.job_users.empty() && flags.job_user.empty();
+  const std::string job_users = default_range ? kDefaultJobUsers : flags.job_users;
+  if (!job_users.empty()) {
+    auto range = ParseUidRange(job_users);
     if (!range.ok()) return range.status();
-    if (auto s = NeedsRoot("--job-users", flags.job_users); !s.ok()) return s;
+    if (auto s = NeedsRoot("--job-users", job_users); !s.ok()) return s;
     trainer.job_users = *range;
     trainer.job_users_table = flags.job_users_table;
   }
@@ -172,15 +176,10 @@ absl::Status SetJobUsers(const WorkerFlags& flags, TrainerProcessOptions& traine
 }
 
 // --sandbox: stoke-sandbox beside this program, the worker's programs readable inside, its
-// credentials hidden, and each attempt's limits.
-absl::StatusOr<SandboxSettings> Sandbox(const WorkerFlags& flags, const DeviceRef& device,
-                                        const TrainerProcessOptions& trainer) {
+// credentials hidden, and each attempt's limits. (As root, SetJobUsers has given it a user.)
+absl::StatusOr<SandboxSettings> Sandbox(const WorkerFlags& flags, const DeviceRef& device) {
   SandboxSettings sandbox;
   if (!flags.sandbox) return sandbox;
-  if (!trainer.job_users && !trainer.job_user) {
-    return absl::InvalidArgumentError(
-        "--sandbox: needs --job-users (or --job-user): user code never runs as root");
-  }
   sandbox.program = BesideThisProgram("stoke-sandbox");
   if (sandbox.program.empty()) {
     return absl::FailedPreconditionError("--sandbox: no stoke-sandbox beside stoke-worker");
@@ -211,7 +210,7 @@ absl::StatusOr<TrainerProcessOptions> TrainerOptions(const WorkerFlags& flags,
   trainer.device = device.Label();
   trainer.threads = flags.threads;
   absl::Status users = SetJobUsers(flags, trainer);
-  auto sandbox = users.ok() ? Sandbox(flags, device, trainer) : users;
+  auto sandbox = users.ok() ? Sandbox(flags, device) : users;
   if (!sandbox.ok()) {
     return absl::Status(sandbox.status().code(),
                         absl::StrCat("stoke-worker: ", sandbox.status().message()));

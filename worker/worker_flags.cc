@@ -88,13 +88,14 @@ void AddTrainingAndSecurityFlags(CLI::App& app, WorkerFlags* flags) {
                  "as this unprivileged user; for workers that run as root");
   app.add_option("--job-users", flags->job_users,
                  "Run each owner's code (Python and TorchScript models, scripts) as a uid of its "
-                 "own from this range, FIRST-LAST (61000-61999): owners cannot reach each "
-                 "other's jobs; for workers that run as root")
+                 "own from this range, FIRST-LAST: owners cannot reach each other's jobs; for "
+                 "workers that run as root (default with --sandbox: 61000-61999)")
       ->excludes("--job-user");
   app.add_option("--sandbox", flags->sandbox,
                  "Run user code contained (stoke-sandbox): a root of its own showing only the "
                  "system, its job's folder and the data roots, new namespaces, and a cgroup per "
-                 "attempt that nothing outlives; needs --job-user or --job-users")
+                 "attempt that nothing outlives. As root, as a uid per owner (--job-users) or "
+                 "--job-user; otherwise as this worker's user, in a user namespace of its own")
       ->capture_default_str();
   app.add_option("--job-memory", flags->job_memory,
                  "With --sandbox: each attempt's memory limit (16G, 512M; default: the host's "

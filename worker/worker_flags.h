@@ -46,9 +46,10 @@ struct WorkerFlags {
   std::string job_user;
   std::string job_users;  // "61000-61999": a uid of its own for each owner's code
   std::string job_users_table = kDefaultJobUsersTable;
-  // User code in stoke-sandbox (its own root, namespaces and cgroup). Off until every
-  // worker kind has run with it; needs --job-user or --job-users, and root.
-  bool sandbox = false;
+  // User code in stoke-sandbox (its own root, namespaces and cgroup). As root, with a uid
+  // per owner (--job-users, by default kDefaultJobUsers) or --job-user; otherwise as the
+  // worker's own user, in a user namespace.
+  bool sandbox = true;
   std::string job_memory;  // each attempt's memory limit ("16G"); "": the default
   uint64_t job_pids = 16384;
   spec::LogFlags log;

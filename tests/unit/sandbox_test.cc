@@ -271,10 +271,36 @@ TEST_F(SandboxTest, GoingOverTheMemoryLimitEndsTheAttemptSayingSo) {
                     "stoke-sandbox: the job went over its memory limit of 64 MiB and was killed"));
 }
 
+// The raw wait status of `argv`, run with its output thrown away.
+int WaitStatusOf(std::vector<std::string> args) {
+  std::vector<char*> argv;
+  for (std::string& arg : args) argv.push_back(arg.data());
+  argv.push_back(nullptr);
+  const pid_t pid = fork();
+  if (pid == 0) {
+    const int null = open("/dev/null", O_WRONLY);
+    dup2(null, 1);
+    dup2(null, 2);
+    execv(argv[0], argv.data());
+    _exit(127);
+  }
+  int status = 0;
+  waitpid(pid, &status, 0);
+  return status;
+}
+
 TEST_F(SandboxTest, PassesTheProgramsExitStatusThrough) {
   RequireNamespaces();
   EXPECT_EQ(Sandbox({}, "exit 3").exit_code, 3);
-  EXPECT_EQ(Sandbox({}, "kill -TERM $$").exit_code, 128 + SIGTERM);
+  // A program killed by a signal ends the sandbox by the same signal, so that the worker
+  // names it: an exit status of 139 would not tell a segfault from exit(139).
+  for (int signal : {SIGTERM, SIGSEGV}) {
+    const int status =
+        WaitStatusOf(Command({}, {"/bin/sh", "-c", absl::StrCat("kill -", signal, " $$")}));
+    EXPECT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == signal) << "wait status " << status;
+  }
+  const int exited = WaitStatusOf(Command({}, {"/bin/sh", "-c", "exit 139"}));
+  EXPECT_TRUE(WIFEXITED(exited) && WEXITSTATUS(exited) == 139) << "wait status " << exited;
 }
 
 TEST_F(SandboxTest, SigtermReachesTheProgram) {
@@ -301,6 +327,31 @@ TEST_F(SandboxTest, SetupFailureNamesWhatFailed) {
   const CommandResult as_root = RunCommand({STOKE_SANDBOX_BINARY, "--", "/bin/true"});
   EXPECT_EQ(as_root.exit_code, sandbox::kSandboxSetupFailed);
   EXPECT_TRUE(Holds(as_root.err, "--uid"));
+}
+
+// A worker run by an ordinary user (the quickstart's local workers) gets the same root,
+// processes and /tmp through a user namespace of its own; the program stays that user.
+TEST_F(SandboxTest, AnOrdinaryUsersWorkerGetsTheSameRootInAUserNamespace) {
+  const std::string rw = Folder("rw", kUid), ro = Folder("ro", kUid);
+  const std::string secret = File("token", "s3cret-of-the-coordinator");
+  chmod(secret.c_str(), 0644);  // even a file the user could read outside stays out
+  const std::string duration = MarkerDuration(9);
+  const CommandResult result = RunCommand(
+      {"/usr/bin/setpriv", "--reuid", std::to_string(kUid), "--regid", std::to_string(kGid),
+       "--clear-groups", STOKE_SANDBOX_BINARY, "--ro", ro, "--rw", rw, "--", "/bin/sh", "-c",
+       absl::StrCat("id -u; echo written > ", rw, "/out; echo no > ", ro,
+                    "/out || echo ro-refused;", "cat ", secret,
+                    " || echo secret-hidden; ls /proc | grep -c '^[0-9]'; ", "setsid sleep ",
+                    duration, " >/dev/null 2>&1 & exit 0")});
+  if (result.exit_code == sandbox::kSandboxSetupFailed ||
+      result.err.find("no namespaces here") != std::string::npos) {
+    GTEST_SKIP() << "unprivileged user namespaces are refused here: " << result.err;
+  }
+  EXPECT_EQ(result.exit_code, 0) << result.err;
+  // Its uid; ro refused; the secret unseen; /proc shows the init, sh, ls, grep and sleep.
+  EXPECT_TRUE(Holds(result.out, "61000\nro-refused\nsecret-hidden\n")) << result.err;
+  EXPECT_EQ(ReadAll(rw + "/out"), "written\n");
+  EXPECT_EQ(CountProcesses({"sleep", duration}), 0) << "sleep " << duration << " outlived it";
 }
 
 // The worker talks to the training process over descriptors 3 and 4: they reach PROGRAM

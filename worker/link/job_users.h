@@ -33,6 +33,9 @@ absl::StatusOr<UidRange> ParseUidRange(const std::string& text);
 absl::StatusOr<JobUser> JobUserForOwner(const std::string& table_path, UidRange range,
                                         const std::string& owner);
 
+// The uids a worker running as root gives owners when the operator names none.
+inline constexpr const char* kDefaultJobUsers = "61000-61999";
+
 // Where the uids of --job-users go: one table a host (every worker of it shares it).
 inline constexpr const char* kDefaultJobUsersTable = "/var/lib/stoke/job-users";
 

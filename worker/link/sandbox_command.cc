@@ -26,17 +26,21 @@ uint64_t DefaultJobMemory(bool cuda_worker) {
   return kib * 1024 / share;
 }
 
-std::vector<std::string> SandboxedCommand(const SandboxSettings& settings, const JobUser& user,
+std::vector<std::string> SandboxedCommand(const SandboxSettings& settings,
+                                          const std::optional<JobUser>& user,
                                           const v1::Assignment& a, const std::string& job_folder,
                                           const std::vector<std::string>& extra_readable,
                                           const std::string& workdir,
                                           const std::vector<std::string>& argv) {
-  std::vector<std::string> command = {settings.program, "--uid", absl::StrCat(user.uid), "--gid",
-                                      absl::StrCat(user.gid)};
+  std::vector<std::string> command = {settings.program};
   const auto add = [&command](const char* flag, const std::string& path) {
     command.push_back(flag);
     command.push_back(path);
   };
+  if (user) {
+    add("--uid", absl::StrCat(user->uid));
+    add("--gid", absl::StrCat(user->gid));
+  }
   add("--rw", job_folder);
   for (const std::string& path : extra_readable) {
     if (files::Exists(path)) add("--ro", path);

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -27,10 +28,12 @@ struct SandboxSettings {
 // (one attempt each), or half of it on a CPU worker (two of which run by default).
 uint64_t DefaultJobMemory(bool cuda_worker);
 
-// `argv` run as `user` in the attempt's sandbox: `job_folder` writable (the job's folder,
+// `argv` run as `user` in the attempt's sandbox (none: the worker's own uid, in a user
+// namespace, for a worker that is not root): `job_folder` writable (the job's folder,
 // or the task's scratch folder), the assignment's data roots readable and `extra_readable`
 // too (a script's virtual environment), from `workdir` ("": the sandbox's default).
-std::vector<std::string> SandboxedCommand(const SandboxSettings& settings, const JobUser& user,
+std::vector<std::string> SandboxedCommand(const SandboxSettings& settings,
+                                          const std::optional<JobUser>& user,
                                           const v1::Assignment& assignment,
                                           const std::string& job_folder,
                                           const std::vector<std::string>& extra_readable,

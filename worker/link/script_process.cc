@@ -386,9 +386,9 @@ TrainOutcome RunScript(const ScriptOptions& given, const v1::Assignment& a,
   observer.OnLog(absl::StrCat("rank ", a.rank(), " of ", std::max(1u, a.world_size()), ": ",
                               absl::StrJoin(launch->argv, " "), " (in ", *workdir, ")"));
   const Clock::time_point began = Clock::now();
-  const bool sandboxed = options.sandbox.enabled() && options.job_user.has_value();
+  const bool sandboxed = options.sandbox.enabled();
   const pid_t pid = SpawnChild(
-      sandboxed ? SandboxedCommand(options.sandbox, *options.job_user, a, folders->base,
+      sandboxed ? SandboxedCommand(options.sandbox, options.job_user, a, folders->base,
                                    InterpreterFolder(launch->argv), *workdir, launch->argv)
                 : launch->argv,
       launch->env, {null_in, output.write, output.write, child_end},

@@ -116,9 +116,9 @@ absl::StatusOr<std::unique_ptr<TrainerChild>> StartTrainer(
   std::vector<std::string> argv = {options.trainer_path, "--device", options.device, "--threads",
                                    std::to_string(options.threads)};
   std::optional<JobUser> user = options.job_user;
-  if (options.sandbox.enabled() && task != nullptr && folders != nullptr && user) {
+  if (options.sandbox.enabled() && task != nullptr && folders != nullptr) {
     // The sandbox becomes the user itself, after building the child's root as root.
-    argv = SandboxedCommand(options.sandbox, *user, *task, folders->base, {}, folders->rank, argv);
+    argv = SandboxedCommand(options.sandbox, user, *task, folders->base, {}, folders->rank, argv);
     user.reset();
   }
   const pid_t pid = SpawnChild(argv, env,

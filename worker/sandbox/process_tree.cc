@@ -110,6 +110,26 @@ bool DropPrivileges(const Credentials& credentials, std::string* error) {
   return true;
 }
 
+namespace {
+
+bool WriteProcFile(const char* name, const std::string& text, std::string* error) {
+  const std::string path = absl::StrCat("/proc/self/", name);
+  const int fd = open(path.c_str(), O_WRONLY | O_CLOEXEC);
+  const bool written =
+      fd >= 0 && write(fd, text.data(), text.size()) == static_cast<ssize_t>(text.size());
+  if (!written) *error = absl::StrCat("cannot write ", path, ": ", strerror(errno));
+  if (fd >= 0) close(fd);
+  return written;
+}
+
+}  // namespace
+
+bool MapOwnIdsInNewUserNamespace(uid_t uid, gid_t gid, std::string* error) {
+  return WriteProcFile("setgroups", "deny", error) &&
+         WriteProcFile("uid_map", absl::StrCat(uid, " ", uid, " 1\n"), error) &&
+         WriteProcFile("gid_map", absl::StrCat(gid, " ", gid, " 1\n"), error);
+}
+
 bool DieWithParent(int parent_alive) {
   if (prctl(PR_SET_PDEATHSIG, SIGKILL) != 0) return false;
   pollfd watch = {parent_alive, POLLIN, 0};

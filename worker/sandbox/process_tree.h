@@ -45,6 +45,12 @@ struct Credentials {
 // and saved), then no_new_privs (no setuid program gives privileges back).
 bool DropPrivileges(const Credentials& credentials, std::string* error);
 
+// For a caller without root: after unshare(CLONE_NEWUSER), maps its own uid and gid to
+// themselves in the new user namespace (and denies setgroups, as the kernel requires of
+// an unprivileged map). Its processes stay that uid, with the namespace's rights over the
+// namespaces made with it (mounts, a pid namespace's /proc) and no rights beyond them.
+bool MapOwnIdsInNewUserNamespace(uid_t uid, gid_t gid, std::string* error);
+
 // The calling process gets SIGKILL when its parent dies. `parent_alive` is the read end
 // of a pipe whose write end only the parent holds: a hang-up means the parent is already
 // gone (then this returns false). Set again after DropPrivileges, which clears it.

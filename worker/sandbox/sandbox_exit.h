@@ -2,7 +2,8 @@
 // that says why when the sandbox itself (not the user's program) ended the attempt.
 //
 // stoke-sandbox exits with
-//   - PROGRAM's exit status, or 128 + the signal that ended it (as a shell reports it);
+//   - PROGRAM's exit status; when a signal ended PROGRAM, stoke-sandbox ends by the same
+//     signal (without a core dump of its own), so that the worker can name it;
 //   - kSandboxSetupFailed (126): the sandbox could not be built (a bind, the cgroup's
 //     limits, the change of user, a bad flag); the worker already reads 126 as "cannot set
 //     up the training process";

@@ -7,6 +7,8 @@
 #include <sched.h>
 #include <signal.h>
 #include <sys/prctl.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -33,8 +35,9 @@ struct Attempt {
 };
 
 // The inner process: pid 1 of the new pid namespace. It joins the cgroup, builds the root,
-// becomes the user, starts PROGRAM and stays as its init until PROGRAM ends.
-[[noreturn]] void RunInit(const Attempt& attempt, int parent_alive) {
+// becomes the user, starts PROGRAM and stays as its init until PROGRAM ends; then writes
+// PROGRAM's wait status to `verdict` (an exit code cannot tell a signal from exit(139)).
+[[noreturn]] void RunInit(const Attempt& attempt, int parent_alive, int verdict) {
   // A group of its own: a signal to the outer's group reaches it only through the outer.
   setpgid(0, 0);
   if (!DieWithParent(parent_alive)) _exit(kSandboxSetupFailed);
@@ -53,19 +56,32 @@ struct Attempt {
   if (program == 0) ExecProgram(attempt.program);
   setpgid(program, program);  // as PROGRAM does: no signal finds the group missing
   // Exiting takes the rest of the namespace with it (the kernel SIGKILLs it).
-  _exit(ExitCodeOf(WaitForwarding(program, true, true)));
+  const int status = WaitForwarding(program, true, true);
+  ssize_t unused = write(verdict, &status, sizeof status);
+  (void)unused;
+  _exit(ExitCodeOf(status));
 }
 
-// Namespaces refused here (an unprivileged caller, a container without CAP_SYS_ADMIN, a
-// kernel without them): the caller falls back to the subreaper.
-bool NamespacesRefused(int error) { return error == EPERM || error == EINVAL || error == ENOSYS; }
+// Namespaces refused here (a container without CAP_SYS_ADMIN, a kernel without them or
+// with unprivileged user namespaces turned off): the caller falls back to the subreaper.
+bool NamespacesRefused(int error) {
+  return error == EPERM || error == EINVAL || error == ENOSYS || error == ENOSPC || error == EUSERS;
+}
 
 // PROGRAM under an init of its own in new pid, mount, IPC and UTS namespaces (not the
-// network's: a job's ranks reach each other and the coordinator over TCP). The outer
-// unshares the mount namespace too, only to learn up front whether it may: the init makes
-// its own. Returns PROGRAM's exit code, or -1 when the namespaces were refused.
-int RunInNamespaces(const Attempt& attempt) {
-  if (unshare(CLONE_NEWPID | CLONE_NEWNS | CLONE_NEWIPC | CLONE_NEWUTS) != 0) {
+// network's: a job's ranks reach each other and the coordinator over TCP). Without root
+// (a worker run by an ordinary user, as the quickstart's local workers are), in a user
+// namespace of its own too, which gives it the right to build the root and nothing more:
+// PROGRAM stays the caller's uid. The outer unshares the mount namespace too, only to
+// learn up front whether it may: the init makes its own. Returns PROGRAM's exit code, or
+// -1 when the namespaces were refused; `program_signal` is the signal that ended PROGRAM.
+int RunInNamespaces(const Attempt& attempt, int* program_signal) {
+  const uid_t uid = geteuid();
+  const gid_t gid = getegid();
+  const bool unprivileged = uid != 0;
+  const int kinds =
+      CLONE_NEWPID | CLONE_NEWNS | CLONE_NEWIPC | CLONE_NEWUTS | (unprivileged ? CLONE_NEWUSER : 0);
+  if (unshare(kinds) != 0) {
     if (!NamespacesRefused(errno)) {
       SayLine(absl::StrCat("cannot make namespaces: ", strerror(errno)));
       return kSandboxSetupFailed;
@@ -74,8 +90,13 @@ int RunInNamespaces(const Attempt& attempt) {
                          "): only the process tree is contained"));
     return -1;
   }
-  int alive[2];
-  if (pipe2(alive, O_CLOEXEC) != 0) return kSandboxSetupFailed;
+  std::string error;
+  if (unprivileged && !MapOwnIdsInNewUserNamespace(uid, gid, &error)) {
+    SayLine(error);
+    return kSandboxSetupFailed;
+  }
+  int alive[2], verdict[2];
+  if (pipe2(alive, O_CLOEXEC) != 0 || pipe2(verdict, O_CLOEXEC) != 0) return kSandboxSetupFailed;
   const pid_t init = fork();
   if (init < 0) {
     SayLine(absl::StrCat("cannot fork: ", strerror(errno)));
@@ -83,18 +104,26 @@ int RunInNamespaces(const Attempt& attempt) {
   }
   if (init == 0) {
     close(alive[1]);
-    RunInit(attempt, alive[0]);
+    close(verdict[0]);
+    RunInit(attempt, alive[0], verdict[1]);
   }
   close(alive[0]);
+  close(verdict[1]);
   setpgid(init, init);
   const int status = WaitForwarding(init, false, false);
   close(alive[1]);
+  int program_status = 0;
+  if (read(verdict[0], &program_status, sizeof program_status) == sizeof program_status &&
+      WIFSIGNALED(program_status)) {
+    *program_signal = WTERMSIG(program_status);
+  }
+  close(verdict[0]);
   return ExitCodeOf(status);
 }
 
 // Without namespaces: PROGRAM as the outer's child, the outer a subreaper that kills all
 // PROGRAM left behind once PROGRAM ends.
-int RunAsSubreaper(const Attempt& attempt) {
+int RunAsSubreaper(const Attempt& attempt, int* program_signal) {
   int alive[2];
   if (prctl(PR_SET_CHILD_SUBREAPER, 1) != 0 || pipe2(alive, O_CLOEXEC) != 0) {
     SayLine(absl::StrCat("cannot become a subreaper: ", strerror(errno)));
@@ -116,6 +145,7 @@ int RunAsSubreaper(const Attempt& attempt) {
   if (program < 0) return kSandboxSetupFailed;
   setpgid(program, program);
   const int status = WaitForwarding(program, true, true);
+  if (WIFSIGNALED(status)) *program_signal = WTERMSIG(status);
   if (!KillDescendants(kCleanupBound)) SayLine("some processes of the attempt would not die");
   close(alive[1]);
   return ExitCodeOf(status);
@@ -142,6 +172,19 @@ int Finish(const Attempt& attempt, int exit_code) {
   SayLine(absl::StrCat("the job went over its memory limit of ", MiB(attempt.options.memory_bytes),
                        " MiB and was killed"));
   return kSandboxOutOfMemory;
+}
+
+// Ends this process by `signal`, as PROGRAM ended, so that the worker names the signal
+// (SIGSEGV: "signal 11 (Segmentation fault)"); without a core dump of the sandbox's own.
+void EndBySignal(int signal) {
+  const rlimit no_core = {0, 0};
+  setrlimit(RLIMIT_CORE, &no_core);
+  ::signal(signal, SIG_DFL);
+  sigset_t only;
+  sigemptyset(&only);
+  sigaddset(&only, signal);
+  sigprocmask(SIG_UNBLOCK, &only, nullptr);
+  raise(signal);
 }
 
 // The options, checked; exits on --help (0) or a mistake (126).
@@ -181,9 +224,12 @@ int Run(int argc, char** argv) {
       return Finish(attempt, kSandboxSetupFailed);
     }
   }
-  int exit_code = options.namespaces ? RunInNamespaces(attempt) : -1;
-  if (exit_code < 0) exit_code = RunAsSubreaper(attempt);
-  return Finish(attempt, exit_code);
+  int program_signal = 0;
+  int exit_code = options.namespaces ? RunInNamespaces(attempt, &program_signal) : -1;
+  if (exit_code < 0) exit_code = RunAsSubreaper(attempt, &program_signal);
+  exit_code = Finish(attempt, exit_code);
+  if (program_signal != 0 && exit_code == 128 + program_signal) EndBySignal(program_signal);
+  return exit_code;
 }
 
 }  // namespace

@@ -1,5 +1,7 @@
 #include "worker/sandbox/sandbox_options.h"
 
+#include <unistd.h>
+
 #include <cctype>
 #include <limits>
 
@@ -164,6 +166,10 @@ bool ParseSandboxOptions(int argc, char** argv, SandboxOptions* options, std::st
 bool CheckSandboxOptions(const SandboxOptions& options, bool as_root, std::string* error) {
   if (as_root && !options.uid) {
     *error = "running as root: --uid and --gid are required (a user's code never runs as root)";
+    return false;
+  }
+  if (!as_root && options.uid && (*options.uid != geteuid() || *options.gid != getegid())) {
+    *error = "--uid and --gid: only root may run a program as another user";
     return false;
   }
   if ((options.uid && *options.uid == 0) || (options.gid && *options.gid == 0)) {

@@ -32,7 +32,8 @@ Coordinator::Coordinator(Options options, JobStore& store, EventHub& hub, Clock&
       jobs_(store, hub, clock, telemetry_.get()),
       last_tick_(clock.Now()),
       fair_share_(options_.fair_share_half_life),
-      fair_share_charged_to_(clock.Now()) {}
+      fair_share_charged_to_(clock.Now()),
+      log_budget_(options_.log_limits) {}
 
 Coordinator::~Coordinator() { Stop(); }
 

@@ -24,6 +24,7 @@
 #include "server/core/event_hub.h"
 #include "server/core/fair_share.h"
 #include "server/core/job_book.h"
+#include "server/core/log_budget.h"
 #include "server/core/quotas.h"
 #include "server/core/scheduler.h"
 #include "server/core/start_prediction.h"
@@ -79,6 +80,8 @@ class Coordinator {
     // until folders are cleared. Measured every disk_quota_interval.
     uint64_t max_job_bytes_per_owner = 0;
     absl::Duration disk_quota_interval = absl::Seconds(30);
+    // How fast and how much each job's log may grow in the store (log_budget.h).
+    LogLimits log_limits;
     // A preempted job's ranks stop at their next step boundary (writing a checkpoint of
     // it); one still running this long after the order is cancelled instead, and resumes
     // from its newest checkpoint.
@@ -339,10 +342,13 @@ class Coordinator {
   bool stopping_ = false;
   std::thread ticker_;
   std::thread disk_quota_watch_;
-  // The job folders' bytes by owner, from the last measure (under mu_); and each folder's
-  // owner, known to the measuring thread alone.
+  // The job folders' and the stored logs' bytes by owner, from the last measure (under
+  // mu_); and each ended job's folder's owner and log size, known to the measuring thread
+  // alone.
   std::map<std::string, uint64_t> owner_folder_bytes_;
   std::map<std::string, std::string> folder_owners_;
+  std::map<std::string, uint64_t> ended_log_bytes_;  // by job, for the measuring thread
+  LogBudget log_budget_;                             // guarded by mu_
 };
 
 }  // namespace stoke::server

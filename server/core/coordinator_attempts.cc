@@ -91,9 +91,17 @@ void Coordinator::StopGang(const std::string& job_id, const std::string& reason)
   }
 }
 
-void Coordinator::RecordTransition(const std::string& job_id, uint32_t attempt, v1::JobState state,
+void Coordinator::RecordTransition(const std::string& id, uint32_t attempt, v1::JobState state,
                                    const std::string& message,
                                    const std::function<void(v1::Job&)>& edit) {
+  // `id` may be the job's own field, which storing the notice below replaces.
+  const std::string job_id = id;
+  // The attempt's end: lines dropped and not yet said are said before it.
+  for (const v1::LogLine& notice : log_budget_.Finish(job_id)) {
+    if (auto s = jobs_.Amend(job_id, notice.text(), [](v1::Job&) {}); !s.ok()) {
+      spdlog::warn("job {}: {}", job_id, s.ToString());
+    }
+  }
   // Behind an earlier unsaved change of this job: stored after it, never before.
   const bool behind = std::any_of(unsaved_transitions_.begin(), unsaved_transitions_.end(),
                                   [&](const UnsavedTransition& t) { return t.job_id == job_id; });

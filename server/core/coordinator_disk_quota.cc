@@ -31,15 +31,27 @@ void Coordinator::DiskQuotaLoop() {
 
 void Coordinator::MeasureJobFolders() {
   // The walk takes no lock: on shared storage it may take seconds. A folder's owner never
-  // changes, so each is read from the store once.
+  // changes, so each is read from the store once, once its job has ended (with its log's
+  // final size: a job's stored log counts with its folder, and leaves the quota with it).
+  std::vector<std::string> ended;
   std::map<std::string, uint64_t> usage =
-      BytesPerOwner(options_.jobs_dir, [this](const std::string& id) -> std::optional<std::string> {
-        if (auto it = folder_owners_.find(id); it != folder_owners_.end()) return it->second;
+      BytesPerOwner(options_.jobs_dir, [&](const std::string& id) -> std::optional<std::string> {
+        if (auto it = folder_owners_.find(id); it != folder_owners_.end()) {
+          ended.push_back(id);
+          return it->second;
+        }
         auto job = store_.GetJob(id);
         if (!job.ok()) return std::nullopt;  // no job's folder: not anyone's to count
-        return folder_owners_[id] = job->owner();
+        if (IsTerminal(job->state())) {
+          ended_log_bytes_[id] = job->log_bytes();
+          folder_owners_[id] = job->owner();
+          ended.push_back(id);
+        }
+        return job->owner();
       });
+  for (const std::string& id : ended) usage[folder_owners_[id]] += ended_log_bytes_[id];
   std::lock_guard<std::mutex> lock(mu_);
+  for (const v1::Job* job : jobs_.Active()) usage[job->owner()] += job->log_bytes();
   owner_folder_bytes_ = std::move(usage);
   // Chosen first: a failed job leaves the active set being walked.
   struct Over {
@@ -62,8 +74,9 @@ std::optional<std::string> Coordinator::OverDiskQuota(const std::string& owner) 
     return std::nullopt;
   }
   return absl::StrCat(
-      owner.empty() ? "the job folders" : absl::StrCat("owner ", owner, "'s job folders"), " hold ",
-      Bytes(it->second), ", over the limit of ", Bytes(options_.max_job_bytes_per_owner),
+      owner.empty() ? "the job folders" : absl::StrCat("owner ", owner, "'s job folders"),
+      " (with their jobs' logs) hold ", Bytes(it->second), ", over the limit of ",
+      Bytes(options_.max_job_bytes_per_owner),
       " (--max-job-bytes-per-owner); export what you need and remove old jobs' "
       "folders to go on");
 }

@@ -343,6 +343,16 @@ void Coordinator::OnTaskReport(const std::string& worker_id, const v1::TaskRepor
     spdlog::warn("job {}: {}", report.job_id(), what);
     diagnosed.add_logs()->set_text(what);
   }
+  // What the job printed, within its log budget; what is over it is dropped and said.
+  LogBudget::Admitted logs =
+      log_budget_.Admit(job->id(), job->log_bytes(), clock_.Now(), diagnosed.logs());
+  if (logs.dropped_lines > 0 || logs.lines.size() != static_cast<size_t>(diagnosed.logs_size())) {
+    diagnosed.clear_logs();
+    for (v1::LogLine& line : logs.lines) {
+      line.set_rank(worker->info.rank());
+      *diagnosed.add_logs() = std::move(line);
+    }
+  }
   if (worker->info.rank() == 0) NoteStepTime(*job, report);
   if (Attempt* attempt = CurrentAttempt(*job)) {
     const std::optional<v1::DeviceStats> device =

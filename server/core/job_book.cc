@@ -2,6 +2,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "server/common/time_util.h"
+#include "server/core/log_budget.h"
 
 namespace stoke::server {
 
@@ -231,7 +232,10 @@ absl::Status JobBook::AppendReport(const std::string& id, const v1::TaskReport& 
   if (events.empty() && startup == nullptr) {
     return absl::OkStatus();
   }
+  uint64_t log_bytes = 0;
+  for (const auto& line : report.logs()) log_bytes += LogLineBytes(line);
   auto latest = [&](v1::Job& job) {
+    job.set_log_bytes(job.log_bytes() + log_bytes);
     if (startup != nullptr) {
       *job.mutable_startup() = *startup;
     }

@@ -242,7 +242,8 @@ TEST_F(CoordinatorTest, AnOwnerOverTheDiskQuotaIsStoppedUntilItsFoldersAreCleare
   Finished("w1", running, 1, v1::TASK_OUTCOME_CANCELLED);
   core_->Tick();
   EXPECT_EQ(GetJob(queued).state(), v1::JOB_STATE_PENDING) << "placed while over the quota";
-  EXPECT_NE(GetJob(queued).message().find("job folders hold"), std::string::npos);
+  EXPECT_NE(GetJob(queued).message().find("job folders (with their jobs' logs) hold"),
+            std::string::npos);
   v1::JobSpec spec = GetJob(queued).spec();
   EXPECT_EQ(core_->SubmitJob(spec).status().code(), absl::StatusCode::kResourceExhausted);
   EXPECT_TRUE(core_->SubmitJob(spec, "", "bob").ok()) << "another owner was held back";
@@ -251,7 +252,8 @@ TEST_F(CoordinatorTest, AnOwnerOverTheDiskQuotaIsStoppedUntilItsFoldersAreCleare
   core_->MeasureJobFolders();
   core_->Tick();
   EXPECT_TRUE(GetJob(queued).state() == v1::JOB_STATE_SCHEDULED ||
-              GetJob(queued).message().find("job folders hold") == std::string::npos);
+              GetJob(queued).message().find("job folders (with their jobs' logs) hold") ==
+                  std::string::npos);
   EXPECT_TRUE(core_->SubmitJob(spec).ok());
 }
 

@@ -10,9 +10,11 @@
 
 #include <CLI/CLI.hpp>
 #include <atomic>
+#include <cerrno>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <mutex>
 #include <string>
 #include <thread>
@@ -151,6 +153,17 @@ int main(int argc, char** argv) {
              task->job_id, task->attempt);
     }
     config->code_dir = command.start().code_dir();
+    // In the attempt's own folder (the code's), not the worker's working directory: a
+    // file of the worker's there is not the user's to import or open by a relative path.
+    const std::string& code_dir = config->code_dir;
+    const std::string attempt_dir = code_dir.substr(0, code_dir.find_last_of('/'));
+    if (!attempt_dir.empty() && chdir(attempt_dir.c_str()) != 0) {
+      Finish(
+          events,
+          {TrainOutcome::Kind::kFailed,
+           "cannot enter the attempt's folder " + attempt_dir + ": " + std::strerror(errno), false},
+          task->job_id, task->attempt);
+    }
   }
 
   // Commands after the start: a preemption, a cancel, or the end of input (the worker is

@@ -141,6 +141,19 @@ TEST_F(TrainerProcessTest, PythonModelTrainsAndReportsThroughTheWorker) {
   EXPECT_TRUE(written.good());
 }
 
+// The user's code runs in its attempt's folder, not in the worker's working directory
+// (whose files are not the user's to open or import by a relative name).
+TEST_F(TrainerProcessTest, TheModelRunsInItsAttemptsFolder) {
+  WriteFile("model.py", std::string(kModel) +
+                            "\nimport os\ndef here(**args):\n"
+                            "    assert os.getcwd().endswith('/job-1/attempts/1/rank-0'), "
+                            "os.getcwd()\n    return Net(**args)\n");
+  const TrainOutcome outcome =
+      Train(Assign("model:\n  python: {file: model.py, factory: here}\ndata:\n  synthetic: "
+                   "{features: 16, num_classes: 4}\ntraining: {steps: 2, batch_size: 8}\n"));
+  EXPECT_EQ(outcome.kind, TrainOutcome::Kind::kSucceeded) << outcome.message << "\n" << Logs();
+}
+
 // Same model, seed, optimizer and batches as a plain PyTorch eager loop on Fashion-MNIST:
 // the same loss at every one of 200 steps, within bf16's tolerance.
 TEST_F(TrainerProcessTest, LossCurveMatchesAPlainPyTorchLoopOverTwoHundredSteps) {

@@ -15,7 +15,6 @@
 #include <vector>
 
 #include "absl/time/time.h"
-#include "google/protobuf/repeated_ptr_field.h"
 #include "stoke/v1/job.pb.h"
 
 namespace stoke::server {

@@ -172,6 +172,9 @@ class Coordinator {
   absl::Status AdmitRegistration(const v1::RegisterWorker& registration,
                                  const std::string& credential);
   absl::Status RefuseWhileHeld(const std::string& worker_id);
+  // While an attempt waits for its workers to reattach, an id of its placement is
+  // refused to any registration that does not hold that rank's task and its key.
+  absl::Status RefuseWhileAwaited(const v1::RegisterWorker& registration) const;
   // A worker found claiming a GPU it lacks may not register with a CUDA device again
   // until its distrust (kGpuDistrust) has passed.
   absl::Status RefuseFoundOutGpu(const v1::RegisterWorker& registration);
@@ -217,6 +220,8 @@ class Coordinator {
   void ReclaimTask(const std::string& worker_id, const v1::HeldTask& held);
   // A worker reattached holding nothing: attempts awaiting it lost their rank.
   void ReleaseAwaitedPlacements(const std::string& worker_id);
+  // Whether any rank of the job's current attempt `attempt` has started training.
+  bool AnyRankStarted(const std::string& job_id, uint32_t attempt);
   // Tick: attempts whose awaited workers have all reattached carry on; those past their
   // deadline are given up.
   void SettleReattachments();
@@ -262,9 +267,11 @@ class Coordinator {
   void DescribeSharing(v1::Cluster& cluster) const;
   // The SCHEDULED move of a planned start: the new attempt on its workers. A pass's
   // multi-rank jobs avoid `rendezvous_taken` (the pass's earlier ones), and add theirs.
-  JobBook::Change Placement(const PlannedStart& start, std::set<std::string>& rendezvous_taken);
+  // The job's placement for `start`, and a new task key per rank in `task_keys`.
+  JobBook::Change Placement(const PlannedStart& start, std::set<std::string>& rendezvous_taken,
+                            std::vector<std::string>& task_keys);
   // Once its placement is stored: marks the workers busy and sends their assignments.
-  void StartJob(const PlannedStart& start);
+  void StartJob(const PlannedStart& start, const std::vector<std::string>& task_keys);
   // Thread-safe (no mu_ needed): adds why a queued job still waits to its message.
   v1::Job WithWaitingReason(v1::Job job) const;
   void PublishWaiting(std::map<std::string, std::string> reasons,

@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "security/token_hash.h"
 #include "server/common/time_util.h"
 #include "spec/code_bundle.h"
 
@@ -58,7 +59,10 @@ void Coordinator::Schedule() {
   // hears of it.
   std::vector<JobBook::Change> changes;
   std::set<std::string> rendezvous_taken;  // this pass's, not yet in the job book
-  for (const auto& start : plan.starts) changes.push_back(Placement(start, rendezvous_taken));
+  std::vector<std::vector<std::string>> task_keys(plan.starts.size());
+  for (size_t i = 0; i < plan.starts.size(); ++i) {
+    changes.push_back(Placement(plan.starts[i], rendezvous_taken, task_keys[i]));
+  }
   const std::vector<absl::Status> results = jobs_.TransitionTogether(changes);
   for (size_t i = 0; i < plan.starts.size(); ++i) {
     if (!results[i].ok()) {
@@ -66,12 +70,13 @@ void Coordinator::Schedule() {
                     results[i].ToString());
       continue;
     }
-    StartJob(plan.starts[i]);
+    StartJob(plan.starts[i], task_keys[i]);
   }
 }
 
 JobBook::Change Coordinator::Placement(const PlannedStart& start,
-                                       std::set<std::string>& rendezvous_taken) {
+                                       std::set<std::string>& rendezvous_taken,
+                                       std::vector<std::string>& task_keys) {
   // Ranks meet at rank 0's worker, on a port no other live job holds.
   std::string rendezvous;
   if (start.worker_ids.size() > 1) {
@@ -87,6 +92,10 @@ JobBook::Change Coordinator::Placement(const PlannedStart& start,
     p.set_worker_id(worker->info.id());
     p.set_host(worker->info.host());
     *p.mutable_device() = worker->info.device();
+    // Without the system's random source there is no key: the id is then unguarded.
+    auto key = security::NewToken();
+    task_keys.push_back(key.ok() ? *key : "");
+    if (key.ok()) p.set_task_key_sha256(security::HashToken(*key));
   }
   return {start.job_id, v1::JOB_STATE_SCHEDULED,
           absl::StrCat("scheduled on ", absl::StrJoin(start.worker_ids, ", ")),
@@ -99,7 +108,7 @@ JobBook::Change Coordinator::Placement(const PlannedStart& start,
           }};
 }
 
-void Coordinator::StartJob(const PlannedStart& start) {
+void Coordinator::StartJob(const PlannedStart& start, const std::vector<std::string>& task_keys) {
   const std::string where = absl::StrJoin(start.worker_ids, ", ");
   const v1::Job* job = jobs_.FindActive(start.job_id);
   attempts_.insert_or_assign(
@@ -133,6 +142,7 @@ void Coordinator::StartJob(const PlannedStart& start) {
     a->set_owner(job->owner());
     a->set_rendezvous_address(job->rendezvous_address());
     a->set_advertise_address(worker->info.address());
+    a->set_task_key(task_keys[rank]);
     for (const auto& root : options_.data_roots) a->add_data_roots(root);
     if (code.files_size() > 0) *a->mutable_code() = code;
     worker->connection->Send(message);

@@ -10,6 +10,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "security/token_hash.h"
 #include "server/common/device_label.h"
 #include "server/common/time_util.h"
 #include "server/core/job_startup.h"
@@ -84,6 +85,37 @@ absl::Status Coordinator::RefuseWhileHeld(const std::string& worker_id) {
                    absl::FormatDuration(3 * options_.heartbeat_interval)));
 }
 
+absl::Status Coordinator::RefuseWhileAwaited(const v1::RegisterWorker& registration) const {
+  // After a coordinator restart (or a broken link), any process holding a worker
+  // credential could register a training worker's id first, and take its job; the worker
+  // that still runs the task proves it is the one by its task's key.
+  const v1::HeldTask& held = registration.held_task();
+  for (const auto& [job_id, attempt] : attempts_) {
+    if (!attempt.reattach_deadline()) continue;
+    const v1::Job* job = jobs_.FindActive(job_id);
+    if (job == nullptr || !IsLive(job->state())) continue;
+    for (const auto& p : job->placement()) {
+      // A rank not yet started holds nothing to take: its id may register afresh.
+      if (p.worker_id() != registration.worker_id() || p.task_key_sha256().empty() ||
+          !attempt.HasStarted(p.rank())) {
+        continue;
+      }
+      const bool holds_it =
+          registration.has_held_task() && held.job_id() == job_id &&
+          held.attempt() == job->attempt() && held.rank() == p.rank() &&
+          security::ConstantTimeEquals(security::HashToken(held.task_key()), p.task_key_sha256());
+      if (holds_it) return absl::OkStatus();
+      return absl::AlreadyExistsError(absl::StrCat(
+          "register.worker_id: ", registration.worker_id(), " runs rank ", p.rank(), " of job ",
+          job_id, ", which waits until ",
+          absl::FormatTime("%H:%M:%S UTC", *attempt.reattach_deadline(), absl::UTCTimeZone()),
+          " for it to come back holding the task (and its key); another registration of the "
+          "id waits until then"));
+    }
+  }
+  return absl::OkStatus();
+}
+
 void Coordinator::ReplaceWorkerProcess(const WorkerEntry& replaced, const v1::HeldTask* held) {
   replaced.connection->Close("replaced by a new registration of the same worker");
   // The same process on a new stream, still on its task: nothing was lost.
@@ -107,6 +139,7 @@ absl::Status Coordinator::AttachWorker(const v1::RegisterWorker& registration,
   std::lock_guard<std::mutex> lock(mu_);
   if (auto s = RefuseFoundOutGpu(registration); !s.ok()) return s;
   if (auto s = RefuseWhileHeld(registration.worker_id()); !s.ok()) return s;
+  if (auto s = RefuseWhileAwaited(registration); !s.ok()) return s;
   auto replaced = workers_.Attach(WorkerFrom(registration, address), connection, clock_.Now());
   const v1::HeldTask* held = registration.has_held_task() ? &registration.held_task() : nullptr;
   if (replaced) ReplaceWorkerProcess(*replaced, held);
@@ -175,7 +208,7 @@ void Coordinator::ReleaseAwaitedPlacements(const std::string& worker_id) {
 
 void Coordinator::AbandonAwaitedAttempt(const std::string& job_id, uint32_t attempt,
                                         Attempt::Absence absence, const std::string& what) {
-  if (absence == Attempt::Absence::kCoordinatorRestarted) {
+  if (absence == Attempt::Absence::kCoordinatorRestarted || !AnyRankStarted(job_id, attempt)) {
     RequeueAttempt(job_id, attempt, absl::StrCat("the coordinator restarted and ", what));
   } else {
     FailAttempt(job_id, attempt, absl::StrCat("its link broke and ", what), /*retryable=*/true);
@@ -236,9 +269,27 @@ void Coordinator::DetachWorker(const std::string& worker_id, const WorkerConnect
 }
 
 void Coordinator::RemoveWorker(const WorkerEntry& entry, const std::string& why) {
-  if (entry.info.state() == v1::WORKER_STATE_BUSY) {
-    FailAttempt(entry.info.job_id(), entry.attempt, why, /*retryable=*/true);
+  if (entry.info.state() != v1::WORKER_STATE_BUSY) return;
+  // A worker lost before its task started training cost the job nothing but the wait: no
+  // restart is counted (a process that takes assignments and vanishes could otherwise
+  // use up any job's restarts).
+  if (!AnyRankStarted(entry.info.job_id(), entry.attempt)) {
+    RequeueAttempt(entry.info.job_id(), entry.attempt,
+                   absl::StrCat(why, " before the attempt started"));
+    return;
   }
+  FailAttempt(entry.info.job_id(), entry.attempt, why, /*retryable=*/true);
+}
+
+bool Coordinator::AnyRankStarted(const std::string& job_id, uint32_t attempt_number) {
+  const v1::Job* job = jobs_.FindActive(job_id);
+  const Attempt* attempt = job != nullptr ? CurrentAttempt(*job) : nullptr;
+  // (A running attempt recovered after a restart counts every rank as started.)
+  if (attempt == nullptr || attempt->number() != attempt_number) return true;
+  for (uint32_t rank = 0; rank < static_cast<uint32_t>(job->placement_size()); ++rank) {
+    if (attempt->HasStarted(rank)) return true;
+  }
+  return false;
 }
 
 void Coordinator::HandleWorkerMessage(const std::string& worker_id,

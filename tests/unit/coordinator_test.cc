@@ -127,7 +127,28 @@ class CoordinatorTest : public ::testing::Test {
     reg.set_host("host");
     reg.mutable_device()->set_type(v1::DEVICE_TYPE_CPU);
     EXPECT_TRUE(core_->AttachWorker(reg, "10.0.0." + std::to_string(++attached_), connection).ok());
+    connections_.push_back(connection);
     return connection;
+  }
+
+  // The key of `job`'s `attempt` as its worker was assigned it ("" if none was).
+  std::string KeyOf(const std::string& job, uint32_t attempt) const {
+    for (const auto& connection : connections_) {
+      for (const auto& a : connection->Assignments()) {
+        if (a.job_id() == job && a.attempt() == attempt) return a.task_key();
+      }
+    }
+    return "";
+  }
+
+  // Worker `id` registers holding `held` (none when its job is empty); what it is told.
+  absl::Status TryAttach(const std::string& id, const v1::HeldTask& held) {
+    v1::RegisterWorker reg;
+    reg.set_worker_id(id);
+    reg.set_host("host");
+    reg.mutable_device()->set_type(v1::DEVICE_TYPE_CPU);
+    if (!held.job_id().empty()) *reg.mutable_held_task() = held;
+    return core_->AttachWorker(reg, "10.0.0.99", std::make_shared<RecordingConnection>());
   }
 
   // Worker `id` (re)registers holding `attempt` of `job`, as one that trained on without
@@ -142,7 +163,9 @@ class CoordinatorTest : public ::testing::Test {
     reg.mutable_held_task()->set_job_id(job);
     reg.mutable_held_task()->set_attempt(attempt);
     reg.mutable_held_task()->set_started(started);
+    reg.mutable_held_task()->set_task_key(KeyOf(job, attempt));
     EXPECT_TRUE(core_->AttachWorker(reg, "10.0.0.1", connection).ok());
+    connections_.push_back(connection);
     return connection;
   }
 
@@ -208,6 +231,7 @@ class CoordinatorTest : public ::testing::Test {
   std::unique_ptr<EventHub> hub_;
   std::unique_ptr<Coordinator> core_;
   int attached_ = 0;  // workers attached so far: worker N connects from 10.0.0.N
+  std::vector<std::shared_ptr<RecordingConnection>> connections_;  // every one, for KeyOf
 };
 
 // Past --max-job-bytes-per-owner, an owner's running job fails naming the limit, its
@@ -784,16 +808,22 @@ TEST_F(CoordinatorTest, AWorkerWhoseLinkBrokeAndDidNotComeBackFailsItsAttemptAft
       << job.message();
 }
 
-TEST_F(CoordinatorTest, AWorkerBackWithoutItsTaskOrOneThatSentNonsenseFailsItsAttemptAtOnce) {
+TEST_F(CoordinatorTest, AWorkerBackWithoutItsTaskWaitsOutTheWindowAndNonsenseFailsAtOnce) {
   // No restarts allowed: the failure's cause stays the job's message.
   auto w1 = Attach("w1");
   const std::string id = Submit(1, /*max_restarts=*/0);
   Started("w1", id, 1);
   core_->DetachWorker("w1", w1.get(), "link closed");
-  auto restarted = Attach("w1");  // its process restarted: it holds nothing
+  // Its process restarted and holds nothing: the id is the task's until the window ends
+  // (it could as well be another process with the same join token).
+  const absl::Status early = TryAttach("w1", {});
+  EXPECT_TRUE(absl::IsAlreadyExists(early)) << early;
+  clock_.Advance(absl::Seconds(10));
+  core_->Tick();
+  auto restarted = Attach("w1");
   v1::Job job = GetJob(id);
   EXPECT_EQ(job.state(), v1::JOB_STATE_FAILED);
-  EXPECT_NE(job.message().find("its link broke and worker w1 came back without the job"),
+  EXPECT_NE(job.message().find("its link broke and worker w1 did not come back within 10s"),
             std::string::npos)
       << job.message();
 
@@ -895,14 +925,55 @@ TEST_F(CoordinatorRestartTest, JobWhoseWorkerDoesNotReattachIsRequeuedAfterTheHe
   EXPECT_EQ(w1->Assignments()[0].attempt(), 2u);
 }
 
-TEST_F(CoordinatorRestartTest, WorkerBackWithoutItsJobRequeuesItAtOnce) {
+// After a restart, anyone holding a worker credential could register a training worker's
+// id before it comes back, and take its job. Until the window ends, only the process that
+// holds the task and its key gets the id.
+TEST_F(CoordinatorRestartTest, AnAwaitedIdGoesOnlyToTheProcessHoldingItsTaskAndKey) {
   RestartWhileRunning();
+  const absl::Status bare = TryAttach("w1", {});
+  EXPECT_TRUE(absl::IsAlreadyExists(bare)) << bare;
+  EXPECT_NE(bare.message().find("w1 runs rank 0 of job " + running_), std::string::npos) << bare;
+  v1::HeldTask forged;
+  forged.set_job_id(running_);
+  forged.set_attempt(1);
+  forged.set_started(true);
+  forged.set_task_key("stk_guessed");
+  EXPECT_TRUE(absl::IsAlreadyExists(TryAttach("w1", forged)));
+  EXPECT_EQ(GetJob(running_).state(), v1::JOB_STATE_RUNNING);
+  auto w1 = Reattach("w1", running_, 1);
+  EXPECT_TRUE(w1->Assignments().empty()) << "the job was started again";
+  EXPECT_EQ(WorkerState("w1"), v1::WORKER_STATE_BUSY);
+  EXPECT_EQ(GetJob(running_).restarts(), 0u);
+}
+
+TEST_F(CoordinatorRestartTest, WorkerBackWithoutItsJobAfterTheWindowRequeuesItWithoutARestart) {
+  RestartWhileRunning();
+  clock_.Advance(absl::Seconds(11));
+  core_->Tick();
   auto w1 = Attach("w1");  // a new process: the old one, and its training, are gone
   v1::Job job = GetJob(running_);
   EXPECT_EQ(job.restarts(), 0u);
   ASSERT_FALSE(w1->Assignments().empty());
   EXPECT_EQ(w1->Assignments()[0].job_id(), running_);
   EXPECT_EQ(w1->Assignments()[0].attempt(), 2u);
+}
+
+// A process that takes assignments and vanishes before starting them (four fake ids
+// could once use up any job's restarts) costs the job no restart.
+TEST_F(CoordinatorTest, AWorkerLostBeforeItsTaskStartedCostsTheJobNoRestart) {
+  const std::string id = Submit(1, /*max_restarts=*/0);
+  for (const char* fake : {"f1", "f2", "f3", "f4", "f5"}) {
+    auto connection = Attach(fake);
+    ASSERT_EQ(connection->Assignments().size(), 1u) << fake;
+    core_->DetachWorker(fake, connection.get(), "gone", /*may_reconnect=*/false);
+    EXPECT_EQ(GetJob(id).state(), v1::JOB_STATE_PENDING) << fake << ": " << GetJob(id).message();
+  }
+  const v1::Job job = GetJob(id);
+  EXPECT_EQ(job.restarts(), 0u);
+  EXPECT_NE(job.message().find("before the attempt started"), std::string::npos) << job.message();
+  auto real = Attach("w1");
+  Started("w1", id, 6);
+  EXPECT_EQ(GetJob(id).state(), v1::JOB_STATE_RUNNING);
 }
 
 TEST_F(CoordinatorTest, ReportsBecomeOrderedEvents) {
@@ -1033,8 +1104,11 @@ TEST_F(CoordinatorTest, AWorkerIdStaysWithTheCredentialThatRegisteredItFirst) {
   EXPECT_TRUE(real->closed_because.empty());
   EXPECT_EQ(GetJob(id).state(), v1::JOB_STATE_RUNNING);
   EXPECT_EQ(GetJob(id).restarts(), 0u);
-  // The same credential may come back (a restarted worker process).
+  // The same credential may come back (a restarted worker process), once the job it ran
+  // no longer waits for its task (AnAwaitedIdGoesOnlyToTheProcessHoldingItsTaskAndKey).
   Open();
+  clock_.Advance(absl::Seconds(11));
+  core_->Tick();
   EXPECT_TRUE(
       core_->AttachWorker(reg, "10.0.0.1", std::make_shared<RecordingConnection>(), "host-a").ok());
   EXPECT_EQ(core_->AttachWorker(reg, "10.0.0.2", thief, "host-b").code(),

@@ -495,6 +495,7 @@ void WorkerAgent::StartTask(const v1::Assignment& assignment) {
     held_->set_job_id(assignment.job_id());
     held_->set_attempt(assignment.attempt());
     held_->set_rank(assignment.rank());
+    held_->set_task_key(assignment.task_key());
   }
   task_thread_ = std::thread([this, assignment, assigned_at] {
     v1::WorkerMessage done;

@@ -6,6 +6,7 @@
 #include <fcntl.h>
 #include <sched.h>
 #include <signal.h>
+#include <sys/mount.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/wait.h>
@@ -68,6 +69,24 @@ bool NamespacesRefused(int error) {
   return error == EPERM || error == EINVAL || error == ENOSYS || error == ENOSPC || error == EUSERS;
 }
 
+// Whether an unprivileged user namespace here may mount (a throwaway child tries): some
+// hosts allow the namespace but deny what it is for (Ubuntu's AppArmor restriction of
+// unprivileged user namespaces), which would fail every attempt midway through its root.
+bool UnprivilegedMountsWork(uid_t uid, gid_t gid) {
+  const pid_t probe = fork();
+  if (probe == 0) {
+    std::string error;
+    const bool works = unshare(CLONE_NEWUSER | CLONE_NEWNS) == 0 &&
+                       MapOwnIdsInNewUserNamespace(uid, gid, &error) &&
+                       mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr) == 0 &&
+                       mount("tmpfs", "/tmp", "tmpfs", MS_NOSUID | MS_NODEV, "size=4k") == 0;
+    _exit(works ? 0 : 1);
+  }
+  int status = 0;
+  return probe > 0 && waitpid(probe, &status, 0) == probe && WIFEXITED(status) &&
+         WEXITSTATUS(status) == 0;
+}
+
 // PROGRAM under an init of its own in new pid, mount, IPC and UTS namespaces (not the
 // network's: a job's ranks reach each other and the coordinator over TCP). Without root
 // (a worker run by an ordinary user, as the quickstart's local workers are), in a user
@@ -79,6 +98,12 @@ int RunInNamespaces(const Attempt& attempt, int* program_signal) {
   const uid_t uid = geteuid();
   const gid_t gid = getegid();
   const bool unprivileged = uid != 0;
+  if (unprivileged && !UnprivilegedMountsWork(uid, gid)) {
+    SayLine(
+        "an unprivileged user namespace here may not mount: only the process tree is "
+        "contained");
+    return -1;
+  }
   const int kinds =
       CLONE_NEWPID | CLONE_NEWNS | CLONE_NEWIPC | CLONE_NEWUTS | (unprivileged ? CLONE_NEWUSER : 0);
   if (unshare(kinds) != 0) {

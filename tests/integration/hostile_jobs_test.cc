@@ -1,9 +1,11 @@
-// Jobs written to do harm, on a coordinator whose local workers contain user code
-// (--job-users: a uid per owner, each attempt in stoke-sandbox): a Python model reads the
-// coordinator's store, tokens and another owner's job, writes that job's checkpoints,
-// looks for the coordinator's process, leaves a setsid() grandchild behind, forks without
-// end, or allocates past the memory limit. Each is contained, the worker serves on, and
-// nothing of the other job changes. Needs root (as CI runs), as such a worker does.
+// Jobs written to do harm, on a coordinator whose local workers contain user code as they
+// do by default (as root: a uid per owner, each attempt in stoke-sandbox): a Python model
+// reads the coordinator's store, tokens, TLS key and another owner's job, writes that
+// job's checkpoints, looks for the coordinator's process, leaves a setsid() grandchild
+// behind, forks without end, allocates past the memory limit, plants links for the root
+// worker to follow through 20 attempts, or floods its log; a submitter sends a label
+// bomb. Each is contained, the worker serves on, and nothing of the other job changes.
+// Needs root (as CI runs), as such a worker does.
 #include <gtest/gtest.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -79,10 +81,12 @@ class Net(nn.Module):
     def forward(self, x):
         return self.a(x)
 
-def hostile(data_dir, tokens, other_job, marker, bomb=False):
+def hostile(data_dir, tokens, other_job, marker, bomb=False, tls_key=None):
     probe("store", lambda: read(data_dir + "/stoke.db"))
     probe("join token", lambda: read(data_dir + "/local-worker.token"))
     probe("tokens file", lambda: read(tokens))
+    if tls_key:
+        probe("tls key", lambda: read(tls_key))
     probe("data dir write", lambda: write(data_dir + "/planted"))
     probe("other job read", lambda: os.listdir(other_job))
     probe("other job checkpoint", lambda: write(other_job + "/checkpoints/planted"))
@@ -99,6 +103,57 @@ def hog(mib):
 
 def plain():
     return Net()
+
+class FailsAtStep3(Net):
+    steps = 0
+
+    def forward(self, x):
+        self.steps += 1
+        if self.steps == 3:
+            raise RuntimeError("this attempt ends here")
+        return self.a(x)
+
+def swapper(target):
+    # The trainer starts in <job>/attempts/<n>/rank-0: plant links where the root worker
+    # goes next (the next attempt's folder, the checkpoints), swap them without pause from
+    # a setsid() child, and fail at step 3 so that the job is tried again.
+    rank = os.getcwd()
+    attempt = os.path.dirname(rank)
+    job = os.path.dirname(os.path.dirname(attempt))
+    following = "%s/attempts/%d" % (job, int(os.path.basename(attempt)) + 1)
+    def plant():
+        for link in (following, job + "/checkpoints"):
+            try:
+                if os.path.isdir(link) and not os.path.islink(link):
+                    os.rename(link, "%s.%d" % (link, time.time_ns()))
+                os.symlink(target, link)
+            except OSError:
+                pass
+        try:
+            os.link(target + "/secret", job + "/secret-link")
+        except OSError:
+            pass
+    plant()
+    if os.fork() == 0:
+        os.setsid()
+        while True:
+            plant()
+            try:
+                os.unlink(following)
+                os.mkdir(following)
+                os.rmdir(following)
+            except OSError:
+                pass
+    return FailsAtStep3()
+
+def flood(seconds):
+    end = time.time() + seconds
+    lines = 0
+    while time.time() < end:
+        print("y" * 40)
+        lines += 1
+    print("FLOOD printed %d lines" % lines, flush=True)
+    return Net()
 )PY";
 
 constexpr const char* kMarker = "487.25";
@@ -114,17 +169,27 @@ class HostileJobsTest : public ::testing::Test {
         << security::HashToken("stk_bob") << "\n";
     chmod(dir_->File("tokens").c_str(), 0600);
     std::ofstream(dir_->File("model.py")) << kHostile;
+    // TLS as a shared coordinator has it: its key is one more secret out of the jobs' reach.
+    const CommandResult tls =
+        RunCommand({"/usr/bin/openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days",
+                    "2", "-keyout", dir_->File("tls.key"), "-out", dir_->File("tls.pem"), "-subj",
+                    "/CN=localhost", "-addext", "subjectAltName=IP:127.0.0.1"});
+    if (tls.exit_code != 0) ADD_FAILURE() << tls.err;
     CoordinatorProcess::Options options{dir_->File("data")};
     options.local_workers = "cpu:1";
+    // No --job-users: the default range, as on any worker run as root.
     options.extra_args = {"--heartbeat-timeout",
                           "6",
                           "--auth-tokens",
                           dir_->File("tokens"),
-                          "--job-users",
-                          "61000-61999",
+                          "--tls-cert",
+                          dir_->File("tls.pem"),
+                          "--tls-key",
+                          dir_->File("tls.key"),
                           "--local-worker-flag=--job-memory=768M",
                           "--local-worker-flag=--job-pids=200"};
     options.client_token = "stk_root";
+    options.client_tls_ca = dir_->File("tls.pem");
     coordinator_ = CoordinatorProcess::Start(options).release();
   }
   static void TearDownTestSuite() {
@@ -138,12 +203,13 @@ class HostileJobsTest : public ::testing::Test {
 
   // Submits model.py's `factory` with `args` as `token`'s owner; the job's id, once ended.
   static std::string Run(const std::string& token, const std::string& factory,
-                         const std::string& args, int checkpoint_every = 0) {
+                         const std::string& args, int checkpoint_every = 0, int max_restarts = 0) {
     const std::string path = dir_->File("job-" + factory + ".yaml");
     std::ofstream(path) << "name: " << factory << "\nmodel:\n  python:\n    file: model.py\n"
                         << "    factory: " << factory << "\n    args: " << args
                         << "\ndata:\n  synthetic: {features: 16, num_classes: 4}\n"
-                        << "training: {steps: 4, batch_size: 8}\nmax_restarts: 0\n"
+                        << "training: {steps: 4, batch_size: 8}\nmax_restarts: " << max_restarts
+                        << "\n"
                         << (checkpoint_every > 0 ? "checkpoint: {interval_steps: " +
                                                        std::to_string(checkpoint_every) + "}\n"
                                                  : "");
@@ -151,10 +217,14 @@ class HostileJobsTest : public ::testing::Test {
   }
 
   // Submits the job file at `path` as `token`'s owner; the job's id, once ended.
+  static CommandResult Cli(const std::vector<std::string>& args, const std::string& token) {
+    std::vector<std::string> argv = {STOKE_CLI_BINARY, "--address", coordinator_->address()};
+    argv.insert(argv.end(), args.begin(), args.end());
+    return RunCommand(argv, {"STOKE_TOKEN=" + token, "STOKE_TLS_CA=" + dir_->File("tls.pem")});
+  }
+
   static std::string SubmitAndWait(const std::string& path, const std::string& token) {
-    const CommandResult submit =
-        RunCommand({STOKE_CLI_BINARY, "--address", coordinator_->address(), "submit", path},
-                   {"STOKE_TOKEN=" + token});
+    const CommandResult submit = Cli({"submit", path}, token);
     EXPECT_EQ(submit.exit_code, 0) << submit.err;
     const std::string id = submit.out.substr(0, submit.out.find('\n'));
     EXPECT_TRUE(WaitFor(
@@ -170,11 +240,7 @@ class HostileJobsTest : public ::testing::Test {
 
   static v1::Job Job(const std::string& id) { return *coordinator_->client().GetJob(id); }
 
-  static std::string Logs(const std::string& id) {
-    return RunCommand({STOKE_CLI_BINARY, "--address", coordinator_->address(), "logs", id},
-                      {"STOKE_TOKEN=stk_root"})
-        .out;
-  }
+  static std::string Logs(const std::string& id) { return Cli({"logs", id}, "stk_root").out; }
 
   static std::string JobFolder(const std::string& id) { return dir_->File("data/jobs/" + id); }
 
@@ -204,12 +270,13 @@ TEST_F(HostileJobsTest, AModelCannotReachTheCoordinatorAnotherJobOrOutliveItsAtt
 
   std::ostringstream args;
   args << "{data_dir: " << dir_->File("data") << ", tokens: " << dir_->File("tokens")
-       << ", other_job: " << JobFolder(bobs) << ", marker: '" << kMarker << "'}";
+       << ", other_job: " << JobFolder(bobs) << ", marker: '" << kMarker
+       << "', tls_key: " << dir_->File("tls.key") << "}";
   const std::string alices = Run("stk_alice", "hostile", args.str());
   const std::string logs = Logs(alices);
   EXPECT_EQ(Job(alices).state(), v1::JOB_STATE_SUCCEEDED) << Job(alices).message() << logs;
-  for (const char* what : {"store", "join token", "tokens file", "data dir write", "other job read",
-                           "other job checkpoint", "coordinator process"}) {
+  for (const char* what : {"store", "join token", "tokens file", "tls key", "data dir write",
+                           "other job read", "other job checkpoint", "coordinator process"}) {
     EXPECT_NE(logs.find(std::string("PROBE ") + what + ": contained"), std::string::npos)
         << what << " was not contained:\n"
         << logs;
@@ -273,6 +340,76 @@ TEST_F(HostileJobsTest, AModelPastItsMemoryLimitFailsNamingItAndTheWorkerServesO
   EXPECT_EQ(job.state(), v1::JOB_STATE_FAILED);
   EXPECT_NE(job.message().find("memory limit"), std::string::npos) << job.message();
   EXPECT_EQ(Logs(hog).find("LEAKED"), std::string::npos);
+  const std::string next = Run("stk_bob", "plain", "{}");
+  EXPECT_EQ(Job(next).state(), v1::JOB_STATE_SUCCEEDED) << Job(next).message();
+}
+
+// Links planted in the job folder for the root worker to follow, swapped without pause
+// while each attempt runs, through 20 attempts: nothing outside the job folder is handed
+// to the job's user or written, and the worker serves on.
+TEST_F(HostileJobsTest, LinksPlantedForTheRootWorkerThrough20AttemptsRedirectNothing) {
+  const std::string target = dir_->File("root-only");
+  ASSERT_TRUE(files::MakeDirectories(target, nullptr));
+  chmod(target.c_str(), 0700);
+  std::ofstream(target + "/secret") << "root's";
+  chmod((target + "/secret").c_str(), 0600);
+  const std::string id =
+      Run("stk_alice", "swapper", "{target: " + target + "}", /*checkpoint_every=*/0, 19);
+  const v1::Job job = Job(id);
+  EXPECT_EQ(job.state(), v1::JOB_STATE_FAILED);
+  EXPECT_EQ(job.attempt(), 20u) << job.message();
+  EXPECT_NE(job.message().find("this attempt ends here"), std::string::npos) << job.message();
+  std::vector<std::string> entries = files::ListDirectory(target);
+  EXPECT_EQ(entries, std::vector<std::string>{"secret"});
+  for (const std::string& path : {target, target + "/secret"}) {
+    struct stat st {};
+    ASSERT_EQ(stat(path.c_str(), &st), 0) << path;
+    EXPECT_EQ(st.st_uid, 0u) << path << " was handed over";
+    EXPECT_EQ(st.st_mode & 0777, path == target ? 0700u : 0600u) << path;
+  }
+  std::ifstream secret(target + "/secret");
+  EXPECT_EQ(std::string(std::istreambuf_iterator<char>(secret), {}), "root's");
+  const std::string next = Run("stk_bob", "plain", "{}");
+  EXPECT_EQ(Job(next).state(), v1::JOB_STATE_SUCCEEDED) << Job(next).message();
+}
+
+// A job that prints without end stores its log budget's worth (a burst of 1 MiB, then
+// 32 KiB a second), and its log says how many lines were dropped.
+TEST_F(HostileJobsTest, ALogFloodStoresItsBudgetAndSaysHowManyLinesWereDropped) {
+  const std::string id = Run("stk_alice", "flood", "{seconds: 6}");
+  const v1::Job job = Job(id);
+  EXPECT_EQ(job.state(), v1::JOB_STATE_SUCCEEDED) << job.message();
+  const std::string logs = Logs(id);
+  EXPECT_NE(logs.find("log lines ("), std::string::npos) << logs.substr(logs.size() - 2000);
+  EXPECT_NE(logs.find("dropped: the job printed faster than its log budget"), std::string::npos);
+  // The burst, the rate over the job's life (well under a minute here), and some slack.
+  EXPECT_LT(job.log_bytes(), (1u << 20) + 60u * (32u << 10)) << job.log_bytes();
+  EXPECT_GT(job.log_bytes(), 1u << 19);
+  const std::string next = Run("stk_bob", "plain", "{}");
+  EXPECT_EQ(Job(next).state(), v1::JOB_STATE_SUCCEEDED) << Job(next).message();
+}
+
+// An 8-line image manifest whose labels are integers near 2^40 once took the coordinator
+// down (a class name made per value); now it is refused at once, naming the file and line.
+TEST_F(HostileJobsTest, ALabelBombIsRefusedAtSubmissionNamingTheFileAndLine) {
+  ASSERT_TRUE(files::MakeDirectories(dir_->File("data/datasets"), nullptr));
+  const std::string manifest = dir_->File("data/datasets/bomb.csv");  // in a data root
+  {
+    std::ofstream out(manifest);
+    out << "path,label\n";
+    for (int i = 0; i < 8; ++i) out << "img" << i << ".png," << (1099511627776LL + i) << "\n";
+  }
+  const std::string path = dir_->File("bomb.yaml");
+  std::ofstream(path) << "name: bomb\nmodel: {cnn: {channels: [8], hidden: 16}}\n"
+                      << "data:\n  images: {manifest: " << manifest << ", size: 32}\n"
+                      << "training: {steps: 4, batch_size: 8}\n";
+  const auto started = std::chrono::steady_clock::now();
+  const CommandResult submit = Cli({"submit", path}, "stk_alice");
+  EXPECT_NE(submit.exit_code, 0);
+  EXPECT_NE(submit.err.find(manifest + ":2: label 1099511627776 is over the 8 files listed"),
+            std::string::npos)
+      << submit.err;
+  EXPECT_LT(std::chrono::steady_clock::now() - started, std::chrono::seconds(10));
   const std::string next = Run("stk_bob", "plain", "{}");
   EXPECT_EQ(Job(next).state(), v1::JOB_STATE_SUCCEEDED) << Job(next).message();
 }

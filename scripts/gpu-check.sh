@@ -11,8 +11,8 @@
 #      example to SUCCEEDED, a one-GPU script job to SUCCEEDED, and /metrics scraped and
 #      checked (promtool where the host has it, else the Python prometheus_client parser;
 #      the scrape is kept in the output folder to check with promtool elsewhere);
-#   5. as root, user code contained: 300 steps of the ViT example on a coordinator with
-#      --job-users (a uid of its own, in stoke-sandbox).
+#   5. user code contained, and its cost: 300 steps of the ViT example in stoke-sandbox (the
+#      default; as root, as a uid of its own) and with --sandbox=false, samples/s of each.
 # It prints one line a part (ok / FAILED / skipped, with why), ends with "N passed, N
 # failed", and exits non-zero when any part failed. A part whose prerequisite failed is
 # skipped, saying which.
@@ -240,41 +240,56 @@ if detail=$(metrics); then note ok metrics "$detail"; else note FAILED metrics "
 stop_coordinator
 trap - EXIT
 
-# 5. User code contained (--job-users: a uid per owner, stoke-sandbox), on CUDA: a short
-# run of the ViT example, compiled, as a user of its own in a sandbox. Root only.
-sandboxed() {
-  local data rc
+# 5. User code contained, on CUDA, and what it costs: 300 steps of the ViT example,
+# compiled, on a coordinator whose local worker runs user code as it does by default (in
+# stoke-sandbox; as root, as a uid of its own), then on one started with
+# --local-worker-flag=--sandbox=false; the median samples/s of each, from their metrics.
+# contained_run NAME [COORDINATOR FLAGS...]: prints "SAMPLES_PER_S UID".
+contained_run() {
+  local name=$1 data rc
+  shift
   data=$(mktemp -d)
   chmod 755 "$data"
   "$bin/stoke-coordinator" --address 127.0.0.1:0 --metrics-address "" --data-dir "$data/d" \
-    --local-workers 1 --job-users 61000-61999 --stop-workers-on-exit \
-    > "$out/sandboxed-coordinator.log" 2>&1 &
+    --local-workers 1 --stop-workers-on-exit "$@" > "$out/$name-coordinator.log" 2>&1 &
   local pid=$!
   for _ in $(seq 1 120); do [ -f "$data/d/coordinator.address" ] && break; sleep 0.5; done
   sed -e 's/epochs: 1/steps: 300/' examples/python/vit-fashion-mnist.yaml \
     -e "s#file: vit.py#file: $root/examples/python/vit.py#" > "$data/vit.yaml"
-  STOKE_ADDRESS=$(cat "$data/d/coordinator.address" 2> /dev/null) \
-    timeout 240 "$bin/stoke" submit "$data/vit.yaml" --watch > "$out/sandboxed-vit.log" 2>&1
+  export STOKE_ADDRESS
+  STOKE_ADDRESS=$(cat "$data/d/coordinator.address" 2> /dev/null)
+  timeout 240 "$bin/stoke" submit "$data/vit.yaml" --watch > "$out/$name-vit.log" 2>&1
   rc=$?
+  "$bin/stoke" -o json watch 1 > "$out/$name-vit.jsonl" 2> /dev/null
   kill -TERM "$pid" 2> /dev/null && wait "$pid" 2> /dev/null
-  cp "$data"/d/logs/worker-*.log "$out/" 2> /dev/null
+  cp "$data"/d/logs/worker-0.log "$out/$name-worker-0.log" 2> /dev/null
   local owner
   owner=$(stat -c %u "$data"/d/jobs/1 2> /dev/null)
   rm -rf "$data"
-  if [ $rc -ne 0 ] || ! grep -q SUCCEEDED "$out/sandboxed-vit.log"; then
-    echo "job failed: $(grep -m 2 -E 'FAILED|error' "$out/sandboxed-vit.log" | tr '\n' ' ')"
+  if [ $rc -ne 0 ] || ! grep -q SUCCEEDED "$out/$name-vit.log"; then
+    echo "job failed: $(grep -m 2 -E 'FAILED|error' "$out/$name-vit.log" | tr '\n' ' ')"
     return 1
   fi
-  echo "the ViT example SUCCEEDED as uid $owner in stoke-sandbox ($(grep -m 1 -o 'compile[^,]*' \
-    "$out/sandboxed-vit.log" || echo 'not compiled'))"
+  python3 -c '
+import json, statistics, sys
+rates = [json.loads(l)["metrics"].get("samples_per_second", 0) for l in open(sys.argv[1])
+         if l.startswith("{") and "metrics" in json.loads(l) and "eval" not in json.loads(l)["metrics"]]
+rates = [r for r in rates[1:] if r > 0]  # the first window holds the compile
+print("%.0f" % statistics.median(rates) if rates else "?", sys.argv[2])' "$out/$name-vit.jsonl" "$owner"
 }
-if [ "$(id -u)" -ne 0 ]; then
-  note skipped sandboxed "needs root (--job-users)"
-elif [ ! -d "$fmnist" ]; then
-  note skipped sandboxed "no $fmnist"
-elif detail=$(sandboxed); then
-  note ok sandboxed "$detail"
+contained() {
+  local with without
+  with=$(contained_run contained) || { echo "contained: $with"; return 1; }
+  without=$(contained_run uncontained --local-worker-flag=--sandbox=false) ||
+    { echo "uncontained: $without"; return 1; }
+  echo "ViT 300 steps: ${with% *} samples/s contained (uid ${with#* }, stoke-sandbox)," \
+    "${without% *} samples/s with --sandbox=false"
+}
+if [ ! -d "$fmnist" ]; then
+  note skipped contained "no $fmnist"
+elif detail=$(contained); then
+  note ok contained "$detail"
 else
-  note FAILED sandboxed "$detail"
+  note FAILED contained "$detail"
 fi
 summary

@@ -274,6 +274,7 @@ TEST_F(SandboxTest, GoingOverTheMemoryLimitEndsTheAttemptSayingSo) {
 // The raw wait status of `argv`, run with its output thrown away.
 int WaitStatusOf(std::vector<std::string> args) {
   std::vector<char*> argv;
+  argv.reserve(args.size() + 1);
   for (std::string& arg : args) argv.push_back(arg.data());
   argv.push_back(nullptr);
   const pid_t pid = fork();

@@ -37,6 +37,7 @@ class Attempt {
   // every rank started, the moment the job is running.
   bool RankStarted(uint32_t rank);
   bool HasStarted(uint32_t rank) const { return started_.count(rank) > 0; }
+  bool AnyStarted() const { return !started_.empty(); }
   // Rank `rank` has finished its work: true when that makes every rank done.
   bool RankSucceeded(uint32_t rank);
 

@@ -285,11 +285,7 @@ bool Coordinator::AnyRankStarted(const std::string& job_id, uint32_t attempt_num
   const v1::Job* job = jobs_.FindActive(job_id);
   const Attempt* attempt = job != nullptr ? CurrentAttempt(*job) : nullptr;
   // (A running attempt recovered after a restart counts every rank as started.)
-  if (attempt == nullptr || attempt->number() != attempt_number) return true;
-  for (uint32_t rank = 0; rank < static_cast<uint32_t>(job->placement_size()); ++rank) {
-    if (attempt->HasStarted(rank)) return true;
-  }
-  return false;
+  return attempt == nullptr || attempt->number() != attempt_number || attempt->AnyStarted();
 }
 
 void Coordinator::HandleWorkerMessage(const std::string& worker_id,

@@ -271,12 +271,18 @@ TEST_F(SandboxTest, GoingOverTheMemoryLimitEndsTheAttemptSayingSo) {
                     "stoke-sandbox: the job went over its memory limit of 64 MiB and was killed"));
 }
 
-// The raw wait status of `argv`, run with its output thrown away.
-int WaitStatusOf(std::vector<std::string> args) {
+// execv's view of `args` (which must outlive it), null-terminated.
+std::vector<char*> ExecArgv(std::vector<std::string>& args) {
   std::vector<char*> argv;
   argv.reserve(args.size() + 1);
   for (std::string& arg : args) argv.push_back(arg.data());
   argv.push_back(nullptr);
+  return argv;
+}
+
+// The raw wait status of `argv`, run with its output thrown away.
+int WaitStatusOf(std::vector<std::string> args) {
+  std::vector<char*> argv = ExecArgv(args);
   const pid_t pid = fork();
   if (pid == 0) {
     const int null = open("/dev/null", O_WRONLY);
@@ -363,10 +369,7 @@ TEST_F(SandboxTest, HandedDescriptorsReachTheProgramAndNoOthers) {
   ASSERT_EQ(pipe(channel), 0);
   std::vector<std::string> args =
       Command({}, {"/bin/sh", "-c", "echo hello >&3; exec ls -1 /proc/self/fd >&3"});
-  std::vector<char*> argv;
-  argv.reserve(args.size() + 1);
-  for (std::string& arg : args) argv.push_back(arg.data());
-  argv.push_back(nullptr);
+  std::vector<char*> argv = ExecArgv(args);
   const pid_t pid = fork();
   if (pid == 0) {
     dup2(channel[1], 3);
